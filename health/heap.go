@@ -1,0 +1,82 @@
+package health
+
+// deadline is one element of the deadline heap: "look at slot's lease at time at". It stands for
+// the lease only while gen equals the entry's gen; otherwise it is stale and is dropped when it
+// reaches the top (see [Leases.live]).
+type deadline struct {
+	at   int64 // Unix nanoseconds
+	slot int32 // index into Leases.entries
+	gen  uint32
+}
+
+// deadlines is a 4-ary min-heap ordered by at. It is hand-written rather than built on
+// container/heap so that pushes and pops are direct, inlinable code with no interface calls,
+// and 4-ary because its shallower tree touches fewer cache lines per sift than a binary heap.
+type deadlines []deadline
+
+const arity = 4
+
+func (h *deadlines) push(d deadline) {
+	*h = append(*h, d)
+	h.up(len(*h) - 1)
+}
+
+// pop removes the minimum. The heap must not be empty.
+func (h *deadlines) pop() {
+	s := *h
+	last := len(s) - 1
+	s[0] = s[last]
+	*h = s[:last]
+	if last > 0 {
+		h.down(0)
+	}
+}
+
+// replaceTop replaces the minimum with d: one sift instead of a pop and a push.
+func (h deadlines) replaceTop(d deadline) {
+	h[0] = d
+	h.down(0)
+}
+
+// init restores the heap order of arbitrary contents in O(n).
+func (h deadlines) init() {
+	for i := (len(h) - 2) / arity; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h deadlines) up(i int) {
+	d := h[i]
+	for i > 0 {
+		p := (i - 1) / arity
+		if h[p].at <= d.at {
+			break
+		}
+		h[i] = h[p]
+		i = p
+	}
+	h[i] = d
+}
+
+func (h deadlines) down(i int) {
+	d := h[i]
+	n := len(h)
+	for {
+		first := arity*i + 1
+		if first >= n {
+			break
+		}
+		m := first
+		for c := first + 1; c < min(first+arity, n); c++ {
+			if h[c].at < h[m].at {
+				m = c
+			}
+		}
+		if h[m].at >= d.at {
+			break
+		}
+		h[i] = h[m]
+		i = m
+	}
+	h[i] = d
+}

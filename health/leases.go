@@ -1,0 +1,343 @@
+package health
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Timeouts of one lease. Unhealthy 0 disables the first threshold.
+type Timeouts struct {
+	Unhealthy time.Duration // time after the last touch at which the lease turns unhealthy (0: never)
+	Expire    time.Duration // time after the last touch at which the lease expires and is removed; must be > 0
+}
+
+// Validate reports an error wrapping [ErrInvalidTimeouts] and naming the field and the rule it
+// breaks if Expire <= 0, Unhealthy < 0 or Unhealthy > Expire.
+func (t Timeouts) Validate() error {
+	switch {
+	case t.Expire <= 0:
+		return fmt.Errorf("%w: Expire must be > 0, got %v", ErrInvalidTimeouts, t.Expire)
+	case t.Unhealthy < 0:
+		return fmt.Errorf("%w: Unhealthy must be >= 0 (0 disables it), got %v", ErrInvalidTimeouts, t.Unhealthy)
+	case t.Unhealthy > t.Expire:
+		return fmt.Errorf("%w: Unhealthy (%v) must not exceed Expire (%v)", ErrInvalidTimeouts, t.Unhealthy, t.Expire)
+	}
+	return nil
+}
+
+// Event is a transition of a lease, reported by [Leases.Expire].
+type Event uint8
+
+const (
+	EventUnhealthy Event = iota + 1 // the lease passed its Unhealthy threshold and is still held
+	EventExpired                    // the lease passed its Expire threshold and was removed
+)
+
+func (e Event) String() string {
+	switch e {
+	case EventUnhealthy:
+		return "unhealthy"
+	case EventExpired:
+		return "expired"
+	}
+	return fmt.Sprintf("Event(%d)", uint8(e))
+}
+
+// State is a snapshot of one lease, returned by [Leases.Get].
+type State struct {
+	LastTouch time.Time // rebuilt from Unix nanoseconds: no monotonic reading, local time zone
+	Healthy   bool
+	Timeouts  Timeouts
+}
+
+// Leases tracks deadlines for ids. Its zero value is ready to use. Not safe for concurrent use:
+// the caller serialises every call, including the read-only ones.
+//
+// See the package documentation for the algorithm.
+type Leases[K comparable] struct {
+	index   map[K]int32 // id -> slot in entries
+	entries []entry[K]  // slab; a freed slot is reused by the next new id
+	free    []int32     // freed slots
+	heap    deadlines   // at most one live element per lease, plus stale ones
+}
+
+// entry is one lease. The fields Touch reads and writes come first so that a touch of a
+// healthy lease stays within one cache line of the slab.
+type entry[K comparable] struct {
+	last      int64  // last touch, Unix nanoseconds
+	healthy   bool   //
+	gen       uint32 // bumped on every (re)scheduling and on release; see [Leases.live]
+	sched     int64  // at of the lease's live heap element; never later than its true deadline
+	unhealthy int64  // Timeouts.Unhealthy in nanoseconds; 0 disables it
+	expire    int64  // Timeouts.Expire in nanoseconds
+	id        K
+}
+
+// next returns the lease's true next threshold: Unhealthy while it is healthy and has one,
+// Expire otherwise.
+func (e *entry[K]) next() int64 {
+	if e.healthy && e.unhealthy > 0 {
+		return addSat(e.last, e.unhealthy)
+	}
+	return addSat(e.last, e.expire)
+}
+
+// addSat returns a+b for b >= 0, saturating at math.MaxInt64 instead of wrapping around to a
+// deadline in the distant past.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// Put creates the lease for id, or resets an existing one: last touch = now, healthy, timeouts
+// replaced. It returns an error only if t is invalid (nothing is changed then).
+func (l *Leases[K]) Put(id K, now time.Time, t Timeouts) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	slot, ok := l.index[id]
+	if !ok {
+		slot = l.alloc(id)
+	}
+	e := &l.entries[slot]
+	e.last = now.UnixNano()
+	e.healthy = true
+	e.unhealthy = int64(t.Unhealthy)
+	e.expire = int64(t.Expire)
+	if !ok {
+		l.arm(slot, e.next())
+		return nil
+	}
+	// A reset moves the deadline earlier if the new timeouts are shorter or the lease was
+	// unhealthy (its next threshold is Unhealthy again); later is handled lazily.
+	l.rearmIfEarlier(slot)
+	return nil
+}
+
+// Touch renews id's lease at now. found is false if id has no lease. revived is true if the
+// lease was unhealthy and is now healthy again. A touch older than the lease's last touch does
+// not move the last touch back (beats may be serialised out of order).
+//
+// Touch of an existing id is O(1) and does not allocate; only a revive may push onto the heap
+// (O(log n), and it may grow the heap).
+func (l *Leases[K]) Touch(id K, now time.Time) (found, revived bool) {
+	slot, ok := l.index[id]
+	if !ok {
+		return false, false
+	}
+	e := &l.entries[slot]
+	if t := now.UnixNano(); t > e.last {
+		e.last = t
+	}
+	// The common case stops here: the deadline moved later, so the lease's heap element is
+	// now early, and Expire re-arms it when it pops. That is the lazy deadline.
+	if e.healthy {
+		return true, false
+	}
+	// A revive makes Unhealthy the next threshold again, which may be earlier than the Expire
+	// deadline the lease is scheduled at.
+	e.healthy = true
+	l.rearmIfEarlier(slot)
+	return true, true
+}
+
+// Remove drops id's lease; it reports whether there was one.
+func (l *Leases[K]) Remove(id K) bool {
+	slot, ok := l.index[id]
+	if !ok {
+		return false
+	}
+	l.release(slot)
+	l.tidy()
+	return true
+}
+
+// Get reports the state of id's lease.
+func (l *Leases[K]) Get(id K) (s State, ok bool) {
+	slot, ok := l.index[id]
+	if !ok {
+		return State{}, false
+	}
+	e := &l.entries[slot]
+	return State{
+		LastTouch: time.Unix(0, e.last),
+		Healthy:   e.healthy,
+		Timeouts:  Timeouts{Unhealthy: time.Duration(e.unhealthy), Expire: time.Duration(e.expire)},
+	}, true
+}
+
+// Len returns the number of leases.
+func (l *Leases[K]) Len() int { return len(l.index) }
+
+// Next returns the earliest time at which Expire may have work to do (it may be earlier than a
+// real transition because deadlines are lazy; calling Expire then is cheap). ok is false when
+// there are no leases.
+func (l *Leases[K]) Next() (at time.Time, ok bool) {
+	// Every method leaves a live element on top (see tidy), so the top is the scheduled
+	// deadline of some lease, which is never later than any lease's true deadline.
+	if len(l.heap) == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, l.heap[0].at), true
+}
+
+// Expire processes every lease whose threshold is at or before now and calls fn once per
+// transition: EventUnhealthy for a healthy lease past Unhealthy (but not past Expire),
+// EventExpired for a lease past Expire (removed before fn is called; a lease that passes both
+// thresholds in one call gets only EventExpired). Events come in the order of the thresholds
+// that caused them; ties in any order. fn must not call methods of l; it may be nil. Expire
+// returns the number of events.
+func (l *Leases[K]) Expire(now time.Time, fn func(id K, ev Event)) int {
+	t := now.UnixNano()
+	n := 0
+	for len(l.heap) > 0 {
+		top := l.heap[0]
+		if !l.live(top) {
+			l.heap.pop()
+			continue
+		}
+		if top.at > t {
+			break
+		}
+		if l.step(top, t, fn) {
+			n++
+		}
+	}
+	return n
+}
+
+// step handles the live element on top of the heap, which is due at t, and reports whether it
+// called fn. It fires an event only when the element is at the lease's true threshold, so
+// events come in threshold order.
+func (l *Leases[K]) step(top deadline, t int64, fn func(K, Event)) bool {
+	e := &l.entries[top.slot]
+	next := e.next()
+	if top.at < next {
+		// Touched since it was scheduled: re-arm at the true deadline. This happens at most
+		// once per timeout period per lease, however often it is touched.
+		l.rearmTop(top.slot, next)
+		return false
+	}
+	if e.healthy && e.unhealthy > 0 {
+		e.healthy = false
+		expire := addSat(e.last, e.expire)
+		l.rearmTop(top.slot, expire)
+		if expire <= t {
+			// It expires in this same call; report only that.
+			return false
+		}
+		if fn != nil {
+			fn(e.id, EventUnhealthy)
+		}
+		return true
+	}
+	id := e.id
+	l.heap.pop()
+	l.release(top.slot)
+	if fn != nil {
+		fn(id, EventExpired)
+	}
+	return true
+}
+
+// live reports whether d still stands for its slot's lease. A slot's gen changes whenever its
+// lease is rescheduled or released, so every lease has exactly one live element and any
+// other element for the slot, older or from a previous lease, is stale.
+func (l *Leases[K]) live(d deadline) bool {
+	return l.entries[d.slot].gen == d.gen
+}
+
+// arm gives slot's lease a new heap element at at; its previous element, if any, goes stale.
+func (l *Leases[K]) arm(slot int32, at int64) {
+	e := &l.entries[slot]
+	e.gen++
+	e.sched = at
+	l.heap.push(deadline{at: at, slot: slot, gen: e.gen})
+}
+
+// rearmTop is arm for the lease whose live element is on top of the heap: it replaces that
+// element instead of leaving it stale.
+func (l *Leases[K]) rearmTop(slot int32, at int64) {
+	e := &l.entries[slot]
+	e.gen++
+	e.sched = at
+	l.heap.replaceTop(deadline{at: at, slot: slot, gen: e.gen})
+}
+
+// rearmIfEarlier schedules slot's lease at its true deadline if that is earlier than where it
+// is scheduled.
+//
+// Deadlines are lazy: a touch only moves the true deadline later, so the scheduled element is
+// early and Expire re-arms it when it pops. A stale element is therefore always early, never
+// late. There are two exceptions, where the true deadline moves earlier: a touch that revives
+// an unhealthy lease (scheduled at Expire, now due at Unhealthy) and a Put with shorter
+// timeouts. Only then is a new element pushed; the old one goes stale and is dropped when it
+// reaches the top, or by compaction.
+func (l *Leases[K]) rearmIfEarlier(slot int32) {
+	if next := l.entries[slot].next(); next < l.entries[slot].sched {
+		l.arm(slot, next)
+		l.tidy()
+	}
+}
+
+// alloc takes a slot for a new lease and indexes id to it.
+func (l *Leases[K]) alloc(id K) int32 {
+	if l.index == nil {
+		l.index = make(map[K]int32)
+	}
+	var slot int32
+	if n := len(l.free); n > 0 {
+		slot = l.free[n-1]
+		l.free = l.free[:n-1]
+	} else {
+		// Slots are int32 to keep heap elements at 16 bytes; 2^31 leases would need well
+		// over 100 GB of slab.
+		slot = int32(len(l.entries))
+		l.entries = append(l.entries, entry[K]{})
+	}
+	l.entries[slot].id = id
+	l.index[id] = slot
+	return slot
+}
+
+// release frees slot's lease. Bumping gen makes its heap element stale.
+func (l *Leases[K]) release(slot int32) {
+	e := &l.entries[slot]
+	delete(l.index, e.id)
+	*e = entry[K]{gen: e.gen + 1} // also drops the id, so the slab does not keep it alive
+	l.free = append(l.free, slot)
+}
+
+// minCompact is the number of stale elements below which the heap is never compacted, so that
+// small sets of leases do not pay for frequent rebuilds.
+const minCompact = 64
+
+// tidy keeps two invariants after an operation that may leave stale elements: the top of the
+// heap is live (so Next is accurate and reports ok only while there are leases), and stale
+// elements are at most half of the heap plus minCompact (so a Remove-heavy workload does not
+// grow the heap without bound). Each stale element is dropped once, so the cost is amortised
+// over the operations that made them stale.
+func (l *Leases[K]) tidy() {
+	if len(l.heap) > 2*len(l.index)+minCompact {
+		l.compact()
+	}
+	for len(l.heap) > 0 && !l.live(l.heap[0]) {
+		l.heap.pop()
+	}
+}
+
+// compact drops every stale element in O(heap) and restores the heap order. It reuses the
+// heap's memory.
+func (l *Leases[K]) compact() {
+	h := l.heap[:0]
+	for _, d := range l.heap {
+		if l.live(d) {
+			h = append(h, d)
+		}
+	}
+	l.heap = h
+	h.init()
+}

@@ -1,0 +1,170 @@
+package model
+
+import (
+	"encoding/binary"
+	"errors"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// ErrMalformed is returned by Unmarshal for input that is not well-formed
+// msgpack, or that declares more elements than it holds.
+var ErrMalformed = errors.New("model: malformed msgpack")
+
+// maxDepth bounds the nesting of arrays and maps that Unmarshal accepts.
+// Muster's types nest a few levels; anything deeper is hostile.
+const maxDepth = 32
+
+// Marshal encodes v with msgpack.
+func Marshal(v any) ([]byte, error) { return msgpack.Marshal(v) }
+
+// Unmarshal decodes msgpack bytes from an untrusted source into v.
+//
+// It first walks the input and rejects it unless it is a single well-formed
+// value whose every array, map, string and binary length fits in the bytes
+// that follow. msgpack v5 sizes a slice from its declared length before
+// reading any element, so without this walk twelve hostile bytes can make it
+// allocate hundreds of gigabytes.
+func Unmarshal(b []byte, v any) error {
+	if err := Check(b); err != nil {
+		return err
+	}
+	return msgpack.Unmarshal(b, v)
+}
+
+// Check reports whether b holds exactly one well-formed msgpack value whose
+// declared lengths fit in b, nested at most 32 deep.
+func Check(b []byte) error {
+	n, err := skim(b, 0)
+	if err != nil {
+		return err
+	}
+	if n != len(b) {
+		return ErrMalformed
+	}
+	return nil
+}
+
+// skim returns the length of the msgpack value at the start of b.
+func skim(b []byte, depth int) (int, error) {
+	if len(b) == 0 || depth > maxDepth {
+		return 0, ErrMalformed
+	}
+	c := b[0]
+	switch {
+	case c <= 0x7f || c >= 0xe0: // positive and negative fixint
+		return 1, nil
+	case c >= 0x80 && c <= 0x8f: // fixmap
+		return skimItems(b, 1, 2*int(c&0x0f), depth)
+	case c >= 0x90 && c <= 0x9f: // fixarray
+		return skimItems(b, 1, int(c&0x0f), depth)
+	case c >= 0xa0 && c <= 0xbf: // fixstr
+		return skimBytes(b, 1, int(c&0x1f))
+	}
+	switch c {
+	case 0xc0, 0xc2, 0xc3: // nil, false, true
+		return 1, nil
+	case 0xcc, 0xd0: // uint8, int8
+		return fixed(b, 2)
+	case 0xcd, 0xd1, 0xd4: // uint16, int16, fixext1
+		return fixed(b, 3)
+	case 0xd5: // fixext2
+		return fixed(b, 4)
+	case 0xca, 0xce, 0xd2: // float32, uint32, int32
+		return fixed(b, 5)
+	case 0xd6: // fixext4
+		return fixed(b, 6)
+	case 0xcb, 0xcf, 0xd3: // float64, uint64, int64
+		return fixed(b, 9)
+	case 0xd7: // fixext8
+		return fixed(b, 10)
+	case 0xd8: // fixext16
+		return fixed(b, 18)
+	case 0xc4, 0xd9: // bin8, str8
+		return skimSized(b, 1, 0)
+	case 0xc5, 0xda: // bin16, str16
+		return skimSized(b, 2, 0)
+	case 0xc6, 0xdb: // bin32, str32
+		return skimSized(b, 4, 0)
+	case 0xc7: // ext8
+		return skimSized(b, 1, 1)
+	case 0xc8: // ext16
+		return skimSized(b, 2, 1)
+	case 0xc9: // ext32
+		return skimSized(b, 4, 1)
+	case 0xdc, 0xdd: // array16, array32
+		return skimCollection(b, c == 0xdc, 1, depth)
+	case 0xde, 0xdf: // map16, map32
+		return skimCollection(b, c == 0xde, 2, depth)
+	}
+	return 0, ErrMalformed // 0xc1 is never used
+}
+
+func fixed(b []byte, n int) (int, error) {
+	if len(b) < n {
+		return 0, ErrMalformed
+	}
+	return n, nil
+}
+
+// readLen reads a big-endian length of size bytes after the code byte.
+func readLen(b []byte, size int) (int, bool) {
+	if len(b) < 1+size {
+		return 0, false
+	}
+	switch size {
+	case 1:
+		return int(b[1]), true
+	case 2:
+		return int(binary.BigEndian.Uint16(b[1:])), true
+	default:
+		return int(binary.BigEndian.Uint32(b[1:])), true
+	}
+}
+
+// skimSized skips a str, bin or ext value: a length of size bytes, extra
+// bytes (the ext type), then the payload.
+func skimSized(b []byte, size, extra int) (int, error) {
+	n, ok := readLen(b, size)
+	if !ok {
+		return 0, ErrMalformed
+	}
+	return skimBytes(b, 1+size+extra, n)
+}
+
+func skimBytes(b []byte, head, n int) (int, error) {
+	if n > len(b)-head {
+		return 0, ErrMalformed
+	}
+	return head + n, nil
+}
+
+func skimCollection(b []byte, short bool, perItem, depth int) (int, error) {
+	size := 4
+	if short {
+		size = 2
+	}
+	n, ok := readLen(b, size)
+	if !ok {
+		return 0, ErrMalformed
+	}
+	return skimItems(b, 1+size, perItem*n, depth)
+}
+
+// skimItems skips n values after a header of head bytes. Every value takes
+// at least one byte, so n larger than what is left is rejected before any
+// work.
+func skimItems(b []byte, head, n, depth int) (int, error) {
+	if n > len(b)-head {
+		return 0, ErrMalformed
+	}
+	off := head
+	for range n {
+		m, err := skim(b[off:], depth+1)
+		if err != nil {
+			return 0, err
+		}
+		off += m
+	}
+	return off, nil
+}

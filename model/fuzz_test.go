@@ -1,0 +1,116 @@
+package model
+
+import (
+	"errors"
+	"math"
+	"reflect"
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// FuzzValidateInstance: validation never panics, and an accepted instance
+// survives encode → decode unchanged and is still accepted.
+func FuzzValidateInstance(f *testing.F) {
+	f.Add("public", "DEFAULT_GROUP", "orders", "DEFAULT", "10.0.0.1", 8080, 1.0, "version", "1.0", "")
+	f.Add("", "", "a@@b", "c_1", "::1", 0, math.NaN(), "preserved.heart.beat.timeout", "x", "id")
+	f.Add("ns", "g:1", "s", "", "db.example.com", 65535, 10000.0, "preserved.heart.beat.interval", "20000", "")
+	f.Fuzz(func(t *testing.T, ns, group, name, cluster, ip string, port int, weight float64, mk, mv, id string) {
+		inst := Instance{
+			ID: id, Service: ServiceKey{Namespace: ns, Group: group, Name: name}, Cluster: cluster,
+			IP: ip, Port: port, Weight: weight, Healthy: true, Enabled: port%2 == 0, Ephemeral: true,
+			Metadata: NewMetadata(map[string]string{mk: mv}),
+		}
+		err := inst.Validate(Limits{})
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error %v does not match ErrInvalid", err)
+			}
+			return
+		}
+		b, err := msgpack.Marshal(&inst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Instance
+		if err := Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		if !back.Equal(&inst) {
+			t.Fatalf("round trip changed the instance:\n got %+v\nwant %+v", back, inst)
+		}
+		if err := back.Validate(Limits{}); err != nil {
+			t.Fatalf("decoded copy rejected: %v", err)
+		}
+		g, n, err := ParseGroupedName(inst.Service.GroupedName())
+		if k := inst.Service.WithDefaults(); err != nil || g != k.Group || n != k.Name {
+			t.Fatalf("grouped name round trip: %q %q %v", g, n, err)
+		}
+	})
+}
+
+// FuzzValidateService: validation of service definitions never panics.
+func FuzzValidateService(f *testing.F) {
+	f.Add("orders", 0.5, "c1", "HTTP", 80, "/health", "X-A", "1", 200, "u", "select 1")
+	f.Add("", math.Inf(1), "", "PING", -1, "x", "", "\r\n", 99, "", "")
+	f.Fuzz(func(t *testing.T, name string, threshold float64, cluster, typ string, port int, path, hk, hv string, code int, user, cmd string) {
+		s := Service{
+			Key: ServiceKey{Name: name}, ProtectThreshold: threshold,
+			Clusters: []Cluster{{Name: cluster, HealthCheck: HealthCheck{
+				Type: CheckType(typ), Port: port, Path: path, Headers: NewMetadata(map[string]string{hk: hv}),
+				ExpectedCodes: []int{code}, User: user, Command: cmd,
+			}}},
+		}
+		if err := s.Validate(Limits{}); err != nil && !errors.Is(err, ErrInvalid) {
+			t.Fatalf("error %v does not match ErrInvalid", err)
+		}
+	})
+}
+
+// FuzzDecode: decoding arbitrary bytes into any wire type never panics nor
+// allocates without bound, and whatever decodes re-encodes.
+func FuzzDecode(f *testing.F) {
+	for _, v := range []any{validInstance(), Service{Key: svc}, InstancePatch{Key: validKey()}, ServiceView{Revision: 1}} {
+		b, _ := msgpack.Marshal(v)
+		f.Add(b)
+	}
+	f.Add([]byte{0x81, 0xa2, 'm', 'd', 0xdf, 0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{0xc1})
+	f.Add([]byte{0x81, 0xa5, 'i', 'n', 's', 't', 's', 0xdd, 0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{0x81, 0xa4, 'r', 'e', 'a', 'l', 0xdd, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, v := range []any{&Instance{}, &Service{}, &InstancePatch{}, &Query{}, &ServiceView{}, &Delta{}, &Metadata{}, &InstanceKey{}} {
+			v := reflect.New(reflect.TypeOf(v).Elem()).Interface()
+			if err := Unmarshal(b, v); err != nil {
+				continue
+			}
+			if _, err := msgpack.Marshal(v); err != nil {
+				t.Fatalf("%T decoded but does not encode: %v", v, err)
+			}
+		}
+	})
+}
+
+func TestUnmarshalRejectsHostileLengths(t *testing.T) {
+	for _, b := range [][]byte{
+		{0x81, 0xa5, 'i', 'n', 's', 't', 's', 0xdd, 0xff, 0xff, 0xff, 0xff}, // 4G instances
+		{0x81, 0xa2, 'm', 'd', 0xdf, 0xff, 0xff, 0xff, 0xff},                // 4G metadata pairs
+		{0xdb, 0xff, 0xff, 0xff, 0xff, 'a'},                                 // 4 GB string
+		{0x91},                                                              // array missing its element
+		{0xc0, 0xc0},                                                        // trailing bytes
+		{0xc1},                                                              // never-used code
+	} {
+		var v ServiceView
+		if err := Unmarshal(b, &v); !errors.Is(err, ErrMalformed) {
+			t.Errorf("Unmarshal(% x) = %v, want ErrMalformed", b, err)
+		}
+	}
+	deep := make([]byte, 0, 100)
+	for range 40 {
+		deep = append(deep, 0x91)
+	}
+	deep = append(deep, 0xc0)
+	if err := Check(deep); !errors.Is(err, ErrMalformed) {
+		t.Errorf("Check(40-deep) = %v", err)
+	}
+}

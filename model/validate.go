@@ -1,0 +1,361 @@
+package model
+
+import (
+	"math"
+	"net/netip"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Length limits. Nacos's limits are the floor; the character rules below go
+// further than Nacos does.
+const (
+	MaxNamespaceLen   = 64
+	MaxGroupLen       = 128
+	MaxServiceNameLen = 512
+	MaxClusterLen     = 64
+	MaxHostLen        = 253
+	MaxInstanceIDLen  = 1024
+	MaxPathLen        = 1024
+	MaxCheckCodes     = 16
+	MaxCredentialLen  = 256
+	MaxCommandLen     = 4096
+
+	// DefaultMaxMetadataSize caps the sum of the lengths of the keys and
+	// values of one metadata set, as Nacos does.
+	DefaultMaxMetadataSize = 1024
+)
+
+// Limits holds the configurable validation limits. Its zero value uses the
+// defaults.
+type Limits struct {
+	// MaxMetadataSize caps the sum of key and value lengths of one metadata
+	// set (instance, service, cluster or patch); 0 means
+	// DefaultMaxMetadataSize.
+	MaxMetadataSize int
+}
+
+func (l Limits) maxMetadata() int {
+	if l.MaxMetadataSize > 0 {
+		return l.MaxMetadataSize
+	}
+	return DefaultMaxMetadataSize
+}
+
+// Validate checks k; empty Namespace and Group stand for their defaults.
+func (k ServiceKey) Validate() error {
+	k = k.WithDefaults()
+	if err := checkName("service.namespace", k.Namespace, MaxNamespaceLen, isNamespaceChar, "letters, digits, '_' and '-'"); err != nil {
+		return err
+	}
+	if err := checkName("service.group", k.Group, MaxGroupLen, isGroupChar, "letters, digits, '_', '-', '.' and ':'"); err != nil {
+		return err
+	}
+	return checkServiceName(k.Name)
+}
+
+// Validate checks k; empty names stand for their defaults.
+func (k InstanceKey) Validate() error {
+	if err := k.Service.Validate(); err != nil {
+		return err
+	}
+	if err := checkCluster("instance.cluster", k.Cluster); err != nil {
+		return err
+	}
+	if err := checkHost("instance.ip", k.IP); err != nil {
+		return err
+	}
+	return checkPort("instance.port", k.Port, false)
+}
+
+// Validate checks every field of i against the rules and l.
+func (i *Instance) Validate(l Limits) error {
+	k := i.Key()
+	if err := k.Validate(); err != nil {
+		return err
+	}
+	if i.ID != "" {
+		if err := checkPrintable("instance.id", i.ID, MaxInstanceIDLen); err != nil {
+			return err
+		}
+	}
+	if err := checkWeight("instance.weight", i.Weight); err != nil {
+		return err
+	}
+	if err := checkMetadata("instance.metadata", i.Metadata, l); err != nil {
+		return err
+	}
+	return checkBeatTimings(i.Metadata)
+}
+
+// Validate checks p against the rules and l.
+func (p *InstancePatch) Validate(l Limits) error {
+	if err := p.Key.Validate(); err != nil {
+		return err
+	}
+	if p.Empty() {
+		return invalid("patch", "must set weight, enabled or metadata", "")
+	}
+	if p.Weight != nil {
+		if err := checkWeight("patch.weight", *p.Weight); err != nil {
+			return err
+		}
+	}
+	return checkMetadata("patch.metadata", p.Metadata, l)
+}
+
+// Validate checks s against the rules and l.
+func (s *Service) Validate(l Limits) error {
+	if err := s.Key.Validate(); err != nil {
+		return err
+	}
+	t := s.ProtectThreshold
+	if math.IsNaN(t) || t < 0 || t > 1 {
+		return invalid("service.protectThreshold", "must be a number in [0, 1]", strconv.FormatFloat(t, 'g', -1, 64))
+	}
+	if err := checkMetadata("service.metadata", s.Metadata, l); err != nil {
+		return err
+	}
+	seen := make(map[string]bool, len(s.Clusters))
+	for i := range s.Clusters {
+		c := &s.Clusters[i]
+		name := c.Name
+		if name == "" {
+			name = DefaultCluster
+		}
+		field := "service.clusters[" + strconv.Itoa(i) + "]"
+		if err := checkCluster(field+".name", name); err != nil {
+			return err
+		}
+		if seen[name] {
+			return invalid(field+".name", "must be unique within the service", name)
+		}
+		seen[name] = true
+		if err := checkMetadata(field+".metadata", c.Metadata, l); err != nil {
+			return err
+		}
+		if err := c.HealthCheck.validate(field+".healthCheck", l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (h *HealthCheck) validate(field string, l Limits) error {
+	switch h.Type {
+	case "", CheckNone, CheckTCP, CheckHTTP, CheckMySQL:
+	default:
+		return invalid(field+".type", "must be NONE, TCP, HTTP or MYSQL", string(h.Type))
+	}
+	if err := checkPort(field+".port", h.Port, true); err != nil {
+		return err
+	}
+	if h.Path != "" {
+		if !strings.HasPrefix(h.Path, "/") {
+			return invalid(field+".path", "must start with '/'", h.Path)
+		}
+		if err := checkPrintable(field+".path", h.Path, MaxPathLen); err != nil {
+			return err
+		}
+	}
+	for k, v := range h.Headers.All() {
+		if k == "" || strings.IndexFunc(k, func(r rune) bool { return !isTokenChar(r) }) >= 0 {
+			return invalid(field+".headers", "names must be HTTP tokens", k)
+		}
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return invalid(field+".headers["+k+"]", "must not contain CR, LF or NUL", v)
+		}
+	}
+	if err := checkMetadata(field+".headers", h.Headers, l); err != nil {
+		return err
+	}
+	if len(h.ExpectedCodes) > MaxCheckCodes {
+		return invalid(field+".expectedCodes", "must hold at most "+strconv.Itoa(MaxCheckCodes)+" codes", "")
+	}
+	for _, c := range h.ExpectedCodes {
+		if c < 100 || c > 599 {
+			return invalid(field+".expectedCodes", "must be HTTP status codes 100–599", strconv.Itoa(c))
+		}
+	}
+	if len(h.User) > MaxCredentialLen || len(h.Password) > MaxCredentialLen {
+		return invalid(field+".user", "user and password must be at most "+strconv.Itoa(MaxCredentialLen)+" bytes", "")
+	}
+	if len(h.Command) > MaxCommandLen {
+		return invalid(field+".command", "must be at most "+strconv.Itoa(MaxCommandLen)+" bytes", "")
+	}
+	return nil
+}
+
+// Validate checks q.
+func (q *Query) Validate() error {
+	if err := q.Service.Validate(); err != nil {
+		return err
+	}
+	for i, c := range q.Clusters {
+		if err := checkCluster("query.clusters["+strconv.Itoa(i)+"]", c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkServiceName(name string) error {
+	const field = "service.name"
+	switch {
+	case name == "":
+		return invalid(field, "must not be empty", "")
+	case len(name) > MaxServiceNameLen:
+		return invalid(field, "must be at most "+strconv.Itoa(MaxServiceNameLen)+" bytes", name)
+	case name[0] == '@':
+		return invalid(field, "must not start with '@'", name)
+	case strings.Contains(name, GroupSeparator):
+		return invalid(field, "must not contain \"@@\"", name)
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] <= ' ' || name[i] > '~' {
+			return invalid(field, "must be printable ASCII without spaces", name)
+		}
+	}
+	return nil
+}
+
+func checkCluster(field, name string) error {
+	if name == "" {
+		return nil // DefaultCluster
+	}
+	return checkName(field, name, MaxClusterLen, isNamespaceChar, "letters, digits, '_' and '-'")
+}
+
+func checkName(field, s string, max int, ok func(byte) bool, chars string) error {
+	if s == "" {
+		return invalid(field, "must not be empty", "")
+	}
+	if len(s) > max {
+		return invalid(field, "must be at most "+strconv.Itoa(max)+" bytes", s)
+	}
+	for i := 0; i < len(s); i++ {
+		if !ok(s[i]) {
+			return invalid(field, "may only hold "+chars, s)
+		}
+	}
+	return nil
+}
+
+func isNamespaceChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+}
+
+func isGroupChar(c byte) bool {
+	return isNamespaceChar(c) || c == '.' || c == ':'
+}
+
+func isTokenChar(r rune) bool {
+	return r < utf8.RuneSelf && (isNamespaceChar(byte(r)) || strings.IndexRune("!#$%&'*+.^`|~", r) >= 0)
+}
+
+// checkHost accepts an IP address (not the unspecified one, which cannot be
+// dialled) or a DNS name (RFC 1123) whose last label is not all digits (such
+// a name is a mistyped IPv4 address).
+func checkHost(field, host string) error {
+	if host == "" {
+		return invalid(field, "must not be empty", "")
+	}
+	if len(host) > MaxHostLen {
+		return invalid(field, "must be at most "+strconv.Itoa(MaxHostLen)+" bytes", host)
+	}
+	if addr, err := netip.ParseAddr(host); err == nil {
+		if addr.IsUnspecified() {
+			return invalid(field, "must not be the unspecified address", host)
+		}
+		return nil
+	}
+	const rule = "must be an IP address or a DNS name"
+	allDigits := false
+	for label := range strings.SplitSeq(host, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return invalid(field, rule, host)
+		}
+		allDigits = true
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return invalid(field, rule, host)
+			}
+			if c < '0' || c > '9' {
+				allDigits = false
+			}
+		}
+	}
+	if allDigits {
+		return invalid(field, rule, host)
+	}
+	return nil
+}
+
+func checkPort(field string, port int, zeroOK bool) error {
+	lo := 1
+	if zeroOK {
+		lo = 0
+	}
+	if port < lo || port > 65535 {
+		return invalid(field, "must be "+strconv.Itoa(lo)+"–65535", strconv.Itoa(port))
+	}
+	return nil
+}
+
+func checkWeight(field string, w float64) error {
+	if math.IsNaN(w) || w < 0 || w > MaxWeight {
+		return invalid(field, "must be a number in [0, 10000]", strconv.FormatFloat(w, 'g', -1, 64))
+	}
+	return nil
+}
+
+func checkPrintable(field, s string, max int) error {
+	if len(s) > max {
+		return invalid(field, "must be at most "+strconv.Itoa(max)+" bytes", s)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return invalid(field, "must be printable ASCII without spaces", s)
+		}
+	}
+	return nil
+}
+
+func checkMetadata(field string, m Metadata, l Limits) error {
+	if size, max := m.Size(), l.maxMetadata(); size > max {
+		return invalid(field, "keys and values must total at most "+strconv.Itoa(max)+" bytes", strconv.Itoa(size)+" bytes")
+	}
+	for k, v := range m.All() {
+		if k == "" {
+			return invalid(field, "keys must not be empty", "")
+		}
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return invalid(field+"["+strings.ToValidUTF8(k, "?")+"]", "must be valid UTF-8", "")
+		}
+	}
+	return nil
+}
+
+// checkBeatTimings applies Nacos's rule (the interval must not exceed either
+// timeout) and ours: values are whole milliseconds in (0, 1 day], and the
+// unhealthy timeout must not exceed the delete timeout.
+func checkBeatTimings(m Metadata) error {
+	for _, key := range [...]string{MetaHeartBeatInterval, MetaHeartBeatTimeout, MetaIPDeleteTimeout} {
+		if s, ok := m.Get(key); ok {
+			if _, err := parseMillis(s); err != nil {
+				return invalid("instance.metadata["+key+"]", "must be whole milliseconds in 1–86400000", s)
+			}
+		}
+	}
+	i := Instance{Metadata: m}
+	t := i.BeatTimings()
+	if t.Interval > t.Unhealthy || t.Interval > t.Delete {
+		return invalid("instance.metadata["+MetaHeartBeatInterval+"]", "must not exceed the beat timeout or the delete timeout", t.Interval.String())
+	}
+	if t.Unhealthy > t.Delete {
+		return invalid("instance.metadata["+MetaHeartBeatTimeout+"]", "must not exceed the delete timeout", t.Unhealthy.String())
+	}
+	return nil
+}
