@@ -1,0 +1,150 @@
+package registry_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/registry"
+)
+
+// TestBeatTimeline: healthy → unhealthy just after 15 s (watchers see it) →
+// removed just after 30 s; a beat in between restores health.
+func TestBeatTimeline(t *testing.T) {
+	r := newReg(t)
+	w, err := r.Watch(ctx, model.Query{Service: svcKey("orders")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	next(t, w) // the empty view
+
+	in := inst("orders", 1)
+	mustRegister(t, r, in)
+	u := nextMatching(t, w, func(u registry.Update) bool { return len(u.View.Instances) == 1 })
+	if len(u.Delta.Added) != 1 || !u.View.Instances[0].Healthy {
+		t.Fatalf("after register: %+v", u)
+	}
+
+	r.Advance(15*time.Second - time.Millisecond)
+	if v := all(t, r, "orders"); !v.Instances[0].Healthy {
+		t.Fatal("unhealthy before 15 s")
+	}
+	r.Advance(2 * time.Millisecond)
+	if v := all(t, r, "orders"); !v.RealHealthy(0) {
+		// the default protect threshold (0) serves an all-unhealthy
+		// service as healthy, flagged, with the real health beside it
+		if !v.Protected {
+			t.Fatal("an all-unhealthy service is not flagged as protected")
+		}
+	} else {
+		t.Fatal("still really healthy just after 15 s")
+	}
+	u = nextMatching(t, w, func(u registry.Update) bool { return u.View.Protected })
+	if len(u.Delta.Updated) != 0 || u.View.RealHealth[0] {
+		t.Fatalf("watcher update after 15 s: %+v", u)
+	}
+
+	// A beat restores health and pushes both deadlines out.
+	interval, err := r.Heartbeat(ctx, in)
+	if err != nil || interval != 5*time.Second {
+		t.Fatalf("Heartbeat = %v, %v", interval, err)
+	}
+	if v := all(t, r, "orders"); v.Protected || !v.Instances[0].Healthy {
+		t.Fatalf("beat did not restore health: %+v", v)
+	}
+	r.Advance(15*time.Second - time.Millisecond)
+	if v := all(t, r, "orders"); !v.Instances[0].Healthy {
+		t.Fatal("unhealthy before 15 s after the beat")
+	}
+	r.Advance(2 * time.Millisecond)
+	if v := all(t, r, "orders"); v.RealHealthy(0) {
+		t.Fatal("healthy 15 s after the beat")
+	}
+	r.Advance(15*time.Second - 2*time.Millisecond) // 30 s - 1 ms after the beat
+	if v := all(t, r, "orders"); len(v.Instances) != 1 {
+		t.Fatal("removed before 30 s")
+	}
+	r.Advance(2 * time.Millisecond)
+	if v := all(t, r, "orders"); len(v.Instances) != 0 {
+		t.Fatalf("still there after 30 s: %v", ips(v))
+	}
+	u = nextMatching(t, w, func(u registry.Update) bool { return len(u.View.Instances) == 0 })
+	if len(u.Delta.Removed) != 1 {
+		t.Fatalf("removal delta: %+v", u.Delta)
+	}
+}
+
+// TestBeatTimingsFromMetadata: the preserved metadata keys move both
+// thresholds and the interval handed back.
+func TestBeatTimingsFromMetadata(t *testing.T) {
+	r := newReg(t)
+	in := inst("orders", 1)
+	in.Metadata = model.NewMetadata(map[string]string{
+		model.MetaHeartBeatInterval: "1000",
+		model.MetaHeartBeatTimeout:  "3000",
+		model.MetaIPDeleteTimeout:   "6000",
+	})
+	mustRegister(t, r, in)
+	if d, err := r.Heartbeat(ctx, in); err != nil || d != time.Second {
+		t.Fatalf("Heartbeat = %v, %v; want 1s", d, err)
+	}
+	r.Advance(3*time.Second + time.Millisecond)
+	if v := all(t, r, "orders"); v.RealHealthy(0) {
+		t.Fatal("healthy after the 3 s timeout")
+	}
+	r.Advance(3 * time.Second)
+	if v := all(t, r, "orders"); len(v.Instances) != 0 {
+		t.Fatal("not deleted after the 6 s delete timeout")
+	}
+}
+
+// TestHeartbeatReregisters: a beat for an instance the registry no longer
+// holds registers it again, as Nacos does.
+func TestHeartbeatReregisters(t *testing.T) {
+	r := newReg(t)
+	in := inst("orders", 1)
+	in.Metadata = model.NewMetadata(map[string]string{"v": "2"})
+	if _, err := r.Heartbeat(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	v := all(t, r, "orders")
+	if len(v.Instances) != 1 || v.Instances[0].Metadata.Value("v") != "2" {
+		t.Fatalf("beat did not register: %+v", v.Instances)
+	}
+	bad := in
+	bad.Ephemeral = false
+	bad.IP = "10.9.9.9"
+	if _, err := r.Heartbeat(ctx, bad); !errors.Is(err, registry.ErrKindMismatch) {
+		t.Fatalf("beat of a persistent instance: %v", err)
+	}
+	bad = in
+	bad.IP = "not valid"
+	if _, err := r.Heartbeat(ctx, bad); !errors.Is(err, model.ErrInvalid) {
+		t.Fatalf("beat of an invalid instance: %v", err)
+	}
+}
+
+// TestDeregisterBeatInstance removes at once and is idempotent.
+func TestDeregisterBeatInstance(t *testing.T) {
+	r := newReg(t)
+	a, b := inst("orders", 1), inst("orders", 2)
+	mustRegister(t, r, a, b)
+	if err := r.Deregister(ctx, a.Key()); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Deregister(ctx, a.Key()); err != nil {
+		t.Fatalf("second Deregister: %v", err)
+	}
+	if got := ips(all(t, r, "orders")); len(got) != 1 || got[0] != b.IP {
+		t.Fatalf("after deregister: %v", got)
+	}
+	if _, err := r.Heartbeat(ctx, a); err != nil { // re-registers
+		t.Fatal(err)
+	}
+	r.Advance(40 * time.Second)
+	if got := all(t, r, "orders"); len(got.Instances) != 0 {
+		t.Fatalf("leases did not expire: %v", ips(got))
+	}
+}

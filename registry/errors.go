@@ -1,0 +1,35 @@
+package registry
+
+import "errors"
+
+// Errors returned by the registry. Match them with errors.Is; the returned
+// errors wrap them with the service or instance concerned. Validation errors
+// match model.ErrInvalid instead.
+var (
+	// ErrClosed: the registry has been closed.
+	ErrClosed = errors.New("registry: closed")
+	// ErrNotReady: the registry has not started, or is still loading its
+	// data, and does not serve yet.
+	ErrNotReady = errors.New("registry: not ready")
+	// ErrKindMismatch: the service is ephemeral and the instance persistent,
+	// or the other way round. A service's kind is fixed by its first
+	// registration or its creation.
+	ErrKindMismatch = errors.New("registry: service kind mismatch")
+	// ErrNotFound: no such service or instance.
+	ErrNotFound = errors.New("registry: not found")
+	// ErrServiceExists: CreateService of a service that already has a stored
+	// definition.
+	ErrServiceExists = errors.New("registry: service already exists")
+	// ErrServiceNotEmpty: DeleteService of a service that still has instances.
+	ErrServiceNotEmpty = errors.New("registry: service has instances")
+	// ErrHealthChecked: SetHealth on a cluster whose health check type is not
+	// NONE; its health belongs to the checker.
+	ErrHealthChecked = errors.New("registry: cluster is health-checked")
+	// ErrNoInstance: SelectOne found no healthy, enabled instance with a
+	// positive weight.
+	ErrNoInstance = errors.New("registry: no instance available")
+	// ErrSessionClosed: the session was closed, or its keep-alive lapsed.
+	ErrSessionClosed = errors.New("registry: session closed")
+	// ErrWatchClosed: the watcher was closed.
+	ErrWatchClosed = errors.New("registry: watch closed")
+)

@@ -1,0 +1,284 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/muster-io/muster/health"
+	"github.com/muster-io/muster/model"
+)
+
+// A publisher is the unit of ephemeral data (Nacos 2.x's "client"): a
+// session, or the beat publisher of one ip:port. Only its owner changes it;
+// every change bumps rev.
+type publisher struct {
+	id      string
+	kind    pubKind
+	ep      endpoint // beat publishers
+	rev     uint64
+	insts   []*pubInst
+	session *Session // session publishers
+	closed  bool
+}
+
+type pubKind uint8
+
+const (
+	pubBeat pubKind = iota + 1
+	pubSession
+)
+
+// pubInst is one instance published by one publisher. Its address is stable
+// for the life of the publication, so it keys the beat lease.
+type pubInst struct {
+	pub      *publisher
+	slot     *slot
+	inst     *model.Instance // stored form (no service key); replaced on change
+	interval time.Duration   // beat interval handed back to beats
+}
+
+// publish adds or replaces pub's publication of inst, which is valid and has
+// its defaults. The caller holds mu and bumps pub.rev.
+func (r *Registry) publish(pub *publisher, inst model.Instance) (*pubInst, error) {
+	s, err := r.ensureService(inst.Service, true)
+	if err != nil {
+		return nil, err
+	}
+	stored := storedInstance(inst)
+	sl := r.slotFor(s, stored)
+	if pi := sl.publication(pub); pi != nil {
+		pi.inst = stored
+		r.changed(s)
+		return pi, nil
+	}
+	born := !sl.live()
+	pi := &pubInst{pub: pub, slot: sl, inst: stored}
+	i, _ := slices.BinarySearchFunc(sl.pubs, pub.id, func(p *pubInst, id string) int { return strings.Compare(p.pub.id, id) })
+	sl.pubs = slices.Insert(sl.pubs, i, pi)
+	pub.insts = append(pub.insts, pi)
+	if born {
+		r.slotBorn(sl)
+	}
+	r.changed(s)
+	return pi, nil
+}
+
+// publication returns pub's publication in sl, or nil.
+func (sl *slot) publication(pub *publisher) *pubInst {
+	for _, pi := range sl.pubs {
+		if pi.pub == pub {
+			return pi
+		}
+	}
+	return nil
+}
+
+// unpublish removes one publication. With detach, it is also removed from
+// its publisher's list (a caller removing them all skips that). The caller
+// drops the publication's lease, if any.
+func (r *Registry) unpublish(pi *pubInst, detach bool) {
+	sl := pi.slot
+	if i := slices.Index(sl.pubs, pi); i >= 0 {
+		sl.pubs = slices.Delete(sl.pubs, i, i+1)
+	}
+	if detach {
+		if i := slices.Index(pi.pub.insts, pi); i >= 0 {
+			pi.pub.insts = slices.Delete(pi.pub.insts, i, i+1)
+		}
+	}
+	r.dropSlotIfDead(sl, pi.inst)
+}
+
+// replaceInst swaps a publication's instance for next and records the change.
+func (r *Registry) replaceInst(pi *pubInst, next model.Instance) {
+	pi.inst = &next
+	pi.pub.rev++
+	r.changed(pi.slot.svc)
+}
+
+// Register registers inst. An ephemeral instance is published by the beat
+// publisher of its ip:port and must then be kept alive with Heartbeat (use a
+// Session for connection-bound instances). A persistent one
+// (Ephemeral=false) goes to the persistent store and stays until
+// Deregister; its health is then the business of health checks or SetHealth.
+//
+// Registering an instance the registry holds replaces it; an ephemeral
+// re-registration also renews its lease. It fails with ErrKindMismatch when
+// the service is of the other kind, and with an error matching
+// model.ErrInvalid when inst is invalid.
+func (r *Registry) Register(ctx context.Context, inst model.Instance) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	inst = inst.WithDefaults()
+	if err := inst.Validate(r.cfg.Limits); err != nil {
+		return err
+	}
+	if !inst.Ephemeral {
+		return r.store.Apply(ctx, &command{op: opPutInstance, inst: inst})
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.checkWrite(); err != nil {
+		return err
+	}
+	_, err := r.registerBeatLocked(inst)
+	return err
+}
+
+// registerBeatLocked publishes inst through the beat publisher of its
+// ip:port and (re)starts its lease. The caller holds mu.
+func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
+	ep := endpoint{ip: inst.IP, port: inst.Port}
+	pub := r.beats[ep]
+	fresh := pub == nil
+	if fresh {
+		pub = &publisher{id: model.Endpoint(inst.IP, inst.Port), kind: pubBeat, ep: ep}
+	}
+	pi, err := r.publish(pub, inst)
+	if err != nil {
+		return nil, err
+	}
+	if fresh {
+		r.beats[ep] = pub
+	}
+	pub.rev++
+	t := inst.BeatTimings()
+	pi.interval = t.Interval
+	now := r.clock.Now()
+	// The timings passed Validate, so the lease accepts them.
+	_ = r.beatLeases.Put(pi, now, health.Timeouts{Unhealthy: t.Unhealthy, Expire: t.Delete})
+	r.wakeAt(now.Add(t.Unhealthy))
+	return pi, nil
+}
+
+// Heartbeat renews the lease of the ephemeral instance with inst's key and
+// returns the interval to beat at (the preserved.heart.beat.interval
+// metadata, default 5 s). A beat makes an unhealthy instance healthy again.
+// Only the key of inst (service, cluster, ip, port) is read, unless the
+// registry no longer holds the instance: then, as Nacos does for beats that
+// carry the instance, Heartbeat registers inst.
+func (r *Registry) Heartbeat(ctx context.Context, inst model.Instance) (time.Duration, error) {
+	svc := inst.Service.WithDefaults()
+	cluster := inst.Cluster
+	if cluster == "" {
+		cluster = model.DefaultCluster
+	}
+	r.mu.Lock()
+	if err := r.checkWrite(); err != nil {
+		r.mu.Unlock()
+		return 0, err
+	}
+	if pub := r.beats[endpoint{ip: inst.IP, port: inst.Port}]; pub != nil {
+		for _, pi := range pub.insts {
+			if pi.inst.Cluster != cluster || pi.slot.svc.key != svc {
+				continue
+			}
+			_, revived := r.beatLeases.Touch(pi, r.clock.Now())
+			if revived || !pi.inst.Healthy {
+				next := *pi.inst
+				next.Healthy = true
+				r.replaceInst(pi, next)
+			}
+			interval := pi.interval
+			r.mu.Unlock()
+			return interval, nil
+		}
+	}
+	r.mu.Unlock()
+
+	// Not held: register it, as Nacos does.
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	inst = inst.WithDefaults()
+	if !inst.Ephemeral {
+		return 0, fmt.Errorf("%w: heartbeats keep ephemeral instances alive; %s is persistent", ErrKindMismatch, inst.Key())
+	}
+	if err := inst.Validate(r.cfg.Limits); err != nil {
+		return 0, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.checkWrite(); err != nil {
+		return 0, err
+	}
+	pi, err := r.registerBeatLocked(inst)
+	if err != nil {
+		return 0, err
+	}
+	return pi.interval, nil
+}
+
+// Deregister removes the instance with key: a persistent instance from the
+// store, an ephemeral one from its beat publisher (session instances are
+// removed through their session). Removing an instance that is not there is
+// not an error.
+func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	key = key.WithDefaults()
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	if err := r.checkWrite(); err != nil {
+		r.mu.Unlock()
+		return err
+	}
+	s := r.services[key.Service]
+	if s == nil {
+		r.mu.Unlock()
+		return nil
+	}
+	if !s.ephemeral {
+		r.mu.Unlock()
+		return r.store.Apply(ctx, &command{op: opDeleteInstance, key: key})
+	}
+	defer r.mu.Unlock()
+	pub := r.beats[endpoint{ip: key.IP, port: key.Port}]
+	if pub == nil {
+		return nil
+	}
+	for _, pi := range pub.insts {
+		if pi.slot.svc == s && pi.inst.Cluster == key.Cluster {
+			r.beatLeases.Remove(pi)
+			r.unpublish(pi, true)
+			r.changed(s)
+			pub.rev++
+			r.dropBeatPublisherIfEmpty(pub)
+			return nil
+		}
+	}
+	return nil
+}
+
+// dropBeatPublisherIfEmpty forgets a beat publisher with no instances.
+func (r *Registry) dropBeatPublisherIfEmpty(pub *publisher) {
+	if len(pub.insts) == 0 {
+		delete(r.beats, pub.ep)
+		pub.closed = true
+	}
+}
+
+// beatEvent applies a beat lease transition. The caller holds mu.
+func (r *Registry) beatEvent(pi *pubInst, ev health.Event) {
+	switch ev {
+	case health.EventUnhealthy:
+		if pi.inst.Healthy {
+			next := *pi.inst
+			next.Healthy = false
+			r.replaceInst(pi, next)
+		}
+	case health.EventExpired: // the tracker has dropped the lease already
+		s := pi.slot.svc
+		r.unpublish(pi, true)
+		r.changed(s)
+		pi.pub.rev++
+		r.dropBeatPublisherIfEmpty(pi.pub)
+	}
+}

@@ -1,0 +1,312 @@
+package registry
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/muster-io/muster/health"
+	"github.com/muster-io/muster/model"
+)
+
+// lifecycle states.
+const (
+	stateNew = iota
+	stateRunning
+	stateClosed
+)
+
+// Registry is the engine: an in-memory index of services and instances, kept
+// by publishers (sessions and heartbeats), by the persistent store, and by
+// the lease and clean-up timers. See the package documentation.
+type Registry struct {
+	cfg   Config
+	clock clockwork.Clock
+	log   *slog.Logger
+	store store
+
+	randMu sync.Mutex
+	rand   *rand.Rand
+
+	// mu guards everything below it, the index and its timers.
+	mu       sync.RWMutex
+	state    int
+	services map[model.ServiceKey]*service
+	beats    map[endpoint]*publisher // beat publishers by ip:port
+	sessions map[string]*publisher   // session publishers by ID
+	patches  map[model.InstanceKey]*model.InstancePatch
+	rev      uint64 // last revision handed out; revisions are unique across services
+
+	beatLeases    health.Leases[*pubInst]
+	sessionLeases health.Leases[*publisher]
+	emptySvcs     health.Leases[model.ServiceKey]
+	patchGone     health.Leases[model.InstanceKey]
+	timer         clockwork.Timer // wakes the housekeeper; nil before Start
+	timerAt       time.Time       // when timer fires
+
+	watch watchState
+
+	ready    chan struct{} // closed once the registry serves
+	stop     chan struct{} // closed by Close
+	wg       sync.WaitGroup
+	closeErr error
+	closeMu  sync.Mutex
+}
+
+// endpoint keys beat publishers.
+type endpoint struct {
+	ip   string
+	port int
+}
+
+// New validates cfg and returns a registry that is not started yet.
+func New(cfg Config) (*Registry, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Registry{
+		cfg:      cfg,
+		clock:    cfg.Clock,
+		log:      cfg.Logger,
+		services: make(map[model.ServiceKey]*service),
+		beats:    make(map[endpoint]*publisher),
+		sessions: make(map[string]*publisher),
+		patches:  make(map[model.InstanceKey]*model.InstancePatch),
+		ready:    make(chan struct{}),
+		stop:     make(chan struct{}),
+	}
+	if r.clock == nil {
+		r.clock = clockwork.NewRealClock()
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	r.log = r.log.With("node", cfg.NodeID)
+	src := cfg.Rand
+	if src == nil {
+		var seed [16]byte
+		_, _ = crand.Read(seed[:]) // never fails on supported platforms
+		src = rand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:]))
+	}
+	r.rand = rand.New(src)
+	r.store = &memStore{r: r}
+	r.watch.init()
+	return r, nil
+}
+
+// Start starts the registry's goroutines. A standalone registry is ready as
+// soon as Start returns. The context only bounds Start itself; the registry
+// runs until Close.
+func (r *Registry) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch r.state {
+	case stateRunning:
+		return fmt.Errorf("registry: already started")
+	case stateClosed:
+		return ErrClosed
+	}
+	r.state = stateRunning
+	r.timer = r.clock.NewTimer(r.cfg.SweepInterval)
+	r.timerAt = r.clock.Now().Add(r.cfg.SweepInterval)
+	r.goFunc(r.housekeeper)
+	r.goFunc(r.notifier)
+	close(r.ready)
+	r.log.Info("registry started", "mode", "standalone")
+	return nil
+}
+
+// goFunc runs f in a goroutine that Close waits for.
+func (r *Registry) goFunc(f func()) {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		f()
+	}()
+}
+
+// Close stops the registry: new calls fail with ErrClosed, sessions end,
+// watchers are closed, and Close returns once every goroutine the registry
+// started has returned. It is idempotent.
+func (r *Registry) Close() error {
+	r.closeMu.Lock()
+	defer r.closeMu.Unlock()
+	r.mu.Lock()
+	if r.state == stateClosed {
+		r.mu.Unlock()
+		return r.closeErr
+	}
+	r.state = stateClosed
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	sessions := make([]*publisher, 0, len(r.sessions))
+	for _, p := range r.sessions {
+		sessions = append(sessions, p)
+	}
+	r.mu.Unlock()
+
+	close(r.stop)
+	r.wg.Wait()
+	for _, p := range sessions {
+		p.session.end()
+	}
+	r.watch.closeAll(r, ErrClosed)
+	r.closeErr = r.store.Close()
+	r.log.Info("registry closed")
+	return r.closeErr
+}
+
+// Ready reports whether the registry serves queries.
+func (r *Registry) Ready() bool {
+	select {
+	case <-r.ready:
+		r.mu.RLock()
+		defer r.mu.RUnlock()
+		return r.state == stateRunning
+	default:
+		return false
+	}
+}
+
+// WaitReady blocks until the registry serves queries, ctx ends, or the
+// registry is closed.
+func (r *Registry) WaitReady(ctx context.Context) error {
+	select {
+	case <-r.ready:
+		if !r.Ready() {
+			return ErrClosed
+		}
+		return nil
+	case <-r.stop:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// NodeID returns the configured node ID.
+func (r *Registry) NodeID() string { return r.cfg.NodeID }
+
+// checkWrite reports whether the registry accepts writes. The caller holds mu.
+func (r *Registry) checkWrite() error {
+	switch r.state {
+	case stateRunning:
+		return nil
+	case stateClosed:
+		return ErrClosed
+	}
+	return ErrNotReady
+}
+
+// checkRead reports whether the registry serves reads. The caller holds mu
+// (read or write).
+func (r *Registry) checkRead() error { return r.checkWrite() }
+
+func (r *Registry) randFloat() float64 {
+	r.randMu.Lock()
+	defer r.randMu.Unlock()
+	return r.rand.Float64()
+}
+
+func (r *Registry) randUint64() uint64 {
+	r.randMu.Lock()
+	defer r.randMu.Unlock()
+	return r.rand.Uint64()
+}
+
+// putLease (re)starts a single-threshold lease of ttl on id and makes sure
+// the housekeeper wakes for it. The caller holds mu.
+func putLease[K comparable](r *Registry, l *health.Leases[K], id K, ttl time.Duration) {
+	now := r.clock.Now()
+	_ = l.Put(id, now, health.Timeouts{Expire: ttl}) // ttl > 0: checked by Config.Validate
+	r.wakeAt(now.Add(ttl))
+}
+
+// wakeAt makes the housekeeper wake no later than t. The caller holds mu, so
+// the timer is re-armed before the write that needs it returns: a test that
+// advances a fake clock right after a write cannot slip past the deadline.
+func (r *Registry) wakeAt(t time.Time) {
+	if r.timer == nil || !t.Before(r.timerAt) {
+		return
+	}
+	r.timerAt = t
+	r.timer.Reset(t.Sub(r.clock.Now()))
+}
+
+// housekeeper runs the timers: beat and session leases, empty services and
+// orphaned patches. It sleeps until the earliest deadline, or SweepInterval
+// at most. The timer is re-armed only once all due work is done, so a test
+// that waits for the fake clock's timer to be re-armed sees its effects.
+func (r *Registry) housekeeper() {
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-r.timer.Chan():
+		}
+		orphans := r.runDue()
+		// Dropping patches goes through the store, outside the lock.
+		for _, key := range orphans {
+			err := r.store.Apply(context.Background(), &command{op: opRemovePatch, key: key, expiry: true})
+			if err != nil {
+				r.log.Warn("dropping an orphaned patch failed", "instance", key.String(), "err", err)
+			}
+		}
+		r.rearm()
+	}
+}
+
+// runDue processes every deadline that has passed. It returns the patches
+// whose instance has been gone for PatchTTL.
+func (r *Registry) runDue() []model.InstanceKey {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state != stateRunning {
+		return nil
+	}
+	r.timerAt = time.Time{} // until rearm, writers leave the timer alone
+	now := r.clock.Now()
+	r.beatLeases.Expire(now, r.beatEvent)
+	r.sessionLeases.Expire(now, func(p *publisher, _ health.Event) {
+		r.log.Info("session keep-alive lapsed", "session", p.id)
+		r.closeSessionLocked(p)
+	})
+	r.emptySvcs.Expire(now, func(key model.ServiceKey, _ health.Event) {
+		if s := r.services[key]; s != nil && s.empty() && s.def == nil {
+			delete(r.services, key)
+		}
+	})
+	var orphans []model.InstanceKey
+	r.patchGone.Expire(now, func(key model.InstanceKey, _ health.Event) {
+		orphans = append(orphans, key)
+	})
+	return orphans
+}
+
+// rearm sets the timer to the earliest deadline, SweepInterval at most.
+func (r *Registry) rearm() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state != stateRunning {
+		return
+	}
+	now := r.clock.Now()
+	next := now.Add(r.cfg.SweepInterval)
+	for _, at := range [...]func() (time.Time, bool){r.beatLeases.Next, r.sessionLeases.Next, r.emptySvcs.Next, r.patchGone.Next} {
+		if t, ok := at(); ok && t.Before(next) {
+			next = t
+		}
+	}
+	r.timerAt = next
+	r.timer.Reset(next.Sub(now))
+}

@@ -1,0 +1,189 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/muster-io/muster/model"
+)
+
+// SessionOptions configures a session.
+type SessionOptions struct {
+	// TTL, when positive, ends the session unless KeepAlive is called at
+	// least every TTL. Zero means the session lives until Close.
+	TTL time.Duration
+}
+
+// Session publishes ephemeral instances on behalf of one connection the host
+// manages (Nacos 2.x's gRPC client). Its instances live until the session
+// ends: when the host closes it, when its keep-alive lapses, or when the
+// registry closes. A session may publish any number of instances, several
+// per service among them. Its methods are safe for concurrent use.
+type Session struct {
+	r    *Registry
+	pub  *publisher
+	ttl  time.Duration
+	once sync.Once
+	done chan struct{}
+}
+
+// OpenSession opens a session owned by this node.
+func (r *Registry) OpenSession(ctx context.Context, opts SessionOptions) (*Session, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if opts.TTL < 0 {
+		return nil, &model.ValidationError{Field: "session.ttl", Rule: "must not be negative", Value: opts.TTL.String()}
+	}
+	id := fmt.Sprintf("%s-%016x", r.cfg.NodeID, r.randUint64())
+	s := &Session{r: r, ttl: opts.TTL, done: make(chan struct{})}
+	s.pub = &publisher{id: id, kind: pubSession, session: s}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.checkWrite(); err != nil {
+		return nil, err
+	}
+	r.sessions[id] = s.pub
+	if opts.TTL > 0 {
+		putLease(r, &r.sessionLeases, s.pub, opts.TTL)
+	}
+	return s, nil
+}
+
+// ID returns the session's ID, unique within the registry.
+func (s *Session) ID() string { return s.pub.id }
+
+// Done is closed when the session ends.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Register publishes inst, which must be ephemeral, on the session.
+// Registering a key the session already publishes replaces the instance.
+func (s *Session) Register(ctx context.Context, inst model.Instance) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	inst = inst.WithDefaults()
+	if !inst.Ephemeral {
+		return &model.ValidationError{Field: "instance.ephemeral", Rule: "must be true for a session's instances"}
+	}
+	if err := inst.Validate(s.r.cfg.Limits); err != nil {
+		return err
+	}
+	r := s.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	if _, err := r.publish(s.pub, inst); err != nil {
+		return err
+	}
+	s.pub.rev++
+	return nil
+}
+
+// Deregister removes the session's instance with key. Removing an instance
+// the session does not publish is not an error.
+func (s *Session) Deregister(ctx context.Context, key model.InstanceKey) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	key = key.WithDefaults()
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	r := s.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	svc := r.services[key.Service]
+	if svc == nil {
+		return nil
+	}
+	sl := svc.lookupSlot(key)
+	if sl == nil {
+		return nil
+	}
+	if pi := sl.publication(s.pub); pi != nil {
+		r.unpublish(pi, true)
+		r.changed(svc)
+		s.pub.rev++
+	}
+	return nil
+}
+
+// KeepAlive renews the session's TTL. It fails with ErrSessionClosed once
+// the session has ended.
+func (s *Session) KeepAlive(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r := s.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	if s.ttl > 0 {
+		r.sessionLeases.Touch(s.pub, r.clock.Now())
+	}
+	return nil
+}
+
+// Close ends the session and removes all its instances at once: each
+// affected service changes once. Closing a closed session is a no-op.
+func (s *Session) Close() error {
+	r := s.r
+	r.mu.Lock()
+	if !s.pub.closed && r.state == stateRunning {
+		r.sessionLeases.Remove(s.pub)
+		r.closeSessionLocked(s.pub)
+	}
+	r.mu.Unlock()
+	s.end()
+	return nil
+}
+
+// checkOpen reports whether the session and the registry accept writes. The
+// caller holds mu.
+func (s *Session) checkOpen() error {
+	if err := s.r.checkWrite(); err != nil {
+		return err
+	}
+	if s.pub.closed {
+		return fmt.Errorf("%w: %s", ErrSessionClosed, s.pub.id)
+	}
+	return nil
+}
+
+func (s *Session) end() { s.once.Do(func() { close(s.done) }) }
+
+// closeSessionLocked removes all of p's instances, changing each affected
+// service once, and forgets p. The caller holds mu and has dropped p's lease
+// (or is the lease tracker expiring it).
+func (r *Registry) closeSessionLocked(p *publisher) {
+	p.closed = true
+	delete(r.sessions, p.id)
+	var touched []*service
+	for _, pi := range p.insts {
+		r.unpublish(pi, false)
+		if s := pi.slot.svc; len(touched) == 0 || touched[len(touched)-1] != s {
+			touched = append(touched, s)
+		}
+	}
+	p.insts = nil
+	seen := make(map[*service]bool, len(touched))
+	for _, s := range touched {
+		if !seen[s] {
+			seen[s] = true
+			r.changed(s)
+		}
+	}
+	p.rev++
+	p.session.end()
+}
