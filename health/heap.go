@@ -60,18 +60,12 @@ func (h deadlines) up(i int) {
 
 func (h deadlines) down(i int) {
 	d := h[i]
-	n := len(h)
 	for {
 		first := arity*i + 1
-		if first >= n {
+		if first >= len(h) {
 			break
 		}
-		m := first
-		for c := first + 1; c < min(first+arity, n); c++ {
-			if h[c].at < h[m].at {
-				m = c
-			}
-		}
+		m := h.minChild(first)
 		if h[m].at >= d.at {
 			break
 		}
@@ -79,4 +73,31 @@ func (h deadlines) down(i int) {
 		i = m
 	}
 	h[i] = d
+}
+
+// minChild returns the index of the earliest of the children that start at first. Sifts spend
+// most of their time here, so the common case of four children is a tournament of three
+// comparisons with a single bounds check, mostly compiled to conditional moves.
+func (h deadlines) minChild(first int) int {
+	if first+arity > len(h) {
+		m := first
+		for c := first + 1; c < len(h); c++ {
+			if h[c].at < h[m].at {
+				m = c
+			}
+		}
+		return m
+	}
+	k := (*[arity]deadline)(h[first:])
+	a, b := 0, 2
+	if k[1].at < k[0].at {
+		a = 1
+	}
+	if k[3].at < k[2].at {
+		b = 3
+	}
+	if k[b].at < k[a].at {
+		a = b
+	}
+	return first + a
 }

@@ -42,7 +42,7 @@ type HealthCheck struct {
 }
 
 // EffectiveType returns Type, or CheckTCP when Type is empty.
-func (h *HealthCheck) EffectiveType() CheckType {
+func (h HealthCheck) EffectiveType() CheckType {
 	if h.Type == "" {
 		return CheckTCP
 	}

@@ -52,7 +52,7 @@ type watchState struct {
 }
 
 type watchGroup struct {
-	watchers []*Watcher        // copy-on-write
+	watchers []*Watcher         // copy-on-write
 	gone     *model.ServiceView // the empty view of a removed service, or nil
 }
 
