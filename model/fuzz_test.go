@@ -36,7 +36,7 @@ func FuzzValidateInstance(f *testing.F) {
 		if err := Unmarshal(b, &back); err != nil {
 			t.Fatal(err)
 		}
-		if !back.Equal(&inst) {
+		if !back.Equal(inst) {
 			t.Fatalf("round trip changed the instance:\n got %+v\nwant %+v", back, inst)
 		}
 		if err := back.Validate(Limits{}); err != nil {

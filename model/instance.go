@@ -76,7 +76,7 @@ func NewInstance(service ServiceKey, ip string, port int) Instance {
 }
 
 // Key returns the instance's key.
-func (i *Instance) Key() InstanceKey {
+func (i Instance) Key() InstanceKey {
 	return InstanceKey{Service: i.Service, Cluster: i.Cluster, IP: i.IP, Port: i.Port}
 }
 
@@ -92,7 +92,7 @@ func (i Instance) WithDefaults() Instance {
 
 // InstanceID returns ID, or Nacos's default "ip#port#cluster#group@@service"
 // when ID is empty.
-func (i *Instance) InstanceID() string {
+func (i Instance) InstanceID() string {
 	if i.ID != "" {
 		return i.ID
 	}
@@ -100,7 +100,7 @@ func (i *Instance) InstanceID() string {
 }
 
 // Equal reports whether i and o are the same in every field.
-func (i *Instance) Equal(o *Instance) bool {
+func (i Instance) Equal(o Instance) bool {
 	return i.ID == o.ID && i.Service == o.Service && i.Cluster == o.Cluster &&
 		i.IP == o.IP && i.Port == o.Port && i.Weight == o.Weight &&
 		i.Healthy == o.Healthy && i.Enabled == o.Enabled &&
@@ -118,7 +118,7 @@ type BeatTimings struct {
 // BeatTimings returns the instance's beat timings: the Nacos defaults (5 s,
 // 15 s, 30 s) overridden by the preserved metadata keys. Values that do not
 // parse are ignored here; Validate rejects them.
-func (i *Instance) BeatTimings() BeatTimings {
+func (i Instance) BeatTimings() BeatTimings {
 	return BeatTimings{
 		Interval:  metaMillis(i.Metadata, MetaHeartBeatInterval, DefaultHeartBeatInterval),
 		Unhealthy: metaMillis(i.Metadata, MetaHeartBeatTimeout, DefaultHeartBeatTimeout),

@@ -70,7 +70,7 @@ func (k InstanceKey) Validate() error {
 }
 
 // Validate checks every field of i against the rules and l.
-func (i *Instance) Validate(l Limits) error {
+func (i Instance) Validate(l Limits) error {
 	k := i.Key()
 	if err := k.Validate(); err != nil {
 		return err

@@ -94,7 +94,7 @@ func Diff(from, to *ServiceView) Delta {
 			d.Added = append(d.Added, b[j])
 			j++
 		default:
-			if !a[i].Equal(&b[j]) {
+			if !a[i].Equal(b[j]) {
 				d.Updated = append(d.Updated, b[j])
 			}
 			i++
