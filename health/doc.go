@@ -30,11 +30,11 @@
 // deadline from the last touch and either pushes it back at the true deadline or fires the
 // transition. A lease that is touched every second with a 15 s threshold thus costs one heap
 // re-arm (O(log n)) per 15 s, not one per touch, and Expire never scans all leases: it costs
-// O(log n) per popped element, that is per event plus per re-arm.
+// O(log n) per popped element: per event, per re-arm and per stale element.
 //
 // The true deadline moves earlier in two cases only: a touch that revives an unhealthy lease
-// (its next threshold is Unhealthy again, not Expire) and a Put with shorter timeouts. Then a
-// new element is pushed and the old one goes stale. Stale elements, from these and from removed
+// (its next threshold is Unhealthy again, not Expire) and a Put that shortens the timeouts or
+// resets an unhealthy lease. Then a new element is pushed and the old one goes stale. Stale elements, from these and from removed
 // leases, are dropped when they reach the top, and the heap is compacted in place when they
 // make up more than half of it, so memory stays proportional to the number of leases.
 //

@@ -34,6 +34,7 @@ const (
 	EventExpired                    // the lease passed its Expire threshold and was removed
 )
 
+// String returns "unhealthy" or "expired", or Event(n) for an unknown value.
 func (e Event) String() string {
 	switch e {
 	case EventUnhealthy:
@@ -62,11 +63,11 @@ type Leases[K comparable] struct {
 	heap    deadlines   // at most one live element per lease, plus stale ones
 }
 
-// entry is one lease. The fields Touch reads and writes come first so that a touch of a
-// healthy lease stays within one cache line of the slab.
+// entry is one lease. The two fields that a touch of a healthy lease uses come first, side by
+// side, so that such a touch reads and writes one spot of the slab.
 type entry[K comparable] struct {
-	last      int64  // last touch, Unix nanoseconds
-	healthy   bool   //
+	last      int64 // last touch, Unix nanoseconds
+	healthy   bool
 	gen       uint32 // bumped on every (re)scheduling and on release; see [Leases.live]
 	sched     int64  // at of the lease's live heap element; never later than its true deadline
 	unhealthy int64  // Timeouts.Unhealthy in nanoseconds; 0 disables it
@@ -121,8 +122,8 @@ func (l *Leases[K]) Put(id K, now time.Time, t Timeouts) error {
 // lease was unhealthy and is now healthy again. A touch older than the lease's last touch does
 // not move the last touch back (beats may be serialised out of order).
 //
-// Touch of an existing id is O(1) and does not allocate; only a revive may push onto the heap
-// (O(log n), and it may grow the heap).
+// Touch of an existing id is O(1) and does not allocate. Only a revive does more: it pushes
+// onto the heap, O(log n) amortised, which may grow it.
 func (l *Leases[K]) Touch(id K, now time.Time) (found, revived bool) {
 	slot, ok := l.index[id]
 	if !ok {
@@ -270,12 +271,12 @@ func (l *Leases[K]) rearmTop(slot int32, at int64) {
 // rearmIfEarlier schedules slot's lease at its true deadline if that is earlier than where it
 // is scheduled.
 //
-// Deadlines are lazy: a touch only moves the true deadline later, so the scheduled element is
-// early and Expire re-arms it when it pops. A stale element is therefore always early, never
-// late. There are two exceptions, where the true deadline moves earlier: a touch that revives
-// an unhealthy lease (scheduled at Expire, now due at Unhealthy) and a Put with shorter
-// timeouts. Only then is a new element pushed; the old one goes stale and is dropped when it
-// reaches the top, or by compaction.
+// Deadlines are lazy: a touch only moves the true deadline later, so the lease's element is
+// then early, never late, and Expire re-arms it when it pops. The exceptions are the calls that
+// move the true deadline earlier: a touch that revives an unhealthy lease (scheduled at Expire,
+// now due at Unhealthy again) and a Put that shortens the timeouts or resets an unhealthy lease.
+// Only then is a new element pushed; the old one goes stale and is dropped when it reaches the
+// top, or by compaction.
 func (l *Leases[K]) rearmIfEarlier(slot int32) {
 	if next := l.entries[slot].next(); next < l.entries[slot].sched {
 		l.arm(slot, next)
@@ -311,15 +312,16 @@ func (l *Leases[K]) release(slot int32) {
 	l.free = append(l.free, slot)
 }
 
-// minCompact is the number of stale elements below which the heap is never compacted, so that
-// small sets of leases do not pay for frequent rebuilds.
+// minCompact is how many stale elements the heap may hold beyond one per lease before it is
+// compacted, so that a small set of leases does not pay for frequent rebuilds.
 const minCompact = 64
 
-// tidy keeps two invariants after an operation that may leave stale elements: the top of the
-// heap is live (so Next is accurate and reports ok only while there are leases), and stale
-// elements are at most half of the heap plus minCompact (so a Remove-heavy workload does not
-// grow the heap without bound). Each stale element is dropped once, so the cost is amortised
-// over the operations that made them stale.
+// tidy restores two invariants after an operation that may leave stale elements behind: the
+// top of the heap is live (so Next is accurate, and reports ok only while there are leases),
+// and the heap holds at most 2*Len()+minCompact elements (so a Remove-heavy workload does not
+// grow it without bound). A compaction costs O(heap) and happens only once more than half of
+// the heap is stale, and a stale element is popped at most once, so both costs are amortised
+// over the operations that made elements stale.
 func (l *Leases[K]) tidy() {
 	if len(l.heap) > 2*len(l.index)+minCompact {
 		l.compact()

@@ -199,19 +199,22 @@ func TestValidationErrors(t *testing.T) {
 	s, _ := r.OpenSession(ctx, registry.SessionOptions{})
 	w := 2.0
 	for name, err := range map[string]error{
-		"register":        r.Register(ctx, bad),
-		"session":         s.Register(ctx, bad),
-		"deregister":      r.Deregister(ctx, bad.Key()),
-		"create service":  r.CreateService(ctx, model.Service{Key: svcKey("a b")}),
-		"threshold":       r.CreateService(ctx, model.Service{Key: svcKey("ok"), ProtectThreshold: 2}),
-		"patch":           r.PatchInstance(ctx, model.InstancePatch{Key: bad.Key(), Weight: &w}),
-		"set health":      r.SetHealth(ctx, bad.Key(), true),
-		"delete service":  r.DeleteService(ctx, svcKey("@x")),
-		"remove patch":    r.RemovePatch(ctx, bad.Key()),
-		"query":           func() error { _, err := r.Query(ctx, model.Query{Service: svcKey("a b")}); return err }(),
-		"query clusters":  func() error { _, err := r.Query(ctx, model.Query{Service: svcKey("x"), Clusters: []string{"c.1"}}); return err }(),
-		"watch":           func() error { _, err := r.Watch(ctx, model.Query{Service: svcKey("")}); return err }(),
-		"get service":     func() error { _, err := r.GetService(ctx, svcKey("")); return err }(),
+		"register":       r.Register(ctx, bad),
+		"session":        s.Register(ctx, bad),
+		"deregister":     r.Deregister(ctx, bad.Key()),
+		"create service": r.CreateService(ctx, model.Service{Key: svcKey("a b")}),
+		"threshold":      r.CreateService(ctx, model.Service{Key: svcKey("ok"), ProtectThreshold: 2}),
+		"patch":          r.PatchInstance(ctx, model.InstancePatch{Key: bad.Key(), Weight: &w}),
+		"set health":     r.SetHealth(ctx, bad.Key(), true),
+		"delete service": r.DeleteService(ctx, svcKey("@x")),
+		"remove patch":   r.RemovePatch(ctx, bad.Key()),
+		"query":          func() error { _, err := r.Query(ctx, model.Query{Service: svcKey("a b")}); return err }(),
+		"query clusters": func() error {
+			_, err := r.Query(ctx, model.Query{Service: svcKey("x"), Clusters: []string{"c.1"}})
+			return err
+		}(),
+		"watch":       func() error { _, err := r.Watch(ctx, model.Query{Service: svcKey("")}); return err }(),
+		"get service": func() error { _, err := r.GetService(ctx, svcKey("")); return err }(),
 		"metadata too big": r.Register(ctx, func() model.Instance {
 			i := inst("orders", 2)
 			i.Metadata = model.NewMetadata(map[string]string{"k": string(make([]byte, 2000))})
