@@ -15,6 +15,9 @@ const (
 	MetaIDGenerator       = "preserved.instance.id.generator"
 )
 
+// preservedPrefix starts every preserved metadata key.
+const preservedPrefix = "preserved."
+
 // Nacos's beat timings, used when an instance's metadata does not override
 // them.
 const (
@@ -119,6 +122,9 @@ type BeatTimings struct {
 // 15 s, 30 s) overridden by the preserved metadata keys. Values that do not
 // parse are ignored here; Validate rejects them.
 func (i Instance) BeatTimings() BeatTimings {
+	if !i.Metadata.hasPrefix(preservedPrefix) {
+		return BeatTimings{DefaultHeartBeatInterval, DefaultHeartBeatTimeout, DefaultIPDeleteTimeout}
+	}
 	return BeatTimings{
 		Interval:  metaMillis(i.Metadata, MetaHeartBeatInterval, DefaultHeartBeatInterval),
 		Unhealthy: metaMillis(i.Metadata, MetaHeartBeatTimeout, DefaultHeartBeatTimeout),

@@ -165,6 +165,12 @@ func (m Metadata) String() string {
 	return b.String()
 }
 
+// hasPrefix reports whether some key starts with prefix.
+func (m Metadata) hasPrefix(prefix string) bool {
+	i, _ := m.search(prefix)
+	return i < m.Len() && strings.HasPrefix(m.kv[2*i], prefix)
+}
+
 // search returns the index of key among the entries, or where it would be
 // inserted.
 func (m Metadata) search(key string) (int, bool) {

@@ -46,10 +46,10 @@ func (l Limits) maxMetadata() int {
 // Validate checks k; empty Namespace and Group stand for their defaults.
 func (k ServiceKey) Validate() error {
 	k = k.WithDefaults()
-	if err := checkName("service.namespace", k.Namespace, MaxNamespaceLen, isNamespaceChar, "letters, digits, '_' and '-'"); err != nil {
+	if err := checkName("service.namespace", k.Namespace, MaxNamespaceLen, &namespaceChars, "letters, digits, '_' and '-'"); err != nil {
 		return err
 	}
-	if err := checkName("service.group", k.Group, MaxGroupLen, isGroupChar, "letters, digits, '_', '-', '.' and ':'"); err != nil {
+	if err := checkName("service.group", k.Group, MaxGroupLen, &groupChars, "letters, digits, '_', '-', '.' and ':'"); err != nil {
 		return err
 	}
 	return checkServiceName(k.Name)
@@ -224,10 +224,36 @@ func checkCluster(field, name string) error {
 	if name == "" {
 		return nil // DefaultCluster
 	}
-	return checkName(field, name, MaxClusterLen, isNamespaceChar, "letters, digits, '_' and '-'")
+	return checkName(field, name, MaxClusterLen, &namespaceChars, "letters, digits, '_' and '-'")
 }
 
-func checkName(field, s string, max int, ok func(byte) bool, chars string) error {
+// charSet is a byte class; a table lookup keeps the validation of every
+// registration cheap.
+type charSet [256]bool
+
+func newCharSet(extra string) charSet {
+	var cs charSet
+	for c := '0'; c <= '9'; c++ {
+		cs[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		cs[c] = true
+		cs[c-'a'+'A'] = true
+	}
+	for i := 0; i < len(extra); i++ {
+		cs[extra[i]] = true
+	}
+	return cs
+}
+
+// The character classes. They are never written after initialisation.
+var (
+	namespaceChars = newCharSet("_-")              // namespaces and clusters
+	groupChars     = newCharSet("_-.:")            // groups
+	tokenChars     = newCharSet("_-!#$%&'*+.^`|~") // HTTP header names
+)
+
+func checkName(field, s string, max int, ok *charSet, chars string) error {
 	if s == "" {
 		return invalid(field, "must not be empty", "")
 	}
@@ -235,23 +261,15 @@ func checkName(field, s string, max int, ok func(byte) bool, chars string) error
 		return invalid(field, "must be at most "+strconv.Itoa(max)+" bytes", s)
 	}
 	for i := 0; i < len(s); i++ {
-		if !ok(s[i]) {
+		if !ok[s[i]] {
 			return invalid(field, "may only hold "+chars, s)
 		}
 	}
 	return nil
 }
 
-func isNamespaceChar(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
-}
-
-func isGroupChar(c byte) bool {
-	return isNamespaceChar(c) || c == '.' || c == ':'
-}
-
 func isTokenChar(r rune) bool {
-	return r < utf8.RuneSelf && (isNamespaceChar(byte(r)) || strings.IndexRune("!#$%&'*+.^`|~", r) >= 0)
+	return r < utf8.RuneSelf && tokenChars[byte(r)]
 }
 
 // checkHost accepts an IP address (not the unspecified one, which cannot be
@@ -342,6 +360,9 @@ func checkMetadata(field string, m Metadata, l Limits) error {
 // timeout) and ours: values are whole milliseconds in (0, 1 day], and the
 // unhealthy timeout must not exceed the delete timeout.
 func checkBeatTimings(m Metadata) error {
+	if !m.hasPrefix(preservedPrefix) {
+		return nil
+	}
 	for _, key := range [...]string{MetaHeartBeatInterval, MetaHeartBeatTimeout, MetaIPDeleteTimeout} {
 		if s, ok := m.Get(key); ok {
 			if _, err := parseMillis(s); err != nil {

@@ -37,7 +37,7 @@ type Options struct {
 	// registry.DefaultConfig(). Its Clock, Logger and Rand are replaced.
 	Config *registry.Config
 	// Seed seeds the registry's random source; 0 derives one from the
-	// test's name. It is logged, so a failure can be replayed.
+	// test's name. A failed test logs it, so the run can be replayed.
 	Seed uint64
 	// LogLevel is the lowest level logged to the test; default Warn.
 	LogLevel slog.Level
@@ -83,7 +83,6 @@ func New(t testing.TB, opts Options) *Registry {
 	cfg.Clock = clock
 	cfg.Rand = rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)
 	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level}))
-	t.Logf("registrytest: node %s seed %d", cfg.NodeID, seed)
 
 	reg, err := registry.New(cfg)
 	if err != nil {
@@ -94,6 +93,9 @@ func New(t testing.TB, opts Options) *Registry {
 	}
 	r := &Registry{Registry: reg, Clock: clock, Seed: seed, t: t}
 	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("registrytest: node %s ran with seed %d", cfg.NodeID, seed)
+		}
 		if err := reg.Close(); err != nil {
 			t.Errorf("registrytest: close: %v", err)
 		}

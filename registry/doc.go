@@ -1,0 +1,95 @@
+// Package registry is Muster's engine: the service registry that host
+// programs embed. It keeps an in-memory index of services and their
+// instances and answers queries and watches from it.
+//
+// # Lifecycle
+//
+//	reg, err := registry.New(registry.DefaultConfig()) // validates, starts nothing
+//	err = reg.Start(ctx)                                // goroutines start here
+//	defer reg.Close()                                   // idempotent; waits for them
+//
+// Config carries every dependency, each with a safe default when nil: the
+// clock (github.com/jonboulle/clockwork; tests pass a fake one and advance
+// it), the *slog.Logger, and the random source. Nothing is global: two
+// registries in one process never see each other.
+//
+// This release runs standalone: one node, and the persistent data
+// (service definitions, persistent instances, patches) is kept in memory and
+// is lost on Close. Replication of ephemeral data between nodes (Distro) and
+// durable, replicated persistent data (Raft) are planned on the same API.
+//
+// # Data
+//
+// Services live in namespaces and groups (see package model). A service is
+// ephemeral or persistent, fixed by its first registration or its creation
+// (ErrKindMismatch otherwise).
+//
+// Ephemeral instances belong to a publisher, which keeps them alive:
+//
+//   - A Session (OpenSession) stands for a connection the host manages. Its
+//     instances live until the host closes it, or until its optional TTL
+//     lapses without KeepAlive. Closing it removes all of its instances at
+//     once, with one revision change per affected service.
+//   - Without a session, Register publishes the instance through the beat
+//     publisher of its ip:port, and Heartbeat keeps it alive, as Nacos 1.x
+//     clients do: unhealthy after 15 s without a beat, deleted after 30 s,
+//     both overridable per instance through the preserved metadata keys
+//     (model.MetaHeartBeatTimeout, model.MetaIPDeleteTimeout); a beat makes
+//     an unhealthy instance healthy again, and a beat for an instance the
+//     registry no longer holds registers it again.
+//
+// Several publishers may publish the same instance key: the instance stays
+// while any of them does (a client that reconnects before its old session
+// ends does not flap).
+//
+// Persistent instances (Ephemeral=false) are stored until Deregister. Their
+// health is never a reason to delete them; it is set by health checks or, for
+// clusters whose check type is NONE, by SetHealth.
+//
+// Operators' overrides (PatchInstance: weight, enabled, metadata entries) are
+// stored apart from what the publisher registered, win when the instance is
+// read, survive re-registration, and are dropped PatchTTL (60 s) after the
+// instance is gone. Services with neither instances nor a stored definition
+// are removed after EmptyServiceTTL (60 s).
+//
+// # Reads
+//
+// Query returns a *model.ServiceView: the instances in a stable order, after
+// the query's filters (clusters, healthy only, and by default enabled only),
+// with the protection threshold applied as Nacos does — when the healthy
+// share of the cluster- and enabled-filtered instances is at or below the
+// service's ProtectThreshold, every instance is returned and served as
+// healthy, the view is flagged Protected, and the real health is kept in
+// RealHealth. A HealthyOnly query under protection therefore returns every
+// instance (Nacos 1.x did the same; Nacos 2.x never protects such queries,
+// which defeats the purpose of protection).
+//
+// Views are immutable and shared: the registry builds a view once per
+// revision of a service and query shape, and every reader of that revision
+// gets the same pointer. Querying an unchanged service costs a map lookup
+// and two atomic loads, with no allocation. Revisions increase with every
+// change of a service and never repeat on a node, even across a delete and
+// a re-creation.
+//
+// SelectOne picks one instance at random, weighted by Weight, among those
+// served healthy, enabled and with a positive weight.
+//
+// Watch returns a Watcher whose Next delivers the newest view of a query and
+// the typed delta (added, removed, updated instances) against the previous
+// delivery. Delivery never blocks the registry: a slow watcher skips
+// intermediate views. A watcher ends when its context ends, when it is
+// closed, or when the registry closes.
+//
+// # Concurrency
+//
+// Every method of Registry and Session is safe for concurrent use. A
+// Watcher's Next must be called from one goroutine at a time. Methods that
+// may block take a context first. The registry runs two goroutines: the
+// housekeeper (leases, keep-alives and clean-ups, driven by the clock) and
+// the notifier (watch deliveries); Close waits for both.
+//
+// # Errors
+//
+// Errors match the sentinels in errors.go with errors.Is; invalid input
+// matches model.ErrInvalid and names the field and the rule.
+package registry

@@ -1,0 +1,77 @@
+package registrytest_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/registry/registrytest"
+)
+
+// recorder is a testing.TB whose cleanups and errors the test inspects.
+type recorder struct {
+	*testing.T
+	cleanups []func()
+	errors   []string
+}
+
+func (r *recorder) Cleanup(f func()) { r.cleanups = append(r.cleanups, f) }
+func (r *recorder) Errorf(format string, args ...any) {
+	r.errors = append(r.errors, format)
+}
+func (r *recorder) runCleanups() {
+	for i := len(r.cleanups) - 1; i >= 0; i-- {
+		r.cleanups[i]()
+	}
+}
+
+// TestLeakCheck: a goroutine left running when the test ends fails it.
+func TestLeakCheck(t *testing.T) {
+	rec := &recorder{T: t}
+	reg := registrytest.New(rec, registrytest.Options{})
+	_ = reg.Register(context.Background(), model.NewInstance(model.ServiceKey{Name: "a"}, "10.0.0.1", 1))
+	stop := make(chan struct{})
+	go func() { <-stop }() // the leak
+	rec.runCleanups()
+	close(stop)
+	if len(rec.errors) == 0 || !strings.Contains(strings.Join(rec.errors, " "), "leaked") {
+		t.Fatalf("leaked goroutine not reported: %v", rec.errors)
+	}
+}
+
+// TestCleanupCloses: the registry is closed at the end of the test, with no
+// goroutine left.
+func TestCleanupCloses(t *testing.T) {
+	rec := &recorder{T: t}
+	reg := registrytest.New(rec, registrytest.Options{})
+	rec.runCleanups()
+	if len(rec.errors) != 0 {
+		t.Fatalf("clean registry reported: %v", rec.errors)
+	}
+	if reg.Ready() {
+		t.Fatal("registry still running after cleanup")
+	}
+}
+
+// TestAdvanceSettles: after Advance returns, the expiry it caused is visible.
+func TestAdvanceSettles(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	ctx := context.Background()
+	for i := range 100 {
+		in := model.NewInstance(model.ServiceKey{Name: "a"}, "10.0.0.1", 1000+i)
+		if err := reg.Register(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 5 {
+		reg.Advance(31 * time.Second)
+		v, _ := reg.Query(ctx, model.Query{Service: model.ServiceKey{Name: "a"}})
+		if len(v.Instances) != 0 {
+			t.Fatalf("%d instances left right after Advance", len(v.Instances))
+		}
+		in := model.NewInstance(model.ServiceKey{Name: "a"}, "10.0.0.1", 1000)
+		_ = reg.Register(ctx, in)
+	}
+}
