@@ -23,9 +23,9 @@
 //
 // # Lazy deadlines
 //
-// Leases keeps a slab of entries indexed by a map from id to slot, and a min-heap of
+// Leases keeps its leases in a slab indexed by a map from id to slot, and a min-heap of
 // (deadline, slot, generation) elements with one live element per lease. A touch only writes
-// the entry's last-touch time: O(1), one map lookup, no allocation and no heap operation. The
+// the lease's last-touch time: O(1), one map lookup, no allocation and no heap operation. The
 // lease's element is then earlier than its true deadline. When it pops, Expire recomputes the
 // deadline from the last touch and either pushes it back at the true deadline or fires the
 // transition. A lease that is touched every second with a 15 s threshold thus costs one heap
