@@ -133,10 +133,26 @@ func BenchmarkQueryParallel(b *testing.B) {
 	})
 }
 
-// BenchmarkWatchFanout: 10,000 watchers of one service of 100 instances,
-// each read by its own goroutine (as a server would, one per subscriber).
-// One op is one change, timed until every watcher has returned it from Next.
+// BenchmarkWatchFanout: 10,000 watchers of one service of 100 instances;
+// one op is one change, timed until it has reached every watcher: the
+// newest view is in each watcher's slot and each has been signalled, so its
+// Next returns the new view at once. Watchers are served in the order they
+// were created, so the op ends when the last watcher, read by the benchmark,
+// returns the change.
 func BenchmarkWatchFanout(b *testing.B) {
+	benchFanout(b, false)
+}
+
+// BenchmarkWatchFanoutReaders is BenchmarkWatchFanout with every watcher
+// read by a goroutine of its own, as a server with one goroutine per
+// subscriber would: the op ends when all 10,000 goroutines have woken and
+// returned the change from Next. Waking 10,000 goroutines is most of the
+// cost; compare BenchmarkGoroutineWake.
+func BenchmarkWatchFanoutReaders(b *testing.B) {
+	benchFanout(b, true)
+}
+
+func benchFanout(b *testing.B, readers bool) {
 	const watchers = 10_000
 	r := registrytest.New(b, registrytest.Options{})
 	key := model.ServiceKey{Name: "orders"}
@@ -152,13 +168,19 @@ func BenchmarkWatchFanout(b *testing.B) {
 		reached = make(chan struct{}, 1)
 		wg      sync.WaitGroup
 	)
-	var ws []*registry.Watcher
-	for range watchers {
+	ws := make([]*registry.Watcher, watchers)
+	for i := range ws {
 		w, err := r.Watch(ctx, model.Query{Service: key})
 		if err != nil {
 			b.Fatal(err)
 		}
-		ws = append(ws, w)
+		ws[i] = w
+		if _, err := w.Next(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if !readers {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -177,7 +199,8 @@ func BenchmarkWatchFanout(b *testing.B) {
 			}
 		}()
 	}
-	change := func(i int) {
+	last := ws[len(ws)-1]
+	change := func(i int) uint64 {
 		in := insts[i%len(insts)]
 		in.Weight = float64(1 + i%2)
 		pending.Store(watchers)
@@ -187,18 +210,66 @@ func BenchmarkWatchFanout(b *testing.B) {
 		}
 		v, _ := r.Query(ctx, model.Query{Service: key})
 		want.Store(v.Revision)
+		return v.Revision
 	}
 	runtime.GC()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		change(i)
-		<-reached
+		rev := change(i)
+		if readers {
+			<-reached
+			continue
+		}
+		for {
+			u, err := last.Next(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if u.Revision >= rev {
+				break
+			}
+		}
 	}
 	b.StopTimer()
 	for _, w := range ws {
 		w.Close()
 	}
 	wg.Wait()
+}
+
+// BenchmarkGoroutineWake is the floor under BenchmarkWatchFanoutReaders:
+// waking 10,000 goroutines, each blocked on a channel of its own, and
+// waiting until all have run. It involves no Muster code.
+func BenchmarkGoroutineWake(b *testing.B) {
+	const n = 10_000
+	chans := make([]chan struct{}, n)
+	var pending atomic.Int64
+	done := make(chan struct{}, 1)
+	for i := range chans {
+		chans[i] = make(chan struct{}, 1)
+		go func(c chan struct{}) {
+			for range c {
+				if pending.Add(-1) == 0 {
+					done <- struct{}{}
+				}
+			}
+		}(chans[i])
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		pending.Store(n)
+		for _, c := range chans {
+			select {
+			case c <- struct{}{}:
+			default:
+			}
+		}
+		<-done
+	}
+	b.StopTimer()
+	for _, c := range chans {
+		close(c)
+	}
 }
 
 // BenchmarkMemoryPerInstance: the heap held per instance with 1,000,000

@@ -10,7 +10,7 @@ import (
 
 // The index is what queries read: per service, its slots in view order. It is
 // guarded by Registry.mu. Everything it points to that a reader may see
-// (model.Instance values, views) is immutable once published; a change
+// (recs, views) is immutable once published; a change
 // replaces the pointer.
 
 // service is one service in the index.
@@ -41,12 +41,12 @@ func (s *service) empty() bool { return len(s.slots) == 0 }
 type slot struct {
 	svc   *service
 	pubs  []*pubInst           // ephemeral publications, sorted by publisher ID
-	pers  *model.Instance      // persistent instance (persistent services)
+	pers  *rec                 // persistent instance (persistent services)
 	patch *model.InstancePatch // operator's override, or nil
 }
 
 // current returns the instance as published, before the patch.
-func (sl *slot) current() *model.Instance {
+func (sl *slot) current() *rec {
 	if sl.pers != nil {
 		return sl.pers
 	}
@@ -62,7 +62,7 @@ func (sl *slot) live() bool { return sl.pers != nil || len(sl.pubs) > 0 }
 // key returns the slot's instance key.
 func (sl *slot) key() model.InstanceKey {
 	i := sl.current()
-	return model.InstanceKey{Service: sl.svc.key, Cluster: i.Cluster, IP: i.IP, Port: i.Port}
+	return model.InstanceKey{Service: sl.svc.key, Cluster: i.cluster, IP: i.ip, Port: int(i.port)}
 }
 
 // findSlot returns the index of the slot for (cluster, ip, port) in s.slots,
@@ -80,21 +80,21 @@ func (s *service) findSlot(cluster, ip string, port int) (int, bool) {
 	return lo, lo < len(s.slots) && compareSlot(s.slots[lo].current(), cluster, ip, port) == 0
 }
 
-func compareSlot(i *model.Instance, cluster, ip string, port int) int {
-	if c := strings.Compare(i.Cluster, cluster); c != 0 {
+func compareSlot(i *rec, cluster, ip string, port int) int {
+	if c := strings.Compare(i.cluster, cluster); c != 0 {
 		return c
 	}
-	if c := strings.Compare(i.IP, ip); c != 0 {
+	if c := strings.Compare(i.ip, ip); c != 0 {
 		return c
 	}
-	return i.Port - port
+	return int(i.port) - port
 }
 
 // slotFor returns the slot of inst's key, creating it (not yet live) when
 // absent. A new slot must be given a publication or a persistent instance
 // before the lock is released.
-func (r *Registry) slotFor(s *service, inst *model.Instance) *slot {
-	i, ok := s.findSlot(inst.Cluster, inst.IP, inst.Port)
+func (r *Registry) slotFor(s *service, inst *rec) *slot {
+	i, ok := s.findSlot(inst.cluster, inst.ip, int(inst.port))
 	if ok {
 		return s.slots[i]
 	}
@@ -127,7 +127,7 @@ func (r *Registry) slotBorn(sl *slot) {
 // dropSlotIfDead removes sl from its service once nothing publishes it, and
 // starts the patch's countdown. last is the instance the slot held last,
 // which locates it.
-func (r *Registry) dropSlotIfDead(sl *slot, last *model.Instance) {
+func (r *Registry) dropSlotIfDead(sl *slot, last *rec) {
 	if sl.live() {
 		return
 	}
@@ -139,12 +139,12 @@ func (r *Registry) dropSlotIfDead(sl *slot, last *model.Instance) {
 }
 
 // findSlotOf returns the index of sl, which held last.
-func (s *service) findSlotOf(sl *slot, last *model.Instance) (int, bool) {
+func (s *service) findSlotOf(sl *slot, last *rec) (int, bool) {
 	lo, hi := 0, len(s.slots)
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
 		cur := s.slots[mid]
-		if cur != sl && compareSlot(cur.current(), last.Cluster, last.IP, last.Port) < 0 {
+		if cur != sl && compareSlot(cur.current(), last.cluster, last.ip, int(last.port)) < 0 {
 			lo = mid + 1
 		} else {
 			hi = mid

@@ -15,13 +15,23 @@ import (
 // session, or the beat publisher of one ip:port. Only its owner changes it;
 // every change bumps rev.
 type publisher struct {
-	id      string
-	kind    pubKind
-	ep      endpoint // beat publishers
+	id      string // see key
 	rev     uint64
 	insts   []*pubInst
 	session *Session // session publishers
+	kind    pubKind
 	closed  bool
+}
+
+// key returns the publisher's ID: the session ID, or "ip:port" for a beat
+// publisher. A beat publisher builds it on first use: most never need it,
+// and a million of them would hold a million strings.
+func (p *publisher) key() string {
+	if p.id == "" && p.kind == pubBeat && len(p.insts) > 0 {
+		i := p.insts[0].inst
+		p.id = model.Endpoint(i.ip, int(i.port))
+	}
+	return p.id
 }
 
 type pubKind uint8
@@ -36,7 +46,7 @@ const (
 type pubInst struct {
 	pub      *publisher
 	slot     *slot
-	inst     *model.Instance // stored form (no service key); replaced on change
+	inst     *rec            // replaced on change
 	interval time.Duration   // beat interval handed back to beats
 }
 
@@ -47,7 +57,7 @@ func (r *Registry) publish(pub *publisher, inst model.Instance) (*pubInst, error
 	if err != nil {
 		return nil, err
 	}
-	stored := storedInstance(inst)
+	stored := newRec(&inst)
 	sl := r.slotFor(s, stored)
 	if pi := sl.publication(pub); pi != nil {
 		pi.inst = stored
@@ -56,9 +66,14 @@ func (r *Registry) publish(pub *publisher, inst model.Instance) (*pubInst, error
 	}
 	born := !sl.live()
 	pi := &pubInst{pub: pub, slot: sl, inst: stored}
-	i, _ := slices.BinarySearchFunc(sl.pubs, pub.id, func(p *pubInst, id string) int { return strings.Compare(p.pub.id, id) })
-	sl.pubs = slices.Insert(sl.pubs, i, pi)
 	pub.insts = append(pub.insts, pi)
+	if len(sl.pubs) == 0 {
+		sl.pubs = []*pubInst{pi}
+	} else {
+		id := pub.key()
+		i, _ := slices.BinarySearchFunc(sl.pubs, id, func(p *pubInst, id string) int { return strings.Compare(p.pub.key(), id) })
+		sl.pubs = slices.Insert(sl.pubs, i, pi)
+	}
 	if born {
 		r.slotBorn(sl)
 	}
@@ -93,8 +108,8 @@ func (r *Registry) unpublish(pi *pubInst, detach bool) {
 }
 
 // replaceInst swaps a publication's instance for next and records the change.
-func (r *Registry) replaceInst(pi *pubInst, next model.Instance) {
-	pi.inst = &next
+func (r *Registry) replaceInst(pi *pubInst, next *rec) {
+	pi.inst = next
 	pi.pub.rev++
 	r.changed(pi.slot.svc)
 }
@@ -136,7 +151,7 @@ func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
 	pub := r.beats[ep]
 	fresh := pub == nil
 	if fresh {
-		pub = &publisher{id: model.Endpoint(inst.IP, inst.Port), kind: pubBeat, ep: ep}
+		pub = &publisher{kind: pubBeat}
 	}
 	pi, err := r.publish(pub, inst)
 	if err != nil {
@@ -174,14 +189,12 @@ func (r *Registry) Heartbeat(ctx context.Context, inst model.Instance) (time.Dur
 	}
 	if pub := r.beats[endpoint{ip: inst.IP, port: inst.Port}]; pub != nil {
 		for _, pi := range pub.insts {
-			if pi.inst.Cluster != cluster || pi.slot.svc.key != svc {
+			if pi.inst.cluster != cluster || pi.slot.svc.key != svc {
 				continue
 			}
 			_, revived := r.beatLeases.Touch(pi, r.clock.Now())
-			if revived || !pi.inst.Healthy {
-				next := *pi.inst
-				next.Healthy = true
-				r.replaceInst(pi, next)
+			if revived || !pi.inst.healthy {
+				r.replaceInst(pi, pi.inst.withHealth(true))
 			}
 			interval := pi.interval
 			r.mu.Unlock()
@@ -245,22 +258,23 @@ func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) error 
 		return nil
 	}
 	for _, pi := range pub.insts {
-		if pi.slot.svc == s && pi.inst.Cluster == key.Cluster {
+		if pi.slot.svc == s && pi.inst.cluster == key.Cluster {
 			r.beatLeases.Remove(pi)
 			r.unpublish(pi, true)
 			r.changed(s)
 			pub.rev++
-			r.dropBeatPublisherIfEmpty(pub)
+			r.dropBeatPublisherIfEmpty(pub, pi.inst)
 			return nil
 		}
 	}
 	return nil
 }
 
-// dropBeatPublisherIfEmpty forgets a beat publisher with no instances.
-func (r *Registry) dropBeatPublisherIfEmpty(pub *publisher) {
+// dropBeatPublisherIfEmpty forgets a beat publisher with no instances; last
+// is the instance it published last, whose ip:port keys it.
+func (r *Registry) dropBeatPublisherIfEmpty(pub *publisher, last *rec) {
 	if len(pub.insts) == 0 {
-		delete(r.beats, pub.ep)
+		delete(r.beats, endpoint{ip: last.ip, port: int(last.port)})
 		pub.closed = true
 	}
 }
@@ -269,16 +283,14 @@ func (r *Registry) dropBeatPublisherIfEmpty(pub *publisher) {
 func (r *Registry) beatEvent(pi *pubInst, ev health.Event) {
 	switch ev {
 	case health.EventUnhealthy:
-		if pi.inst.Healthy {
-			next := *pi.inst
-			next.Healthy = false
-			r.replaceInst(pi, next)
+		if pi.inst.healthy {
+			r.replaceInst(pi, pi.inst.withHealth(false))
 		}
 	case health.EventExpired: // the tracker has dropped the lease already
 		s := pi.slot.svc
 		r.unpublish(pi, true)
 		r.changed(s)
 		pi.pub.rev++
-		r.dropBeatPublisherIfEmpty(pi.pub)
+		r.dropBeatPublisherIfEmpty(pi.pub, pi.inst)
 	}
 }

@@ -50,8 +50,7 @@ func cacheOf(s *service) *viewCache {
 	}
 	vc := &viewCache{rev: s.rev, def: s.definition(), all: make([]model.Instance, 0, len(s.slots))}
 	for _, sl := range s.slots {
-		inst := *sl.current()
-		inst.Service = s.key
+		inst := sl.current().instance(s)
 		if sl.patch != nil {
 			inst = sl.patch.Apply(inst)
 		}

@@ -144,13 +144,13 @@ func (r *Registry) applyPutInstance(inst model.Instance) error {
 	if err != nil {
 		return err
 	}
-	stored := storedInstance(inst)
+	stored := newRec(&inst)
 	sl := r.slotFor(s, stored)
 	born := !sl.live()
 	if sl.pers != nil {
 		// Health belongs to the checks and SetHealth; re-registering does
 		// not reset it.
-		stored.Healthy = sl.pers.Healthy
+		stored.healthy = sl.pers.healthy
 	}
 	sl.pers = stored
 	if born {
@@ -233,12 +233,10 @@ func (r *Registry) applySetHealth(key model.InstanceKey, healthy bool) error {
 	if t := def.Cluster(key.Cluster).HealthCheck.EffectiveType(); t != model.CheckNone {
 		return fmt.Errorf("%w: cluster %s of %s uses %s checks", ErrHealthChecked, key.Cluster, key.Service, t)
 	}
-	if sl.pers.Healthy == healthy {
+	if sl.pers.healthy == healthy {
 		return nil
 	}
-	next := *sl.pers
-	next.Healthy = healthy
-	sl.pers = &next
+	sl.pers = sl.pers.withHealth(healthy)
 	r.changed(s)
 	return nil
 }
@@ -247,14 +245,6 @@ func (r *Registry) applySetHealth(key model.InstanceKey, healthy bool) error {
 // whose instance is gone.
 func (r *Registry) startPatchCountdown(key model.InstanceKey) {
 	putLease(r, &r.patchGone, key, r.cfg.PatchTTL)
-}
-
-// storedInstance returns the copy of inst that the index keeps: its service
-// key is dropped, since the slot's service holds it, and filled back in when
-// a view is built.
-func storedInstance(inst model.Instance) *model.Instance {
-	inst.Service = model.ServiceKey{}
-	return &inst
 }
 
 func kindMismatch(s *service) error {

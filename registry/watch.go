@@ -16,8 +16,28 @@ type Update struct {
 	// Revision is View.Revision.
 	Revision uint64
 	// Delta is the change from the view of the previous update delivered to
-	// this watcher (everything is Added in the first update).
+	// this watcher (everything is Added in the first update). Watchers that
+	// move between the same two views share one Delta: do not modify it.
 	Delta model.Delta
+}
+
+// step is a move of watchers from one view to the next. The notifier makes
+// one per pair of views and hands it to every watcher making that move, so
+// that the delta is computed once, by the first watcher that reads it, not
+// once per watcher.
+type step struct {
+	prev, view *model.ServiceView
+	once       sync.Once
+	delta      model.Delta
+}
+
+// deltaFrom returns the change from delivered to the step's view.
+func (s *step) deltaFrom(delivered *model.ServiceView) model.Delta {
+	if delivered != s.prev {
+		return model.Diff(delivered, s.view) // this watcher skipped a step
+	}
+	s.once.Do(func() { s.delta = model.Diff(s.prev, s.view) })
+	return s.delta
 }
 
 // Watcher delivers the newest view of a query each time it changes. A slow
@@ -29,13 +49,14 @@ type Watcher struct {
 	key model.ServiceKey
 	q   model.Query
 
-	latest atomic.Pointer[model.ServiceView] // newest view, stored by the notifier
-	sig    chan struct{}                     // capacity 1: "latest may have moved"
+	latest atomic.Pointer[step] // move to the newest view, stored by the notifier
+	// sig (capacity 1) says "latest may have moved, or the watcher closed".
+	// Next waits on it alone, so a wake-up costs one channel receive.
+	sig chan struct{}
 
 	once    sync.Once
-	done    chan struct{}
-	err     error       // why the watcher closed; set before done is closed
-	stopCtx func() bool // unregisters the context hook
+	closed  atomic.Pointer[error] // why the watcher closed, once it has
+	stopCtx func() bool           // unregisters the context hook
 
 	delivered *model.ServiceView // owned by Next's caller
 }
@@ -52,13 +73,19 @@ type watchState struct {
 }
 
 type watchGroup struct {
-	watchers []*Watcher         // copy-on-write
+	// watchers grows in place; closed watchers stay until they are half of
+	// it, then a compacted copy replaces it. The notifier reads a snapshot
+	// (the slice header) and skips closed ones, so adding and closing
+	// watchers costs O(1) amortised and never disturbs a delivery.
+	watchers []*Watcher
+	dead     int
 	gone     *model.ServiceView // the empty view of a removed service, or nil
+	first    *step              // the first step handed to new watchers, shared
 }
 
 type delivery struct {
 	w *Watcher
-	v *model.ServiceView
+	s *step
 }
 
 func (ws *watchState) init() {
@@ -93,7 +120,7 @@ func (r *Registry) Watch(ctx context.Context, q model.Query) (*Watcher, error) {
 		return nil, err
 	}
 	q.Clusters = slices.Clone(q.Clusters)
-	w := &Watcher{r: r, key: q.Service, q: q, sig: make(chan struct{}, 1), done: make(chan struct{})}
+	w := &Watcher{r: r, key: q.Service, q: q, sig: make(chan struct{}, 1)}
 
 	r.mu.Lock()
 	if err := r.checkRead(); err != nil {
@@ -105,8 +132,12 @@ func (r *Registry) Watch(ctx context.Context, q model.Query) (*Watcher, error) {
 		g = &watchGroup{}
 		r.watch.groups[q.Service] = g
 	}
-	g.watchers = append(slices.Clip(g.watchers), w)
-	w.latest.Store(r.currentView(q.Service, g, &w.q))
+	g.watchers = append(g.watchers, w)
+	v := r.currentView(q.Service, g, &w.q)
+	if g.first == nil || g.first.view != v {
+		g.first = &step{view: v} // watchers that start together share the first delta
+	}
+	w.latest.Store(g.first)
 	r.mu.Unlock()
 
 	w.stopCtx = context.AfterFunc(ctx, func() { w.close(ctx.Err()) })
@@ -140,22 +171,23 @@ func (r *Registry) serviceGone(s *service) {
 // reason the watcher closed: the Watch context's error, ErrWatchClosed, or
 // ErrClosed.
 func (w *Watcher) Next(ctx context.Context) (Update, error) {
+	done := ctx.Done()
 	for {
-		select {
-		case <-w.done:
-			return Update{}, w.err
-		default:
+		if err := w.closed.Load(); err != nil {
+			return Update{}, *err
 		}
-		if v := w.latest.Load(); v != nil && (w.delivered == nil || v.Revision > w.delivered.Revision) {
-			u := Update{View: v, Revision: v.Revision, Delta: model.Diff(w.delivered, v)}
-			w.delivered = v
+		if s := w.latest.Load(); s != nil && (w.delivered == nil || s.view.Revision > w.delivered.Revision) {
+			u := Update{View: s.view, Revision: s.view.Revision, Delta: s.deltaFrom(w.delivered)}
+			w.delivered = s.view
 			return u, nil
+		}
+		if done == nil {
+			<-w.sig
+			continue
 		}
 		select {
 		case <-w.sig:
-		case <-w.done:
-			return Update{}, w.err
-		case <-ctx.Done():
+		case <-done:
 			return Update{}, ctx.Err()
 		}
 	}
@@ -172,17 +204,23 @@ func (w *Watcher) close(err error) {
 	w.once.Do(func() {
 		r := w.r
 		r.mu.Lock()
+		w.closed.Store(&err)
 		if g := r.watch.groups[w.key]; g != nil {
-			if i := slices.Index(g.watchers, w); i >= 0 {
-				g.watchers = slices.Delete(slices.Clone(g.watchers), i, i+1)
-			}
-			if len(g.watchers) == 0 {
+			g.dead++
+			if g.dead == len(g.watchers) {
 				delete(r.watch.groups, w.key)
+			} else if 2*g.dead > len(g.watchers) {
+				live := make([]*Watcher, 0, len(g.watchers)-g.dead)
+				for _, x := range g.watchers {
+					if x.closed.Load() == nil {
+						live = append(live, x)
+					}
+				}
+				g.watchers, g.dead = live, 0
 			}
 		}
 		r.mu.Unlock()
-		w.err = err
-		close(w.done)
+		w.wake()
 		if w.stopCtx != nil {
 			w.stopCtx()
 		}
@@ -194,7 +232,11 @@ func (ws *watchState) closeAll(r *Registry, err error) {
 	r.mu.Lock()
 	var all []*Watcher
 	for _, g := range ws.groups {
-		all = append(all, g.watchers...)
+		for _, w := range g.watchers {
+			if w.closed.Load() == nil {
+				all = append(all, w)
+			}
+		}
 	}
 	r.mu.Unlock()
 	for _, w := range all {
@@ -220,15 +262,27 @@ func (r *Registry) notifier() {
 
 		for key := range dirty {
 			buf := r.watch.buf[:0]
+			var last *step
 			r.mu.RLock()
 			if g := r.watch.groups[key]; g != nil {
 				for _, w := range g.watchers {
-					buf = append(buf, delivery{w: w, v: r.currentView(key, g, &w.q)})
+					if w.closed.Load() != nil {
+						continue
+					}
+					v := r.currentView(key, g, &w.q)
+					prev := w.latest.Load().view // only the notifier stores latest
+					if v.Revision <= prev.Revision {
+						continue
+					}
+					if last == nil || last.prev != prev || last.view != v {
+						last = &step{prev: prev, view: v}
+					}
+					buf = append(buf, delivery{w: w, s: last})
 				}
 			}
 			r.mu.RUnlock()
 			for _, d := range buf {
-				d.w.offer(d.v)
+				d.w.offer(d.s)
 			}
 			clear(buf)
 			r.watch.buf = buf[:0]
@@ -237,13 +291,16 @@ func (r *Registry) notifier() {
 	}
 }
 
-// offer makes v the watcher's latest view if it is newer. Only the notifier
-// calls it, so there is one writer.
-func (w *Watcher) offer(v *model.ServiceView) {
-	if old := w.latest.Load(); old != nil && v.Revision <= old.Revision {
-		return
-	}
-	w.latest.Store(v)
+// offer makes s the watcher's latest step. Only the notifier calls it, so
+// there is one writer.
+func (w *Watcher) offer(s *step) {
+	w.latest.Store(s)
+	w.wake()
+}
+
+// wake signals Next without blocking: a signal already pending covers this
+// one too.
+func (w *Watcher) wake() {
 	select {
 	case w.sig <- struct{}{}:
 	default:

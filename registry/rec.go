@@ -1,0 +1,58 @@
+package registry
+
+import "github.com/muster-io/muster/model"
+
+// rec is how the index stores an instance: a model.Instance without what its
+// slot already knows (the service key, the kind), packed. At a million
+// instances the saving is tens of megabytes. A rec is immutable once stored;
+// a change stores a new one.
+type rec struct {
+	id      string
+	cluster string
+	ip      string
+	md      model.Metadata
+	weight  float64
+	port    uint16
+	healthy bool
+	enabled bool
+}
+
+// newRec packs inst, which is valid and has its defaults.
+func newRec(inst *model.Instance) *rec {
+	return &rec{
+		id:      inst.ID,
+		cluster: inst.Cluster,
+		ip:      inst.IP,
+		md:      inst.Metadata,
+		weight:  inst.Weight,
+		port:    uint16(inst.Port),
+		healthy: inst.Healthy,
+		enabled: inst.Enabled,
+	}
+}
+
+// instance unpacks r as an instance of service s.
+func (r *rec) instance(s *service) model.Instance {
+	return model.Instance{
+		ID:        r.id,
+		Service:   s.key,
+		Cluster:   r.cluster,
+		IP:        r.ip,
+		Port:      int(r.port),
+		Weight:    r.weight,
+		Healthy:   r.healthy,
+		Enabled:   r.enabled,
+		Ephemeral: s.ephemeral,
+		Metadata:  r.md,
+	}
+}
+
+// withHealth returns r with healthy set, sharing r when nothing changes.
+func (r *rec) withHealth(healthy bool) *rec {
+	if r.healthy == healthy {
+		return r
+	}
+	next := *r
+	next.healthy = healthy
+	return &next
+}
