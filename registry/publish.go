@@ -46,8 +46,8 @@ const (
 type pubInst struct {
 	pub      *publisher
 	slot     *slot
-	inst     *rec            // replaced on change
-	interval time.Duration   // beat interval handed back to beats
+	inst     *rec          // replaced on change
+	interval time.Duration // beat interval handed back to beats
 }
 
 // publish adds or replaces pub's publication of inst, which is valid and has
