@@ -2,14 +2,9 @@ package model
 
 import (
 	"encoding/binary"
-	"errors"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
-
-// ErrMalformed is returned by Unmarshal for input that is not well-formed
-// msgpack, or that declares more elements than it holds.
-var ErrMalformed = errors.New("model: malformed msgpack")
 
 // maxDepth bounds the nesting of arrays and maps that Unmarshal accepts.
 // Muster's types nest a few levels; anything deeper is hostile.

@@ -10,6 +10,10 @@ import (
 // rule it broke.
 var ErrInvalid = errors.New("model: invalid input")
 
+// ErrMalformed is returned by Unmarshal for input that is not well-formed
+// msgpack, or that declares more elements than it holds.
+var ErrMalformed = errors.New("model: malformed msgpack")
+
 // ValidationError reports one rejected input: which field, and which rule it
 // broke.
 type ValidationError struct {
