@@ -110,7 +110,7 @@ func (r *Registry) unpublish(pi *pubInst, detach bool) {
 // replaceInst swaps a publication's instance for next and records the change.
 func (r *Registry) replaceInst(pi *pubInst, next *rec) {
 	pi.inst = next
-	pi.pub.rev++
+	r.pubChanged(pi.pub)
 	r.changed(pi.slot.svc)
 }
 
@@ -160,7 +160,7 @@ func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
 	if fresh {
 		r.beats[ep] = pub
 	}
-	pub.rev++
+	r.pubChanged(pub)
 	t := inst.BeatTimings()
 	pi.interval = t.Interval
 	now := r.clock.Now()
@@ -262,7 +262,7 @@ func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) error 
 			r.beatLeases.Remove(pi)
 			r.unpublish(pi, true)
 			r.changed(s)
-			pub.rev++
+			r.pubChanged(pub)
 			r.dropBeatPublisherIfEmpty(pub, pi.inst)
 			return nil
 		}
@@ -290,7 +290,14 @@ func (r *Registry) beatEvent(pi *pubInst, ev health.Event) {
 		s := pi.slot.svc
 		r.unpublish(pi, true)
 		r.changed(s)
-		pi.pub.rev++
+		r.pubChanged(pi.pub)
 		r.dropBeatPublisherIfEmpty(pi.pub, pi.inst)
 	}
+}
+
+// pubChanged records a change of pub: its revision moves on. Every change of
+// a publisher's instances goes through here, so that the record can be
+// replicated from one place. The caller holds mu.
+func (r *Registry) pubChanged(pub *publisher) {
+	pub.rev++
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -258,7 +259,7 @@ func (r *Registry) housekeeper() {
 		// Dropping patches goes through the store, outside the lock.
 		for _, key := range orphans {
 			err := r.store.Apply(context.Background(), &command{op: opRemovePatch, key: key, expiry: true})
-			if err != nil {
+			if err != nil && !errors.Is(err, ErrClosed) {
 				r.log.Warn("dropping an orphaned patch failed", "instance", key.String(), "err", err)
 			}
 		}

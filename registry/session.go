@@ -81,7 +81,7 @@ func (s *Session) Register(ctx context.Context, inst model.Instance) error {
 	if _, err := r.publish(s.pub, inst); err != nil {
 		return err
 	}
-	s.pub.rev++
+	r.pubChanged(s.pub)
 	return nil
 }
 
@@ -112,7 +112,7 @@ func (s *Session) Deregister(ctx context.Context, key model.InstanceKey) error {
 	if pi := sl.publication(s.pub); pi != nil {
 		r.unpublish(pi, true)
 		r.changed(svc)
-		s.pub.rev++
+		r.pubChanged(s.pub)
 	}
 	return nil
 }
@@ -184,6 +184,6 @@ func (r *Registry) closeSessionLocked(p *publisher) {
 			r.changed(s)
 		}
 	}
-	p.rev++
+	r.pubChanged(p)
 	p.session.end()
 }
