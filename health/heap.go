@@ -1,11 +1,11 @@
 package health
 
 // deadline is one element of the deadline heap: "look at slot's lease at time at". It stands for
-// the lease only while gen equals the entry's gen; otherwise it is stale and is dropped when it
+// the lease only while gen equals the slot's gen; otherwise it is stale and is dropped when it
 // reaches the top (see [Leases.live]).
 type deadline struct {
 	at   int64 // Unix nanoseconds
-	slot int32 // index into Leases.entries
+	slot int32 // index into Leases.slots
 	gen  uint32
 }
 
@@ -40,6 +40,9 @@ func (h deadlines) replaceTop(d deadline) {
 
 // init restores the heap order of arbitrary contents in O(n).
 func (h deadlines) init() {
+	if len(h) < 2 {
+		return // (len(h)-2)/arity truncates to 0, and down(0) of an empty heap panics
+	}
 	for i := (len(h) - 2) / arity; i >= 0; i-- {
 		h.down(i)
 	}

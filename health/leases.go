@@ -2,6 +2,7 @@ package health
 
 import (
 	"fmt"
+	"hash/maphash"
 	"math"
 	"time"
 )
@@ -55,40 +56,100 @@ type State struct {
 // Leases tracks deadlines for ids. Its zero value is ready to use. Not safe for concurrent use:
 // the caller serialises every call, including the read-only ones.
 //
-// See the package documentation for the algorithm.
+// See the package documentation for the algorithm and its costs.
 type Leases[K comparable] struct {
-	index   map[K]int32 // id -> slot in beats and entries
-	beats   []beat      // slab, hot part; a freed slot is reused by the next new id
-	entries []entry[K]  // slab, the rest
-	free    []int32     // freed slots
-	heap    deadlines   // at most one live element per lease, plus stale ones
+	// The index: an open-addressing hash table with linear probing, whose cells hold each
+	// lease's id and the state a touch reads and writes. len(cells) is 0 or a power of two
+	// of at least minCells, and the table is never fuller than maxLoadNum/maxLoadDen, so every
+	// probe ends at an empty cell.
+	cells []cell[K]
+	n     int            // used cells: the number of leases
+	seed  maphash.Seed   // made with the table, on the first Put
+	hash  func(K) uint64 // tests only: replaces maphash, to force collisions; nil otherwise
+
+	// Slots name leases in the heap: a lease keeps its slot for life, while its cell moves
+	// when the table grows or shrinks and when a deletion shifts it back.
+	slots []slotState
+	free  uint32 // first free slot + 1, 0 if none; the free slots are chained through pos
+
+	// The distinct Timeouts in use, so that a cell refers to its lease's Timeouts with a
+	// 31-bit index instead of holding 16 bytes of them.
+	timeouts     []interned
+	timeoutIndex map[Timeouts]uint32 // Timeouts -> index in timeouts
+	timeoutFree  []uint32            // unused indexes in timeouts
+
+	heap deadlines // exactly one live element per lease, plus stale ones
 }
 
-// beat is the part of a lease that a touch and the heap's staleness check read. It is kept
-// apart from the rest, 16 bytes a lease, because with many leases the cost of a touch is the
-// cache misses it takes, and a small slab misses less.
-type beat struct {
-	last    int64  // last touch, Unix nanoseconds
-	gen     uint32 // bumped on every (re)scheduling and on release; see [Leases.live]
-	healthy bool
+// cell is one entry of the hash table: everything a Touch reads or writes, so that a touch of
+// a lease not in the caches costs one cache miss (a 24-byte cell for pointer ids). Expire
+// reaches a lease's cell from its slot through [slotState.pos]. An empty cell is all zero, so
+// its key is the zero K, which may also be an id: ref, not key, tells whether a cell is used.
+type cell[K comparable] struct {
+	key  K
+	last int64  // last touch, Unix nanoseconds
+	ref  uint32 // the lease's slot + 1; 0 marks an empty cell
+	meta uint32 // bit 0 (healthyBit): healthy; bits 1-31: index of the lease's Timeouts in Leases.timeouts
 }
 
-// entry is the rest of a lease.
-type entry[K comparable] struct {
-	sched     int64 // at of the lease's live heap element; never later than its true deadline
-	unhealthy int64 // Timeouts.Unhealthy in nanoseconds; 0 disables it
-	expire    int64 // Timeouts.Expire in nanoseconds
-	id        K
+const healthyBit = 1
+
+// slotState is the part of a lease that lives by slot: 8 bytes. There is no scheduled time:
+// see [Leases.rearmIfEarlier].
+type slotState struct {
+	pos uint32 // index of the lease's cell; for a free slot, the next free slot + 1 (0: none)
+	gen uint32 // bumped on every (re)scheduling and on release; see [Leases.live]
 }
 
-// next returns the true next threshold of slot's lease: Unhealthy while it is healthy and has
-// one, Expire otherwise.
-func (l *Leases[K]) next(slot int32) int64 {
-	b, e := &l.beats[slot], &l.entries[slot]
-	if b.healthy && e.unhealthy > 0 {
-		return addSat(b.last, e.unhealthy)
+// interned is an entry of Leases.timeouts.
+type interned struct {
+	t    Timeouts
+	refs uint32 // leases with these timeouts; 0 for a free entry
+}
+
+const (
+	// minCells is the smallest table: a Leases that held leases never shrinks below it.
+	minCells = 8
+	// The table doubles before it gets fuller than maxLoadNum/maxLoadDen, and shrinks once
+	// it is less than an eighth of that full, to the size that makes it at most half as full
+	// as the limit. So a resize is followed by as many calls as it moved cells before the
+	// next one, and its cost is amortised over them. See the package documentation for how
+	// the load was chosen.
+	maxLoadNum, maxLoadDen = 3, 4
+)
+
+// hashOf returns the hash of id under the table's seed.
+func (l *Leases[K]) hashOf(id K) uint64 {
+	if l.hash != nil {
+		return l.hash(id)
 	}
-	return addSat(b.last, e.expire)
+	return maphash.Comparable(l.seed, id)
+}
+
+// find returns the index of id's cell and true or, if id has no lease, the index of the empty
+// cell where the probe for it ends and false. The table must not be empty.
+func (l *Leases[K]) find(id K) (int, bool) {
+	cells := l.cells
+	mask := len(cells) - 1
+	for i := int(l.hashOf(id)) & mask; ; i = (i + 1) & mask {
+		c := &cells[i]
+		if c.ref == 0 {
+			return i, false
+		}
+		if c.key == id {
+			return i, true
+		}
+	}
+}
+
+// next returns the true next threshold of the lease in c: Unhealthy while it is healthy and has
+// one, Expire otherwise.
+func (l *Leases[K]) next(c *cell[K]) int64 {
+	t := &l.timeouts[c.meta>>1].t
+	if c.meta&healthyBit != 0 && t.Unhealthy > 0 {
+		return addSat(c.last, int64(t.Unhealthy))
+	}
+	return addSat(c.last, int64(t.Expire))
 }
 
 // addSat returns a+b for b >= 0, saturating at math.MaxInt64 instead of wrapping around to a
@@ -106,80 +167,139 @@ func (l *Leases[K]) Put(id K, now time.Time, t Timeouts) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
-	slot, ok := l.index[id]
-	if !ok {
-		slot = l.alloc(id)
+	if l.cells == nil {
+		l.seed = maphash.MakeSeed()
+		l.cells = make([]cell[K], minCells)
 	}
-	b, e := &l.beats[slot], &l.entries[slot]
-	b.last = now.UnixNano()
-	b.healthy = true
-	e.unhealthy = int64(t.Unhealthy)
-	e.expire = int64(t.Expire)
+	i, ok := l.find(id)
 	if !ok {
-		l.arm(slot, l.next(slot))
+		l.insert(i, id, now.UnixNano(), t)
 		return nil
 	}
+	c := &l.cells[i]
+	old := l.next(c)
+	if ti := c.meta >> 1; l.timeouts[ti].t != t {
+		c.meta = l.intern(t)<<1 | c.meta&healthyBit
+		l.unintern(ti)
+	}
+	c.last = now.UnixNano()
+	c.meta |= healthyBit
 	// A reset moves the deadline earlier if the new timeouts are shorter, the lease was
 	// unhealthy (its next threshold is Unhealthy again) or now is older than the last touch;
 	// later is handled lazily.
-	l.rearmIfEarlier(slot)
+	l.rearmIfEarlier(c, old)
 	return nil
+}
+
+// insert adds the lease for id, which has none, at cell i, the end of the probe for id.
+func (l *Leases[K]) insert(i int, id K, last int64, t Timeouts) {
+	if (l.n+1)*maxLoadDen > len(l.cells)*maxLoadNum {
+		l.grow()
+		i, _ = l.find(id)
+	}
+	var slot int32
+	if l.free != 0 {
+		slot = int32(l.free - 1)
+		l.free = l.slots[slot].pos
+	} else {
+		// Slots are int32 to keep heap elements at 16 bytes; 2^31 leases would need well
+		// over 100 GB.
+		slot = int32(len(l.slots))
+		l.slots = append(l.slots, slotState{})
+	}
+	l.slots[slot].pos = uint32(i)
+	c := &l.cells[i]
+	*c = cell[K]{key: id, last: last, ref: uint32(slot) + 1, meta: l.intern(t)<<1 | healthyBit}
+	l.n++
+	l.arm(slot, l.next(c))
 }
 
 // Touch renews id's lease at now. found is false if id has no lease. revived is true if the
 // lease was unhealthy and is now healthy again. A touch older than the lease's last touch does
 // not move the last touch back (beats may be serialised out of order).
 //
-// Touch of an existing id is O(1) and does not allocate. Only a revive does more: it pushes
-// onto the heap, O(log n) amortised, which may grow it.
+// Touch of an existing id is O(1), reads and writes only the id's cell, and does not allocate.
+// Only a revive does more: it pushes onto the heap, O(log n) amortised, which may grow it.
 func (l *Leases[K]) Touch(id K, now time.Time) (found, revived bool) {
-	slot, ok := l.index[id]
-	if !ok {
+	if l.n == 0 {
 		return false, false
 	}
-	b := &l.beats[slot]
-	if t := now.UnixNano(); t > b.last {
-		b.last = t
+	// find, with hashOf, inlined by hand. Saving the two calls makes a touch of a million
+	// leases a few percent faster: the CPU overlaps the cache misses of successive touches,
+	// and fewer instructions a touch let it overlap more of them. Keep the two in step.
+	var h uint64
+	if l.hash != nil {
+		h = l.hash(id)
+	} else {
+		h = maphash.Comparable(l.seed, id)
 	}
+	cells := l.cells
+	mask := len(cells) - 1
+	i := int(h) & mask
+	for {
+		if cells[i].ref == 0 {
+			return false, false
+		}
+		if cells[i].key == id {
+			break
+		}
+		i = (i + 1) & mask
+	}
+	c := &cells[i]
+	t := now.UnixNano()
 	// The common case stops here: the deadline moved later, so the lease's heap element is
 	// now early, and Expire re-arms it when it pops. That is the lazy deadline.
-	if b.healthy {
+	if c.meta&healthyBit != 0 {
+		if t > c.last {
+			c.last = t
+		}
 		return true, false
 	}
 	// A revive makes Unhealthy the next threshold again, which may be earlier than the Expire
 	// deadline the lease is scheduled at.
-	b.healthy = true
-	l.rearmIfEarlier(slot)
+	old := l.next(c)
+	if t > c.last {
+		c.last = t
+	}
+	c.meta |= healthyBit
+	l.rearmIfEarlier(c, old)
 	return true, true
 }
 
 // Remove drops id's lease; it reports whether there was one.
 func (l *Leases[K]) Remove(id K) bool {
-	slot, ok := l.index[id]
+	if l.n == 0 {
+		return false
+	}
+	i, ok := l.find(id)
 	if !ok {
 		return false
 	}
-	l.release(slot)
+	l.release(i)
 	l.tidy()
+	l.maybeShrink()
 	return true
 }
 
 // Get reports the state of id's lease.
 func (l *Leases[K]) Get(id K) (s State, ok bool) {
-	slot, ok := l.index[id]
+	if l.n == 0 {
+		return State{}, false
+	}
+	i, ok := l.find(id)
 	if !ok {
 		return State{}, false
 	}
-	b, e := &l.beats[slot], &l.entries[slot]
+	c := &l.cells[i]
 	return State{
-		LastTouch: time.Unix(0, b.last),
-		Healthy:   b.healthy,
-		Timeouts:  Timeouts{Unhealthy: time.Duration(e.unhealthy), Expire: time.Duration(e.expire)},
+		LastTouch: time.Unix(0, c.last),
+		Healthy:   c.meta&healthyBit != 0,
+		Timeouts:  l.timeouts[c.meta>>1].t,
 	}, true
 }
 
 // Len returns the number of leases.
-func (l *Leases[K]) Len() int { return len(l.index) }
+func (l *Leases[K]) Len() int { return l.n }
 
 // Next returns the earliest time at which Expire may have work to do (it may be earlier than a
 // real transition because deadlines are lazy; calling Expire then is cheap). ok is false when
@@ -215,6 +335,7 @@ func (l *Leases[K]) Expire(now time.Time, fn func(id K, ev Event)) int {
 			n++
 		}
 	}
+	l.maybeShrink()
 	return n
 }
 
@@ -222,30 +343,32 @@ func (l *Leases[K]) Expire(now time.Time, fn func(id K, ev Event)) int {
 // called fn. It fires an event only when the element is at the lease's true threshold, so
 // events come in threshold order.
 func (l *Leases[K]) step(top deadline, t int64, fn func(K, Event)) bool {
-	next := l.next(top.slot)
+	i := int(l.slots[top.slot].pos)
+	c := &l.cells[i]
+	next := l.next(c)
 	if top.at < next {
 		// Touched since it was scheduled: re-arm at the true deadline. This happens at most
 		// once per timeout period per lease, however often it is touched.
 		l.rearmTop(top.slot, next)
 		return false
 	}
-	b, e := &l.beats[top.slot], &l.entries[top.slot]
-	if b.healthy && e.unhealthy > 0 {
-		b.healthy = false
-		expire := addSat(b.last, e.expire)
+	to := &l.timeouts[c.meta>>1].t
+	if c.meta&healthyBit != 0 && to.Unhealthy > 0 {
+		c.meta &^= healthyBit
+		expire := addSat(c.last, int64(to.Expire))
 		l.rearmTop(top.slot, expire)
 		if expire <= t {
 			// It expires in this same call; report only that.
 			return false
 		}
 		if fn != nil {
-			fn(e.id, EventUnhealthy)
+			fn(c.key, EventUnhealthy)
 		}
 		return true
 	}
-	id := e.id
+	id := c.key
 	l.heap.pop()
-	l.release(top.slot)
+	l.release(i)
 	if fn != nil {
 		fn(id, EventExpired)
 	}
@@ -256,67 +379,172 @@ func (l *Leases[K]) step(top deadline, t int64, fn func(K, Event)) bool {
 // lease is rescheduled or released, so every lease has exactly one live element and any
 // other element for the slot, older or from a previous lease, is stale.
 func (l *Leases[K]) live(d deadline) bool {
-	return l.beats[d.slot].gen == d.gen
+	return l.slots[d.slot].gen == d.gen
 }
 
 // arm gives slot's lease a new heap element at at; its previous element, if any, goes stale.
 func (l *Leases[K]) arm(slot int32, at int64) {
-	l.beats[slot].gen++
-	l.entries[slot].sched = at
-	l.heap.push(deadline{at: at, slot: slot, gen: l.beats[slot].gen})
+	s := &l.slots[slot]
+	s.gen++
+	l.heap.push(deadline{at: at, slot: slot, gen: s.gen})
 }
 
 // rearmTop is arm for the lease whose live element is on top of the heap: it replaces that
 // element instead of leaving it stale.
 func (l *Leases[K]) rearmTop(slot int32, at int64) {
-	l.beats[slot].gen++
-	l.entries[slot].sched = at
-	l.heap.replaceTop(deadline{at: at, slot: slot, gen: l.beats[slot].gen})
+	s := &l.slots[slot]
+	s.gen++
+	l.heap.replaceTop(deadline{at: at, slot: slot, gen: s.gen})
 }
 
-// rearmIfEarlier schedules slot's lease at its true deadline if that is earlier than where it
-// is scheduled.
+// rearmIfEarlier schedules the lease in c at its true deadline if that is earlier than old, its
+// true deadline before the call that changed it.
 //
-// Deadlines are lazy: a touch only moves the true deadline later, so the lease's element is
-// then early, never late, and Expire re-arms it when it pops. The exceptions are the calls that
-// move the true deadline earlier: a touch that revives an unhealthy lease (scheduled at Expire,
-// now due at Unhealthy again) and a Put that shortens the timeouts or resets an unhealthy lease.
-// Only then is a new element pushed; the old one goes stale and is dropped when it reaches the
-// top, or by compaction.
-func (l *Leases[K]) rearmIfEarlier(slot int32) {
-	if next := l.next(slot); next < l.entries[slot].sched {
-		l.arm(slot, next)
+// Deadlines are lazy: a lease's live element is never later than its true deadline, but may be
+// earlier, since a touch only moves the true deadline later and leaves the element alone;
+// Expire re-arms it when it pops. The exceptions are the calls that move the true deadline
+// earlier: a touch that revives an unhealthy lease (scheduled at Expire, now due at Unhealthy
+// again) and a Put that shortens the timeouts or resets an unhealthy lease. Only then is a new
+// element pushed; the old one goes stale and is dropped when it reaches the top, or by
+// compaction. Comparing with old rather than with where the lease is scheduled (which is not
+// stored) may push when the element was early enough already; that costs a push, never a late
+// event.
+func (l *Leases[K]) rearmIfEarlier(c *cell[K], old int64) {
+	if next := l.next(c); next < old {
+		l.arm(int32(c.ref-1), next)
 		l.tidy()
 	}
 }
 
-// alloc takes a slot for a new lease and indexes id to it.
-func (l *Leases[K]) alloc(id K) int32 {
-	if l.index == nil {
-		l.index = make(map[K]int32)
-	}
-	var slot int32
-	if n := len(l.free); n > 0 {
-		slot = l.free[n-1]
-		l.free = l.free[:n-1]
-	} else {
-		// Slots are int32 to keep heap elements at 16 bytes; 2^31 leases would need well
-		// over 100 GB of slab.
-		slot = int32(len(l.entries))
-		l.beats = append(l.beats, beat{})
-		l.entries = append(l.entries, entry[K]{})
-	}
-	l.entries[slot].id = id
-	l.index[id] = slot
-	return slot
+// release frees the lease in cell i: its Timeouts, its slot (bumping gen makes its heap
+// element stale) and its cell.
+func (l *Leases[K]) release(i int) {
+	c := &l.cells[i]
+	l.unintern(c.meta >> 1)
+	slot := c.ref - 1
+	s := &l.slots[slot]
+	s.gen++
+	s.pos = l.free
+	l.free = slot + 1
+	l.n--
+	l.deleteCell(i)
 }
 
-// release frees slot's lease. Bumping gen makes its heap element stale.
-func (l *Leases[K]) release(slot int32) {
-	delete(l.index, l.entries[slot].id)
-	l.entries[slot] = entry[K]{} // drops the id, so the slab does not keep it alive
-	l.beats[slot] = beat{gen: l.beats[slot].gen + 1}
-	l.free = append(l.free, slot)
+// deleteCell empties cell i by backward shift: each following cell of the run up to the next
+// empty cell moves back into the hole if its probe passes the hole, and the hole moves on to
+// where it was. No tombstones are left, so the table never fills with them and probes stay as
+// short as its load allows.
+func (l *Leases[K]) deleteCell(i int) {
+	cells := l.cells
+	mask := len(cells) - 1
+	for j := (i + 1) & mask; cells[j].ref != 0; j = (j + 1) & mask {
+		// The cell at j may fill the hole at i only if its home cell h is not between i
+		// and j: going back from j, the hole must come no later than h.
+		h := int(l.hashOf(cells[j].key)) & mask
+		if (j-h)&mask >= (j-i)&mask {
+			cells[i] = cells[j]
+			l.slots[cells[i].ref-1].pos = uint32(i)
+			i = j
+		}
+	}
+	cells[i] = cell[K]{} // drops the id, so the table does not keep it alive
+}
+
+// grow doubles the table.
+func (l *Leases[K]) grow() {
+	old := l.cells
+	l.cells = make([]cell[K], 2*len(old))
+	mask := len(l.cells) - 1
+	for k := range old {
+		c := &old[k]
+		if c.ref == 0 {
+			continue
+		}
+		i := int(l.hashOf(c.key)) & mask
+		for l.cells[i].ref != 0 {
+			i = (i + 1) & mask
+		}
+		l.cells[i] = *c
+		l.slots[c.ref-1].pos = uint32(i)
+	}
+}
+
+// maybeShrink shrinks the table once it is less than an eighth as full as the limit. Then it
+// rebuilds the slots and the heap too: the leases get dense slots 0..n-1, which drops the free
+// ones, and the heap keeps its live elements only, in new memory sized for them.
+func (l *Leases[K]) maybeShrink() {
+	size := len(l.cells)
+	if size <= minCells || l.n*maxLoadDen*8 >= size*maxLoadNum {
+		return
+	}
+	for size > minCells && l.n*maxLoadDen*2 <= (size/2)*maxLoadNum {
+		size /= 2
+	}
+	old, oldSlots := l.cells, l.slots
+	l.cells = make([]cell[K], size)
+	l.slots = make([]slotState, l.n)
+	l.free = 0
+	mask := size - 1
+	slot := uint32(0)
+	for k := range old {
+		c := &old[k]
+		if c.ref == 0 {
+			continue
+		}
+		i := int(l.hashOf(c.key)) & mask
+		for l.cells[i].ref != 0 {
+			i = (i + 1) & mask
+		}
+		o := &oldSlots[c.ref-1]
+		l.slots[slot] = slotState{pos: uint32(i), gen: o.gen}
+		o.pos = slot // the old slab is dropped: its pos now maps old slots to new ones
+		l.cells[i] = *c
+		l.cells[i].ref = slot + 1
+		slot++
+	}
+	h := make(deadlines, 0, l.n)
+	for _, d := range l.heap {
+		if oldSlots[d.slot].gen == d.gen {
+			d.slot = int32(oldSlots[d.slot].pos)
+			h = append(h, d)
+		}
+	}
+	h.init()
+	l.heap = h
+}
+
+// intern returns the index in l.timeouts of t, adding it if no lease has it, and counts one
+// more lease with it.
+func (l *Leases[K]) intern(t Timeouts) uint32 {
+	if i, ok := l.timeoutIndex[t]; ok {
+		l.timeouts[i].refs++
+		return i
+	}
+	if l.timeoutIndex == nil {
+		l.timeoutIndex = make(map[Timeouts]uint32)
+	}
+	var i uint32
+	if n := len(l.timeoutFree); n > 0 {
+		i = l.timeoutFree[n-1]
+		l.timeoutFree = l.timeoutFree[:n-1]
+	} else {
+		i = uint32(len(l.timeouts))
+		l.timeouts = append(l.timeouts, interned{})
+	}
+	l.timeouts[i] = interned{t: t, refs: 1}
+	l.timeoutIndex[t] = i
+	return i
+}
+
+// unintern counts one lease less with the Timeouts at index i, and frees the entry when no
+// lease has them.
+func (l *Leases[K]) unintern(i uint32) {
+	e := &l.timeouts[i]
+	if e.refs--; e.refs == 0 {
+		delete(l.timeoutIndex, e.t)
+		*e = interned{}
+		l.timeoutFree = append(l.timeoutFree, i)
+	}
 }
 
 // minCompact is how many stale elements the heap may hold beyond one per lease before it is
@@ -330,7 +558,7 @@ const minCompact = 64
 // the heap is stale, and a stale element is popped at most once, so both costs are amortised
 // over the operations that made elements stale.
 func (l *Leases[K]) tidy() {
-	if len(l.heap) > 2*len(l.index)+minCompact {
+	if len(l.heap) > 2*l.n+minCompact {
 		l.compact()
 	}
 	for len(l.heap) > 0 && !l.live(l.heap[0]) {

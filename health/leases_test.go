@@ -207,8 +207,8 @@ func TestRemoveReusedSlot(t *testing.T) {
 	mustPut(t, &l, "keep", t0, Timeouts{Expire: time.Hour})
 	l.Remove("old")
 	mustPut(t, &l, "new", t0, Timeouts{Expire: time.Minute})
-	if len(l.entries) != 2 {
-		t.Fatalf("slab has %d entries, want the freed slot reused (2)", len(l.entries))
+	if len(l.slots) != 2 {
+		t.Fatalf("%d slots, want the freed slot reused (2)", len(l.slots))
 	}
 	if got := expire(t, &l, at(time.Minute-ns)); len(got) != 0 {
 		t.Fatalf("got %v before a minute", got)
@@ -493,18 +493,37 @@ func (r *byteReader) next() byte {
 // so that they collide often.
 const half = 500 * time.Millisecond
 
+// opsConfig varies what checkOps drives.
+type opsConfig struct {
+	ids  int                 // distinct ids; up to 16 are picked by the op byte, more by a byte of their own
+	hash func(string) uint64 // replaces maphash if not nil
+	seen *opsSeen            // if not nil, records what the run did to the table
+}
+
+// opsSeen tells whether runs of checkOps exercised what they were meant to.
+type opsSeen struct {
+	maxCells, grows, shrinks int
+}
+
 // checkOps decodes a sequence of operations from data, applies it to a Leases and to the
-// model, and fails on any disagreement.
-func checkOps(t *testing.T, data []byte) {
+// model, and fails on any disagreement. It uses 6 ids.
+func checkOps(t *testing.T, data []byte) { checkOpsWith(t, data, opsConfig{ids: 6}) }
+
+func checkOpsWith(t *testing.T, data []byte, cfg opsConfig) {
 	var (
-		l   Leases[string]
+		l   = Leases[string]{hash: cfg.hash}
 		m   = model{leases: map[string]*modelLease{}}
 		r   = byteReader(data)
 		now = t0.UnixNano()
 	)
 	for op := 0; len(r) > 0; op++ {
 		b := r.next()
-		id := fmt.Sprint("id", b>>4%6)
+		n := int(b >> 4)
+		if cfg.ids > 16 {
+			n = int(r.next())
+		}
+		id := fmt.Sprint("id", n%cfg.ids)
+		cells := len(l.cells)
 		switch b % 5 {
 		case 0:
 			to := Timeouts{Unhealthy: time.Duration(r.next()%6) * half, Expire: time.Duration(r.next()%8) * half}
@@ -536,6 +555,16 @@ func checkOps(t *testing.T, data []byte) {
 			}
 		}
 		checkState(t, op, &l, &m)
+		if cfg.seen != nil {
+			seen := cfg.seen
+			seen.maxCells = max(seen.maxCells, len(l.cells))
+			switch {
+			case cells > 0 && len(l.cells) > cells:
+				seen.grows++
+			case len(l.cells) < cells:
+				seen.shrinks++
+			}
+		}
 	}
 }
 
@@ -560,7 +589,7 @@ func checkExpire(t *testing.T, op int, l *Leases[string], m *model, now int64) {
 	}
 }
 
-// checkState compares Len and Next with the model and checks the heap bound.
+// checkState compares Len and Next with the model and checks the invariants of l.
 func checkState(t *testing.T, op int, l *Leases[string], m *model) {
 	t.Helper()
 	if l.Len() != len(m.leases) {
@@ -571,13 +600,118 @@ func checkState(t *testing.T, op int, l *Leases[string], m *model) {
 	if ok != wantOK || ok && next.UnixNano() > want {
 		t.Fatalf("op %d: Next = %v, %v; the earliest transition is at %v, %v", op, next.UnixNano(), ok, want, wantOK)
 	}
-	if len(l.heap) > 2*l.Len()+minCompact {
-		t.Fatalf("op %d: heap holds %d elements for %d leases", op, len(l.heap), l.Len())
+	if err := l.check(); err != nil {
+		t.Fatalf("op %d: %v", op, err)
 	}
+}
+
+// check returns an error describing the first broken invariant of l's table, slots, interned
+// timeouts and heap, or nil. It costs O(table + heap).
+func (l *Leases[K]) check() error {
+	size := len(l.cells)
+	if size != 0 && (size < minCells || size&(size-1) != 0) {
+		return fmt.Errorf("table of %d cells", size)
+	}
+	if l.n*maxLoadDen > size*maxLoadNum {
+		return fmt.Errorf("%d leases in %d cells", l.n, size)
+	}
+	used, refs := 0, map[uint32]uint32{}
+	for i := range l.cells {
+		c := &l.cells[i]
+		if c.ref == 0 {
+			continue
+		}
+		used++
+		// No empty cell between the key's home and its cell, or a probe would not reach it.
+		for j := int(l.hashOf(c.key)) & (size - 1); j != i; j = (j + 1) & (size - 1) {
+			if l.cells[j].ref == 0 {
+				return fmt.Errorf("cell %d (%v) past the empty cell %d", i, c.key, j)
+			}
+		}
+		if j, ok := l.find(c.key); !ok || j != i {
+			return fmt.Errorf("find(%v) = %d, %v; its cell is %d", c.key, j, ok, i)
+		}
+		if int(c.ref-1) >= len(l.slots) || l.slots[c.ref-1].pos != uint32(i) {
+			return fmt.Errorf("cell %d names slot %d, which does not point back", i, c.ref-1)
+		}
+		refs[c.meta>>1]++
+	}
+	if used != l.n {
+		return fmt.Errorf("%d used cells, Len %d", used, l.n)
+	}
+	// The free slots and the used ones make up the slab.
+	free := 0
+	for s := l.free; s != 0; s = l.slots[s-1].pos {
+		if free++; free > len(l.slots) {
+			return fmt.Errorf("free list loops")
+		}
+	}
+	if free+l.n != len(l.slots) {
+		return fmt.Errorf("%d free and %d used slots in a slab of %d", free, l.n, len(l.slots))
+	}
+	// Interned timeouts: counted right, indexed, and the free entries listed.
+	inUse := 0
+	for i, e := range l.timeouts {
+		if e.refs != refs[uint32(i)] {
+			return fmt.Errorf("timeouts %d counts %d leases, %d have it", i, e.refs, refs[uint32(i)])
+		}
+		if e.refs == 0 {
+			continue
+		}
+		inUse++
+		if j, ok := l.timeoutIndex[e.t]; !ok || j != uint32(i) {
+			return fmt.Errorf("timeouts %d (%+v) indexed as %d, %v", i, e.t, j, ok)
+		}
+	}
+	if len(l.timeoutIndex) != inUse || inUse+len(l.timeoutFree) != len(l.timeouts) {
+		return fmt.Errorf("%d timeouts in use, %d indexed, %d free, %d in all", inUse, len(l.timeoutIndex), len(l.timeoutFree), len(l.timeouts))
+	}
+	// The heap: ordered, bounded, a live top, and one live element per lease, never later
+	// than the lease's true deadline.
+	if len(l.heap) > 2*l.n+minCompact {
+		return fmt.Errorf("heap holds %d elements for %d leases", len(l.heap), l.n)
+	}
+	if len(l.heap) > 0 && !l.live(l.heap[0]) {
+		return fmt.Errorf("stale element on top of the heap")
+	}
+	live := map[int32]bool{}
+	for k, d := range l.heap {
+		if k > 0 && l.heap[(k-1)/arity].at > d.at {
+			return fmt.Errorf("heap out of order at %d", k)
+		}
+		if !l.live(d) {
+			continue
+		}
+		if live[d.slot] {
+			return fmt.Errorf("two live elements for slot %d", d.slot)
+		}
+		live[d.slot] = true
+		if c := &l.cells[l.slots[d.slot].pos]; d.at > l.next(c) {
+			return fmt.Errorf("slot %d scheduled at %d, after its deadline %d", d.slot, d.at, l.next(c))
+		}
+	}
+	if len(live) != l.n {
+		return fmt.Errorf("%d live heap elements for %d leases", len(live), l.n)
+	}
+	return nil
+}
+
+// collide is a hash for tests that gives every id one of three home cells, the last three of
+// any table, so that all ids share one run of cells and the run wraps around the table's end.
+func collide(id string) uint64 {
+	var h uint64
+	for i := range len(id) {
+		h = h*31 + uint64(id[i])
+	}
+	return math.MaxUint64 - h%3
 }
 
 var seedFlag = flag.Uint64("health.seed", 0, "seed for TestLeasesAgainstModel (0: random)")
 
+// TestLeasesAgainstModel runs random operations against the model: on 6 ids, as the fuzz test
+// does, and on 200 ids in a phase of mostly Puts and then one of mostly Removes, so that the
+// table grows and shrinks; each with maphash and with colliding hashes, which make every
+// Remove shift cells back across the end of the table.
 func TestLeasesAgainstModel(t *testing.T) {
 	seed := *seedFlag
 	if seed == 0 {
@@ -589,20 +723,71 @@ func TestLeasesAgainstModel(t *testing.T) {
 	if testing.Short() {
 		runs = 30
 	}
-	for run := range runs {
-		data := make([]byte, 1+rng.IntN(3000))
-		for i := range data {
-			data[i] = byte(rng.Uint32())
-		}
-		t.Run(fmt.Sprint(run), func(t *testing.T) {
-			defer func() {
-				if t.Failed() {
-					t.Logf("seed: %d, run %d, input %x", seed, run, data)
+	for _, tc := range []struct {
+		name      string
+		hash      func(string) uint64
+		ids, runs int
+		phased    bool
+	}{
+		{"6 ids", nil, 6, runs, false},
+		{"6 ids colliding", collide, 6, runs, false},
+		{"200 ids", nil, 200, runs / 6, true},
+		{"200 ids colliding", collide, 200, runs / 30, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var seen opsSeen
+			for run := range tc.runs {
+				var data []byte
+				if tc.phased {
+					data = phasedOps(rng, 1+rng.IntN(6000))
+				} else {
+					data = make([]byte, 1+rng.IntN(3000))
+					for i := range data {
+						data[i] = byte(rng.Uint32())
+					}
 				}
-			}()
-			checkOps(t, data)
+				t.Run(fmt.Sprint(run), func(t *testing.T) {
+					defer func() {
+						if t.Failed() {
+							t.Logf("seed: %d, %s, run %d, input %x", seed, tc.name, run, data)
+						}
+					}()
+					checkOpsWith(t, data, opsConfig{ids: tc.ids, hash: tc.hash, seen: &seen})
+				})
+			}
+			t.Logf("largest table %d cells, %d grows, %d shrinks", seen.maxCells, seen.grows, seen.shrinks)
+			if tc.phased && !testing.Short() && (seen.grows == 0 || seen.shrinks == 0) {
+				t.Errorf("the runs did not both grow and shrink the table: %+v", seen)
+			}
 		})
 	}
+}
+
+// phasedOps returns an input for checkOpsWith with more than 16 ids, of about n bytes: in
+// the first 40% of the operations, mostly Puts and few Expires, so that the leases pile up,
+// then mostly Removes and Expires, so that they drain.
+func phasedOps(rng *rand.Rand, n int) []byte {
+	//                     put touch remove expire get
+	grow := [5]int{60, 15, 5, 3, 17}
+	drain := [5]int{8, 15, 45, 17, 15}
+	var data []byte
+	for len(data) < n {
+		w := drain
+		if len(data) < n*2/5 {
+			w = grow
+		}
+		k := rng.IntN(100)
+		op := 0
+		for k >= w[op] {
+			k -= w[op]
+			op++
+		}
+		data = append(data, byte(op+5*rng.IntN(51)), byte(rng.Uint32()))
+		for range [5]int{3, 1, 0, 1, 0}[op] { // the bytes the op reads
+			data = append(data, byte(rng.Uint32()))
+		}
+	}
+	return data
 }
 
 func FuzzLeases(f *testing.F) {
