@@ -345,7 +345,8 @@ func checkMetadata(field string, m Metadata, l Limits) error {
 	if size, max := m.Size(), l.maxMetadata(); size > max {
 		return invalid(field, "keys and values must total at most "+strconv.Itoa(max)+" bytes", strconv.Itoa(size)+" bytes")
 	}
-	for k, v := range m.All() {
+	for i := 0; i < len(m.kv); i += 2 {
+		k, v := m.kv[i], m.kv[i+1]
 		if k == "" {
 			return invalid(field, "keys must not be empty", "")
 		}

@@ -31,37 +31,47 @@ func benchInstances(svc model.ServiceKey, n, offset int) []model.Instance {
 }
 
 // BenchmarkRegister: registering a new ephemeral (beat) instance into a
-// service that holds 100 to 200 instances. Each service is filled with 100
-// instances outside the timer; then 100 new ones are timed.
+// service of 100 instances, in a registry holding 100,000. Each round times
+// 100 registrations into one service (100 → 200 instances), then, off the
+// clock, deregisters them again, so that the registry stays the same size
+// from round to round, as under steady churn.
 func BenchmarkRegister(b *testing.B) {
+	const services = 1000
+	r := newBenchRegistry(b)
+	keys := make([]model.ServiceKey, services)
+	for s := range keys {
+		keys[s] = model.ServiceKey{Name: "svc-" + strconv.Itoa(s)}
+		for _, in := range benchInstances(keys[s], 100, s*100) {
+			if err := r.Register(ctx, in); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	fresh := benchInstances(model.ServiceKey{}, 100, 1<<22)
+	round := 0
 	b.ReportAllocs()
-	fill := benchInstances(model.ServiceKey{}, 100, 0)
-	fresh := benchInstances(model.ServiceKey{}, 100, 100)
-	var r *registry.Registry
-	svcN := 0
+	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if i%100 == 0 {
+		j := i % 100
+		if j == 0 && i > 0 {
 			b.StopTimer()
-			if i%50_000 == 0 { // bound the heap: a new registry now and then
-				if r != nil {
-					r.Close()
-				}
-				r = newBenchRegistry(b)
-			}
-			svcN++
-			key := model.ServiceKey{Name: "svc-" + strconv.Itoa(svcN)}
-			for j := range fill {
-				fill[j].Service = key
-				fresh[j].Service = key
-			}
-			for _, in := range fill {
-				if err := r.Register(ctx, in); err != nil {
+			for _, in := range fresh {
+				if err := r.Deregister(ctx, in.Key()); err != nil {
 					b.Fatal(err)
 				}
 			}
+			round++
 			b.StartTimer()
 		}
-		if err := r.Register(ctx, fresh[i%100]); err != nil {
+		in := &fresh[j]
+		if j == 0 {
+			b.StopTimer()
+			for k := range fresh {
+				fresh[k].Service = keys[round%services]
+			}
+			b.StartTimer()
+		}
+		if err := r.Register(ctx, *in); err != nil {
 			b.Fatal(err)
 		}
 	}

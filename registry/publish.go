@@ -18,9 +18,49 @@ type publisher struct {
 	id      string // see key
 	rev     uint64
 	insts   []*pubInst
-	session *Session // session publishers
+	session *Session   // session publishers
+	next    *publisher // beat publishers: the next one on the same IP
+	port    uint16     // beat publishers
 	kind    pubKind
 	closed  bool
+}
+
+// beatPub returns the beat publisher of ip:port, or nil. Beat publishers are
+// indexed by IP (a string key takes the map's fast path) and chained by
+// port, since an IP rarely has more than one. The caller holds mu.
+func (r *Registry) beatPub(ip string, port int) *publisher {
+	for p := r.beats[ip]; p != nil; p = p.next {
+		if int(p.port) == port {
+			return p
+		}
+	}
+	return nil
+}
+
+// addBeatPub indexes a new beat publisher of ip. The caller holds mu.
+func (r *Registry) addBeatPub(ip string, p *publisher) {
+	p.next = r.beats[ip]
+	r.beats[ip] = p
+}
+
+// removeBeatPub drops the beat publisher p of ip from the index. The caller
+// holds mu.
+func (r *Registry) removeBeatPub(ip string, p *publisher) {
+	head := r.beats[ip]
+	if head == p {
+		if p.next == nil {
+			delete(r.beats, ip)
+		} else {
+			r.beats[ip] = p.next
+		}
+		return
+	}
+	for q := head; q != nil; q = q.next {
+		if q.next == p {
+			q.next = p.next
+			return
+		}
+	}
 }
 
 // key returns the publisher's ID: the session ID, or "ip:port" for a beat
@@ -147,23 +187,22 @@ func (r *Registry) Register(ctx context.Context, inst model.Instance) error {
 // registerBeatLocked publishes inst through the beat publisher of its
 // ip:port and (re)starts its lease. The caller holds mu.
 func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
-	ep := endpoint{ip: inst.IP, port: inst.Port}
-	pub := r.beats[ep]
+	pub := r.beatPub(inst.IP, inst.Port)
 	fresh := pub == nil
 	if fresh {
-		pub = &publisher{kind: pubBeat}
+		pub = &publisher{kind: pubBeat, port: uint16(inst.Port)}
 	}
 	pi, err := r.publish(pub, inst)
 	if err != nil {
 		return nil, err
 	}
 	if fresh {
-		r.beats[ep] = pub
+		r.addBeatPub(inst.IP, pub)
 	}
 	r.pubChanged(pub)
 	t := inst.BeatTimings()
 	pi.interval = t.Interval
-	now := r.clock.Now()
+	now := r.now()
 	// The timings passed Validate, so the lease accepts them.
 	_ = r.beatLeases.Put(pi, now, health.Timeouts{Unhealthy: t.Unhealthy, Expire: t.Delete})
 	r.wakeAt(now.Add(t.Unhealthy))
@@ -187,12 +226,12 @@ func (r *Registry) Heartbeat(ctx context.Context, inst model.Instance) (time.Dur
 		r.mu.Unlock()
 		return 0, err
 	}
-	if pub := r.beats[endpoint{ip: inst.IP, port: inst.Port}]; pub != nil {
+	if pub := r.beatPub(inst.IP, inst.Port); pub != nil {
 		for _, pi := range pub.insts {
 			if pi.inst.cluster != cluster || pi.slot.svc.key != svc {
 				continue
 			}
-			_, revived := r.beatLeases.Touch(pi, r.clock.Now())
+			_, revived := r.beatLeases.Touch(pi, r.now())
 			if revived || !pi.inst.healthy {
 				r.replaceInst(pi, pi.inst.withHealth(true))
 			}
@@ -253,7 +292,7 @@ func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) error 
 		return r.store.Apply(ctx, &command{op: opDeleteInstance, key: key})
 	}
 	defer r.mu.Unlock()
-	pub := r.beats[endpoint{ip: key.IP, port: key.Port}]
+	pub := r.beatPub(key.IP, key.Port)
 	if pub == nil {
 		return nil
 	}
@@ -274,7 +313,7 @@ func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) error 
 // is the instance it published last, whose ip:port keys it.
 func (r *Registry) dropBeatPublisherIfEmpty(pub *publisher, last *rec) {
 	if len(pub.insts) == 0 {
-		delete(r.beats, endpoint{ip: last.ip, port: int(last.port)})
+		r.removeBeatPub(last.ip, pub)
 		pub.closed = true
 	}
 }

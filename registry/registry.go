@@ -39,7 +39,7 @@ type Registry struct {
 	mu       sync.RWMutex
 	state    int
 	services map[model.ServiceKey]*service
-	beats    map[endpoint]*publisher // beat publishers by ip:port
+	beats    map[string]*publisher   // beat publishers by IP, then chained by port (see beatPub)
 	sessions map[string]*publisher   // session publishers by ID
 	patches  map[model.InstanceKey]*model.InstancePatch
 	rev      uint64 // last revision handed out; revisions are unique across services
@@ -60,12 +60,6 @@ type Registry struct {
 	closeMu  sync.Mutex
 }
 
-// endpoint keys beat publishers.
-type endpoint struct {
-	ip   string
-	port int
-}
-
 // New validates cfg and returns a registry that is not started yet.
 func New(cfg Config) (*Registry, error) {
 	if err := cfg.Validate(); err != nil {
@@ -76,7 +70,7 @@ func New(cfg Config) (*Registry, error) {
 		clock:    cfg.Clock,
 		log:      cfg.Logger,
 		services: make(map[model.ServiceKey]*service),
-		beats:    make(map[endpoint]*publisher),
+		beats:    make(map[string]*publisher),
 		sessions: make(map[string]*publisher),
 		patches:  make(map[model.InstanceKey]*model.InstancePatch),
 		ready:    make(chan struct{}),
@@ -118,13 +112,16 @@ func (r *Registry) Start(ctx context.Context) error {
 	}
 	r.state = stateRunning
 	r.timer = r.clock.NewTimer(r.cfg.SweepInterval)
-	r.timerAt = r.clock.Now().Add(r.cfg.SweepInterval)
+	r.timerAt = r.now().Add(r.cfg.SweepInterval)
 	r.goFunc(r.housekeeper)
 	r.goFunc(r.notifier)
 	close(r.ready)
 	r.log.Info("registry started", "mode", "standalone")
 	return nil
 }
+
+// now reads the registry's clock.
+func (r *Registry) now() time.Time { return r.clock.Now() }
 
 // goFunc runs f in a goroutine that Close waits for.
 func (r *Registry) goFunc(f func()) {
@@ -228,7 +225,7 @@ func (r *Registry) randUint64() uint64 {
 // putLease (re)starts a single-threshold lease of ttl on id and makes sure
 // the housekeeper wakes for it. The caller holds mu.
 func putLease[K comparable](r *Registry, l *health.Leases[K], id K, ttl time.Duration) {
-	now := r.clock.Now()
+	now := r.now()
 	_ = l.Put(id, now, health.Timeouts{Expire: ttl}) // ttl > 0: checked by Config.Validate
 	r.wakeAt(now.Add(ttl))
 }
@@ -241,7 +238,7 @@ func (r *Registry) wakeAt(t time.Time) {
 		return
 	}
 	r.timerAt = t
-	r.timer.Reset(t.Sub(r.clock.Now()))
+	r.timer.Reset(t.Sub(r.now()))
 }
 
 // housekeeper runs the timers: beat and session leases, empty services and
@@ -276,7 +273,7 @@ func (r *Registry) runDue() []model.InstanceKey {
 		return nil
 	}
 	r.timerAt = time.Time{} // until rearm, writers leave the timer alone
-	now := r.clock.Now()
+	now := r.now()
 	r.beatLeases.Expire(now, r.beatEvent)
 	r.sessionLeases.Expire(now, func(p *publisher, _ health.Event) {
 		r.log.Info("session keep-alive lapsed", "session", p.id)
@@ -301,7 +298,7 @@ func (r *Registry) rearm() {
 	if r.state != stateRunning {
 		return
 	}
-	now := r.clock.Now()
+	now := r.now()
 	next := now.Add(r.cfg.SweepInterval)
 	for _, at := range [...]func() (time.Time, bool){r.beatLeases.Next, r.sessionLeases.Next, r.emptySvcs.Next, r.patchGone.Next} {
 		if t, ok := at(); ok && t.Before(next) {

@@ -130,7 +130,7 @@ func (s *Session) KeepAlive(ctx context.Context) error {
 		return err
 	}
 	if s.ttl > 0 {
-		r.sessionLeases.Touch(s.pub, r.clock.Now())
+		r.sessionLeases.Touch(s.pub, r.now())
 	}
 	return nil
 }
