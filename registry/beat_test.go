@@ -148,3 +148,46 @@ func TestDeregisterBeatInstance(t *testing.T) {
 		t.Fatalf("leases did not expire: %v", ips(got))
 	}
 }
+
+// TestBeatPublishersShareAnIP: beat publishers of several ports on one IP
+// are kept apart; removing any of them (the newest, a middle one, the
+// oldest) leaves the others registered and beating.
+func TestBeatPublishersShareAnIP(t *testing.T) {
+	r := newReg(t)
+	byPort := map[int]model.Instance{}
+	for _, p := range []int{8001, 8002, 8003, 8004} {
+		in := model.NewInstance(svcKey("multi"), "10.7.7.7", p)
+		byPort[p] = in
+		mustRegister(t, r, in)
+	}
+	ports := func() []int {
+		var out []int
+		for _, in := range all(t, r, "multi").Instances {
+			out = append(out, in.Port)
+		}
+		return out
+	}
+	for _, p := range []int{8004, 8002, 8001} {
+		if err := r.Deregister(ctx, byPort[p].Key()); err != nil {
+			t.Fatal(err)
+		}
+		delete(byPort, p)
+		for _, in := range byPort {
+			if _, err := r.Heartbeat(ctx, in); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := ports(); len(got) != len(byPort) {
+			t.Fatalf("after removing %d: %v", p, got)
+		}
+	}
+	for range 4 {
+		r.Advance(10 * time.Second)
+		if _, err := r.Heartbeat(ctx, byPort[8003]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v := all(t, r, "multi"); len(v.Instances) != 1 || v.Instances[0].Port != 8003 || !v.Instances[0].Healthy {
+		t.Fatalf("survivor after 40 s of beats: %+v", v.Instances)
+	}
+}
