@@ -57,8 +57,9 @@ type Registry struct {
 	t testing.TB
 }
 
-// New returns a started registry. The test's cleanup closes it and fails the
-// test if any goroutine started since New is still running.
+// New returns a started registry. The test's cleanup checks the registry's
+// index (CheckConsistency), closes it, and fails the test if any goroutine
+// started since New is still running.
 func New(t testing.TB, opts Options) *Registry {
 	t.Helper()
 	leaks := goleak.IgnoreCurrent()
@@ -95,6 +96,9 @@ func New(t testing.TB, opts Options) *Registry {
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("registrytest: node %s ran with seed %d", cfg.NodeID, seed)
+		}
+		if err := reg.CheckConsistency(); err != nil {
+			t.Errorf("registrytest: inconsistent index: %v", err)
 		}
 		if err := reg.Close(); err != nil {
 			t.Errorf("registrytest: close: %v", err)

@@ -1,0 +1,129 @@
+package registry
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// CheckConsistency walks the whole index and returns an error describing
+// every broken internal invariant, or nil. It is meant for tests (the
+// registrytest harness calls it when a test ends): it holds the registry's
+// lock for the whole walk, O(instances).
+func (r *Registry) CheckConsistency() error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	pubsSeen := map[*pubInst]bool{}
+	beatInsts := 0
+	for key, s := range r.services {
+		if key != s.key || key != key.WithDefaults() {
+			bad("service %s indexed under %s", s.key, key)
+		}
+		if s.empty() && s.def == nil {
+			if _, ok := r.emptySvcs.Get(key); !ok {
+				bad("empty implicit service %s has no clean-up countdown", key)
+			}
+		}
+		for i, sl := range s.slots {
+			if sl.svc != s {
+				bad("%s: slot %d points to service %v", key, i, sl.svc.key)
+			}
+			if !sl.live() {
+				bad("%s: slot %d is dead but indexed", key, i)
+				continue
+			}
+			cur := sl.current()
+			if i > 0 {
+				prev := s.slots[i-1].current()
+				if prev != nil && compareSlot(prev, cur.cluster, cur.ip, int(cur.port)) >= 0 {
+					bad("%s: slots %d and %d out of order", key, i-1, i)
+				}
+			}
+			if s.ephemeral && sl.pers != nil || !s.ephemeral && len(sl.pubs) > 0 {
+				bad("%s: slot %s holds the other kind", key, sl.key())
+			}
+			for j, pi := range sl.pubs {
+				pubsSeen[pi] = true
+				if pi.slot != sl {
+					bad("%s: publication of %s points to another slot", key, sl.key())
+				}
+				if pi.pub.closed {
+					bad("%s: %s published by a closed publisher", key, sl.key())
+				}
+				if pi.inst.cluster != cur.cluster || pi.inst.ip != cur.ip || pi.inst.port != cur.port {
+					bad("%s: slot %s holds a publication of another key", key, sl.key())
+				}
+				if j > 0 && strings.Compare(sl.pubs[j-1].pub.key(), pi.pub.key()) >= 0 {
+					bad("%s: publishers of %s out of order", key, sl.key())
+				}
+				if pi.pub.kind == pubBeat {
+					beatInsts++
+					if _, ok := r.beatLeases.Get(pi); !ok {
+						bad("%s: beat instance %s has no lease", key, sl.key())
+					}
+				}
+			}
+			if p := r.patches[sl.key()]; p != sl.patch {
+				bad("%s: slot %s does not carry its patch", key, sl.key())
+			}
+		}
+	}
+	check := func(p *publisher) {
+		if p.closed {
+			bad("closed publisher %s still indexed", p.key())
+		}
+		if len(p.insts) == 0 && p.kind == pubBeat {
+			bad("beat publisher %s has no instances", p.key())
+		}
+		for _, pi := range p.insts {
+			if pi.pub != p {
+				bad("publisher %s lists another's publication", p.key())
+			}
+			if !pubsSeen[pi] {
+				bad("publisher %s lists a publication missing from the index", p.key())
+			}
+			delete(pubsSeen, pi)
+		}
+	}
+	for ip, head := range r.beats {
+		for p := head; p != nil; p = p.next {
+			if p.kind != pubBeat || len(p.insts) > 0 && p.insts[0].inst.ip != ip {
+				bad("beat publisher chained under %s is not of %s", ip, ip)
+			}
+			for _, pi := range p.insts {
+				if pi.inst.port != p.port {
+					bad("beat publisher %s:%d publishes port %d", ip, p.port, pi.inst.port)
+				}
+			}
+			check(p)
+		}
+	}
+	ttl := 0
+	for id, p := range r.sessions {
+		if p.id != id || p.kind != pubSession {
+			bad("session %s indexed under %s", p.id, id)
+		}
+		if p.session.ttl > 0 {
+			ttl++
+		}
+		check(p)
+	}
+	for pi := range pubsSeen {
+		bad("publication of %s by %s is in the index but not in its publisher", pi.slot.key(), pi.pub.key())
+	}
+	if n := r.beatLeases.Len(); n != beatInsts {
+		bad("%d beat leases for %d beat instances", n, beatInsts)
+	}
+	if n := r.sessionLeases.Len(); n != ttl {
+		bad("%d session leases for %d sessions with a TTL", n, ttl)
+	}
+	for key, p := range r.patches {
+		if p.Key != key {
+			bad("patch of %s indexed under %s", p.Key, key)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,73 @@
+package registry
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/muster-io/muster/model"
+)
+
+// TestCheckConsistencyCatches: each way of breaking the index is reported.
+func TestCheckConsistencyCatches(t *testing.T) {
+	for name, tc := range map[string]struct {
+		breakIt func(r *Registry)
+		want    string
+	}{
+		"slots out of order": {func(r *Registry) {
+			s := r.services[model.ServiceKey{Name: "a"}.WithDefaults()]
+			s.slots[0], s.slots[1] = s.slots[1], s.slots[0]
+		}, "out of order"},
+		"lost lease": {func(r *Registry) {
+			for _, p := range r.beats {
+				r.beatLeases.Remove(p.insts[0])
+				return
+			}
+		}, "has no lease"},
+		"lost beat publisher": {func(r *Registry) {
+			for ip := range r.beats {
+				delete(r.beats, ip)
+				return
+			}
+		}, "not in its publisher"},
+		"patch detached": {func(r *Registry) {
+			s := r.services[model.ServiceKey{Name: "a"}.WithDefaults()]
+			s.slots[0].patch = nil
+		}, "does not carry its patch"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Clock = clockwork.NewFakeClock()
+			r, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if err := r.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			for i := range 3 {
+				in := model.NewInstance(model.ServiceKey{Name: "a"}, "10.0.0."+string(rune('1'+i)), 80)
+				if err := r.Register(ctx, in); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w := 2.0
+			if err := r.PatchInstance(ctx, model.InstancePatch{Key: model.NewInstance(model.ServiceKey{Name: "a"}, "10.0.0.1", 80).Key(), Weight: &w}); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.CheckConsistency(); err != nil {
+				t.Fatalf("healthy index reported: %v", err)
+			}
+			r.mu.Lock()
+			tc.breakIt(r)
+			r.mu.Unlock()
+			err = r.CheckConsistency()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error about %q", err, tc.want)
+			}
+		})
+	}
+}
