@@ -39,8 +39,8 @@ type Registry struct {
 	mu       sync.RWMutex
 	state    int
 	services map[model.ServiceKey]*service
-	beats    map[string]*publisher   // beat publishers by IP, then chained by port (see beatPub)
-	sessions map[string]*publisher   // session publishers by ID
+	beats    map[string]*publisher // beat publishers by IP, then chained by port (see beatPub)
+	sessions map[string]*publisher // session publishers by ID
 	patches  map[model.InstanceKey]*model.InstancePatch
 	rev      uint64 // last revision handed out; revisions are unique across services
 
