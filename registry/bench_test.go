@@ -30,12 +30,19 @@ func benchInstances(svc model.ServiceKey, n, offset int) []model.Instance {
 	return out
 }
 
-// BenchmarkRegister: registering a new ephemeral (beat) instance into a
-// service of 100 instances, in a registry holding 100,000. Each round times
-// 100 registrations into one service (100 → 200 instances), then, off the
-// clock, deregisters them again, so that the registry stays the same size
-// from round to round, as under steady churn.
+// BenchmarkRegister: registering a new ephemeral instance into a service
+// of 100 instances, in a registry holding 100,000: "session" through a
+// session (Nacos 2.x's gRPC clients), "beat" on its own, kept alive by
+// heartbeats (Nacos 1.x's clients: a beat publisher and a lease more). Each
+// round times 100 registrations into one service (100 → 200 instances),
+// then, off the clock, removes them again, so the registry stays the same
+// size from round to round, as under steady churn.
 func BenchmarkRegister(b *testing.B) {
+	b.Run("session", func(b *testing.B) { benchRegister(b, true) })
+	b.Run("beat", func(b *testing.B) { benchRegister(b, false) })
+}
+
+func benchRegister(b *testing.B, session bool) {
 	const services = 1000
 	r := newBenchRegistry(b)
 	keys := make([]model.ServiceKey, services)
@@ -47,31 +54,36 @@ func BenchmarkRegister(b *testing.B) {
 			}
 		}
 	}
+	sess, err := r.OpenSession(ctx, registry.SessionOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	register, deregister := r.Register, r.Deregister
+	if session {
+		register, deregister = sess.Register, sess.Deregister
+	}
 	fresh := benchInstances(model.ServiceKey{}, 100, 1<<22)
 	round := 0
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		j := i % 100
-		if j == 0 && i > 0 {
-			b.StopTimer()
-			for _, in := range fresh {
-				if err := r.Deregister(ctx, in.Key()); err != nil {
-					b.Fatal(err)
-				}
-			}
-			round++
-			b.StartTimer()
-		}
-		in := &fresh[j]
 		if j == 0 {
 			b.StopTimer()
+			if i > 0 {
+				for _, in := range fresh {
+					if err := deregister(ctx, in.Key()); err != nil {
+						b.Fatal(err)
+					}
+				}
+				round++
+			}
 			for k := range fresh {
 				fresh[k].Service = keys[round%services]
 			}
 			b.StartTimer()
 		}
-		if err := r.Register(ctx, *in); err != nil {
+		if err := register(ctx, fresh[j]); err != nil {
 			b.Fatal(err)
 		}
 	}
