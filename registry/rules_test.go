@@ -306,3 +306,18 @@ func TestLifecycle(t *testing.T) {
 		t.Fatal("session not ended by Close")
 	}
 }
+
+func TestListServicesPaging(t *testing.T) {
+	r := newReg(t)
+	if _, err := r.ListServices(ctx, registry.ListOptions{Page: -1}); !errors.Is(err, model.ErrInvalid) {
+		t.Fatalf("negative page: %v", err)
+	}
+	if _, err := r.ListServices(ctx, registry.ListOptions{Group: "bad group"}); !errors.Is(err, model.ErrInvalid) {
+		t.Fatalf("bad group: %v", err)
+	}
+	mustRegister(t, r, inst("one", 1))
+	past, err := r.ListServices(ctx, registry.ListOptions{Page: 5, PageSize: 10})
+	if err != nil || past.Total != 1 || len(past.Services) != 0 {
+		t.Fatalf("page past the end: %+v, %v", past, err)
+	}
+}

@@ -1,18 +1,3 @@
-// Package registrytest runs registries in tests: started, on a fake clock
-// the test advances, logging to the test, and checked for leaked goroutines
-// when the test ends.
-//
-//	reg := registrytest.New(t, registrytest.Options{})
-//	reg.Register(ctx, inst)
-//	reg.Advance(16 * time.Second) // the beat lease has lapsed: unhealthy
-//
-// Advance moves the clock and returns once the registry has handled every
-// deadline that passed, so a test can assert on the result at once, without
-// sleeping.
-//
-// The leak check compares the goroutines at the end of the test with those
-// at its start, so tests that use this package should not run in parallel
-// with others (t.Parallel) in the same package.
 package registrytest
 
 import (
