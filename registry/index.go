@@ -189,7 +189,7 @@ func (r *Registry) ensureService(key model.ServiceKey, ephemeral bool) (*service
 	s := r.services[key]
 	if s == nil {
 		s = &service{key: key, ephemeral: ephemeral}
-		r.services[key] = s
+		r.addService(s)
 		return s, nil
 	}
 	if s.ephemeral != ephemeral {
@@ -198,9 +198,22 @@ func (r *Registry) ensureService(key model.ServiceKey, ephemeral bool) (*service
 	return s, nil
 }
 
+// addService puts s in the index. The caller holds mu.
+func (r *Registry) addService(s *service) {
+	r.services[s.key] = s
+	r.svcGen.Add(1)
+}
+
+// dropService takes the service of key out of the index. The caller holds
+// mu.
+func (r *Registry) dropService(key model.ServiceKey) {
+	delete(r.services, key)
+	r.svcGen.Add(1)
+}
+
 // removeService drops s from the index. Watchers see an empty view.
 func (r *Registry) removeService(s *service) {
-	delete(r.services, s.key)
+	r.dropService(s.key)
 	r.emptySvcs.Remove(s.key)
 	r.changed(s)
 	r.serviceGone(s)

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -152,16 +153,39 @@ func emptyView(key model.ServiceKey) *model.ServiceView {
 	return &model.ServiceView{Service: model.Service{Key: key}}
 }
 
+// serviceSnapshot is a copy of the services index at one generation.
+type serviceSnapshot struct {
+	gen      uint64
+	services map[model.ServiceKey]*service
+}
+
 // Query returns the view of q's service. The view is shared and immutable:
 // do not modify it. A query of a service the registry does not hold returns
 // an empty view with Revision 0. An unchanged service is answered from a
-// cache, without allocating.
+// cache, without allocating and, while no service has been added or
+// removed since the last snapshot of the index, without taking a lock.
 func (r *Registry) Query(ctx context.Context, q model.Query) (*model.ServiceView, error) {
 	q.Service = q.Service.WithDefaults()
+	fresh := false
+	if len(q.Clusters) == 0 && r.state.Load() == stateRunning {
+		if snap := r.snap.Load(); snap != nil && snap.gen == r.svcGen.Load() {
+			fresh = true
+			if s := snap.services[q.Service]; s != nil {
+				if vc := s.cache.Load(); vc != nil {
+					if v := vc.plain[shapeIndex(&q)].Load(); v != nil {
+						return v, nil
+					}
+				}
+			}
+		}
+	}
 	r.mu.RLock()
 	if err := r.checkRead(); err != nil {
 		r.mu.RUnlock()
 		return nil, err
+	}
+	if !fresh {
+		r.maybeSnapshot()
 	}
 	s := r.services[q.Service]
 	if s != nil && len(q.Clusters) == 0 {
@@ -183,6 +207,18 @@ func (r *Registry) Query(ctx context.Context, q model.Query) (*model.ServiceView
 		return emptyView(q.Service), nil
 	}
 	return viewOf(s, &q), nil
+}
+
+// maybeSnapshot rebuilds the lock-free snapshot of the index once enough
+// queries have found it stale to pay for the copy: while services come and
+// go in bulk, queries take the lock rather than copy the index each time.
+// The caller holds mu for reading, so the index and its generation agree.
+func (r *Registry) maybeSnapshot() {
+	if r.stale.Add(1) < max(int64(len(r.services))/4, 64) {
+		return
+	}
+	r.stale.Store(0)
+	r.snap.Store(&serviceSnapshot{gen: r.svcGen.Load(), services: maps.Clone(r.services)})
 }
 
 // SelectOne picks one instance of q's view at random, weighted by Weight,

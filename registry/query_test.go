@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -246,5 +247,35 @@ func TestPatches(t *testing.T) {
 	}
 	if got := all(t, r, "o").Instances[0]; got.Weight != 1 {
 		t.Fatalf("RemovePatch left %v", got.Weight)
+	}
+}
+
+// TestQuerySnapshotFreshness: queries answered without the lock (from the
+// snapshot of the index) never miss a service added or removed before
+// them.
+func TestQuerySnapshotFreshness(t *testing.T) {
+	r := newReg(t)
+	mustRegister(t, r, inst("warm", 1))
+	for range 200 { // enough queries to build the snapshot
+		all(t, r, "warm")
+	}
+	for i := range 50 {
+		name := fmt.Sprintf("new-%d", i)
+		mustRegister(t, r, inst(name, 1))
+		if v := all(t, r, name); len(v.Instances) != 1 {
+			t.Fatalf("%s: query after register saw %d instances", name, len(v.Instances))
+		}
+		for range 100 {
+			all(t, r, "warm")
+		}
+		if err := r.Deregister(ctx, inst(name, 1).Key()); err != nil {
+			t.Fatal(err)
+		}
+		if v := all(t, r, name); len(v.Instances) != 0 {
+			t.Fatalf("%s: query after deregister saw %d instances", name, len(v.Instances))
+		}
+		if v := all(t, r, "warm"); len(v.Instances) != 1 {
+			t.Fatal("warm service lost")
+		}
 	}
 }

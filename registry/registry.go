@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -35,10 +36,17 @@ type Registry struct {
 	randMu sync.Mutex
 	rand   *rand.Rand
 
+	state atomic.Int32 // stateNew, stateRunning or stateClosed; written under mu
+
 	// mu guards everything below it, the index and its timers.
 	mu       sync.RWMutex
-	state    int
 	services map[model.ServiceKey]*service
+	// svcGen counts additions to and removals from services; snap is a
+	// copy of services taken at some generation. While the two agree, a
+	// query reads snap without taking mu (see Query).
+	svcGen atomic.Uint64
+	snap   atomic.Pointer[serviceSnapshot]
+	stale  atomic.Int64 // queries that found snap stale since it was last rebuilt
 	beats    map[string]*publisher // beat publishers by IP, then chained by port (see beatPub)
 	sessions map[string]*publisher // session publishers by ID
 	patches  map[model.InstanceKey]*model.InstancePatch
@@ -104,13 +112,13 @@ func (r *Registry) Start(ctx context.Context) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	switch r.state {
+	switch r.state.Load() {
 	case stateRunning:
 		return fmt.Errorf("registry: already started")
 	case stateClosed:
 		return ErrClosed
 	}
-	r.state = stateRunning
+	r.state.Store(stateRunning)
 	r.timer = r.clock.NewTimer(r.cfg.SweepInterval)
 	r.timerAt = r.now().Add(r.cfg.SweepInterval)
 	r.goFunc(r.housekeeper)
@@ -139,11 +147,11 @@ func (r *Registry) Close() error {
 	r.closeMu.Lock()
 	defer r.closeMu.Unlock()
 	r.mu.Lock()
-	if r.state == stateClosed {
+	if r.state.Load() == stateClosed {
 		r.mu.Unlock()
 		return r.closeErr
 	}
-	r.state = stateClosed
+	r.state.Store(stateClosed)
 	if r.timer != nil {
 		r.timer.Stop()
 	}
@@ -170,7 +178,7 @@ func (r *Registry) Ready() bool {
 	case <-r.ready:
 		r.mu.RLock()
 		defer r.mu.RUnlock()
-		return r.state == stateRunning
+		return r.state.Load() == stateRunning
 	default:
 		return false
 	}
@@ -197,7 +205,7 @@ func (r *Registry) NodeID() string { return r.cfg.NodeID }
 
 // checkWrite reports whether the registry accepts writes. The caller holds mu.
 func (r *Registry) checkWrite() error {
-	switch r.state {
+	switch r.state.Load() {
 	case stateRunning:
 		return nil
 	case stateClosed:
@@ -269,7 +277,7 @@ func (r *Registry) housekeeper() {
 func (r *Registry) runDue() []model.InstanceKey {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.state != stateRunning {
+	if r.state.Load() != stateRunning {
 		return nil
 	}
 	r.timerAt = time.Time{} // until rearm, writers leave the timer alone
@@ -281,7 +289,7 @@ func (r *Registry) runDue() []model.InstanceKey {
 	})
 	r.emptySvcs.Expire(now, func(key model.ServiceKey, _ health.Event) {
 		if s := r.services[key]; s != nil && s.empty() && s.def == nil {
-			delete(r.services, key)
+			r.dropService(key)
 		}
 	})
 	var orphans []model.InstanceKey
@@ -295,7 +303,7 @@ func (r *Registry) runDue() []model.InstanceKey {
 func (r *Registry) rearm() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.state != stateRunning {
+	if r.state.Load() != stateRunning {
 		return
 	}
 	now := r.now()

@@ -140,7 +140,7 @@ func (s *Session) KeepAlive(ctx context.Context) error {
 func (s *Session) Close() error {
 	r := s.r
 	r.mu.Lock()
-	if !s.pub.closed && r.state == stateRunning {
+	if !s.pub.closed && r.state.Load() == stateRunning {
 		r.sessionLeases.Remove(s.pub)
 		r.closeSessionLocked(s.pub)
 	}

@@ -104,7 +104,7 @@ func (r *Registry) applyCreateService(def model.Service) error {
 		}
 	} else {
 		s = &service{key: def.Key, ephemeral: def.Ephemeral}
-		r.services[def.Key] = s
+		r.addService(s)
 	}
 	s.def = &def
 	r.emptySvcs.Remove(s.key)
