@@ -44,9 +44,9 @@ type Registry struct {
 	// svcGen counts additions to and removals from services; snap is a
 	// copy of services taken at some generation. While the two agree, a
 	// query reads snap without taking mu (see Query).
-	svcGen atomic.Uint64
-	snap   atomic.Pointer[serviceSnapshot]
-	stale  atomic.Int64 // queries that found snap stale since it was last rebuilt
+	svcGen   atomic.Uint64
+	snap     atomic.Pointer[serviceSnapshot]
+	stale    atomic.Int64          // queries that found snap stale since it was last rebuilt
 	beats    map[string]*publisher // beat publishers by IP, then chained by port (see beatPub)
 	sessions map[string]*publisher // session publishers by ID
 	patches  map[model.InstanceKey]*model.InstancePatch
