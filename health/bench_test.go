@@ -159,3 +159,32 @@ func BenchmarkLeaseExpire(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(events), "ns/event")
 }
+
+// BenchmarkLeasePutRemove: steady churn in a tracker of 100,000 leases: each
+// op puts a new lease and removes the oldest, as registrations and
+// deregistrations do.
+func BenchmarkLeasePutRemove(b *testing.B) {
+	const n = 100_000
+	type obj struct{ _ [16]byte }
+	ids := make([]*obj, 2*n)
+	for i := range ids {
+		ids[i] = new(obj)
+	}
+	var l Leases[*obj]
+	to := Timeouts{Unhealthy: 15 * time.Second, Expire: 30 * time.Second}
+	base := t0.UnixNano()
+	for i := range n {
+		if err := l.Put(ids[i], time.Unix(0, base+int64(i)), to); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if err := l.Put(ids[(n+i)%len(ids)], time.Unix(0, base+int64(n+i)), to); err != nil {
+			b.Fatal(err)
+		}
+		l.Remove(ids[i%len(ids)])
+		i++
+	}
+}
