@@ -450,6 +450,16 @@ func (l *Leases[K]) deleteCell(i int) {
 	cells[i] = cell[K]{} // drops the id, so the table does not keep it alive
 }
 
+// emptyCellFor returns the first empty cell on key's probe path in a table
+// being rebuilt (which holds no copy of key yet).
+func (l *Leases[K]) emptyCellFor(key K, mask int) int {
+	i := int(l.hashOf(key)) & mask
+	for l.cells[i].ref != 0 {
+		i = (i + 1) & mask
+	}
+	return i
+}
+
 // grow doubles the table.
 func (l *Leases[K]) grow() {
 	old := l.cells
@@ -460,10 +470,7 @@ func (l *Leases[K]) grow() {
 		if c.ref == 0 {
 			continue
 		}
-		i := int(l.hashOf(c.key)) & mask
-		for l.cells[i].ref != 0 {
-			i = (i + 1) & mask
-		}
+		i := l.emptyCellFor(c.key, mask)
 		l.cells[i] = *c
 		l.slots[c.ref-1].pos = uint32(i)
 	}
@@ -491,10 +498,7 @@ func (l *Leases[K]) maybeShrink() {
 		if c.ref == 0 {
 			continue
 		}
-		i := int(l.hashOf(c.key)) & mask
-		for l.cells[i].ref != 0 {
-			i = (i + 1) & mask
-		}
+		i := l.emptyCellFor(c.key, mask)
 		o := &oldSlots[c.ref-1]
 		l.slots[slot] = slotState{pos: uint32(i), gen: o.gen}
 		o.pos = slot // the old slab is dropped: its pos now maps old slots to new ones

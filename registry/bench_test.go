@@ -127,8 +127,9 @@ func BenchmarkHeartbeat(b *testing.B) {
 	}
 }
 
-// BenchmarkQuery: a query of an unchanged service of 100 instances.
-func BenchmarkQuery(b *testing.B) {
+// benchQueryRegistry returns a registry holding one service of 100
+// instances, and the query of it.
+func benchQueryRegistry(b *testing.B) (*registry.Registry, model.Query) {
 	r := newBenchRegistry(b)
 	key := model.ServiceKey{Name: "orders"}
 	for _, in := range benchInstances(key, 100, 0) {
@@ -140,6 +141,12 @@ func BenchmarkQuery(b *testing.B) {
 	if v, err := r.Query(ctx, q); err != nil || len(v.Instances) != 100 {
 		b.Fatal(err)
 	}
+	return r, q
+}
+
+// BenchmarkQuery: a query of an unchanged service of 100 instances.
+func BenchmarkQuery(b *testing.B) {
+	r, q := benchQueryRegistry(b)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -151,14 +158,7 @@ func BenchmarkQuery(b *testing.B) {
 
 // BenchmarkQueryParallel: the same query from every core.
 func BenchmarkQueryParallel(b *testing.B) {
-	r := newBenchRegistry(b)
-	key := model.ServiceKey{Name: "orders"}
-	for _, in := range benchInstances(key, 100, 0) {
-		if err := r.Register(ctx, in); err != nil {
-			b.Fatal(err)
-		}
-	}
-	q := model.Query{Service: key}
+	r, q := benchQueryRegistry(b)
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
