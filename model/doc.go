@@ -21,11 +21,13 @@
 // Every Validate method returns nil or a *ValidationError that names the
 // field and the rule, and matches errors.Is(err, ErrInvalid). Nacos's limits
 // are the floor (service names ≤ 512 bytes, groups ≤ 128, clusters ≤ 64,
-// metadata ≤ 1024 bytes); Muster goes further: IPs must parse or be DNS
-// names, ports are 1–65535, weights are finite numbers in [0, 10000],
-// clusters follow one pattern everywhere ([A-Za-z0-9_-]), and the preserved
-// beat timings must be consistent. The metadata cap is configurable through
-// Limits.
+// metadata ≤ 1024 characters); Muster goes further: IPs must parse or be
+// DNS names, ports are 1–65535, weights are finite numbers in [0, 10000],
+// clusters follow one pattern everywhere ([A-Za-z0-9_-]), service names are
+// printable ASCII without spaces (Nacos only bans spaces and CJK), and the
+// preserved beat timings are whole milliseconds of at most a day with the
+// interval below both timeouts. The metadata cap is configurable through
+// Limits. Beat timings are the publisher's: a patch may not set them.
 //
 // # Immutability and encoding
 //

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -139,12 +140,12 @@ func (m Metadata) Merge(over Metadata) Metadata {
 // Equal reports whether m and o hold the same entries.
 func (m Metadata) Equal(o Metadata) bool { return slices.Equal(m.kv, o.kv) }
 
-// Size returns the sum of the lengths of all keys and values, the measure
-// Nacos caps (1024 bytes by default).
+// Size returns the sum of the lengths, in characters, of all keys and
+// values: the measure Nacos caps (1024 by default).
 func (m Metadata) Size() int {
 	n := 0
 	for _, s := range m.kv {
-		n += len(s)
+		n += utf8.RuneCountInString(s)
 	}
 	return n
 }

@@ -149,7 +149,17 @@ func TestValidation(t *testing.T) {
 		{"beat timeout zero", inst(func(i *Instance) { i.Metadata = md(MetaHeartBeatTimeout, "0") }), "instance.metadata[" + MetaHeartBeatTimeout + "]"},
 		{"delete timeout huge", inst(func(i *Instance) { i.Metadata = md(MetaIPDeleteTimeout, "86400001") }), "instance.metadata[" + MetaIPDeleteTimeout + "]"},
 		{"interval above timeout", inst(func(i *Instance) { i.Metadata = md(MetaHeartBeatInterval, "20000") }), "instance.metadata[" + MetaHeartBeatInterval + "]"},
-		{"timeout above delete", inst(func(i *Instance) { i.Metadata = md(MetaHeartBeatTimeout, "40000") }), "instance.metadata[" + MetaHeartBeatTimeout + "]"},
+		{"timeout above delete is Nacos-valid", inst(func(i *Instance) { i.Metadata = md(MetaHeartBeatTimeout, "40000") }), ""},
+		{"delete below default timeout is Nacos-valid", inst(func(i *Instance) { i.Metadata = md(MetaIPDeleteTimeout, "10000") }), ""},
+		{"host with underscore", inst(func(i *Instance) { i.IP = "my_host.internal" }), ""},
+		{"host with final dot", inst(func(i *Instance) { i.IP = "db.example.com." }), ""},
+		{"host only a dot", inst(func(i *Instance) { i.IP = "." }), "instance.ip"},
+		{"host empty label", inst(func(i *Instance) { i.IP = "a..b" }), "instance.ip"},
+		{"metadata counted in characters", inst(func(i *Instance) { i.Metadata = md("k", strings.Repeat("服", 400)) }), ""},
+		{"patch beat timing", func() error {
+			p := InstancePatch{Key: validKey(), Metadata: md(MetaHeartBeatTimeout, "5000")}
+			return p.Validate(Limits{})
+		}, "patch.metadata[" + MetaHeartBeatTimeout + "]"},
 		{"valid service", service(func(*Service) {}), ""},
 		{"threshold high", service(func(s *Service) { s.ProtectThreshold = 1.5 }), "service.protectThreshold"},
 		{"threshold NaN", service(func(s *Service) { s.ProtectThreshold = math.NaN() }), "service.protectThreshold"},
@@ -350,5 +360,38 @@ func TestServiceCluster(t *testing.T) {
 	}
 	if c := s.Cluster("zzz"); c.Name != "zzz" || c.HealthCheck.EffectiveType() != CheckTCP {
 		t.Fatalf("default cluster = %+v", c)
+	}
+}
+
+func TestServiceClone(t *testing.T) {
+	s := Service{Key: svc, Clusters: []Cluster{{Name: "a", HealthCheck: HealthCheck{Password: "secret", ExpectedCodes: []int{200}}}}}
+	c := s.Clone()
+	c.Clusters[0].HealthCheck.ExpectedCodes[0] = 500
+	c.Clusters[0].Name = "b"
+	if s.Clusters[0].HealthCheck.ExpectedCodes[0] != 200 || s.Clusters[0].Name != "a" {
+		t.Fatal("Clone shares slices")
+	}
+	if r := s.Redacted(); r.Clusters[0].HealthCheck.Password != "" || s.Clusters[0].HealthCheck.Password != "secret" {
+		t.Fatal("Redacted kept the password or changed the original")
+	}
+	d := s.WithDefaults()
+	d.Clusters[0].HealthCheck.ExpectedCodes[0] = 404
+	if s.Clusters[0].HealthCheck.ExpectedCodes[0] != 200 {
+		t.Fatal("WithDefaults shares slices")
+	}
+}
+
+func TestQueryWithDefaults(t *testing.T) {
+	clusters := []string{"", "c1"}
+	q := Query{Service: svc, Clusters: clusters}.WithDefaults()
+	if q.Clusters[0] != DefaultCluster || clusters[0] != "" || q.Service.Group != DefaultGroup {
+		t.Fatalf("WithDefaults = %+v (caller's slice now %v)", q, clusters)
+	}
+}
+
+func TestRealHealthyShortSlice(t *testing.T) {
+	v := ServiceView{Instances: []Instance{validInstance(), validInstance()}, RealHealth: []bool{false}}
+	if v.RealHealthy(0) || !v.RealHealthy(1) || v.HealthyCount() != 1 {
+		t.Fatal("RealHealthy with a short RealHealth")
 	}
 }

@@ -88,12 +88,34 @@ func (s *Service) Cluster(name string) Cluster {
 	return Cluster{Name: name}
 }
 
+// Clone returns a deep copy of s, which shares no slice with it.
+func (s Service) Clone() Service {
+	if s.Clusters != nil {
+		s.Clusters = slices.Clone(s.Clusters)
+		for i := range s.Clusters {
+			s.Clusters[i].HealthCheck.ExpectedCodes = slices.Clone(s.Clusters[i].HealthCheck.ExpectedCodes)
+		}
+	}
+	return s
+}
+
+// Redacted returns a deep copy of s without the health checks' passwords,
+// the form views carry to every reader.
+func (s Service) Redacted() Service {
+	s = s.Clone()
+	for i := range s.Clusters {
+		s.Clusters[i].HealthCheck.Password = ""
+	}
+	return s
+}
+
 // WithDefaults returns s with its key's empty names replaced by defaults and
-// its clusters sorted by name, the form the registry stores.
+// its clusters sorted by name, the form the registry stores. The result
+// shares no slice with s.
 func (s Service) WithDefaults() Service {
+	s = s.Clone()
 	s.Key = s.Key.WithDefaults()
 	if len(s.Clusters) > 0 {
-		s.Clusters = slices.Clone(s.Clusters)
 		for i := range s.Clusters {
 			if s.Clusters[i].Name == "" {
 				s.Clusters[i].Name = DefaultCluster

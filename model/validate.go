@@ -22,16 +22,16 @@ const (
 	MaxCredentialLen  = 256
 	MaxCommandLen     = 4096
 
-	// DefaultMaxMetadataSize caps the sum of the lengths of the keys and
-	// values of one metadata set, as Nacos does.
+	// DefaultMaxMetadataSize caps the sum of the lengths, in characters, of
+	// the keys and values of one metadata set, as Nacos does.
 	DefaultMaxMetadataSize = 1024
 )
 
 // Limits holds the configurable validation limits. Its zero value uses the
 // defaults.
 type Limits struct {
-	// MaxMetadataSize caps the sum of key and value lengths of one metadata
-	// set (instance, service, cluster or patch); 0 means
+	// MaxMetadataSize caps the sum of key and value lengths, in characters,
+	// of one metadata set (instance, service, cluster or patch); 0 means
 	// DefaultMaxMetadataSize.
 	MaxMetadataSize int
 }
@@ -100,6 +100,11 @@ func (p *InstancePatch) Validate(l Limits) error {
 	if p.Weight != nil {
 		if err := checkWeight("patch.weight", *p.Weight); err != nil {
 			return err
+		}
+	}
+	for _, key := range beatTimingKeys {
+		if _, ok := p.Metadata.Get(key); ok {
+			return invalid("patch.metadata["+key+"]", "beat timings belong to the publisher's registration, not to a patch", "")
 		}
 	}
 	return checkMetadata("patch.metadata", p.Metadata, l)
@@ -273,8 +278,10 @@ func isTokenChar(r rune) bool {
 }
 
 // checkHost accepts an IP address (not the unspecified one, which cannot be
-// dialled) or a DNS name (RFC 1123) whose last label is not all digits (such
-// a name is a mistyped IPv4 address).
+// dialled) or a DNS name: labels of letters, digits, '-' and '_' (RFC 1123
+// plus the underscore that real host names carry), not starting or ending
+// with '-', an optional final dot, and a last label that is not all digits
+// (such a name is a mistyped IPv4 address).
 func checkHost(field, host string) error {
 	if host == "" {
 		return invalid(field, "must not be empty", "")
@@ -290,14 +297,14 @@ func checkHost(field, host string) error {
 	}
 	const rule = "must be an IP address or a DNS name"
 	allDigits := false
-	for label := range strings.SplitSeq(host, ".") {
+	for label := range strings.SplitSeq(strings.TrimSuffix(host, "."), ".") {
 		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
 			return invalid(field, rule, host)
 		}
 		allDigits = true
 		for i := 0; i < len(label); i++ {
 			c := label[i]
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
 				return invalid(field, rule, host)
 			}
 			if c < '0' || c > '9' {
@@ -343,7 +350,7 @@ func checkPrintable(field, s string, max int) error {
 
 func checkMetadata(field string, m Metadata, l Limits) error {
 	if size, max := m.Size(), l.maxMetadata(); size > max {
-		return invalid(field, "keys and values must total at most "+strconv.Itoa(max)+" bytes", strconv.Itoa(size)+" bytes")
+		return invalid(field, "keys and values must total at most "+strconv.Itoa(max)+" characters", strconv.Itoa(size)+" characters")
 	}
 	for i := 0; i < len(m.kv); i += 2 {
 		k, v := m.kv[i], m.kv[i+1]
@@ -357,14 +364,18 @@ func checkMetadata(field string, m Metadata, l Limits) error {
 	return nil
 }
 
+// beatTimingKeys are the preserved keys that set beat timings.
+var beatTimingKeys = [...]string{MetaHeartBeatInterval, MetaHeartBeatTimeout, MetaIPDeleteTimeout}
+
 // checkBeatTimings applies Nacos's rule (the interval must not exceed either
-// timeout) and ours: values are whole milliseconds in (0, 1 day], and the
-// unhealthy timeout must not exceed the delete timeout.
+// timeout) and ours: values are whole milliseconds in (0, 1 day]. A beat
+// timeout at or above the delete timeout is allowed, as in Nacos: the
+// instance is then deleted without turning unhealthy first.
 func checkBeatTimings(m Metadata) error {
 	if !m.hasPrefix(preservedPrefix) {
 		return nil
 	}
-	for _, key := range [...]string{MetaHeartBeatInterval, MetaHeartBeatTimeout, MetaIPDeleteTimeout} {
+	for _, key := range beatTimingKeys {
 		if s, ok := m.Get(key); ok {
 			if _, err := parseMillis(s); err != nil {
 				return invalid("instance.metadata["+key+"]", "must be whole milliseconds in 1–86400000", s)
@@ -375,9 +386,6 @@ func checkBeatTimings(m Metadata) error {
 	t := i.BeatTimings()
 	if t.Interval > t.Unhealthy || t.Interval > t.Delete {
 		return invalid("instance.metadata["+MetaHeartBeatInterval+"]", "must not exceed the beat timeout or the delete timeout", t.Interval.String())
-	}
-	if t.Unhealthy > t.Delete {
-		return invalid("instance.metadata["+MetaHeartBeatTimeout+"]", "must not exceed the delete timeout", t.Unhealthy.String())
 	}
 	return nil
 }

@@ -41,7 +41,7 @@ type ServiceView struct {
 // RealHealthy returns the real health of Instances[i], which differs from the
 // served Healthy only under protection.
 func (v *ServiceView) RealHealthy(i int) bool {
-	if v.RealHealth != nil {
+	if i < len(v.RealHealth) {
 		return v.RealHealth[i]
 	}
 	return v.Instances[i].Healthy
@@ -56,6 +56,22 @@ func (v *ServiceView) HealthyCount() int {
 		}
 	}
 	return n
+}
+
+// WithDefaults returns q with its service key's and its clusters' empty
+// names replaced by their defaults. It copies Clusters rather than change the
+// caller's slice.
+func (q Query) WithDefaults() Query {
+	q.Service = q.Service.WithDefaults()
+	if slices.Contains(q.Clusters, "") {
+		q.Clusters = slices.Clone(q.Clusters)
+		for i, c := range q.Clusters {
+			if c == "" {
+				q.Clusters[i] = DefaultCluster
+			}
+		}
+	}
+	return q
 }
 
 // Delta is the change between two views of a service.

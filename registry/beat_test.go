@@ -47,7 +47,7 @@ func TestBeatTimeline(t *testing.T) {
 	}
 
 	// A beat restores health and pushes both deadlines out.
-	interval, err := r.Heartbeat(ctx, in)
+	interval, err := r.Heartbeat(ctx, in.Key())
 	if err != nil || interval != 5*time.Second {
 		t.Fatalf("Heartbeat = %v, %v", interval, err)
 	}
@@ -87,7 +87,7 @@ func TestBeatTimingsFromMetadata(t *testing.T) {
 		model.MetaIPDeleteTimeout:   "6000",
 	})
 	mustRegister(t, r, in)
-	if d, err := r.Heartbeat(ctx, in); err != nil || d != time.Second {
+	if d, err := r.Heartbeat(ctx, in.Key()); err != nil || d != time.Second {
 		t.Fatalf("Heartbeat = %v, %v; want 1s", d, err)
 	}
 	r.Advance(3*time.Second + time.Millisecond)
@@ -100,13 +100,17 @@ func TestBeatTimingsFromMetadata(t *testing.T) {
 	}
 }
 
-// TestHeartbeatReregisters: a beat for an instance the registry no longer
-// holds registers it again, as Nacos does.
+// TestHeartbeatReregisters: a light beat for an instance the registry does
+// not hold fails with ErrNotFound; one that carries the instance registers
+// it, as Nacos does.
 func TestHeartbeatReregisters(t *testing.T) {
 	r := newReg(t)
 	in := inst("orders", 1)
 	in.Metadata = model.NewMetadata(map[string]string{"v": "2"})
-	if _, err := r.Heartbeat(ctx, in); err != nil {
+	if _, err := r.Heartbeat(ctx, in.Key()); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("light beat of an unknown instance: %v, want ErrNotFound", err)
+	}
+	if _, err := r.HeartbeatInstance(ctx, in); err != nil {
 		t.Fatal(err)
 	}
 	v := all(t, r, "orders")
@@ -116,12 +120,12 @@ func TestHeartbeatReregisters(t *testing.T) {
 	bad := in
 	bad.Ephemeral = false
 	bad.IP = "10.9.9.9"
-	if _, err := r.Heartbeat(ctx, bad); !errors.Is(err, registry.ErrKindMismatch) {
+	if _, err := r.HeartbeatInstance(ctx, bad); !errors.Is(err, registry.ErrKindMismatch) {
 		t.Fatalf("beat of a persistent instance: %v", err)
 	}
 	bad = in
 	bad.IP = "not valid"
-	if _, err := r.Heartbeat(ctx, bad); !errors.Is(err, model.ErrInvalid) {
+	if _, err := r.HeartbeatInstance(ctx, bad); !errors.Is(err, model.ErrInvalid) {
 		t.Fatalf("beat of an invalid instance: %v", err)
 	}
 }
@@ -140,7 +144,7 @@ func TestDeregisterBeatInstance(t *testing.T) {
 	if got := ips(all(t, r, "orders")); len(got) != 1 || got[0] != b.IP {
 		t.Fatalf("after deregister: %v", got)
 	}
-	if _, err := r.Heartbeat(ctx, a); err != nil { // re-registers
+	if _, err := r.HeartbeatInstance(ctx, a); err != nil { // re-registers
 		t.Fatal(err)
 	}
 	r.Advance(40 * time.Second)
@@ -173,8 +177,8 @@ func TestBeatPublishersShareAnIP(t *testing.T) {
 		}
 		delete(byPort, p)
 		for _, in := range byPort {
-			if _, err := r.Heartbeat(ctx, in); err != nil {
-				t.Fatal(err)
+			if _, err := r.Heartbeat(ctx, in.Key()); err != nil {
+				t.Fatalf("after removing %d: beat of %d: %v", p, in.Port, err)
 			}
 		}
 		if got := ports(); len(got) != len(byPort) {
@@ -183,7 +187,7 @@ func TestBeatPublishersShareAnIP(t *testing.T) {
 	}
 	for range 4 {
 		r.Advance(10 * time.Second)
-		if _, err := r.Heartbeat(ctx, byPort[8003]); err != nil {
+		if _, err := r.Heartbeat(ctx, byPort[8003].Key()); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -118,10 +118,14 @@ func BenchmarkHeartbeat(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	keys := make([]model.InstanceKey, len(insts))
+	for i := range insts {
+		keys[i] = insts[i].Key()
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := r.Heartbeat(ctx, insts[i%len(insts)]); err != nil {
+		if _, err := r.Heartbeat(ctx, keys[i%len(keys)]); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -71,3 +71,39 @@ func TestCheckConsistencyCatches(t *testing.T) {
 		})
 	}
 }
+
+// TestStaleOrphanRemovalKeepsANewCountdown: a removal of an orphaned patch
+// decided before its instance came back and went again must not drop the
+// patch early: a new countdown runs.
+func TestStaleOrphanRemovalKeepsANewCountdown(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Clock = clockwork.NewFakeClock()
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	in := model.NewInstance(model.ServiceKey{Name: "a"}, "10.0.0.1", 80)
+	key := in.Key().WithDefaults()
+	w := 2.0
+	s1, _ := r.OpenSession(ctx, SessionOptions{})
+	_ = s1.Register(ctx, in)
+	if err := r.PatchInstance(ctx, model.InstancePatch{Key: key, Weight: &w}); err != nil {
+		t.Fatal(err)
+	}
+	s1.Close() // countdown 1
+	s2, _ := r.OpenSession(ctx, SessionOptions{})
+	_ = s2.Register(ctx, in) // back: countdown 1 cancelled
+	s2.Close()               // countdown 2
+	r.mu.Lock()
+	r.applyRemovePatch(key, true) // the housekeeper's stale decision from countdown 1
+	_, kept := r.patches[key]
+	r.mu.Unlock()
+	if !kept {
+		t.Fatal("the patch was dropped while a new countdown runs")
+	}
+}

@@ -31,12 +31,15 @@
 //     lapses without KeepAlive. Closing it removes all of its instances at
 //     once, with one revision change per affected service.
 //   - Without a session, Register publishes the instance through the beat
-//     publisher of its ip:port, and Heartbeat keeps it alive, as Nacos 1.x
+//     publisher of its ip:port, and heartbeats keep it alive, as Nacos 1.x
 //     clients do: unhealthy after 15 s without a beat, deleted after 30 s,
 //     both overridable per instance through the preserved metadata keys
-//     (model.MetaHeartBeatTimeout, model.MetaIPDeleteTimeout); a beat makes
-//     an unhealthy instance healthy again, and a beat for an instance the
-//     registry no longer holds registers it again.
+//     (model.MetaHeartBeatTimeout, model.MetaIPDeleteTimeout). A beat makes
+//     an unhealthy instance healthy again. Heartbeat takes the instance's
+//     key and fails with ErrNotFound when the registry no longer holds it
+//     (Nacos's "not found" that makes a client register again);
+//     HeartbeatInstance carries the whole instance and registers it again
+//     itself.
 //
 // Several publishers may publish the same instance key: the instance stays
 // while any of them does (a client that reconnects before its old session
@@ -79,6 +82,12 @@
 // delivery. Delivery never blocks the registry: a slow watcher skips
 // intermediate views. A watcher ends when its context ends, when it is
 // closed, or when the registry closes.
+//
+// # Time
+//
+// Every deadline follows the configured clock. On a fake clock, a test
+// moves the clock and calls Tick, which returns once every deadline that
+// passed has been handled (registrytest does both in Advance).
 //
 // # Concurrency
 //

@@ -81,7 +81,7 @@ func ExampleRegistry_Heartbeat() {
 
 	web := model.ServiceKey{Name: "web"}
 	inst := model.NewInstance(web, "10.0.0.7", 80)
-	interval, _ := reg.Heartbeat(ctx, inst) // registers it: the registry did not hold it
+	interval, _ := reg.HeartbeatInstance(ctx, inst) // registers it: the registry did not hold it
 	fmt.Println("beat every", interval)
 
 	w, _ := reg.Watch(ctx, model.Query{Service: web, IncludeDisabled: true})

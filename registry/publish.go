@@ -203,50 +203,62 @@ func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
 	t := inst.BeatTimings()
 	pi.interval = t.Interval
 	now := r.now()
+	to := health.Timeouts{Unhealthy: t.Unhealthy, Expire: t.Delete}
+	if to.Unhealthy >= to.Expire {
+		to.Unhealthy = 0 // deleted before it would turn unhealthy: one threshold
+	}
 	// The timings passed Validate, so the lease accepts them.
-	_ = r.beatLeases.Put(pi, now, health.Timeouts{Unhealthy: t.Unhealthy, Expire: t.Delete})
-	r.wakeAt(now.Add(t.Unhealthy))
+	_ = r.beatLeases.Put(pi, now, to)
+	r.wakeAt(now.Add(min(t.Unhealthy, t.Delete)))
 	return pi, nil
 }
 
-// Heartbeat renews the lease of the ephemeral instance with inst's key and
-// returns the interval to beat at (the preserved.heart.beat.interval
-// metadata, default 5 s). A beat makes an unhealthy instance healthy again.
-// Only the key of inst (service, cluster, ip, port) is read, unless the
-// registry no longer holds the instance: then, as Nacos does for beats that
-// carry the instance, Heartbeat registers inst.
-func (r *Registry) Heartbeat(ctx context.Context, inst model.Instance) (time.Duration, error) {
-	svc := inst.Service.WithDefaults()
-	cluster := inst.Cluster
+// Heartbeat renews the lease of the beat instance with key and returns the
+// interval to beat at (the preserved.heart.beat.interval metadata, default
+// 5 s). A beat makes an unhealthy instance healthy again. It fails with
+// ErrNotFound when the registry does not hold the instance (it expired, or
+// was never registered): the publisher registers it again, or beats with
+// HeartbeatInstance, which does that itself.
+func (r *Registry) Heartbeat(ctx context.Context, key model.InstanceKey) (time.Duration, error) {
+	svc := key.Service.WithDefaults()
+	cluster := key.Cluster
 	if cluster == "" {
 		cluster = model.DefaultCluster
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.checkWrite(); err != nil {
+		return 0, err
+	}
+	pi := r.beatPubInst(key.IP, key.Port, cluster, svc)
+	if pi == nil {
+		return 0, fmt.Errorf("%w: beat instance %s", ErrNotFound, key.WithDefaults())
+	}
+	r.touchBeat(pi)
+	return pi.interval, nil
+}
+
+// HeartbeatInstance is a heartbeat that carries its instance, as Nacos 1.x
+// beats do: it renews the lease like Heartbeat, and when the registry no
+// longer holds the instance, it registers inst.
+func (r *Registry) HeartbeatInstance(ctx context.Context, inst model.Instance) (time.Duration, error) {
+	inst = inst.WithDefaults()
 	r.mu.Lock()
 	if err := r.checkWrite(); err != nil {
 		r.mu.Unlock()
 		return 0, err
 	}
-	if pub := r.beatPub(inst.IP, inst.Port); pub != nil {
-		for _, pi := range pub.insts {
-			if pi.inst.cluster != cluster || pi.slot.svc.key != svc {
-				continue
-			}
-			_, revived := r.beatLeases.Touch(pi, r.now())
-			if revived || !pi.inst.healthy {
-				r.replaceInst(pi, pi.inst.withHealth(true))
-			}
-			interval := pi.interval
-			r.mu.Unlock()
-			return interval, nil
-		}
+	if pi := r.beatPubInst(inst.IP, inst.Port, inst.Cluster, inst.Service); pi != nil {
+		r.touchBeat(pi)
+		interval := pi.interval
+		r.mu.Unlock()
+		return interval, nil
 	}
 	r.mu.Unlock()
 
-	// Not held: register it, as Nacos does.
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	inst = inst.WithDefaults()
 	if !inst.Ephemeral {
 		return 0, fmt.Errorf("%w: heartbeats keep ephemeral instances alive; %s is persistent", ErrKindMismatch, inst.Key())
 	}
@@ -263,6 +275,28 @@ func (r *Registry) Heartbeat(ctx context.Context, inst model.Instance) (time.Dur
 		return 0, err
 	}
 	return pi.interval, nil
+}
+
+// beatPubInst returns the beat publication of (ip, port, cluster, service),
+// or nil. The caller holds mu.
+func (r *Registry) beatPubInst(ip string, port int, cluster string, svc model.ServiceKey) *pubInst {
+	if pub := r.beatPub(ip, port); pub != nil {
+		for _, pi := range pub.insts {
+			if pi.inst.cluster == cluster && pi.slot.svc.key == svc {
+				return pi
+			}
+		}
+	}
+	return nil
+}
+
+// touchBeat renews pi's lease, and makes the instance healthy again if it
+// was not. The caller holds mu.
+func (r *Registry) touchBeat(pi *pubInst) {
+	_, revived := r.beatLeases.Touch(pi, r.now())
+	if revived || !pi.inst.healthy {
+		r.replaceInst(pi, pi.inst.withHealth(true))
+	}
 }
 
 // Deregister removes the instance with key: a persistent instance from the

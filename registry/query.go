@@ -49,7 +49,7 @@ func cacheOf(s *service) *viewCache {
 	if vc := s.cache.Load(); vc != nil {
 		return vc
 	}
-	vc := &viewCache{rev: s.rev, def: s.definition(), all: make([]model.Instance, 0, len(s.slots))}
+	vc := &viewCache{rev: s.rev, def: s.definition().Redacted(), all: make([]model.Instance, 0, len(s.slots))}
 	for _, sl := range s.slots {
 		inst := sl.current().instance(s)
 		if sl.patch != nil {
@@ -166,6 +166,9 @@ type serviceSnapshot struct {
 // removed since the last snapshot of the index, without taking a lock.
 func (r *Registry) Query(ctx context.Context, q model.Query) (*model.ServiceView, error) {
 	q.Service = q.Service.WithDefaults()
+	if len(q.Clusters) > 0 {
+		q = q.WithDefaults()
+	}
 	fresh := false
 	if len(q.Clusters) == 0 && r.state.Load() == stateRunning {
 		if snap := r.snap.Load(); snap != nil && snap.gen == r.svcGen.Load() {

@@ -70,7 +70,7 @@ func TestConcurrentUse(t *testing.T) {
 				case 0, 1:
 					_ = r.Register(ctx, in)
 				case 2:
-					_, _ = r.Heartbeat(ctx, in)
+					_, _ = r.HeartbeatInstance(ctx, in)
 				case 3:
 					_ = sess.Register(ctx, in)
 				case 4:

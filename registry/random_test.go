@@ -1,6 +1,7 @@
 package registry_test
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -67,12 +68,21 @@ func randomRun(t *testing.T, seed uint64) {
 			in := pick()
 			mustRegister(t, r, in)
 			beats[in.Key().WithDefaults()] = &modelBeat{last: now()}
-		case 2: // heartbeat (re-registers what is gone)
+		case 2: // heartbeat: a light one fails for what is gone, a full one re-registers it
 			in := pick()
-			if _, err := r.Heartbeat(ctx, in); err != nil {
+			k := in.Key().WithDefaults()
+			if rng.IntN(2) == 0 {
+				_, err := r.Heartbeat(ctx, k)
+				if _, held := beats[k]; held != (err == nil) || err != nil && !errors.Is(err, registry.ErrNotFound) {
+					t.Fatalf("step %d: Heartbeat(%s) = %v, model holds it: %v", step, k, err, held)
+				}
+				if err != nil {
+					continue
+				}
+			} else if _, err := r.HeartbeatInstance(ctx, in); err != nil {
 				t.Fatal(err)
 			}
-			beats[in.Key().WithDefaults()] = &modelBeat{last: now()}
+			beats[k] = &modelBeat{last: now()}
 		case 3: // deregister a beat instance
 			in := pick()
 			if err := r.Deregister(ctx, in.Key()); err != nil {

@@ -61,8 +61,9 @@ type Registry struct {
 
 	watch watchState
 
-	ready    chan struct{} // closed once the registry serves
-	stop     chan struct{} // closed by Close
+	ready    chan struct{}      // closed once the registry serves
+	stop     chan struct{}      // closed by Close
+	ticks    chan chan struct{} // Tick's requests to the housekeeper
 	wg       sync.WaitGroup
 	closeErr error
 	closeMu  sync.Mutex
@@ -83,6 +84,7 @@ func New(cfg Config) (*Registry, error) {
 		patches:  make(map[model.InstanceKey]*model.InstancePatch),
 		ready:    make(chan struct{}),
 		stop:     make(chan struct{}),
+		ticks:    make(chan chan struct{}),
 	}
 	if r.clock == nil {
 		r.clock = clockwork.NewRealClock()
@@ -245,30 +247,65 @@ func (r *Registry) wakeAt(t time.Time) {
 	if r.timer == nil || !t.Before(r.timerAt) {
 		return
 	}
-	r.timerAt = t
-	r.timer.Reset(t.Sub(r.now()))
+	r.armTimer(t)
 }
 
 // housekeeper runs the timers: beat and session leases, empty services and
 // orphaned patches. It sleeps until the earliest deadline, or SweepInterval
-// at most. The timer is re-armed only once all due work is done, so a test
-// that waits for the fake clock's timer to be re-armed sees its effects.
+// at most, and also runs when Tick asks.
 func (r *Registry) housekeeper() {
 	for {
+		var done chan struct{}
 		select {
 		case <-r.stop:
 			return
 		case <-r.timer.Chan():
+		case done = <-r.ticks:
 		}
-		orphans := r.runDue()
-		// Dropping patches goes through the store, outside the lock.
-		for _, key := range orphans {
-			err := r.store.Apply(context.Background(), &command{op: opRemovePatch, key: key, expiry: true})
-			if err != nil && !errors.Is(err, ErrClosed) {
-				r.log.Warn("dropping an orphaned patch failed", "instance", key.String(), "err", err)
-			}
+		r.housekeep()
+		if done != nil {
+			close(done)
 		}
-		r.rearm()
+	}
+}
+
+// housekeep handles every deadline that has passed and re-arms the timer.
+func (r *Registry) housekeep() {
+	orphans := r.runDue()
+	// Dropping patches goes through the store, outside the lock.
+	for _, key := range orphans {
+		err := r.store.Apply(context.Background(), &command{op: opRemovePatch, key: key, expiry: true})
+		if err != nil && !errors.Is(err, ErrClosed) {
+			r.log.Warn("dropping an orphaned patch failed", "instance", key.String(), "err", err)
+		}
+	}
+	r.rearm()
+}
+
+// Tick makes the registry handle, now, every deadline that has passed on its
+// clock (beat leases, session keep-alives, clean-ups) and returns once that
+// is done. The registry does this by itself as time passes; a test that
+// moves a fake clock calls Tick to see the effects at once (registrytest's
+// Advance does).
+func (r *Registry) Tick(ctx context.Context) error {
+	if err := r.checkWrite(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	select {
+	case r.ticks <- done:
+	case <-r.stop:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-r.stop:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -313,6 +350,23 @@ func (r *Registry) rearm() {
 			next = t
 		}
 	}
+	r.armTimer(next)
+}
+
+// armTimer sets the timer to fire at next. The caller holds mu.
+//
+// A timer takes a duration, computed from a reading of the clock; if the
+// clock jumps between that reading and the reset (a test advancing a fake
+// clock), the timer would fire late by the jump. So the clock is read again
+// after the reset, and the timer armed again if it moved by more than a
+// millisecond, which a real clock does not do in that time.
+func (r *Registry) armTimer(next time.Time) {
 	r.timerAt = next
-	r.timer.Reset(next.Sub(now))
+	for {
+		now := r.now()
+		r.timer.Reset(next.Sub(now))
+		if r.now().Sub(now) < time.Millisecond {
+			return
+		}
+	}
 }

@@ -42,9 +42,10 @@ func (r *Registry) DeleteService(ctx context.Context, key model.ServiceKey) erro
 	return r.store.Apply(ctx, &command{op: opDeleteService, skey: key})
 }
 
-// GetService returns a service's definition: the stored one, or for a
-// service that exists only through its instances, the defaults with its
-// kind. It fails with ErrNotFound when there is no such service.
+// GetService returns a copy of a service's definition: the stored one, or
+// for a service that exists only through its instances, the defaults with
+// its kind. It fails with ErrNotFound when there is no such service. Unlike
+// the definition in views, it includes the MySQL checks' passwords.
 func (r *Registry) GetService(ctx context.Context, key model.ServiceKey) (model.Service, error) {
 	if err := ctx.Err(); err != nil {
 		return model.Service{}, err
@@ -62,7 +63,7 @@ func (r *Registry) GetService(ctx context.Context, key model.ServiceKey) (model.
 	if s == nil {
 		return model.Service{}, fmt.Errorf("%w: service %s", ErrNotFound, key)
 	}
-	return s.definition(), nil
+	return s.definition().Clone(), nil
 }
 
 // ListOptions selects a page of services.
@@ -131,7 +132,8 @@ func (r *Registry) ListServices(ctx context.Context, opts ListOptions) (ServiceL
 
 	slices.SortFunc(all, func(a, b ServiceSummary) int { return a.Key.Compare(b.Key) })
 	out := ServiceList{Total: len(all)}
-	if from := (page - 1) * size; from < len(all) {
+	if page-1 <= (len(all)-1)/size { // no overflow: (page-1)*size < len(all)
+		from := (page - 1) * size
 		out.Services = all[from:min(from+size, len(all))]
 	}
 	return out, nil

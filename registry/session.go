@@ -37,16 +37,19 @@ func (r *Registry) OpenSession(ctx context.Context, opts SessionOptions) (*Sessi
 	if opts.TTL < 0 {
 		return nil, &model.ValidationError{Field: "session.ttl", Rule: "must not be negative", Value: opts.TTL.String()}
 	}
-	id := fmt.Sprintf("%s-%016x", r.cfg.NodeID, r.randUint64())
 	s := &Session{r: r, ttl: opts.TTL, done: make(chan struct{})}
-	s.pub = &publisher{id: id, kind: pubSession, session: s}
+	s.pub = &publisher{kind: pubSession, session: s}
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.checkWrite(); err != nil {
 		return nil, err
 	}
-	r.sessions[id] = s.pub
+	s.pub.id = fmt.Sprintf("%s-%016x", r.cfg.NodeID, r.randUint64())
+	for n := 1; r.sessions[s.pub.id] != nil; n++ { // a random source may repeat itself
+		s.pub.id = fmt.Sprintf("%s-%016x-%d", r.cfg.NodeID, r.randUint64(), n)
+	}
+	r.sessions[s.pub.id] = s.pub
 	if opts.TTL > 0 {
 		putLease(r, &r.sessionLeases, s.pub, opts.TTL)
 	}

@@ -206,8 +206,13 @@ func (r *Registry) applyRemovePatch(key model.InstanceKey, expiry bool) {
 	if s != nil {
 		sl = s.lookupSlot(key)
 	}
-	if sl != nil && expiry {
-		return // the instance came back: the patch stays
+	if expiry {
+		if sl != nil {
+			return // the instance came back: the patch stays
+		}
+		if _, ok := r.patchGone.Get(key); ok {
+			return // it came back and went again since: a new countdown runs
+		}
 	}
 	delete(r.patches, key)
 	r.patchGone.Remove(key)

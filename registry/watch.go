@@ -56,7 +56,7 @@ type Watcher struct {
 
 	once    sync.Once
 	closed  atomic.Pointer[error] // why the watcher closed, once it has
-	stopCtx func() bool           // unregisters the context hook
+	stopCtx func() bool           // unregisters the context hook; guarded by Registry.mu
 
 	delivered *model.ServiceView // owned by Next's caller
 }
@@ -115,7 +115,7 @@ func (r *Registry) Watch(ctx context.Context, q model.Query) (*Watcher, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	q.Service = q.Service.WithDefaults()
+	q = q.WithDefaults()
 	if err := q.Validate(); err != nil {
 		return nil, err
 	}
@@ -140,7 +140,16 @@ func (r *Registry) Watch(ctx context.Context, q model.Query) (*Watcher, error) {
 	w.latest.Store(g.first)
 	r.mu.Unlock()
 
-	w.stopCtx = context.AfterFunc(ctx, func() { w.close(ctx.Err()) })
+	stop := context.AfterFunc(ctx, func() { w.close(context.Cause(ctx)) })
+	r.mu.Lock()
+	closed := w.closed.Load() != nil // ctx ended already, or the registry closed
+	if !closed {
+		w.stopCtx = stop
+	}
+	r.mu.Unlock()
+	if closed {
+		stop()
+	}
 	return w, nil
 }
 
@@ -194,7 +203,11 @@ func (w *Watcher) Next(ctx context.Context) (Update, error) {
 }
 
 // Query returns the watched query.
-func (w *Watcher) Query() model.Query { return w.q }
+func (w *Watcher) Query() model.Query {
+	q := w.q
+	q.Clusters = slices.Clone(q.Clusters)
+	return q
+}
 
 // Close stops the watcher; Next then returns ErrWatchClosed. It is
 // idempotent.
@@ -202,9 +215,13 @@ func (w *Watcher) Close() { w.close(ErrWatchClosed) }
 
 func (w *Watcher) close(err error) {
 	w.once.Do(func() {
+		if err == nil {
+			err = context.Canceled
+		}
 		r := w.r
 		r.mu.Lock()
 		w.closed.Store(&err)
+		stop := w.stopCtx
 		if g := r.watch.groups[w.key]; g != nil {
 			g.dead++
 			if g.dead == len(g.watchers) {
@@ -221,8 +238,8 @@ func (w *Watcher) close(err error) {
 		}
 		r.mu.Unlock()
 		w.wake()
-		if w.stopCtx != nil {
-			w.stopCtx()
+		if stop != nil {
+			stop()
 		}
 	})
 }

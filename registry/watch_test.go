@@ -33,12 +33,19 @@ func TestWatchSlowWatcherSkips(t *testing.T) {
 		t.Fatal(err)
 	}
 	final := all(t, r, "s").Revision
-	u := nextMatching(t, w, func(u registry.Update) bool { return u.Revision == final })
+	updates := 0
+	u := nextMatching(t, w, func(u registry.Update) bool { updates++; return u.Revision == final })
 	if len(u.View.Instances) != 50 {
 		t.Fatalf("newest view holds %d instances", len(u.View.Instances))
 	}
-	// The watcher skipped views: it did not get 51 updates. Its last delta
-	// covers everything since the update before it.
+	// The watcher skipped views: 51 changes, far fewer updates, and the
+	// deltas together cover them all.
+	if updates >= 51 {
+		t.Fatalf("%d updates for 51 changes: nothing was skipped", updates)
+	}
+	if updates == 1 && (len(u.Delta.Added) != 50 || len(u.Delta.Removed) != 1) {
+		t.Fatalf("one update, but its delta is %d added, %d removed", len(u.Delta.Added), len(u.Delta.Removed))
+	}
 	if u.Revision <= first.Revision {
 		t.Fatal("revision did not increase")
 	}

@@ -168,7 +168,7 @@ func run(nodes int, beatTimeout time.Duration) error {
 			model.MetaHeartBeatTimeout:  fmt.Sprint(beatTimeout.Milliseconds()),
 			model.MetaIPDeleteTimeout:   fmt.Sprint(2 * beatTimeout.Milliseconds()),
 		})
-		interval, err := reg.Heartbeat(ctx, beat)
+		interval, err := reg.HeartbeatInstance(ctx, beat)
 		if err != nil {
 			return "", err
 		}

@@ -51,7 +51,7 @@ func main() {
 
 	// An instance without a session is kept alive by heartbeats.
 	beat := model.NewInstance(orders, "10.0.0.9", 8080)
-	interval, err := reg.Heartbeat(ctx, beat) // registers it on the first beat
+	interval, err := reg.HeartbeatInstance(ctx, beat) // a beat that carries its instance registers it
 	if err != nil {
 		log.Fatal(err)
 	}
