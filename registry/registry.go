@@ -38,15 +38,16 @@ type Registry struct {
 
 	state atomic.Int32 // stateNew, stateRunning or stateClosed; written under mu
 
-	// mu guards everything below it, the index and its timers.
-	mu       sync.RWMutex
-	services map[model.ServiceKey]*service
 	// svcGen counts additions to and removals from services; snap is a
 	// copy of services taken at some generation. While the two agree, a
 	// query reads snap without taking mu (see Query).
-	svcGen   atomic.Uint64
-	snap     atomic.Pointer[serviceSnapshot]
-	stale    atomic.Int64          // queries that found snap stale since it was last rebuilt
+	svcGen atomic.Uint64
+	snap   atomic.Pointer[serviceSnapshot]
+	stale  atomic.Int64 // queries that found snap stale since it was last rebuilt
+
+	// mu guards everything below it, the index and its timers.
+	mu       sync.RWMutex
+	services map[model.ServiceKey]*service
 	beats    map[string]*publisher // beat publishers by IP, then chained by port (see beatPub)
 	sessions map[string]*publisher // session publishers by ID
 	patches  map[model.InstanceKey]*model.InstancePatch
@@ -178,8 +179,6 @@ func (r *Registry) Close() error {
 func (r *Registry) Ready() bool {
 	select {
 	case <-r.ready:
-		r.mu.RLock()
-		defer r.mu.RUnlock()
 		return r.state.Load() == stateRunning
 	default:
 		return false
@@ -205,7 +204,7 @@ func (r *Registry) WaitReady(ctx context.Context) error {
 // NodeID returns the configured node ID.
 func (r *Registry) NodeID() string { return r.cfg.NodeID }
 
-// checkWrite reports whether the registry accepts writes. The caller holds mu.
+// checkWrite reports whether the registry accepts writes.
 func (r *Registry) checkWrite() error {
 	switch r.state.Load() {
 	case stateRunning:
@@ -216,8 +215,7 @@ func (r *Registry) checkWrite() error {
 	return ErrNotReady
 }
 
-// checkRead reports whether the registry serves reads. The caller holds mu
-// (read or write).
+// checkRead reports whether the registry serves reads.
 func (r *Registry) checkRead() error { return r.checkWrite() }
 
 func (r *Registry) randFloat() float64 {
