@@ -105,6 +105,16 @@ func (r *Registry) slotFor(s *service, inst *rec) *slot {
 	return sl
 }
 
+// lookup returns the service of key and the slot of key in it; either may
+// be nil. The caller holds mu.
+func (r *Registry) lookup(key model.InstanceKey) (*service, *slot) {
+	s := r.services[key.Service]
+	if s == nil {
+		return nil, nil
+	}
+	return s, s.lookupSlot(key)
+}
+
 // lookupSlot returns the slot of key in s, or nil.
 func (s *service) lookupSlot(key model.InstanceKey) *slot {
 	if i, ok := s.findSlot(key.Cluster, key.IP, key.Port); ok {

@@ -104,11 +104,7 @@ func (s *Session) Deregister(ctx context.Context, key model.InstanceKey) error {
 	if err := s.checkOpen(); err != nil {
 		return err
 	}
-	svc := r.services[key.Service]
-	if svc == nil {
-		return nil
-	}
-	sl := svc.lookupSlot(key)
+	svc, sl := r.lookup(key)
 	if sl == nil {
 		return nil
 	}

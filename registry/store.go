@@ -161,11 +161,7 @@ func (r *Registry) applyPutInstance(inst model.Instance) error {
 }
 
 func (r *Registry) applyDeleteInstance(key model.InstanceKey) {
-	s := r.services[key.Service]
-	if s == nil {
-		return
-	}
-	sl := s.lookupSlot(key)
+	s, sl := r.lookup(key)
 	if sl == nil || sl.pers == nil {
 		return
 	}
@@ -176,20 +172,15 @@ func (r *Registry) applyDeleteInstance(key model.InstanceKey) {
 }
 
 func (r *Registry) applyPatch(p model.InstancePatch) error {
-	s := r.services[p.Key.Service]
-	var sl *slot
-	if s != nil {
-		sl = s.lookupSlot(p.Key)
-	}
+	s, sl := r.lookup(p.Key)
 	if sl == nil {
 		return fmt.Errorf("%w: instance %s", ErrNotFound, p.Key)
 	}
-	merged := p
-	if old := r.patches[p.Key]; old != nil {
-		merged = old.Merge(p)
-	} else {
-		merged = model.InstancePatch{}.Merge(p)
+	var old model.InstancePatch
+	if o := r.patches[p.Key]; o != nil {
+		old = *o
 	}
+	merged := old.Merge(p)
 	merged.Key = p.Key
 	r.patches[p.Key] = &merged
 	sl.patch = &merged
@@ -201,11 +192,7 @@ func (r *Registry) applyRemovePatch(key model.InstanceKey, expiry bool) {
 	if r.patches[key] == nil {
 		return
 	}
-	s := r.services[key.Service]
-	var sl *slot
-	if s != nil {
-		sl = s.lookupSlot(key)
-	}
+	s, sl := r.lookup(key)
 	if expiry {
 		if sl != nil {
 			return // the instance came back: the patch stays
@@ -223,11 +210,7 @@ func (r *Registry) applyRemovePatch(key model.InstanceKey, expiry bool) {
 }
 
 func (r *Registry) applySetHealth(key model.InstanceKey, healthy bool) error {
-	s := r.services[key.Service]
-	var sl *slot
-	if s != nil {
-		sl = s.lookupSlot(key)
-	}
+	s, sl := r.lookup(key)
 	if sl == nil {
 		return fmt.Errorf("%w: instance %s", ErrNotFound, key)
 	}
