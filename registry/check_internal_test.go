@@ -9,6 +9,23 @@ import (
 	"github.com/muster-io/muster/model"
 )
 
+// newFakeClockRegistry returns a started registry on a fake clock, closed
+// when the test ends.
+func newFakeClockRegistry(t *testing.T) *Registry {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Clock = clockwork.NewFakeClock()
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
 // TestCheckConsistencyCatches: each way of breaking the index is reported.
 func TestCheckConsistencyCatches(t *testing.T) {
 	for name, tc := range map[string]struct {
@@ -37,17 +54,8 @@ func TestCheckConsistencyCatches(t *testing.T) {
 		}, "does not carry its patch"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			cfg := DefaultConfig()
-			cfg.Clock = clockwork.NewFakeClock()
-			r, err := New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := newFakeClockRegistry(t)
 			ctx := context.Background()
-			if err := r.Start(ctx); err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
 			for i := range 3 {
 				in := model.NewInstance(model.ServiceKey{Name: "a"}, "10.0.0."+string(rune('1'+i)), 80)
 				if err := r.Register(ctx, in); err != nil {
@@ -64,7 +72,7 @@ func TestCheckConsistencyCatches(t *testing.T) {
 			r.mu.Lock()
 			tc.breakIt(r)
 			r.mu.Unlock()
-			err = r.CheckConsistency()
+			err := r.CheckConsistency()
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error about %q", err, tc.want)
 			}
@@ -76,17 +84,8 @@ func TestCheckConsistencyCatches(t *testing.T) {
 // decided before its instance came back and went again must not drop the
 // patch early: a new countdown runs.
 func TestStaleOrphanRemovalKeepsANewCountdown(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Clock = clockwork.NewFakeClock()
-	r, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newFakeClockRegistry(t)
 	ctx := context.Background()
-	if err := r.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 	in := model.NewInstance(model.ServiceKey{Name: "a"}, "10.0.0.1", 80)
 	key := in.Key().WithDefaults()
 	w := 2.0
