@@ -326,21 +326,20 @@ func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) error 
 		return r.store.Apply(ctx, &command{op: opDeleteInstance, key: key})
 	}
 	defer r.mu.Unlock()
-	pub := r.beatPub(key.IP, key.Port)
-	if pub == nil {
-		return nil
-	}
-	for _, pi := range pub.insts {
-		if pi.slot.svc == s && pi.inst.cluster == key.Cluster {
-			r.beatLeases.Remove(pi)
-			r.unpublish(pi, true)
-			r.changed(s)
-			r.pubChanged(pub)
-			r.dropBeatPublisherIfEmpty(pub, pi.inst)
-			return nil
-		}
+	if pi := r.beatPubInst(key.IP, key.Port, key.Cluster, key.Service); pi != nil {
+		r.beatLeases.Remove(pi)
+		r.dropBeat(pi)
 	}
 	return nil
+}
+
+// dropBeat removes a beat publication, and its publisher once it has no
+// other. The caller holds mu and has dropped the publication's lease.
+func (r *Registry) dropBeat(pi *pubInst) {
+	r.unpublish(pi, true)
+	r.changed(pi.slot.svc)
+	r.pubChanged(pi.pub)
+	r.dropBeatPublisherIfEmpty(pi.pub, pi.inst)
 }
 
 // dropBeatPublisherIfEmpty forgets a beat publisher with no instances; last
@@ -360,11 +359,7 @@ func (r *Registry) beatEvent(pi *pubInst, ev health.Event) {
 			r.replaceInst(pi, pi.inst.withHealth(false))
 		}
 	case health.EventExpired: // the tracker has dropped the lease already
-		s := pi.slot.svc
-		r.unpublish(pi, true)
-		r.changed(s)
-		r.pubChanged(pi.pub)
-		r.dropBeatPublisherIfEmpty(pi.pub, pi.inst)
+		r.dropBeat(pi)
 	}
 }
 

@@ -75,17 +75,13 @@ func (s *Session) Register(ctx context.Context, inst model.Instance) error {
 	if err := inst.Validate(s.r.cfg.Limits); err != nil {
 		return err
 	}
-	r := s.r
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := s.checkOpen(); err != nil {
-		return err
-	}
-	if _, err := r.publish(s.pub, inst); err != nil {
-		return err
-	}
-	r.pubChanged(s.pub)
-	return nil
+	return s.whileOpen(func(r *Registry) error {
+		if _, err := r.publish(s.pub, inst); err != nil {
+			return err
+		}
+		r.pubChanged(s.pub)
+		return nil
+	})
 }
 
 // Deregister removes the session's instance with key. Removing an instance
@@ -98,22 +94,16 @@ func (s *Session) Deregister(ctx context.Context, key model.InstanceKey) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	r := s.r
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := s.checkOpen(); err != nil {
-		return err
-	}
-	svc, sl := r.lookup(key)
-	if sl == nil {
+	return s.whileOpen(func(r *Registry) error {
+		if _, sl := r.lookup(key); sl != nil {
+			if pi := sl.publication(s.pub); pi != nil {
+				r.unpublish(pi, true)
+				r.changed(sl.svc)
+				r.pubChanged(s.pub)
+			}
+		}
 		return nil
-	}
-	if pi := sl.publication(s.pub); pi != nil {
-		r.unpublish(pi, true)
-		r.changed(svc)
-		r.pubChanged(s.pub)
-	}
-	return nil
+	})
 }
 
 // KeepAlive renews the session's TTL. It fails with ErrSessionClosed once
@@ -122,16 +112,12 @@ func (s *Session) KeepAlive(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	r := s.r
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := s.checkOpen(); err != nil {
-		return err
-	}
-	if s.ttl > 0 {
-		r.sessionLeases.Touch(s.pub, r.now())
-	}
-	return nil
+	return s.whileOpen(func(r *Registry) error {
+		if s.ttl > 0 {
+			r.sessionLeases.Touch(s.pub, r.now())
+		}
+		return nil
+	})
 }
 
 // Close ends the session and removes all its instances at once: each
@@ -148,16 +134,20 @@ func (s *Session) Close() error {
 	return nil
 }
 
-// checkOpen reports whether the session and the registry accept writes. The
-// caller holds mu.
-func (s *Session) checkOpen() error {
-	if err := s.r.checkWrite(); err != nil {
+// whileOpen runs f under the registry's lock if the session and the
+// registry accept writes, and fails with ErrSessionClosed or the registry's
+// error otherwise.
+func (s *Session) whileOpen(f func(r *Registry) error) error {
+	r := s.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.checkWrite(); err != nil {
 		return err
 	}
 	if s.pub.closed {
 		return fmt.Errorf("%w: %s", ErrSessionClosed, s.pub.id)
 	}
-	return nil
+	return f(r)
 }
 
 func (s *Session) end() { s.once.Do(func() { close(s.done) }) }
