@@ -3,7 +3,9 @@ module github.com/muster-io/muster
 go 1.25.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/dgraph-io/badger/v4 v4.9.6
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/hashicorp/memberlist v0.7.0
 	github.com/jonboulle/clockwork v0.5.0
 	github.com/lni/dragonboat/v4 v4.0.0-20250723143628-076c7f6497dc
@@ -12,6 +14,7 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/DataDog/zstd v1.5.2 // indirect
 	github.com/HdrHistogram/hdrhistogram-go v1.1.2 // indirect
 	github.com/VictoriaMetrics/metrics v1.18.1 // indirect

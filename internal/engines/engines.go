@@ -5,7 +5,9 @@
 package engines
 
 import (
+	_ "github.com/anishathalye/porcupine"
 	_ "github.com/dgraph-io/badger/v4"
+	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/hashicorp/memberlist"
 	_ "github.com/lni/dragonboat/v4"
 	_ "github.com/vmihailenco/msgpack/v5"
