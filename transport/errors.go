@@ -8,6 +8,23 @@ var (
 	ErrUnreachable = errors.New("transport: peer unreachable")
 	ErrNoHandler   = errors.New("transport: no handler for message kind")
 	ErrTooLarge    = errors.New("transport: message too large")
+
+	// ErrInvalidConfig wraps every configuration error; the message names
+	// the field and the rule.
+	ErrInvalidConfig = errors.New("transport: invalid config")
+	// ErrNodeExists is returned by [MemNetwork.Node] for an ID whose
+	// transport is still open.
+	ErrNodeExists = errors.New("transport: node already exists")
+	// ErrNotPending is returned by the manual-delivery methods of
+	// [MemNetwork] for an envelope ID that is not queued.
+	ErrNotPending = errors.New("transport: no pending message with that id")
+	// ErrHandshake wraps every reason a TCP peer was refused during the
+	// handshake (wrong or missing secret, wrong node, bad hello).
+	ErrHandshake = errors.New("transport: handshake failed")
+	// ErrMalformed wraps every reason a received frame was rejected.
+	ErrMalformed = errors.New("transport: malformed frame")
+	// ErrNotStarted is returned by calls on a TCP transport before Start.
+	ErrNotStarted = errors.New("transport: not started")
 )
 
 // RemoteError is an error a peer's handler returned.
