@@ -416,8 +416,8 @@ func TestHeapStaysBounded(t *testing.T) {
 	})
 }
 
-// model is the naive reference for Leases: it scans every lease.
-type model struct {
+// naiveModel is the naive reference for Leases: it scans every lease.
+type naiveModel struct {
 	leases map[string]*modelLease
 }
 
@@ -435,7 +435,7 @@ func (m *modelLease) threshold() (int64, Event) {
 	return addSat(m.last, int64(m.to.Expire)), EventExpired
 }
 
-func (m *model) put(id string, now int64, to Timeouts) error {
+func (m *naiveModel) put(id string, now int64, to Timeouts) error {
 	if err := to.Validate(); err != nil {
 		return err
 	}
@@ -443,7 +443,7 @@ func (m *model) put(id string, now int64, to Timeouts) error {
 	return nil
 }
 
-func (m *model) touch(id string, now int64) (found, revived bool) {
+func (m *naiveModel) touch(id string, now int64) (found, revived bool) {
 	ls := m.leases[id]
 	if ls == nil {
 		return false, false
@@ -456,7 +456,7 @@ func (m *model) touch(id string, now int64) (found, revived bool) {
 
 // expire returns, for every id with a transition at or before now, the event and the time of
 // its threshold.
-func (m *model) expire(now int64) map[string]modelEvent {
+func (m *naiveModel) expire(now int64) map[string]modelEvent {
 	evs := map[string]modelEvent{}
 	for id, ls := range m.leases {
 		if exp := addSat(ls.last, int64(ls.to.Expire)); exp <= now {
@@ -473,7 +473,7 @@ func (m *model) expire(now int64) map[string]modelEvent {
 }
 
 // next returns the earliest transition.
-func (m *model) next() (int64, bool) {
+func (m *naiveModel) next() (int64, bool) {
 	earliest, ok := int64(math.MaxInt64), false
 	for _, ls := range m.leases {
 		at, _ := ls.threshold()
@@ -522,7 +522,7 @@ func checkOps(t *testing.T, data []byte) { checkOpsWith(t, data, opsConfig{ids: 
 func checkOpsWith(t *testing.T, data []byte, cfg opsConfig) {
 	var (
 		l   = Leases[string]{hash: cfg.hash}
-		m   = model{leases: map[string]*modelLease{}}
+		m   = naiveModel{leases: map[string]*modelLease{}}
 		r   = byteReader(data)
 		now = t0.UnixNano()
 	)
@@ -578,7 +578,7 @@ func checkOpsWith(t *testing.T, data []byte, cfg opsConfig) {
 	}
 }
 
-func checkExpire(t *testing.T, op int, l *Leases[string], m *model, now int64) {
+func checkExpire(t *testing.T, op int, l *Leases[string], m *naiveModel, now int64) {
 	t.Helper()
 	want := m.expire(now)
 	var got []fired
@@ -600,7 +600,7 @@ func checkExpire(t *testing.T, op int, l *Leases[string], m *model, now int64) {
 }
 
 // checkState compares Len and Next with the model and checks the invariants of l.
-func checkState(t *testing.T, op int, l *Leases[string], m *model) {
+func checkState(t *testing.T, op int, l *Leases[string], m *naiveModel) {
 	t.Helper()
 	if l.Len() != len(m.leases) {
 		t.Fatalf("op %d: Len = %d, model says %d", op, l.Len(), len(m.leases))
