@@ -1,0 +1,158 @@
+package raftstore
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/muster-io/muster/model"
+)
+
+// Writes on any node are visible on all, through the store and through the
+// Listener; losing the leader elects a new one and writes go on; the old
+// leader restarted from its directory catches up; a new replica joins by a
+// streamed snapshot.
+func TestClusterFailoverRestartJoin(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *Config) {
+		cfg.SnapshotEntries = 20
+		cfg.CompactionOverhead = 5
+	})
+	ctx := context.Background()
+	// Writes through every node.
+	for id, n := range c.nodes {
+		for p := range 10 {
+			mustPropose(t, n, Command{Op: OpPutInstance, Instance: persistent("svc", "10.0.0.1", int(id)*100+p+1)})
+		}
+	}
+	mustPropose(t, c.nodes[1], Command{Op: OpCreateService, Service: model.Service{Key: svcKey("svc"), ProtectThreshold: 0.5}})
+	w := 1.5
+	mustPropose(t, c.nodes[2], Command{Op: OpPatchInstance, Patch: model.InstancePatch{Key: persistent("svc", "10.0.0.1", 101).Key(), Weight: &w}})
+	st := c.converged(1)
+	if len(st.Instances) != 30 || len(st.Services) != 1 || len(st.Patches) != 1 {
+		t.Fatalf("state: %d instances, %d services, %d patches", len(st.Instances), len(st.Services), len(st.Patches))
+	}
+
+	// Stop the leader: a new one is elected and writes continue.
+	old := c.waitLeader()
+	c.stop(old)
+	leader := c.waitLeader()
+	if leader == old {
+		t.Fatalf("leader still %d", old)
+	}
+	for p := range 40 { // more than SnapshotEntries: the log gets compacted
+		mustPropose(t, c.any(), Command{Op: OpPutInstance, Instance: persistent("svc", "10.0.0.2", p+1)})
+	}
+
+	// Restart the old leader from its directory: it catches up.
+	c.start(old)
+	st = c.converged(leader)
+	if len(st.Instances) != 70 {
+		t.Fatalf("after restart: %d instances", len(st.Instances))
+	}
+	if c.lis[old].resets == 0 {
+		t.Fatal("restarted node's listener got no Reset")
+	}
+
+	// A new replica joins: with the log compacted it needs a snapshot.
+	for p := range 30 {
+		mustPropose(t, c.any(), Command{Op: OpDeleteInstance, Key: persistent("svc", "10.0.0.2", p+1).Key()})
+	}
+	n4 := c.join(4, func(cfg *Config) { cfg.SnapshotEntries = 20; cfg.CompactionOverhead = 5 })
+	st = c.converged(leader)
+	if len(st.Instances) != 40 {
+		t.Fatalf("after join: %d instances", len(st.Instances))
+	}
+	if err := n4.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c.lis[4].resets < 2 { // Open of an empty store, then the snapshot
+		t.Fatalf("joined node's listener: %d resets, want a snapshot recovery", c.lis[4].resets)
+	}
+	info := n4.Info()
+	if len(info.Members) != 4 || !info.HasLeader || info.Applied == 0 {
+		t.Fatalf("info: %+v", info)
+	}
+
+	// Remove it again.
+	if err := c.nodes[leader].RemoveReplica(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	c.eventually(5*time.Second, "membership of 3", func() bool { return len(c.nodes[leader].Info().Members) == 3 })
+	c.stop(4)
+}
+
+// A whole cluster stopped and restarted from disk loses nothing committed,
+// and every Listener gets the state through Reset.
+func TestClusterRestartFromDisk(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	for p := range 25 {
+		mustPropose(t, c.any(), Command{Op: OpPutInstance, Instance: persistent("a", "10.0.0.3", p+1)})
+	}
+	mustPropose(t, c.any(), Command{Op: OpSetHealth, Key: persistent("a", "10.0.0.3", 1).Key(), Healthy: false})
+	mustPropose(t, c.any(), Command{Op: OpUpdateService, Upsert: true, Service: model.Service{Key: svcKey("a")}})
+	want := c.converged(1)
+	for id := range c.cfgs {
+		c.stop(id)
+	}
+	for id := range c.cfgs {
+		c.start(id)
+	}
+	c.waitLeader()
+	for id, l := range c.lis {
+		if l.resets != 1 {
+			t.Fatalf("node %d: %d resets", id, l.resets)
+		}
+		if got := l.state(); !sameData(got, want) {
+			t.Fatalf("node %d listener after restart:\n%+v\nwant\n%+v", id, got, want)
+		}
+	}
+	got := c.converged(1)
+	if !sameData(got, want) {
+		t.Fatalf("after restart:\n%+v\nwant\n%+v", got, want)
+	}
+	i, ok, err := c.any().GetInstance(context.Background(), persistent("a", "10.0.0.3", 1).Key(), ReadOptions{Linearizable: true})
+	if err != nil || !ok || i.Healthy {
+		t.Fatalf("instance after restart: %+v %v %v", i, ok, err)
+	}
+}
+
+// Without a quorum, writes fail with ErrNoLeader within the bounded wait and
+// local reads still answer.
+func TestNoQuorum(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *Config) {
+		cfg.ProposeTimeout = 500 * time.Millisecond
+		cfg.ReadTimeout = 500 * time.Millisecond
+	})
+	inst := persistent("q", "10.0.0.4", 80)
+	mustPropose(t, c.nodes[1], Command{Op: OpPutInstance, Instance: inst})
+	c.converged(1)
+	c.stop(2)
+	c.stop(3)
+	n := c.nodes[1]
+	ctx := context.Background()
+	start := time.Now()
+	_, err := n.Propose(ctx, Command{Op: OpDeleteInstance, Key: inst.Key()})
+	if !errors.Is(err, ErrNoLeader) {
+		t.Fatalf("propose without quorum: %v", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("bounded wait took %v", el)
+	}
+	if err := n.Barrier(ctx); !errors.Is(err, ErrNoLeader) {
+		t.Fatalf("barrier without quorum: %v", err)
+	}
+	got, ok, err := n.GetInstance(ctx, inst.Key(), ReadOptions{})
+	if err != nil || !ok || got.Port != 80 {
+		t.Fatalf("local read without quorum: %+v %v %v", got, ok, err)
+	}
+	if _, err := n.Instances(ctx, inst.Service, ReadOptions{Linearizable: true}); !errors.Is(err, ErrNoLeader) {
+		t.Fatalf("linearizable read without quorum: %v", err)
+	}
+	// The caller's own deadline wins over the bounded wait.
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := n.Propose(short, Command{Op: OpDeleteInstance, Key: inst.Key()}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("propose with short ctx: %v", err)
+	}
+}

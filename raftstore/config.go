@@ -1,0 +1,142 @@
+package raftstore
+
+import (
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/muster-io/muster/model"
+)
+
+// Config configures a Node. Start from DefaultConfig.
+type Config struct {
+	// ReplicaID is this replica's ID in the shard, ≥ 1. A removed ID can
+	// never be reused.
+	ReplicaID uint64
+	// ShardID is the Raft shard (default 1).
+	ShardID uint64
+	// DeploymentID separates clusters sharing addresses (default 1).
+	DeploymentID uint64
+	// RaftAddress is the host:port Dragonboat listens on. It is frozen into
+	// Dir: a restart must use the same address.
+	RaftAddress string
+	// Dir holds Dragonboat's data (Dir/raft) and Badger's (Dir/badger). A
+	// restart reuses it; two nodes never share it.
+	Dir string
+	// InitialMembers (replica ID → RaftAddress) bootstraps a new shard; the
+	// same map on every initial member. Ignored on restart (Dir holds the
+	// membership). Empty with Join to join an existing shard, after a
+	// member called AddReplica for this node.
+	InitialMembers map[uint64]string
+	// Join starts this replica as a new member of a running shard.
+	Join bool
+	// RTTMillisecond is Dragonboat's tick (default 50; tests use 5–10).
+	// ElectionRTT and HeartbeatRTT count ticks (defaults 10 and 1).
+	RTTMillisecond uint64
+	ElectionRTT    uint64
+	HeartbeatRTT   uint64
+	// SnapshotEntries: a (metadata-only, for the on-disk state machine)
+	// snapshot every N applied entries, which lets the log be compacted
+	// and lagging or joining replicas catch up by a streamed snapshot
+	// (default 10000; 0 disables). CompactionOverhead entries are kept
+	// behind a snapshot (default 5000).
+	SnapshotEntries    uint64
+	CompactionOverhead uint64
+	// ProposeTimeout bounds how long Propose waits for its command to be
+	// committed, retrying while there is no leader; then ErrNoLeader
+	// (default 3 s).
+	ProposeTimeout time.Duration
+	// ReadTimeout bounds Barrier (and linearizable reads) the same way
+	// (default 3 s).
+	ReadTimeout time.Duration
+	// MaxBatch caps the commands packed into one Raft entry by the proposal
+	// batcher (default 256; 1 disables batching).
+	MaxBatch int
+	// Listener receives the change feed (nil ignores it). See Listener for
+	// its concurrency contract.
+	Listener Listener
+	// Logger receives the node's logs and Badger's (nil discards).
+	// Dragonboat's own logs are discarded: see doc.go.
+	Logger *slog.Logger
+	// Limits are the validation limits of commands.
+	Limits model.Limits
+	// Clock paces retries (nil is the real clock). Dragonboat itself runs
+	// on real time.
+	Clock clockwork.Clock
+}
+
+// DefaultConfig returns the defaults; set ReplicaID, RaftAddress, Dir and
+// InitialMembers (or Join).
+func DefaultConfig() Config {
+	return Config{
+		ShardID:            1,
+		DeploymentID:       1,
+		RTTMillisecond:     50,
+		ElectionRTT:        10,
+		HeartbeatRTT:       1,
+		SnapshotEntries:    10000,
+		CompactionOverhead: 5000,
+		ProposeTimeout:     3 * time.Second,
+		ReadTimeout:        3 * time.Second,
+		MaxBatch:           maxBatchCommands,
+	}
+}
+
+func invalidConfig(field, rule string) error {
+	return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, rule)
+}
+
+// Validate checks c; errors name the field and the rule and match
+// ErrInvalidConfig.
+func (c *Config) Validate() error {
+	switch {
+	case c.ReplicaID == 0:
+		return invalidConfig("ReplicaID", "must be ≥ 1")
+	case c.ShardID == 0:
+		return invalidConfig("ShardID", "must be ≥ 1")
+	case c.Dir == "":
+		return invalidConfig("Dir", "must be set")
+	case c.RTTMillisecond == 0:
+		return invalidConfig("RTTMillisecond", "must be ≥ 1")
+	case c.HeartbeatRTT == 0:
+		return invalidConfig("HeartbeatRTT", "must be ≥ 1")
+	case c.ElectionRTT <= 2*c.HeartbeatRTT:
+		return invalidConfig("ElectionRTT", "must be more than 2 × HeartbeatRTT")
+	case c.ProposeTimeout < 2*c.rtt():
+		return invalidConfig("ProposeTimeout", "must be at least 2 × RTTMillisecond")
+	case c.ReadTimeout < 2*c.rtt():
+		return invalidConfig("ReadTimeout", "must be at least 2 × RTTMillisecond")
+	case c.MaxBatch < 1 || c.MaxBatch > maxBatchCommands:
+		return invalidConfig("MaxBatch", fmt.Sprintf("must be 1–%d", maxBatchCommands))
+	case c.Join && len(c.InitialMembers) > 0:
+		return invalidConfig("InitialMembers", "must be empty with Join")
+	}
+	if _, port, err := net.SplitHostPort(c.RaftAddress); err != nil || port == "" {
+		return invalidConfig("RaftAddress", "must be host:port")
+	}
+	if len(c.InitialMembers) > 0 {
+		if c.InitialMembers[c.ReplicaID] != c.RaftAddress {
+			return invalidConfig("InitialMembers", "must map ReplicaID to RaftAddress")
+		}
+		for id, addr := range c.InitialMembers {
+			if id == 0 {
+				return invalidConfig("InitialMembers", "IDs must be ≥ 1")
+			}
+			if _, _, err := net.SplitHostPort(addr); err != nil {
+				return invalidConfig("InitialMembers", "addresses must be host:port")
+			}
+		}
+	}
+	return nil
+}
+
+func (c *Config) rtt() time.Duration { return time.Duration(c.RTTMillisecond) * time.Millisecond }
+
+// clone returns a copy of c that shares no map with it.
+func (c Config) clone() Config {
+	c.InitialMembers = maps.Clone(c.InitialMembers)
+	return c
+}

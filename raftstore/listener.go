@@ -1,0 +1,65 @@
+package raftstore
+
+import "github.com/muster-io/muster/model"
+
+// Listener receives the state machine's change feed on every replica.
+//
+// Concurrency contract: calls come from the state machine's apply goroutine
+// (Dragonboat's), one at a time and in log order. They must return quickly:
+// the shard applies nothing while a call runs. They must not call Node's
+// write methods (Propose, Barrier, AddReplica, …), which would wait for the
+// apply goroutine the call is blocking; reading Node's local state is fine.
+// The values passed are the listener's to keep; nothing else holds them.
+type Listener interface {
+	// Reset says that the state machine (re)loaded its state: on Open of
+	// existing (or empty) data, and after recovering from a snapshot. st is
+	// a complete copy; the listener replaces whatever it holds with it.
+	Reset(st State)
+	// Applied delivers committed commands in log order with their outcome
+	// (Rejected is nil when the command took effect). One Raft entry may
+	// carry several commands (a batch): they share an Index and follow one
+	// another in the slice. Every change up to the last one's Index is
+	// durable in Badger's write-ahead log when Applied is called.
+	Applied(changes []Change)
+}
+
+// State is a complete copy of the CP data.
+type State struct {
+	Services  []model.Service       // sorted by key
+	Instances []model.Instance      // persistent instances, sorted by key
+	Patches   []model.InstancePatch // sorted by key
+	Index     uint64                // the last applied Raft index
+}
+
+// Change is one applied command.
+type Change struct {
+	Index uint64 // Raft index of the entry that carried the command
+	// Cmd is the command as applied: default names filled in; for
+	// PutInstance the stored instance (a re-put keeps the stored health),
+	// for PatchInstance the stored patch (merged with the previous one).
+	Cmd      Command
+	Rejected error // nil if applied; else wraps one of the rejection errors
+}
+
+// Result is the outcome of Propose.
+type Result struct {
+	Index    uint64 // Raft index of the entry that carried the command
+	Rejected error  // nil if applied; else wraps one of the rejection errors
+}
+
+// ReadOptions choose how a read is served.
+type ReadOptions struct {
+	// Linearizable makes the read wait for Barrier first: it then sees
+	// every write committed before it began. Otherwise it reads the local
+	// replica, which may lag the leader.
+	Linearizable bool
+}
+
+// NopListener ignores the change feed.
+type NopListener struct{}
+
+// Reset does nothing.
+func (NopListener) Reset(State) {}
+
+// Applied does nothing.
+func (NopListener) Applied([]Change) {}

@@ -1,0 +1,514 @@
+package raftstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
+	"github.com/jonboulle/clockwork"
+	"github.com/lni/dragonboat/v4"
+	"github.com/lni/dragonboat/v4/config"
+	sm "github.com/lni/dragonboat/v4/statemachine"
+	"github.com/muster-io/muster/model"
+)
+
+// Node is one replica of the CP store: a Dragonboat NodeHost running one
+// shard whose state machine lives in Badger. All methods are safe for
+// concurrent use.
+type Node struct {
+	cfg   Config
+	log   *slog.Logger
+	clock clockwork.Clock
+
+	mu      sync.Mutex // guards started, closed
+	started bool
+	closed  bool
+
+	// Set by Start, read-only afterwards.
+	nh     *dragonboat.NodeHost
+	sm     *stateMachine
+	queue  chan *proposal
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{} // closed by Close
+	wg     sync.WaitGroup
+
+	dbMu sync.RWMutex // guards db against Close
+	db   *badger.DB
+}
+
+// Info describes the node as it knows the shard.
+type Info struct {
+	ReplicaID uint64
+	ShardID   uint64
+	LeaderID  uint64 // 0 when no leader is known
+	Term      uint64
+	HasLeader bool
+	IsLeader  bool
+	Applied   uint64            // last index applied to the local state machine
+	Members   map[uint64]string // voting members: replica ID → RaftAddress
+}
+
+// New validates and copies cfg. It starts nothing.
+func New(cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.clone()
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("replica", cfg.ReplicaID, "shard", cfg.ShardID)
+	clock := cfg.Clock
+	if clock == nil {
+		clock = clockwork.NewRealClock()
+	}
+	return &Node{cfg: cfg, log: log, clock: clock, done: make(chan struct{})}, nil
+}
+
+// badgerOptions is the small-machine profile: small memtables, no block
+// cache, small value-log files.
+func badgerOptions(dir string, log *slog.Logger) badger.Options {
+	return badger.DefaultOptions(dir).
+		WithLogger(badgerLogger{log}).
+		WithMemTableSize(8 << 20).
+		WithNumMemtables(2).
+		WithNumLevelZeroTables(2).
+		WithNumLevelZeroTablesStall(4).
+		WithValueLogFileSize(16 << 20).
+		WithBlockCacheSize(0).
+		WithCompression(options.None).
+		WithIndexCacheSize(0).
+		WithNumCompactors(2).
+		WithNumGoroutines(2).
+		WithMetricsEnabled(false).
+		WithDetectConflicts(false).
+		WithSyncWrites(false) // Sync() calls db.Sync(); the Raft log is fsynced by Dragonboat
+}
+
+// nodeHostConfig sizes Dragonboat for a small machine. Engine and LogDB
+// shard counts are hard settings frozen into the data directory: never
+// change them.
+func (n *Node) nodeHostConfig() config.NodeHostConfig {
+	logdb := config.GetTinyMemLogDBConfig()
+	logdb.Shards = 1
+	return config.NodeHostConfig{
+		DeploymentID:   n.cfg.DeploymentID,
+		NodeHostDir:    filepath.Join(n.cfg.Dir, "raft"),
+		RTTMillisecond: n.cfg.RTTMillisecond,
+		RaftAddress:    n.cfg.RaftAddress,
+		Expert: config.ExpertConfig{
+			LogDB:  logdb,
+			Engine: config.EngineConfig{ExecShards: 2, CommitShards: 2, ApplyShards: 2, SnapshotShards: 2, CloseShards: 2},
+		},
+	}
+}
+
+func (n *Node) replicaConfig() config.Config {
+	return config.Config{
+		ReplicaID:          n.cfg.ReplicaID,
+		ShardID:            n.cfg.ShardID,
+		CheckQuorum:        true,
+		PreVote:            true,
+		ElectionRTT:        n.cfg.ElectionRTT,
+		HeartbeatRTT:       n.cfg.HeartbeatRTT,
+		SnapshotEntries:    n.cfg.SnapshotEntries,
+		CompactionOverhead: n.cfg.CompactionOverhead,
+	}
+}
+
+// Start opens Badger, starts the NodeHost and the replica (new shard,
+// restart from Dir, or join) and the proposal batcher. It does not wait for
+// a leader: see WaitReady. A failed Start undoes what it started.
+func (n *Node) Start(ctx context.Context) (err error) {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return ErrClosed
+	}
+	if n.started {
+		return errors.New("raftstore: already started")
+	}
+	setDragonboatLogger()
+	if err := os.MkdirAll(n.cfg.Dir, 0o755); err != nil {
+		return fmt.Errorf("raftstore: %w", err)
+	}
+	db, err := badger.Open(badgerOptions(filepath.Join(n.cfg.Dir, "badger"), n.log))
+	if err != nil {
+		return fmt.Errorf("raftstore: open badger: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = db.Close()
+		}
+	}()
+	nh, err := dragonboat.NewNodeHost(n.nodeHostConfig())
+	if err != nil {
+		return fmt.Errorf("raftstore: start nodehost: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			nh.Close()
+		}
+	}()
+	n.sm = newStateMachine(db, n.cfg.Listener, n.log)
+	members := map[uint64]dragonboat.Target{}
+	join := n.cfg.Join
+	if nh.HasNodeInfo(n.cfg.ShardID, n.cfg.ReplicaID) {
+		members, join = nil, false // restart: Dir holds the membership
+	} else {
+		for id, addr := range n.cfg.InitialMembers {
+			members[id] = addr
+		}
+		if !join && len(members) == 0 {
+			return invalidConfig("InitialMembers", "must be set to bootstrap a new shard (or set Join)")
+		}
+	}
+	create := func(shardID, replicaID uint64) sm.IOnDiskStateMachine { return n.sm }
+	if err := nh.StartOnDiskReplica(members, join, create, n.replicaConfig()); err != nil {
+		return fmt.Errorf("raftstore: start replica: %w", err)
+	}
+	n.nh, n.db = nh, db
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.queue = make(chan *proposal, 4*maxBatchCommands)
+	workers := proposeWorkers
+	if n.cfg.MaxBatch == 1 {
+		workers = 1
+	}
+	for range workers {
+		n.goFunc(n.batchLoop)
+	}
+	n.started = true
+	n.log.Info("raftstore: started", "addr", n.cfg.RaftAddress, "join", join, "restart", members == nil)
+	return nil
+}
+
+func (n *Node) goFunc(f func()) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		f()
+	}()
+}
+
+// Close stops the node: refuses new work (ErrClosed), stops the batcher,
+// closes the NodeHost, then Badger. It is idempotent and waits.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	started := n.started
+	n.mu.Unlock()
+	close(n.done)
+	if !started {
+		return nil
+	}
+	n.cancel()
+	n.wg.Wait()
+	n.nh.Close()
+	n.dbMu.Lock()
+	defer n.dbMu.Unlock()
+	err := n.db.Close()
+	n.db = nil
+	return err
+}
+
+func (n *Node) running() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch {
+	case n.closed:
+		return ErrClosed
+	case !n.started:
+		return ErrNotStarted
+	}
+	return nil
+}
+
+// retryable reports whether a Dragonboat error may go away by itself
+// (no leader yet, busy, timed out, dropped).
+func retryable(err error) bool {
+	return dragonboat.IsTempError(err) || errors.Is(err, dragonboat.ErrShardNotReady) ||
+		errors.Is(err, dragonboat.ErrTimeout) || errors.Is(err, dragonboat.ErrSystemBusy) ||
+		errors.Is(err, dragonboat.ErrTimeoutTooSmall)
+}
+
+// attemptTimeout is the timeout of one Dragonboat attempt: two election
+// timeouts, so that a proposal sent to a leader that just died is retried
+// once a new one is elected.
+func (n *Node) attemptTimeout() time.Duration {
+	return 2 * time.Duration(n.cfg.ElectionRTT) * n.cfg.rtt()
+}
+
+// backoff waits one tick before a retry; false if ctx ended.
+func (n *Node) backoff(ctx context.Context) bool {
+	t := n.clock.NewTimer(n.cfg.rtt())
+	defer t.Stop()
+	select {
+	case <-t.Chan():
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Barrier returns once this replica has applied every write committed
+// before the call (a linearizable read point: ReadIndex, then the local
+// apply reaches it; the Listener has then seen those writes too). Without a
+// leader it fails with ErrNoLeader after ReadTimeout.
+func (n *Node) Barrier(ctx context.Context) error {
+	if err := n.running(); err != nil {
+		return err
+	}
+	// Dragonboat is a real-time engine: the bounded wait uses real time.
+	bctx, cancel := context.WithTimeout(ctx, n.cfg.ReadTimeout)
+	defer cancel()
+	var last error
+	for {
+		err := n.readIndex(bctx)
+		if err == nil {
+			return nil
+		}
+		if !retryable(err) {
+			return err
+		}
+		last = err
+		if !n.backoff(bctx) {
+			return n.boundedErr(ctx, last)
+		}
+	}
+}
+
+func (n *Node) readIndex(ctx context.Context) error {
+	timeout := n.attemptTimeout()
+	if dl, ok := ctx.Deadline(); ok {
+		if rem := time.Until(dl); rem < timeout { // real time: Dragonboat's own
+			timeout = rem
+		}
+	}
+	if timeout < n.cfg.rtt() {
+		return dragonboat.ErrTimeout
+	}
+	rs, err := n.nh.ReadIndex(n.cfg.ShardID, timeout)
+	if err != nil {
+		return err
+	}
+	defer rs.Release()
+	select {
+	case r := <-rs.ResultC():
+		switch {
+		case r.Completed():
+			return nil
+		case r.Terminated():
+			return ErrClosed
+		default: // timeout, dropped
+			return dragonboat.ErrTimeout
+		}
+	case <-n.done:
+		return ErrClosed
+	case <-ctx.Done():
+		return dragonboat.ErrTimeout
+	}
+}
+
+// boundedErr is the error after a bounded wait ended: the caller's own
+// context error if it ended, ErrClosed if the node closed, else ErrNoLeader.
+func (n *Node) boundedErr(ctx context.Context, last error) error {
+	select {
+	case <-n.done:
+		return ErrClosed
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrNoLeader, last)
+}
+
+// WaitReady returns once this node has applied what was committed when it
+// was called (a Barrier that is retried until ctx ends).
+func (n *Node) WaitReady(ctx context.Context) error {
+	for {
+		err := n.Barrier(ctx)
+		if err == nil || !errors.Is(err, ErrNoLeader) {
+			return err
+		}
+	}
+}
+
+// Leader returns the leader's replica ID, if one is known.
+func (n *Node) Leader() (replicaID uint64, ok bool) {
+	if n.running() != nil {
+		return 0, false
+	}
+	id, _, valid, err := n.nh.GetLeaderID(n.cfg.ShardID)
+	if err != nil || !valid || id == 0 {
+		return 0, false
+	}
+	return id, true
+}
+
+// Info reports the node's view of the shard.
+func (n *Node) Info() Info {
+	info := Info{ReplicaID: n.cfg.ReplicaID, ShardID: n.cfg.ShardID}
+	if n.running() != nil {
+		return info
+	}
+	info.Applied = n.sm.applied.Load()
+	nhi := n.nh.GetNodeHostInfo(dragonboat.NodeHostInfoOption{SkipLogInfo: true})
+	for _, si := range nhi.ShardInfoList {
+		if si.ShardID != n.cfg.ShardID {
+			continue
+		}
+		info.LeaderID, info.Term = si.LeaderID, si.Term
+		info.HasLeader = si.LeaderID != 0
+		info.IsLeader = si.LeaderID == n.cfg.ReplicaID
+		info.Members = make(map[uint64]string, len(si.Replicas))
+		for id, addr := range si.Replicas {
+			info.Members[id] = addr
+		}
+	}
+	return info
+}
+
+// AddReplica adds replica id at addr as a voting member. Start the new
+// node with Join afterwards.
+func (n *Node) AddReplica(ctx context.Context, id uint64, addr string) error {
+	return n.configChange(ctx, func(cctx context.Context) error {
+		return n.nh.SyncRequestAddReplica(cctx, n.cfg.ShardID, id, addr, 0)
+	})
+}
+
+// RemoveReplica removes replica id from the shard. Its ID can never be
+// reused.
+func (n *Node) RemoveReplica(ctx context.Context, id uint64) error {
+	return n.configChange(ctx, func(cctx context.Context) error {
+		return n.nh.SyncRequestDeleteReplica(cctx, n.cfg.ShardID, id, 0)
+	})
+}
+
+func (n *Node) configChange(ctx context.Context, f func(context.Context) error) error {
+	if err := n.running(); err != nil {
+		return err
+	}
+	bctx, cancel := context.WithTimeout(ctx, n.cfg.ProposeTimeout)
+	defer cancel()
+	var last error
+	for {
+		actx, acancel := context.WithTimeout(bctx, n.attemptTimeout())
+		err := f(actx)
+		acancel()
+		if err == nil {
+			return nil
+		}
+		if !retryable(err) && !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("raftstore: membership change: %w", err)
+		}
+		last = err
+		if !n.backoff(bctx) {
+			return n.boundedErr(ctx, last)
+		}
+	}
+}
+
+// view runs f in a read-only Badger transaction, after a Barrier when opts
+// ask for a linearizable read.
+func (n *Node) view(ctx context.Context, opts ReadOptions, f func(*badger.Txn) error) error {
+	if err := n.running(); err != nil {
+		return err
+	}
+	if opts.Linearizable {
+		if err := n.Barrier(ctx); err != nil {
+			return err
+		}
+	}
+	n.dbMu.RLock()
+	defer n.dbMu.RUnlock()
+	if n.db == nil {
+		return ErrClosed
+	}
+	return n.db.View(f)
+}
+
+// GetService returns the stored definition of service key.
+func (n *Node) GetService(ctx context.Context, key model.ServiceKey, opts ReadOptions) (model.Service, bool, error) {
+	var s model.Service
+	var ok bool
+	err := n.view(ctx, opts, func(txn *badger.Txn) error {
+		var e error
+		ok, e = getValue(txn, serviceKey(key.WithDefaults()), &s)
+		return e
+	})
+	if err != nil || !ok {
+		return model.Service{}, false, err
+	}
+	return s, true, nil
+}
+
+// GetInstance returns the persistent instance with key.
+func (n *Node) GetInstance(ctx context.Context, key model.InstanceKey, opts ReadOptions) (model.Instance, bool, error) {
+	var inst model.Instance
+	var ok bool
+	err := n.view(ctx, opts, func(txn *badger.Txn) error {
+		var e error
+		ok, e = getValue(txn, instKey(kindInstance, key.WithDefaults()), &inst)
+		return e
+	})
+	if err != nil || !ok {
+		return model.Instance{}, false, err
+	}
+	return inst, true, nil
+}
+
+// GetPatch returns the instance patch stored for key.
+func (n *Node) GetPatch(ctx context.Context, key model.InstanceKey, opts ReadOptions) (model.InstancePatch, bool, error) {
+	var p model.InstancePatch
+	var ok bool
+	err := n.view(ctx, opts, func(txn *badger.Txn) error {
+		var e error
+		ok, e = getValue(txn, instKey(kindPatch, key.WithDefaults()), &p)
+		return e
+	})
+	if err != nil || !ok {
+		return model.InstancePatch{}, false, err
+	}
+	return p, true, nil
+}
+
+// Instances returns the persistent instances of service svc, sorted by key.
+func (n *Node) Instances(ctx context.Context, svc model.ServiceKey, opts ReadOptions) ([]model.Instance, error) {
+	var out []model.Instance
+	err := n.view(ctx, opts, func(txn *badger.Txn) error {
+		return scan(txn, instancePrefix(svc.WithDefaults()), func(i model.Instance) { out = append(out, i) })
+	})
+	if err != nil {
+		return nil, err
+	}
+	model.SortInstances(out)
+	return out, nil
+}
+
+// State returns a complete copy of the local state.
+func (n *Node) State(ctx context.Context, opts ReadOptions) (State, error) {
+	var st State
+	err := n.view(ctx, opts, func(txn *badger.Txn) error {
+		var e error
+		st, e = loadState(txn)
+		return e
+	})
+	return st, err
+}

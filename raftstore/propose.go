@@ -1,0 +1,156 @@
+package raftstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/lni/dragonboat/v4"
+)
+
+// proposeWorkers is the number of batches in flight at once. While they
+// wait for their entries to commit, new commands queue up and go out as
+// the next batches: group commit.
+const proposeWorkers = 4
+
+type proposal struct {
+	cmd  Command // normalized
+	enc  []byte
+	done chan proposalResult // buffered: the worker never blocks on it
+}
+
+type proposalResult struct {
+	res Result
+	err error
+}
+
+// Propose validates cmd, commits it through Raft and returns its outcome
+// once the local replica has applied it. Result.Rejected is set when the
+// state rules refused the command (identically on every replica); the error
+// is for everything else: *model.ValidationError, ErrNoLeader after
+// ProposeTimeout without a leader or quorum, ErrClosed, or ctx's error.
+//
+// Concurrent calls are packed into one Raft entry (group commit). Temporary
+// Dragonboat errors are retried within ProposeTimeout; a retry after a
+// timed-out attempt may apply the command twice, which is harmless for
+// every op but CreateService and DeleteService (the second attempt then
+// reports ErrServiceExists or ErrServiceNotFound). When ctx ends first the
+// command may still be applied.
+func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
+	if err := n.running(); err != nil {
+		return Result{}, err
+	}
+	cmd.normalize()
+	if err := cmd.validateFields(n.cfg.Limits); err != nil {
+		return Result{}, err
+	}
+	enc, err := cmd.Marshal()
+	if err != nil {
+		return Result{}, err
+	}
+	if err := checkSize(len(enc)); err != nil {
+		return Result{}, err
+	}
+	p := &proposal{cmd: cmd, enc: enc, done: make(chan proposalResult, 1)}
+	select {
+	case n.queue <- p:
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	case <-n.done:
+		return Result{}, ErrClosed
+	}
+	select {
+	case r := <-p.done:
+		return r.res, r.err
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	case <-n.done:
+		return Result{}, ErrClosed
+	}
+}
+
+// batchLoop takes a waiting proposal, adds every other one already queued
+// (up to MaxBatch and maxEntryBytes), and proposes them as one entry.
+func (n *Node) batchLoop() {
+	var carry *proposal
+	batch := make([]*proposal, 0, n.cfg.MaxBatch)
+	encs := make([][]byte, 0, n.cfg.MaxBatch)
+	for {
+		batch = batch[:0]
+		if carry != nil {
+			batch = append(batch, carry)
+			carry = nil
+		} else {
+			select {
+			case p := <-n.queue:
+				batch = append(batch, p)
+			case <-n.ctx.Done():
+				return
+			}
+		}
+		size := len(batch[0].enc)
+	fill:
+		for len(batch) < n.cfg.MaxBatch {
+			select {
+			case p := <-n.queue:
+				if size+len(p.enc) > maxEntryBytes {
+					carry = p
+					break fill
+				}
+				size += len(p.enc)
+				batch = append(batch, p)
+			default:
+				break fill
+			}
+		}
+		encs = encs[:0]
+		for _, p := range batch {
+			encs = append(encs, p.enc)
+		}
+		index, codes, err := n.proposeEntry(encodeEntry(encs))
+		for i, p := range batch {
+			var r proposalResult
+			switch {
+			case err != nil:
+				r.err = err
+			case i < len(codes):
+				r.res = Result{Index: index, Rejected: rejection(codes[i], &p.cmd)}
+			default:
+				r.err = fmt.Errorf("%w: result of index %d has %d codes for %d commands", ErrCorrupt, index, len(codes), len(batch))
+			}
+			p.done <- r
+		}
+		clear(batch)
+	}
+}
+
+// proposeEntry commits one entry, retrying temporary errors within
+// ProposeTimeout, and returns its index and per-command result codes.
+func (n *Node) proposeEntry(entry []byte) (uint64, []byte, error) {
+	// Dragonboat is a real-time engine: the bounded wait uses real time.
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ProposeTimeout)
+	defer cancel()
+	session := n.nh.GetNoOPSession(n.cfg.ShardID)
+	var last error
+	for {
+		actx, acancel := context.WithTimeout(ctx, n.attemptTimeout())
+		res, err := n.nh.SyncPropose(actx, session, entry)
+		acancel()
+		if err == nil {
+			return res.Value, res.Data, nil
+		}
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			err = dragonboat.ErrTimeout
+		}
+		if !retryable(err) {
+			return 0, nil, fmt.Errorf("raftstore: propose: %w", err)
+		}
+		last = err
+		if n.ctx.Err() != nil {
+			return 0, nil, ErrClosed
+		}
+		if !n.backoff(ctx) {
+			return 0, nil, n.boundedErr(n.ctx, last)
+		}
+	}
+}

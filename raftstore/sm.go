@@ -1,0 +1,331 @@
+package raftstore
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/dgraph-io/badger/v4"
+	sm "github.com/lni/dragonboat/v4/statemachine"
+	"github.com/muster-io/muster/model"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Transaction budget of one Update chunk. Badger refuses a transaction
+// above 15 % of the memtable size (ErrTxnTooBig); Update commits a chunk
+// before it gets near that. One entry (at most maxEntryBytes of commands,
+// each writing one key) always fits in an empty chunk.
+const (
+	txnBudgetBytes = 640 << 10
+	txnBudgetCount = 4000
+)
+
+// stateMachine is the Dragonboat IOnDiskStateMachine. Its state lives in
+// Badger; the applied index is written in the same transaction as the data.
+// The Node owns the Badger handle: the state machine never closes it.
+type stateMachine struct {
+	db       *badger.DB
+	listener Listener
+	log      *slog.Logger
+	applied  atomic.Uint64
+	closed   atomic.Bool
+}
+
+var _ sm.IOnDiskStateMachine = (*stateMachine)(nil)
+
+func newStateMachine(db *badger.DB, l Listener, log *slog.Logger) *stateMachine {
+	if l == nil {
+		l = NopListener{}
+	}
+	return &stateMachine{db: db, listener: l, log: log}
+}
+
+// Open returns the applied index persisted with the data and hands the
+// loaded state to the listener.
+func (s *stateMachine) Open(stopc <-chan struct{}) (uint64, error) {
+	var st State
+	err := s.db.View(func(txn *badger.Txn) error {
+		var e error
+		st, e = loadState(txn)
+		return e
+	})
+	if err != nil {
+		return 0, err
+	}
+	s.applied.Store(st.Index)
+	s.listener.Reset(st)
+	return st.Index, nil
+}
+
+// Update applies a batch of entries: one Badger transaction (split into
+// chunks only when it gets large), the applied index written with the data.
+func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
+	w := &writer{txn: s.db.NewTransaction(true)}
+	defer func() { w.txn.Discard() }()
+	var last uint64
+	changes := make([]Change, 0, len(ents))
+	for i := range ents {
+		e := &ents[i]
+		if last != 0 && (w.bytes+2*len(e.Cmd) > txnBudgetBytes || w.count+maxBatchCommands > txnBudgetCount) {
+			if err := s.commit(w, last); err != nil {
+				return nil, err
+			}
+			w = &writer{txn: s.db.NewTransaction(true)}
+		}
+		cmds, err := decodeEntry(e.Cmd)
+		if err != nil {
+			// Never proposed by this package; every replica skips it alike.
+			s.log.Error("raftstore: skipping undecodable entry", "index", e.Index, "err", err)
+			e.Result = sm.Result{Value: e.Index}
+			last = e.Index
+			continue
+		}
+		codes := make([]byte, len(cmds))
+		for j := range cmds {
+			c := &cmds[j]
+			c.normalize()
+			code, err := w.apply(c)
+			if err != nil {
+				return nil, fmt.Errorf("raftstore: apply index %d: %w", e.Index, err)
+			}
+			codes[j] = code
+			changes = append(changes, Change{Index: e.Index, Cmd: *c, Rejected: rejection(code, c)})
+		}
+		e.Result = sm.Result{Value: e.Index, Data: codes}
+		last = e.Index
+	}
+	if last != 0 {
+		if err := s.commit(w, last); err != nil {
+			return nil, err
+		}
+	}
+	if len(changes) > 0 {
+		s.listener.Applied(changes)
+	}
+	return ents, nil
+}
+
+func (s *stateMachine) commit(w *writer, index uint64) error {
+	if err := w.txn.Set(appliedKey, encodeIndex(index)); err != nil {
+		return err
+	}
+	if err := w.txn.Commit(); err != nil {
+		return fmt.Errorf("raftstore: commit index %d: %w", index, err)
+	}
+	s.applied.Store(index)
+	return nil
+}
+
+// lookupApplied is the only query Lookup answers: the applied index.
+type lookupApplied struct{}
+
+// Lookup answers lookupApplied; Node reads Badger directly for everything
+// else. It may run concurrently with Update and after Close.
+func (s *stateMachine) Lookup(q any) (any, error) {
+	if _, ok := q.(lookupApplied); ok {
+		return s.applied.Load(), nil
+	}
+	return nil, fmt.Errorf("raftstore: unknown lookup %T", q)
+}
+
+// Sync makes everything applied so far durable.
+func (s *stateMachine) Sync() error {
+	if s.closed.Load() {
+		return nil
+	}
+	return s.db.Sync()
+}
+
+// PrepareSnapshot returns a read-only transaction: a point-in-time view.
+func (s *stateMachine) PrepareSnapshot() (any, error) {
+	return s.db.NewTransaction(false), nil
+}
+
+// Snapshot stream: records framed as uvarint(length) + msgpack(snapRecord).
+// The first record is the header (K = snapMagic, V = version); then every
+// Badger pair in key order; then the trailer (empty K, V = record count).
+type snapRecord struct {
+	K []byte `msgpack:"k"`
+	V []byte `msgpack:"v"`
+}
+
+var snapMagic = []byte("muster-raftstore-snapshot")
+
+const (
+	snapVersion   = 1
+	maxSnapRecord = 1 << 20
+)
+
+func writeRecord(w *bufio.Writer, r snapRecord) error {
+	b, err := msgpack.Marshal(&r)
+	if err != nil {
+		return err
+	}
+	var hdr [binary.MaxVarintLen64]byte
+	if _, err := w.Write(hdr[:binary.PutUvarint(hdr[:], uint64(len(b)))]); err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+func readRecord(r *bufio.Reader, buf []byte) (snapRecord, []byte, error) {
+	n, err := binary.ReadUvarint(r)
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return snapRecord{}, buf, fmt.Errorf("%w: snapshot: %w", ErrCorrupt, err)
+	}
+	if n > maxSnapRecord {
+		return snapRecord{}, buf, fmt.Errorf("%w: snapshot record of %d bytes", ErrCorrupt, n)
+	}
+	if cap(buf) < int(n) {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return snapRecord{}, buf, fmt.Errorf("%w: snapshot: %w", ErrCorrupt, err)
+	}
+	var rec snapRecord
+	if err := model.Unmarshal(buf, &rec); err != nil {
+		return snapRecord{}, buf, fmt.Errorf("%w: snapshot record: %w", ErrCorrupt, err)
+	}
+	return rec, buf, nil
+}
+
+// SaveSnapshot streams the state of the transaction PrepareSnapshot
+// returned. The output is deterministic for a given state.
+func (s *stateMachine) SaveSnapshot(ctx any, w io.Writer, done <-chan struct{}) error {
+	txn, ok := ctx.(*badger.Txn)
+	if !ok {
+		return fmt.Errorf("raftstore: snapshot context %T", ctx)
+	}
+	defer txn.Discard()
+	return writeSnapshot(txn, w, done)
+}
+
+func writeSnapshot(txn *badger.Txn, w io.Writer, done <-chan struct{}) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	if err := writeRecord(bw, snapRecord{K: snapMagic, V: []byte{snapVersion}}); err != nil {
+		return err
+	}
+	it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 64})
+	defer it.Close()
+	var count uint64
+	for it.Rewind(); it.Valid(); it.Next() {
+		if count%256 == 0 {
+			select {
+			case <-done:
+				return sm.ErrSnapshotStopped
+			default:
+			}
+		}
+		item := it.Item()
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		if err := writeRecord(bw, snapRecord{K: item.Key(), V: v}); err != nil {
+			return err
+		}
+		count++
+	}
+	if err := writeRecord(bw, snapRecord{V: encodeIndex(count)}); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+// RecoverFromSnapshot replaces the whole state with the snapshot's: drop
+// everything, load the pairs with a write batch, write the applied index
+// last, sync. A crash in the middle leaves index 0 (or no index), and
+// Dragonboat recovers from the snapshot again on restart.
+func (s *stateMachine) RecoverFromSnapshot(r io.Reader, done <-chan struct{}) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	hdr, buf, err := readRecord(br, nil)
+	if err != nil {
+		return err
+	}
+	if string(hdr.K) != string(snapMagic) || len(hdr.V) != 1 || hdr.V[0] != snapVersion {
+		return fmt.Errorf("%w: not a raftstore snapshot (version %v)", ErrCorrupt, hdr.V)
+	}
+	if err := s.db.DropAll(); err != nil {
+		return err
+	}
+	wb := s.db.NewWriteBatch()
+	defer wb.Cancel()
+	var applied []byte
+	var count uint64
+	for {
+		if count%256 == 0 {
+			select {
+			case <-done:
+				return sm.ErrSnapshotStopped
+			default:
+			}
+		}
+		var rec snapRecord
+		rec, buf, err = readRecord(br, buf)
+		if err != nil {
+			return err
+		}
+		if len(rec.K) == 0 {
+			n, err := decodeIndex(rec.V)
+			if err != nil || n != count {
+				return fmt.Errorf("%w: snapshot trailer says %d records, read %d", ErrCorrupt, n, count)
+			}
+			break
+		}
+		count++
+		switch rec.K[0] {
+		case kindApplied:
+			if _, err := decodeIndex(rec.V); err != nil {
+				return err
+			}
+			applied = rec.V
+			continue
+		case kindService, kindInstance, kindPatch:
+		default:
+			return fmt.Errorf("%w: snapshot key %q", ErrCorrupt, rec.K)
+		}
+		if err := wb.Set(rec.K, rec.V); err != nil {
+			return err
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		return err
+	}
+	if applied != nil {
+		err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(appliedKey, applied) })
+		if err != nil {
+			return err
+		}
+	}
+	if err := s.db.Sync(); err != nil {
+		return err
+	}
+	var st State
+	err = s.db.View(func(txn *badger.Txn) error {
+		var e error
+		st, e = loadState(txn)
+		return e
+	})
+	if err != nil {
+		return err
+	}
+	s.applied.Store(st.Index)
+	s.listener.Reset(st)
+	return nil
+}
+
+// Close marks the state machine closed; the Node closes Badger after the
+// NodeHost has stopped.
+func (s *stateMachine) Close() error {
+	s.closed.Store(true)
+	return nil
+}
