@@ -1,0 +1,110 @@
+package distro
+
+import (
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/muster-io/muster/transport"
+)
+
+// Config configures a Replicator. Start from DefaultConfig and set the required fields
+// (NodeID, Transport, Membership, Store).
+type Config struct {
+	NodeID     string              // required: this node's ID, as the transport and membership know it
+	Transport  transport.Transport // required; distro registers message kinds 1–63 on it
+	Membership Membership          // required; must list this node
+	Store      Store               // required; see the Store contract
+
+	Clock  clockwork.Clock // nil: real time
+	Logger *slog.Logger    // nil: discard
+	Rand   rand.Source     // nil: seeded from NodeID (deterministic per node)
+
+	// SyncDelay is the merge window of change sync: changes of a key within SyncDelay of its first
+	// unsent change go out in one message, carrying the state at send time. 0 sends at once.
+	SyncDelay time.Duration
+	// RetryMin and RetryMax bound the backoff of failed syncs to a peer: RetryMin doubling per
+	// consecutive failure, capped at RetryMax, with jitter (each delay drawn in [d/2, d)).
+	RetryMin, RetryMax time.Duration
+	// RequestTimeout bounds each sync, verify, repair and snapshot request (a real-time network
+	// deadline).
+	RequestTimeout time.Duration
+	// VerifyInterval is the anti-entropy period: each node sends each peer a digest of the records
+	// it owns.
+	VerifyInterval time.Duration
+	// OrphanTimeout is how long the session records of a node that left are kept before they are
+	// removed (unless it comes back).
+	OrphanTimeout time.Duration
+	// TombstoneTTL is how long deletions (and orphan removals) are remembered to refuse stale
+	// updates. It must be well beyond VerifyInterval.
+	TombstoneTTL time.Duration
+	// LoadTimeout is how long Start looks for a reachable peer to load from before this node
+	// declares itself the first node and becomes ready empty.
+	LoadTimeout time.Duration
+	// Buckets is the number of digest buckets. A verify round sends 8 bytes per bucket to each
+	// peer; a differing bucket costs its records' versions. 1024 keeps a round near 8 KiB.
+	Buckets int
+	// MaxBatch caps the records of one sync, repair or snapshot message.
+	MaxBatch int
+}
+
+// DefaultConfig returns the defaults: SyncDelay 1 s, retries 500 ms–10 s, requests 3 s, verify
+// every 5 s, orphans after 30 s, tombstones kept 60 s, load timeout 3 s, 1024 buckets, batches of
+// 1000 records.
+func DefaultConfig() Config {
+	return Config{
+		SyncDelay:      time.Second,
+		RetryMin:       500 * time.Millisecond,
+		RetryMax:       10 * time.Second,
+		RequestTimeout: 3 * time.Second,
+		VerifyInterval: 5 * time.Second,
+		OrphanTimeout:  30 * time.Second,
+		TombstoneTTL:   60 * time.Second,
+		LoadTimeout:    3 * time.Second,
+		Buckets:        1024,
+		MaxBatch:       1000,
+	}
+}
+
+// Validate reports an error wrapping ErrInvalidConfig and naming the field and the rule it breaks.
+func (c *Config) Validate() error {
+	bad := func(field, rule string) error {
+		return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, rule)
+	}
+	switch {
+	case c.NodeID == "" || len(c.NodeID) > MaxOwnerLen:
+		return bad("NodeID", fmt.Sprintf("must be 1–%d bytes", MaxOwnerLen))
+	case c.Transport == nil:
+		return bad("Transport", "is required")
+	case c.Transport.LocalID() != c.NodeID:
+		return bad("Transport", fmt.Sprintf("must have LocalID %q, got %q", c.NodeID, c.Transport.LocalID()))
+	case c.Membership == nil:
+		return bad("Membership", "is required")
+	case c.Store == nil:
+		return bad("Store", "is required")
+	case c.SyncDelay < 0:
+		return bad("SyncDelay", "must be >= 0")
+	case c.RetryMin <= 0:
+		return bad("RetryMin", "must be > 0")
+	case c.RetryMax < c.RetryMin:
+		return bad("RetryMax", "must be >= RetryMin")
+	case c.RequestTimeout <= 0:
+		return bad("RequestTimeout", "must be > 0")
+	case c.VerifyInterval <= 0:
+		return bad("VerifyInterval", "must be > 0")
+	case c.OrphanTimeout <= 0:
+		return bad("OrphanTimeout", "must be > 0")
+	case c.TombstoneTTL < 2*c.VerifyInterval:
+		return bad("TombstoneTTL", "must be at least 2×VerifyInterval")
+	case c.LoadTimeout <= 0:
+		return bad("LoadTimeout", "must be > 0")
+	case c.Buckets < 1 || c.Buckets > 1<<16:
+		return bad("Buckets", "must be 1–65536")
+	case c.MaxBatch < 1:
+		return bad("MaxBatch", "must be >= 1")
+	}
+	return nil
+}

@@ -1,0 +1,193 @@
+package distro
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/transport"
+)
+
+// snapshotPage is the record budget of one snapshot page.
+const snapshotPage = 4096
+
+// load pulls snapshots from every reachable peer, merging them by version, then makes the node
+// ready. It retries unreachable peers until one answers or LoadTimeout passes; with none it
+// declares this node the first one.
+func (r *Replicator) load() {
+	start := r.clk.Now()
+	deadline := start.Add(r.cfg.LoadTimeout)
+	answered := map[string]bool{}
+	retry := min(r.cfg.LoadTimeout/10, 100*time.Millisecond)
+	for {
+		r.mu.Lock()
+		var peers []string
+		for _, p := range r.members {
+			if p != r.self && !answered[p] {
+				peers = append(peers, p)
+			}
+		}
+		r.mu.Unlock()
+
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for _, p := range peers {
+			wg.Add(1)
+			r.goFunc(func() {
+				defer wg.Done()
+				err := r.loadFrom(p)
+				if err != nil {
+					if r.ctx.Err() == nil {
+						r.log.Info("distro: load from peer failed", "peer", p, "err", err)
+					}
+					return
+				}
+				mu.Lock()
+				answered[p] = true
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		if r.ctx.Err() != nil {
+			return
+		}
+		if len(answered) > 0 {
+			break // every peer known now was tried, at least one answered
+		}
+		if !r.clk.Now().Before(deadline) {
+			break
+		}
+		t := r.clk.NewTimer(retry)
+		select {
+		case <-r.ctx.Done():
+			t.Stop()
+			return
+		case <-t.Chan():
+		}
+	}
+	r.finishLoad(len(answered), r.clk.Since(start))
+}
+
+// loadFrom pages through peer's snapshot. A peer that is itself still loading counts as having
+// answered with nothing (a cluster starting cold).
+func (r *Replicator) loadFrom(peer string) error {
+	from := uint32(0)
+	for {
+		body, err := model.Marshal(snapReq{From: from, Max: snapshotPage})
+		if err != nil {
+			return err
+		}
+		ctx, cancel := r.requestCtx()
+		resp, err := r.cfg.Transport.Request(ctx, peer, kindSnapshot, body)
+		cancel()
+		var re *transport.RemoteError
+		if errors.As(err, &re) && re.Msg == ErrNotReady.Error() {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		recs, m, err := decodeSnapResp(resp)
+		if err != nil {
+			return err
+		}
+		r.mu.Lock()
+		now := r.clk.Now()
+		for _, rec := range recs {
+			r.offerLocked(rec, now)
+		}
+		r.mu.Unlock()
+		r.drain()
+		if m.Done || m.Next <= from {
+			return nil
+		}
+		from = m.Next
+	}
+}
+
+// finishLoad settles what the snapshots held and makes the node ready: records of this node's
+// previous incarnation (sessions died with it: tombstoned; beats: adopted if HRW still names
+// this node), owners that are not members (orphan clocks start now), beats to adopt.
+func (r *Replicator) finishLoad(peers int, took time.Duration) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	now := r.clk.Now()
+	var stale []Record
+	r.tab.all(func(e *entry) bool {
+		if !e.live() || e.rec.Owner != r.self {
+			return true
+		}
+		if e.rec.Kind == KindSession {
+			stale = append(stale, e.rec)
+		} else if hrwOwner(r.members, e.rec.Key) == r.self && !e.adopting {
+			e.adopting = true
+			r.emitLocked(storeEvent{op: evAdopt, rec: e.rec, renewed: e.recvAt})
+		}
+		return true
+	})
+	for _, rec := range stale {
+		rec.Revision++
+		rec.Deleted, rec.Payload = true, nil
+		r.installOwnLocked(rec)
+	}
+	for owner := range r.tab.owners {
+		if _, alive := r.memberSet[owner]; !alive {
+			if _, ok := r.leftAt[owner]; !ok {
+				r.leftAt[owner] = now
+			}
+		}
+	}
+	r.adoptScanLocked()
+	r.ready = true
+	close(r.readyCh)
+	n := r.tab.len()
+	r.mu.Unlock()
+	if peers == 0 {
+		r.log.Info("distro: no reachable peer within LoadTimeout: ready as the first node", "waited", took)
+	} else {
+		r.log.Info("distro: loaded", "peers", peers, "records", n, "took", took, "own_sessions_tombstoned", len(stale))
+	}
+	r.drain()
+	r.poke()
+}
+
+// handleSnapshot serves one page of every record this node holds (tombstones included), whole
+// buckets from req.From on.
+func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte) ([]byte, error) {
+	req, err := decodeSnapReq(body)
+	if err != nil {
+		r.log.Warn("distro: bad snapshot request", "from", from, "err", err)
+		return nil, err
+	}
+	budget := int(min(max(req.Max, 1), snapshotPage))
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if !r.ready {
+		r.mu.Unlock()
+		return nil, ErrNotReady
+	}
+	var resp snapResp
+	b, size := int(req.From), 0
+	for b < r.cfg.Buckets && len(resp.Records) < budget && size < maxBatchBytes {
+		r.tab.each(b, func(e *entry) bool {
+			if e.held() {
+				resp.Records = append(resp.Records, toWire(e.rec))
+				size += len(e.rec.Payload)
+			}
+			return true
+		})
+		b++
+	}
+	resp.Next = uint32(b)
+	resp.Done = b >= r.cfg.Buckets
+	r.mu.Unlock()
+	return model.Marshal(resp)
+}

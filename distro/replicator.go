@@ -1,0 +1,626 @@
+package distro
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/muster-io/muster/model"
+)
+
+// maxBatchBytes caps the payload bytes of one sync, repair or snapshot message (well under the
+// transports' 4 MiB frame limit).
+const maxBatchBytes = 1 << 20
+
+// maxVerifyVersions caps the versions one verify answer carries; buckets beyond it are repaired
+// in later rounds.
+const maxVerifyVersions = 16384
+
+// Replicator is the driver of Distro replication on one node: it owns the goroutines, the clock
+// and the transport handlers around the pure core (table, syncSched, hrwOwner).
+//
+// All methods are safe for concurrent use. Put, Delete, Get, Range, Owner and Members never
+// block on the network.
+type Replicator struct {
+	cfg  Config
+	clk  clockwork.Clock
+	log  *slog.Logger
+	self string
+
+	mu         sync.Mutex
+	rnd        *rand.Rand
+	tab        *table
+	sched      *syncSched
+	members    []string          // live, sorted, self included
+	memberSet  map[string]Member // live, self included
+	leftAt     map[string]time.Time
+	renewedAt  map[string]time.Time // last verify received from each owner
+	verifying  map[string]bool      // peers with a verify round in flight
+	nextVerify time.Time
+	started    bool
+	closed     bool
+	ready      bool
+	readyCh    chan struct{}
+	events     []storeEvent
+	draining   bool
+
+	kick   chan struct{}
+	ctx    context.Context
+	cancel context.CancelFunc
+	unsub  func()
+	wg     sync.WaitGroup
+}
+
+type storeEvent struct {
+	op      uint8 // evApply, evAdopt, evMembers
+	rec     Record
+	renewed time.Time
+	members []string
+}
+
+const (
+	evApply uint8 = iota + 1
+	evAdopt
+	evMembers
+)
+
+// New validates cfg and returns a Replicator. It starts nothing.
+func New(cfg Config) (*Replicator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Replicator{cfg: cfg, self: cfg.NodeID}
+	r.clk = cfg.Clock
+	if r.clk == nil {
+		r.clk = clockwork.NewRealClock()
+	}
+	r.log = cfg.Logger
+	if r.log == nil {
+		r.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	r.log = r.log.With("node", r.self)
+	src := cfg.Rand
+	if src == nil {
+		h := fnv.New64a()
+		h.Write([]byte(cfg.NodeID))
+		src = rand.NewPCG(h.Sum64(), 0x6d75737465720a)
+	}
+	r.rnd = rand.New(src)
+	r.tab = newTable(cfg.Buckets)
+	r.sched = newSyncSched(cfg.SyncDelay, cfg.RetryMin, cfg.RetryMax)
+	r.members = []string{r.self}
+	r.memberSet = map[string]Member{r.self: {ID: r.self}}
+	r.leftAt = map[string]time.Time{}
+	r.renewedAt = map[string]time.Time{}
+	r.verifying = map[string]bool{}
+	r.readyCh = make(chan struct{})
+	r.kick = make(chan struct{}, 1)
+	return r, nil
+}
+
+// Start registers the transport handlers, subscribes to membership and starts loading from the
+// peers in the background; the node becomes Ready when the load ends (see the package doc). ctx
+// is not retained: Close stops everything.
+func (r *Replicator) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return ErrClosed
+	}
+	if r.started {
+		r.mu.Unlock()
+		return ErrStarted
+	}
+	r.started = true
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r.nextVerify = r.clk.Now().Add(r.cfg.VerifyInterval)
+	r.mu.Unlock()
+
+	t := r.cfg.Transport
+	t.Handle(kindSync, r.handleSync)
+	t.Handle(kindVerify, r.handleVerify)
+	t.Handle(kindRepair, r.handleRepair)
+	t.Handle(kindSnapshot, r.handleSnapshot)
+
+	r.onMembers(r.cfg.Membership.Members())
+	unsub := r.cfg.Membership.Subscribe(r.onMembers)
+	r.mu.Lock()
+	r.unsub = unsub
+	r.mu.Unlock()
+
+	r.goFunc(r.run)
+	r.goFunc(r.load)
+	return nil
+}
+
+// Close stops the replicator and waits for its goroutines. Calls after it fail with ErrClosed;
+// handlers answer ErrClosed. It does not close the transport or the membership (they are the
+// caller's). Idempotent.
+func (r *Replicator) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		r.wg.Wait()
+		return nil
+	}
+	r.closed = true
+	unsub, cancel := r.unsub, r.cancel
+	r.mu.Unlock()
+	if unsub != nil {
+		unsub()
+	}
+	if cancel != nil {
+		cancel()
+	}
+	r.wg.Wait()
+	return nil
+}
+
+// goFunc runs fn in a goroutine tracked by the wait group.
+func (r *Replicator) goFunc(fn func()) {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		fn()
+	}()
+}
+
+// Ready reports whether the startup load finished.
+func (r *Replicator) Ready() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ready
+}
+
+// WaitReady blocks until the node is ready, ctx ends or the replicator closes.
+func (r *Replicator) WaitReady(ctx context.Context) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return ErrClosed
+	}
+	ch, done := r.readyCh, r.ctx
+	r.mu.Unlock()
+	var doneCh <-chan struct{}
+	if done != nil {
+		doneCh = done.Done()
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-doneCh:
+		return ErrClosed
+	}
+}
+
+// Owner returns the HRW (rendezvous) owner of key among the live members: the owner of beat
+// records and of any ip:port keyed work (health checks).
+func (r *Replicator) Owner(key string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return hrwOwner(r.members, key)
+}
+
+// Members returns the live members, sorted, self included.
+func (r *Replicator) Members() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.members)
+}
+
+// Put records a change this node made to a record it owns: revision = held revision + 1, Owner
+// = self; it stores it and schedules its sync to every peer. For KindBeat it fails with
+// ErrNotOwner when HRW names another node; a session key held live by another live node also
+// fails with ErrNotOwner. It never blocks on the network.
+func (r *Replicator) Put(kind Kind, key string, payload []byte) (Record, error) {
+	rec := Record{Key: key, Kind: kind, Owner: r.self, Revision: 1, Payload: payload}
+	if err := rec.validate(); err != nil {
+		return Record{}, err
+	}
+	return r.write(rec)
+}
+
+// Delete writes a tombstone for key (same ownership rule as Put) and syncs it. It fails with
+// ErrNotFound if no live record is held for key.
+func (r *Replicator) Delete(key string) (Record, error) {
+	r.mu.Lock()
+	e := r.tab.get(key)
+	if e == nil || !e.live() {
+		r.mu.Unlock()
+		return Record{}, fmt.Errorf("%w: %q", ErrNotFound, key)
+	}
+	rec := Record{Key: key, Kind: e.rec.Kind, Owner: r.self, Revision: 1, Deleted: true}
+	r.mu.Unlock()
+	return r.write(rec)
+}
+
+func (r *Replicator) write(rec Record) (Record, error) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return Record{}, ErrClosed
+	}
+	e := r.tab.get(rec.Key)
+	switch rec.Kind {
+	case KindBeat:
+		if o := hrwOwner(r.members, rec.Key); o != r.self {
+			r.mu.Unlock()
+			return Record{}, fmt.Errorf("%w: %q is owned by %s", ErrNotOwner, rec.Key, o)
+		}
+	case KindSession:
+		if e != nil && e.live() && e.rec.Owner != r.self {
+			if _, alive := r.memberSet[e.rec.Owner]; alive {
+				r.mu.Unlock()
+				return Record{}, fmt.Errorf("%w: %q is owned by %s", ErrNotOwner, rec.Key, e.rec.Owner)
+			}
+		}
+	}
+	if e != nil {
+		rec.Revision = e.rec.Revision + 1
+	}
+	r.installOwnLocked(rec)
+	r.mu.Unlock()
+	r.poke()
+	return rec, nil
+}
+
+// installOwnLocked stores a record this node wrote and schedules its sync to every peer.
+func (r *Replicator) installOwnLocked(rec Record) {
+	now := r.clk.Now()
+	r.tab.install(rec, now)
+	for _, p := range r.members {
+		if p != r.self {
+			r.sched.add(p, rec.Key, now)
+		}
+	}
+}
+
+// Get returns the record held for key: live, or a tombstone (Deleted) still remembered.
+func (r *Replicator) Get(key string) (Record, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.tab.get(key)
+	if e == nil || !e.held() {
+		return Record{}, false
+	}
+	return e.rec, true
+}
+
+// Range calls fn for every held record, tombstones included, until fn returns false. It works on
+// a copy taken at the call, so fn may call the Replicator.
+func (r *Replicator) Range(fn func(Record) bool) {
+	r.mu.Lock()
+	recs := make([]Record, 0, r.tab.len())
+	r.tab.all(func(e *entry) bool {
+		if e.held() {
+			recs = append(recs, e.rec)
+		}
+		return true
+	})
+	r.mu.Unlock()
+	for _, rec := range recs {
+		if !fn(rec) {
+			return
+		}
+	}
+}
+
+// poke wakes the run loop.
+func (r *Replicator) poke() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// emitLocked queues a Store call; drain delivers it.
+func (r *Replicator) emitLocked(ev storeEvent) { r.events = append(r.events, ev) }
+
+// drain delivers queued Store calls, one at a time and in queue order, without holding r.mu. If
+// another goroutine is draining, it delivers ours too.
+func (r *Replicator) drain() {
+	r.mu.Lock()
+	if r.draining {
+		r.mu.Unlock()
+		return
+	}
+	r.draining = true
+	for len(r.events) > 0 {
+		evs := r.events
+		r.events = nil
+		r.mu.Unlock()
+		for _, ev := range evs {
+			switch ev.op {
+			case evApply:
+				r.cfg.Store.Apply(ev.rec)
+			case evAdopt:
+				r.cfg.Store.Adopt(ev.rec, ev.renewed)
+			case evMembers:
+				r.cfg.Store.MembersChanged(ev.members)
+			}
+		}
+		r.mu.Lock()
+	}
+	r.draining = false
+	r.mu.Unlock()
+}
+
+// offerLocked installs a record received from a peer if it is newer than what is held, and
+// queues the Store call. It reports whether it was installed.
+func (r *Replicator) offerLocked(rec Record, now time.Time) bool {
+	if !r.tab.accepts(rec) {
+		return false
+	}
+	prev, had := r.tab.install(rec, now)
+	if rec.Owner != r.self {
+		if !rec.Deleted || (had && prev.live()) {
+			r.emitLocked(storeEvent{op: evApply, rec: rec})
+		}
+		if _, alive := r.memberSet[rec.Owner]; !alive {
+			if _, ok := r.leftAt[rec.Owner]; !ok {
+				r.leftAt[rec.Owner] = now
+			}
+			if r.ready && rec.Kind == KindBeat && !rec.Deleted {
+				r.adoptScanKeyLocked(rec.Key)
+			}
+		}
+	}
+	return true
+}
+
+// renewedLocked is the last time this node knew e alive: its receipt or the owner's last verify.
+func (r *Replicator) renewedLocked(e *entry) time.Time {
+	t := e.recvAt
+	if v := r.renewedAt[e.rec.Owner]; v.After(t) {
+		t = v
+	}
+	return t
+}
+
+// adoptScanLocked hands the Store every live beat record whose HRW owner is this node but whose
+// Owner is another (it left, or this node's join moved the key here).
+func (r *Replicator) adoptScanLocked() {
+	r.tab.all(func(e *entry) bool {
+		r.adoptEntryLocked(e)
+		return true
+	})
+}
+
+func (r *Replicator) adoptScanKeyLocked(key string) {
+	if e := r.tab.get(key); e != nil {
+		r.adoptEntryLocked(e)
+	}
+}
+
+func (r *Replicator) adoptEntryLocked(e *entry) {
+	if !e.live() || e.rec.Kind != KindBeat || e.rec.Owner == r.self || e.adopting {
+		return
+	}
+	if hrwOwner(r.members, e.rec.Key) != r.self {
+		return
+	}
+	e.adopting = true
+	r.emitLocked(storeEvent{op: evAdopt, rec: e.rec, renewed: r.renewedLocked(e)})
+}
+
+// onMembers is the membership callback.
+func (r *Replicator) onMembers(ms []Member) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	now := r.clk.Now()
+	set := make(map[string]Member, len(ms)+1)
+	for _, m := range ms {
+		if m.ID != "" {
+			set[m.ID] = m
+		}
+	}
+	if _, ok := set[r.self]; !ok {
+		set[r.self] = Member{ID: r.self}
+	}
+	ids := sortedIDs(ms, r.self)
+	changed := !slices.Equal(ids, r.members)
+	for id := range r.memberSet {
+		if _, ok := set[id]; !ok {
+			r.sched.dropPeer(id)
+			delete(r.verifying, id)
+			r.leftAt[id] = now
+			r.log.Info("distro: member left", "member", id)
+		}
+	}
+	for id := range set {
+		if _, ok := r.memberSet[id]; !ok && id != r.self {
+			r.log.Info("distro: member joined", "member", id)
+		}
+		delete(r.leftAt, id)
+	}
+	r.members, r.memberSet = ids, set
+	if changed {
+		if r.ready {
+			r.adoptScanLocked()
+		}
+		r.emitLocked(storeEvent{op: evMembers, members: slices.Clone(ids)})
+	}
+	r.mu.Unlock()
+	r.drain()
+	r.poke()
+}
+
+// run is the main loop: it sends due syncs, starts verify rounds, removes orphans and expires
+// tombstones, then sleeps on the clock until the next of those is due or something pokes it.
+func (r *Replicator) run() {
+	for {
+		r.mu.Lock()
+		now := r.clk.Now()
+		batches := r.sched.take(now, r.cfg.MaxBatch)
+		type send struct {
+			peer string
+			keys []string
+			recs []Record
+		}
+		var sends []send
+		for peer, keys := range batches {
+			s := send{peer: peer}
+			size := 0
+			for i, k := range keys {
+				e := r.tab.get(k)
+				if e == nil || !e.held() || e.rec.Owner != r.self {
+					continue // no longer ours: whoever owns it now syncs it (no echo)
+				}
+				if size += len(e.rec.Payload); size > maxBatchBytes && len(s.recs) > 0 {
+					for _, rest := range keys[i:] { // the rest goes in the next batch
+						r.sched.addAt(peer, rest, now)
+					}
+					break
+				}
+				s.keys = append(s.keys, k)
+				s.recs = append(s.recs, e.rec)
+			}
+			if len(s.recs) == 0 {
+				r.sched.done(peer, nil, true, now, r.rnd)
+				continue
+			}
+			sends = append(sends, s)
+		}
+		var verifyPeers []string
+		if !now.Before(r.nextVerify) {
+			r.nextVerify = now.Add(r.cfg.VerifyInterval)
+			if r.ready {
+				for _, p := range r.members {
+					if p != r.self && !r.verifying[p] {
+						r.verifying[p] = true
+						verifyPeers = append(verifyPeers, p)
+					}
+				}
+			}
+			r.tab.expire(now.Add(-r.cfg.TombstoneTTL))
+		}
+		wake := r.nextVerify
+		if r.ready {
+			if t, ok := r.orphansLocked(now); ok && t.Before(wake) {
+				wake = t
+			}
+		}
+		if t, ok := r.sched.next(); ok && t.Before(wake) {
+			wake = t
+		}
+		r.mu.Unlock()
+		r.drain()
+
+		for _, s := range sends {
+			r.goFunc(func() { r.sendSync(s.peer, s.keys, s.recs) })
+		}
+		for _, p := range verifyPeers {
+			r.goFunc(func() { r.verify(p) })
+		}
+
+		d := wake.Sub(r.clk.Now())
+		if d <= 0 {
+			if len(sends) > 0 || len(verifyPeers) > 0 {
+				continue
+			}
+			d = time.Millisecond // all peers busy: wait for a done poke, or a short tick
+		}
+		t := r.clk.NewTimer(d)
+		select {
+		case <-r.ctx.Done():
+			t.Stop()
+			return
+		case <-r.kick:
+		case <-t.Chan():
+		}
+		t.Stop()
+	}
+}
+
+// orphansLocked removes the session records of members that left more than OrphanTimeout ago
+// and returns the next time it has work.
+func (r *Replicator) orphansLocked(now time.Time) (next time.Time, ok bool) {
+	for owner, at := range r.leftAt {
+		if _, alive := r.memberSet[owner]; alive {
+			delete(r.leftAt, owner)
+			continue
+		}
+		o := r.tab.owners[owner]
+		if o == nil || o.sessions == 0 {
+			continue
+		}
+		due := at.Add(r.cfg.OrphanTimeout)
+		if due.After(now) {
+			if !ok || due.Before(next) {
+				next, ok = due, true
+			}
+			continue
+		}
+		n := 0
+		r.tab.all(func(e *entry) bool {
+			if e.live() && e.rec.Owner == owner && e.rec.Kind == KindSession {
+				r.emitLocked(storeEvent{op: evApply, rec: r.tab.orphan(e, now)})
+				n++
+			}
+			return true
+		})
+		r.log.Info("distro: removed orphaned session records", "owner", owner, "records", n)
+	}
+	return next, ok
+}
+
+func (r *Replicator) requestCtx() (context.Context, context.CancelFunc) {
+	// A real-time network deadline: the transport's request timeout, not protocol time.
+	return context.WithTimeout(r.ctx, r.cfg.RequestTimeout)
+}
+
+func (r *Replicator) sendSync(peer string, keys []string, recs []Record) {
+	body, err := model.Marshal(syncMsg{Records: wires(recs)})
+	if err == nil {
+		ctx, cancel := r.requestCtx()
+		_, err = r.cfg.Transport.Request(ctx, peer, kindSync, body)
+		cancel()
+	}
+	r.mu.Lock()
+	d := r.sched.done(peer, keys, err == nil, r.clk.Now(), r.rnd)
+	r.mu.Unlock()
+	if err != nil && r.ctx.Err() == nil {
+		r.log.Debug("distro: sync failed, will retry", "peer", peer, "records", len(recs), "retry_in", d, "err", err)
+	}
+	r.poke()
+}
+
+func (r *Replicator) handleSync(_ context.Context, from string, body []byte) ([]byte, error) {
+	recs, err := decodeSync(body)
+	if err != nil {
+		r.log.Warn("distro: bad sync message", "from", from, "err", err)
+		return nil, err
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, ErrClosed
+	}
+	now := r.clk.Now()
+	for _, rec := range recs {
+		if rec.Owner != from {
+			r.log.Warn("distro: refused a record sent by a node that does not own it", "from", from, "record", rec.String())
+			continue
+		}
+		r.offerLocked(rec, now)
+	}
+	r.mu.Unlock()
+	r.drain()
+	return nil, nil
+}

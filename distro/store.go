@@ -1,0 +1,36 @@
+package distro
+
+import "time"
+
+// Store is implemented by the registry: it holds the publishers that the records describe.
+//
+// Concurrency contract:
+//   - Calls are serialized: never two at once, from whatever goroutine distro runs them on
+//     (a transport handler, the sync loop, the membership callback).
+//   - Per key, calls arrive in version order: a record is never applied after a newer one of the
+//     same key.
+//   - distro holds none of its own locks while calling the Store, so the Store may call the
+//     Replicator's read methods (Owner, Get, Members, Range) and also Put and Delete (Adopt
+//     typically ends in a Put). A Store method must not block long: it delays every other
+//     delivery.
+//   - The Store never sees its own writes: records this node Puts are not passed to Apply.
+type Store interface {
+	// Apply installs rec from another owner: it is newer than anything applied before for the
+	// key. rec.Deleted means remove the publisher and its instances: the owner's tombstone, an
+	// orphan removal after the owner left (same revision as the last record, Deleted set), or the
+	// owner saying in verify that it no longer holds the record. A record of a key this node owned
+	// means another node took the key over (a newer version won): the Store stops its lease.
+	Apply(rec Record)
+
+	// Adopt hands this node ownership of a beat record whose owner left or whose HRW owner is now
+	// this node. lastRenewed is the last time this node knew the record alive (last sync or verify
+	// renewal from the old owner, on this node's clock). The store resumes the lease from it and
+	// Puts a new revision (or Deletes the key if the lease already lapsed). Until it does, the
+	// record keeps its old owner.
+	Adopt(rec Record, lastRenewed time.Time)
+
+	// MembersChanged tells the store the live member set changed (it re-evaluates what it owns,
+	// e.g. health-check targets keyed by ip:port, with Replicator.Owner). members is sorted and
+	// includes this node.
+	MembersChanged(members []string)
+}

@@ -1,0 +1,207 @@
+package distro
+
+import "time"
+
+// table is the pure core's record store: every record this node holds, bucketed by key hash,
+// with per-owner bucket hashes kept current on every change (O(1)), and a time-ordered queue of
+// tombstones and orphan markers for expiry. No goroutines, no clock, no locks: the driver
+// serializes access and passes the time in.
+type table struct {
+	nb      int
+	buckets []map[string]*entry
+	owners  map[string]*ownerState
+	gcq     []gcItem // tombstones and orphan markers, in the order (and time) they were made
+	gchead  int
+}
+
+// entry is what the table knows about a key.
+type entry struct {
+	rec    Record
+	kh     uint64
+	recvAt time.Time // when this version was installed here (local clock)
+	// orphan marks a record removed locally after its owner left: it is no longer held (not in
+	// digests, Get or snapshots) but its version still refuses older updates, and yields to the
+	// same or a newer version from its owner (see offer).
+	orphan bool
+	// adopting is set once Store.Adopt was called for this version, so it is not called twice.
+	adopting bool
+}
+
+// held reports whether the entry is a record this node holds (live or tombstone).
+func (e *entry) held() bool { return !e.orphan }
+
+// live reports whether the entry is a held, non-deleted record.
+func (e *entry) live() bool { return !e.orphan && !e.rec.Deleted }
+
+// ownerState aggregates the held records of one owner.
+type ownerState struct {
+	sums     []uint64 // per bucket: sum of versionHash over live records
+	live     int      // live records
+	sessions int      // live session records
+}
+
+type gcItem struct {
+	key string
+	rev uint64
+	at  time.Time
+}
+
+func newTable(nb int) *table {
+	t := &table{nb: nb, buckets: make([]map[string]*entry, nb), owners: map[string]*ownerState{}}
+	for i := range t.buckets {
+		t.buckets[i] = map[string]*entry{}
+	}
+	return t
+}
+
+func (t *table) get(key string) *entry {
+	return t.buckets[bucketOf(keyHash(key), t.nb)][key]
+}
+
+func (t *table) owner(id string) *ownerState {
+	o := t.owners[id]
+	if o == nil {
+		o = &ownerState{sums: make([]uint64, t.nb)}
+		t.owners[id] = o
+	}
+	return o
+}
+
+// account adds (sign +1) or removes (sign -1) e's contribution to its owner's aggregates.
+func (t *table) account(e *entry, sign int) {
+	if !e.live() {
+		return
+	}
+	o := t.owner(e.rec.Owner)
+	h := versionHash(e.kh, e.rec.Revision, false)
+	b := bucketOf(e.kh, t.nb)
+	if sign > 0 {
+		o.sums[b] += h
+		o.live++
+		if e.rec.Kind == KindSession {
+			o.sessions++
+		}
+		return
+	}
+	o.sums[b] -= h
+	o.live--
+	if e.rec.Kind == KindSession {
+		o.sessions--
+	}
+	if o.live == 0 {
+		clear(o.sums)
+	}
+}
+
+// accepts reports whether rec may replace what the table holds for its key: it must be newer,
+// or, over an orphan marker, at least as new (the real owner's record wins over a local orphan
+// removal of the same version).
+func (t *table) accepts(rec Record) bool {
+	e := t.get(rec.Key)
+	if e == nil {
+		return true
+	}
+	if e.orphan {
+		return !e.rec.Newer(rec)
+	}
+	return rec.Newer(e.rec)
+}
+
+// install stores rec (the caller checked accepts or owns the key) and returns the previous entry
+// state (a copy) and whether there was one.
+func (t *table) install(rec Record, now time.Time) (prev entry, had bool) {
+	kh := keyHash(rec.Key)
+	b := t.buckets[bucketOf(kh, t.nb)]
+	if e := b[rec.Key]; e != nil {
+		prev, had = *e, true
+		t.account(e, -1)
+	}
+	e := &entry{rec: rec, kh: kh, recvAt: now}
+	b[rec.Key] = e
+	t.account(e, +1)
+	if rec.Deleted {
+		t.gcq = append(t.gcq, gcItem{key: rec.Key, rev: rec.Revision, at: now})
+	}
+	return prev, had
+}
+
+// orphan turns a held live record into an orphan marker and returns the tombstone to hand to the
+// Store.
+func (t *table) orphan(e *entry, now time.Time) Record {
+	t.account(e, -1)
+	e.orphan = true
+	e.recvAt = now
+	t.gcq = append(t.gcq, gcItem{key: e.rec.Key, rev: e.rec.Revision, at: now})
+	rec := e.rec
+	rec.Deleted, rec.Payload = true, nil
+	return rec
+}
+
+// remove deletes the entry of key and returns it.
+func (t *table) remove(key string) *entry {
+	kh := keyHash(key)
+	b := t.buckets[bucketOf(kh, t.nb)]
+	e := b[key]
+	if e != nil {
+		t.account(e, -1)
+		delete(b, key)
+	}
+	return e
+}
+
+// expire removes tombstones and orphan markers made at or before cutoff, unless a newer version
+// replaced them meanwhile. O(expired).
+func (t *table) expire(cutoff time.Time) int {
+	n := 0
+	for t.gchead < len(t.gcq) && !t.gcq[t.gchead].at.After(cutoff) {
+		it := t.gcq[t.gchead]
+		t.gcq[t.gchead] = gcItem{}
+		t.gchead++
+		if e := t.get(it.key); e != nil && e.rec.Revision == it.rev && (e.rec.Deleted || e.orphan) {
+			t.remove(it.key)
+			n++
+		}
+	}
+	if t.gchead > 1024 && t.gchead*2 > len(t.gcq) {
+		t.gcq = append(t.gcq[:0:0], t.gcq[t.gchead:]...)
+		t.gchead = 0
+	}
+	return n
+}
+
+// digest returns the bucket hashes of owner's live records (nil if it has none).
+func (t *table) digest(owner string) []uint64 {
+	o := t.owners[owner]
+	if o == nil || o.live == 0 {
+		return nil
+	}
+	return o.sums
+}
+
+// each calls fn for every entry in bucket b (orphan markers included) until fn returns false.
+func (t *table) each(b int, fn func(*entry) bool) bool {
+	for _, e := range t.buckets[b] {
+		if !fn(e) {
+			return false
+		}
+	}
+	return true
+}
+
+// all calls fn for every entry until fn returns false.
+func (t *table) all(fn func(*entry) bool) {
+	for b := range t.buckets {
+		if !t.each(b, fn) {
+			return
+		}
+	}
+}
+
+// len returns the number of entries (orphan markers included).
+func (t *table) len() int {
+	n := 0
+	for _, b := range t.buckets {
+		n += len(b)
+	}
+	return n
+}

@@ -1,0 +1,213 @@
+package distro
+
+import (
+	"context"
+
+	"github.com/muster-io/muster/model"
+)
+
+// verify runs one anti-entropy round with peer: send the digest of the records this node owns,
+// get back the differing buckets with the peer's versions in them, and repair: send what the
+// peer lacks or holds older, tell it to drop what this node no longer holds, and bump past any
+// version the peer holds that is newer than this node's own (a previous incarnation's).
+func (r *Replicator) verify(peer string) {
+	defer func() {
+		r.mu.Lock()
+		delete(r.verifying, peer)
+		r.mu.Unlock()
+	}()
+	nb := r.cfg.Buckets
+	r.mu.Lock()
+	digest := encodeDigest(r.tab.digest(r.self), nb)
+	r.mu.Unlock()
+	body, err := model.Marshal(verifyReq{Digest: digest})
+	if err != nil {
+		return
+	}
+	ctx, cancel := r.requestCtx()
+	resp, err := r.cfg.Transport.Request(ctx, peer, kindVerify, body)
+	cancel()
+	if err != nil {
+		if r.ctx.Err() == nil {
+			r.log.Debug("distro: verify failed", "peer", peer, "err", err)
+		}
+		return
+	}
+	vr, err := decodeVerifyResp(resp, nb)
+	if err != nil {
+		r.log.Warn("distro: bad verify answer", "peer", peer, "err", err)
+		return
+	}
+	if len(vr.Buckets) == 0 {
+		return
+	}
+
+	r.mu.Lock()
+	recs, drops, bumped := r.repairPlanLocked(vr)
+	r.mu.Unlock()
+	if bumped {
+		r.poke()
+	}
+	r.log.Debug("distro: verify repair", "peer", peer, "buckets", len(vr.Buckets), "send", len(recs), "drop", len(drops), "bumped", bumped)
+	r.sendRepair(r.ctx, peer, recs, drops)
+}
+
+// repairPlanLocked compares the peer's versions of this node's records in the differing buckets
+// with this node's own records there.
+func (r *Replicator) repairPlanLocked(vr verifyResp) (send []Record, drop []version, bumped bool) {
+	nb := r.cfg.Buckets
+	inB := make(map[int]bool, len(vr.Buckets))
+	for _, b := range vr.Buckets {
+		inB[int(b)] = true
+	}
+	theirs := make(map[string]version, len(vr.Versions))
+	for _, v := range vr.Versions {
+		if inB[bucketOf(keyHash(v.Key), nb)] {
+			theirs[v.Key] = v
+		}
+	}
+	var bumps []Record
+	for b := range inB {
+		r.tab.each(b, func(e *entry) bool {
+			if !e.held() || e.rec.Owner != r.self {
+				return true
+			}
+			v, ok := theirs[e.rec.Key]
+			delete(theirs, e.rec.Key)
+			switch {
+			case !ok:
+				if !e.rec.Deleted {
+					send = append(send, e.rec)
+				}
+			case v.Rev < e.rec.Revision:
+				send = append(send, e.rec)
+			case v.Rev > e.rec.Revision || v.Deleted != e.rec.Deleted:
+				// The peer holds a version of this node's record newer than its own: written by a
+				// previous incarnation that this one never loaded. Single writer still holds (it
+				// is this node's key); move past it so the current state wins everywhere.
+				nr := e.rec
+				nr.Revision = v.Rev + 1
+				bumps = append(bumps, nr)
+			}
+			return true
+		})
+	}
+	for _, nr := range bumps {
+		r.installOwnLocked(nr)
+		send = append(send, nr)
+		bumped = true
+	}
+	for key, v := range theirs {
+		e := r.tab.get(key)
+		if e == nil || !e.held() {
+			drop = append(drop, v) // this node no longer holds it at all: the peer's copy is dead
+		}
+		// held but owned by another node now: that owner's verify repairs the peer
+	}
+	return send, drop, bumped
+}
+
+// sendRepair sends records and drops to peer in messages of bounded size.
+func (r *Replicator) sendRepair(ctx context.Context, peer string, recs []Record, drops []version) {
+	for first := true; first || len(recs) > 0; first = false {
+		n, size := 0, 0
+		for n < len(recs) && n < r.cfg.MaxBatch && (n == 0 || size+len(recs[n].Payload) <= maxBatchBytes) {
+			size += len(recs[n].Payload)
+			n++
+		}
+		m := repairMsg{Records: wires(recs[:n])}
+		recs = recs[n:]
+		if first {
+			m.Drop = drops
+		}
+		body, err := model.Marshal(m)
+		if err != nil {
+			return
+		}
+		rctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout) // real-time network deadline
+		_, err = r.cfg.Transport.Request(rctx, peer, kindRepair, body)
+		cancel()
+		if err != nil {
+			r.log.Debug("distro: repair failed", "peer", peer, "err", err)
+			return // the next verify round tries again
+		}
+	}
+}
+
+// handleVerify answers an owner's digest: the buckets where this node's copies of that owner's
+// records differ, with their versions. It also renews those copies (the owner is alive).
+func (r *Replicator) handleVerify(_ context.Context, from string, body []byte) ([]byte, error) {
+	nb := r.cfg.Buckets
+	sums, err := decodeVerifyReq(body, nb)
+	if err != nil {
+		r.log.Warn("distro: bad verify request", "from", from, "err", err)
+		return nil, err
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if !r.ready {
+		r.mu.Unlock()
+		return nil, ErrNotReady
+	}
+	r.renewedAt[from] = r.clk.Now()
+	mine := r.tab.digest(from)
+	var resp verifyResp
+	for b := 0; b < nb && len(resp.Versions) < maxVerifyVersions; b++ {
+		var m uint64
+		if mine != nil {
+			m = mine[b]
+		}
+		if m == sums[b] {
+			continue
+		}
+		resp.Buckets = append(resp.Buckets, uint32(b))
+		r.tab.each(b, func(e *entry) bool {
+			if e.held() && e.rec.Owner == from {
+				resp.Versions = append(resp.Versions, version{Key: e.rec.Key, Rev: e.rec.Revision, Deleted: e.rec.Deleted})
+			}
+			return true
+		})
+	}
+	r.mu.Unlock()
+	return model.Marshal(resp)
+}
+
+// handleRepair installs the records an owner sent after verify and drops the copies it no
+// longer holds (turned into orphan markers, so a stale copy of them is refused for a while).
+func (r *Replicator) handleRepair(_ context.Context, from string, body []byte) ([]byte, error) {
+	recs, drops, err := decodeRepair(body)
+	if err != nil {
+		r.log.Warn("distro: bad repair message", "from", from, "err", err)
+		return nil, err
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, ErrClosed
+	}
+	now := r.clk.Now()
+	for _, rec := range recs {
+		if rec.Owner != from {
+			r.log.Warn("distro: refused a repaired record from a node that does not own it", "from", from, "record", rec.String())
+			continue
+		}
+		r.offerLocked(rec, now)
+	}
+	for _, d := range drops {
+		e := r.tab.get(d.Key)
+		if e == nil || !e.held() || e.rec.Owner != from || e.rec.Revision != d.Rev {
+			continue
+		}
+		if e.rec.Deleted {
+			r.tab.remove(d.Key)
+			continue
+		}
+		r.emitLocked(storeEvent{op: evApply, rec: r.tab.orphan(e, now)})
+	}
+	r.mu.Unlock()
+	r.drain()
+	return nil, nil
+}
