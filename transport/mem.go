@@ -573,6 +573,9 @@ func (t *MemTransport) Request(ctx context.Context, to string, kind Kind, body [
 	}
 	select {
 	case r := <-call.done:
+		if r.err != nil && ctx.Err() != nil {
+			return nil, ctx.Err() // the handler failed because our deadline passed
+		}
 		return r.body, r.err
 	case <-ctx.Done():
 		return nil, ctx.Err()

@@ -1,0 +1,717 @@
+package transport
+
+import (
+	"context"
+	crand "crypto/rand"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+// TCP is the production [Transport]: one multiplexed, optionally TLS
+// connection per peer pair, a shared-secret handshake, length-prefixed
+// frames. Create it with [NewTCP], then Start it. See the package
+// documentation for the wire format and failure behaviour.
+type TCP struct {
+	cfg     TCPConfig
+	log     *slog.Logger
+	clock   clockwork.Clock
+	maxBody int
+
+	rmu sync.Mutex // guards rng
+	rng *rand.Rand
+
+	hmu      sync.RWMutex
+	handlers map[Kind]Handler
+
+	ctx    context.Context // cancelled by Close only
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	ln      net.Listener
+	peers   map[string]*peer
+	conns   map[*conn]struct{} // every handshaken connection not yet closed
+	wg      sync.WaitGroup
+}
+
+// peer is the connection state towards one node.
+type peer struct {
+	conn    *conn         // the connection new calls use; nil if none
+	dialing chan struct{} // non-nil while a dial runs; closed when it ends
+	changed chan struct{} // closed and replaced whenever conn changes
+	fails   int           // consecutive failed dials
+	next    time.Time     // no dial before this (backoff), on t.clock
+	lastErr error
+}
+
+var _ Transport = (*TCP)(nil)
+
+// errDuplicate: the peer refused our connection because a preferred one
+// between the pair exists; wait for it instead of dialling.
+var errDuplicate = errors.New("transport: peer keeps its own connection")
+
+// NewTCP validates and copies cfg. It starts nothing.
+func NewTCP(cfg TCPConfig) (*TCP, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Secret = slices.Clone(cfg.Secret)
+	if cfg.TLS != nil {
+		cfg.TLS = cfg.TLS.Clone()
+	}
+	t := &TCP{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		clock:    cfg.Clock,
+		rng:      cfg.Rand,
+		maxBody:  cfg.MaxFrameSize,
+		handlers: make(map[Kind]Handler),
+		peers:    make(map[string]*peer),
+		conns:    make(map[*conn]struct{}),
+	}
+	if t.log == nil {
+		t.log = slog.New(slog.DiscardHandler)
+	}
+	t.log = t.log.With("node", cfg.NodeID)
+	if t.clock == nil {
+		t.clock = clockwork.NewRealClock()
+	}
+	if t.rng == nil {
+		var seed [16]byte
+		_, _ = crand.Read(seed[:]) // crypto/rand.Read never fails (Go 1.24+)
+		t.rng = rand.New(rand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:])))
+	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	return t, nil
+}
+
+// Start listens on ListenAddr and accepts connections until Close. ctx
+// bounds only the listen call.
+func (t *TCP) Start(ctx context.Context) error {
+	t.mu.Lock()
+	switch {
+	case t.closed:
+		t.mu.Unlock()
+		return ErrClosed
+	case t.started:
+		t.mu.Unlock()
+		return fmt.Errorf("transport: %s already started", t.cfg.NodeID)
+	}
+	t.mu.Unlock()
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", t.cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("transport: listen on %s: %w", t.cfg.ListenAddr, err)
+	}
+	t.mu.Lock()
+	if t.closed || t.started {
+		t.mu.Unlock()
+		_ = ln.Close()
+		return ErrClosed
+	}
+	t.ln, t.started = ln, true
+	t.mu.Unlock()
+	if !t.goFunc(func() { t.acceptLoop(ln) }) {
+		_ = ln.Close()
+		return ErrClosed
+	}
+	t.log.Info("transport listening", "addr", ln.Addr().String())
+	return nil
+}
+
+// Addr returns the address the transport listens on (with the actual port
+// when ListenAddr had port 0), or "" before Start.
+func (t *TCP) Addr() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ln == nil {
+		return ""
+	}
+	return t.ln.Addr().String()
+}
+
+// AdvertiseAddr returns the configured AdvertiseAddr, or Addr if it is
+// empty.
+func (t *TCP) AdvertiseAddr() string {
+	if t.cfg.AdvertiseAddr != "" {
+		return t.cfg.AdvertiseAddr
+	}
+	return t.Addr()
+}
+
+// LocalID returns the node ID.
+func (t *TCP) LocalID() string { return t.cfg.NodeID }
+
+// Handle installs h for kind, replacing any earlier handler; a nil h
+// removes it. It may be called before Start.
+func (t *TCP) Handle(kind Kind, h Handler) {
+	t.hmu.Lock()
+	defer t.hmu.Unlock()
+	if h == nil {
+		delete(t.handlers, kind)
+		return
+	}
+	t.handlers[kind] = h
+}
+
+func (t *TCP) handler(kind Kind) Handler {
+	t.hmu.RLock()
+	defer t.hmu.RUnlock()
+	return t.handlers[kind]
+}
+
+// goFunc runs f in a goroutine that Close waits for. It returns false,
+// without running f, once the transport is closed.
+func (t *TCP) goFunc(f func()) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// Close stops listening, closes every connection (pending requests fail
+// with ErrClosed, handlers see their context cancelled) and waits for every
+// goroutine the transport started. It is idempotent.
+func (t *TCP) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		t.wg.Wait()
+		return nil
+	}
+	t.closed = true
+	ln := t.ln
+	conns := make([]*conn, 0, len(t.conns))
+	for c := range t.conns {
+		conns = append(conns, c)
+	}
+	t.mu.Unlock()
+
+	t.cancel()
+	if ln != nil {
+		_ = ln.Close()
+	}
+	for _, c := range conns {
+		c.close("transport closed")
+	}
+	t.wg.Wait()
+	return nil
+}
+
+// check returns the error for a call made now, if any.
+func (t *TCP) check(kind Kind, body []byte) error {
+	t.mu.Lock()
+	closed, started := t.closed, t.started
+	t.mu.Unlock()
+	switch {
+	case closed:
+		return ErrClosed
+	case !started:
+		return ErrNotStarted
+	case kind == 0:
+		return fmt.Errorf("%w: kind 0 is invalid", ErrNoHandler)
+	case len(body) > t.maxBody:
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(body), t.maxBody)
+	}
+	return nil
+}
+
+// Request sends body to node `to` and waits for the response; see
+// [Transport.Request]. It dials if there is no connection to the peer
+// (subject to backoff after failed dials), and fails with ErrUnreachable if
+// the connection dies before the response arrives.
+func (t *TCP) Request(ctx context.Context, to string, kind Kind, body []byte) ([]byte, error) {
+	if err := t.check(kind, body); err != nil {
+		return nil, err
+	}
+	if to == t.cfg.NodeID {
+		return t.local(ctx, kind, body, true)
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		c, err := t.connFor(ctx, to)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := c.request(ctx, kind, body)
+		if errors.Is(err, errRetired) {
+			continue // the connection was replaced meanwhile; use the new one
+		}
+		if err != nil && t.ctx.Err() != nil {
+			return nil, ErrClosed
+		}
+		return resp, err
+	}
+}
+
+// Send queues body for node `to`; see [Transport.Send]. It fails with
+// ErrUnreachable if no connection can be set up.
+func (t *TCP) Send(ctx context.Context, to string, kind Kind, body []byte) error {
+	if err := t.check(kind, body); err != nil {
+		return err
+	}
+	if to == t.cfg.NodeID {
+		_, err := t.local(ctx, kind, body, false)
+		return err
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		c, err := t.connFor(ctx, to)
+		if err != nil {
+			return err
+		}
+		err = c.send(ctx, kind, body)
+		if errors.Is(err, errRetired) {
+			continue
+		}
+		if err != nil && t.ctx.Err() != nil {
+			return ErrClosed
+		}
+		return err
+	}
+}
+
+// local serves a message addressed to this node without a connection.
+func (t *TCP) local(ctx context.Context, kind Kind, body []byte, wait bool) ([]byte, error) {
+	h := t.handler(kind)
+	if h == nil {
+		if !wait {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("%w: node %s kind %d", ErrNoHandler, t.cfg.NodeID, kind)
+	}
+	body = slices.Clone(body)
+	done := make(chan memResult, 1)
+	deadline, hasDeadline := ctx.Deadline()
+	ok := t.goFunc(func() {
+		hctx, cancel := t.ctx, context.CancelFunc(func() {})
+		if hasDeadline && wait {
+			hctx, cancel = context.WithDeadline(t.ctx, deadline)
+		}
+		defer cancel()
+		resp, err := h(hctx, t.cfg.NodeID, body)
+		switch {
+		case err != nil:
+			done <- memResult{nil, &RemoteError{Node: t.cfg.NodeID, Msg: err.Error()}}
+		case len(resp) > t.maxBody:
+			done <- memResult{nil, fmt.Errorf("%w: response of %d bytes, limit %d", ErrTooLarge, len(resp), t.maxBody)}
+		default:
+			done <- memResult{slices.Clone(resp), nil}
+		}
+	})
+	if !ok {
+		return nil, ErrClosed
+	}
+	if !wait {
+		return nil, nil
+	}
+	select {
+	case r := <-done:
+		return r.body, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-t.ctx.Done():
+		return nil, ErrClosed
+	}
+}
+
+func (t *TCP) peerLocked(id string) *peer {
+	p := t.peers[id]
+	if p == nil {
+		p = &peer{changed: make(chan struct{})}
+		t.peers[id] = p
+	}
+	return p
+}
+
+func (p *peer) notify() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// backoff returns the wait after the n-th consecutive failed dial.
+func (t *TCP) backoff(n int) time.Duration {
+	d := t.cfg.ReconnectMin
+	for i := 1; i < n && d < t.cfg.ReconnectMax; i++ {
+		d *= 2
+	}
+	d = min(d, t.cfg.ReconnectMax)
+	t.rmu.Lock()
+	f := 0.75 + 0.5*t.rng.Float64()
+	t.rmu.Unlock()
+	return time.Duration(float64(d) * f)
+}
+
+// connFor returns the connection to node `to`, dialling if needed.
+func (t *TCP) connFor(ctx context.Context, to string) (*conn, error) {
+	for {
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			return nil, ErrClosed
+		}
+		p := t.peerLocked(to)
+		if c := p.conn; c != nil {
+			t.mu.Unlock()
+			return c, nil
+		}
+		if p.dialing != nil {
+			dialing, changed := p.dialing, p.changed
+			t.mu.Unlock()
+			select {
+			case <-dialing:
+			case <-changed:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-t.ctx.Done():
+				return nil, ErrClosed
+			}
+			continue
+		}
+		if now := t.clock.Now(); now.Before(p.next) {
+			err := fmt.Errorf("%w: %s: reconnect backoff for %v after: %w", ErrUnreachable, to, p.next.Sub(now), p.lastErr)
+			t.mu.Unlock()
+			return nil, err
+		}
+		if t.cfg.Resolve == nil {
+			t.mu.Unlock()
+			return nil, fmt.Errorf("%w: %s: not connected and no Resolve configured", ErrUnreachable, to)
+		}
+		dialing, changed := make(chan struct{}), p.changed
+		p.dialing = dialing
+		t.mu.Unlock()
+
+		err := t.dial(ctx, to)
+
+		t.mu.Lock()
+		p.dialing = nil
+		close(dialing)
+		switch {
+		case err == nil:
+			p.fails, p.lastErr, p.next = 0, nil, time.Time{}
+		case errors.Is(err, errDuplicate) || ctx.Err() != nil || t.closed:
+		default:
+			p.fails++
+			p.lastErr = err
+			p.next = t.clock.Now().Add(t.backoff(p.fails))
+		}
+		t.mu.Unlock()
+		switch {
+		case err == nil:
+		case errors.Is(err, errDuplicate):
+			// The peer's preferred connection to us is being set up; wait
+			// for it to be installed, at most one handshake timeout (a real-
+			// time bound on a network event, like a socket deadline).
+			wctx, cancel := context.WithTimeout(ctx, t.cfg.HandshakeTimeout)
+			select {
+			case <-changed:
+			case <-wctx.Done():
+			case <-t.ctx.Done():
+			}
+			cancel()
+			t.mu.Lock()
+			ok := p.conn != nil
+			t.mu.Unlock()
+			if !ok {
+				return nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, to, err)
+			}
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case t.ctx.Err() != nil:
+			return nil, ErrClosed
+		default:
+			t.log.Debug("dial failed", "peer", to, "err", err)
+			return nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, to, err)
+		}
+	}
+}
+
+// handshakeCtx bounds a handshake by HandshakeTimeout, parent and Close,
+// and closes nc when it ends before stop is called.
+func (t *TCP) handshakeCtx(parent context.Context, nc net.Conn) (context.Context, func() bool) {
+	ctx, cancel := context.WithTimeout(parent, t.cfg.HandshakeTimeout)
+	stopClose := context.AfterFunc(t.ctx, cancel)
+	stopNC := context.AfterFunc(ctx, func() { _ = nc.Close() })
+	if dl, ok := ctx.Deadline(); ok {
+		_ = nc.SetDeadline(dl) // a socket deadline derived from the ctx deadline
+	}
+	return ctx, func() bool {
+		stopClose()
+		ok := stopNC()
+		cancel()
+		if ok {
+			_ = nc.SetDeadline(time.Time{})
+		}
+		return ok
+	}
+}
+
+func newNonce() []byte {
+	b := make([]byte, nonceLen)
+	_, _ = crand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return b
+}
+
+// dial connects to node `to`, runs the client handshake and installs the
+// connection.
+func (t *TCP) dial(ctx context.Context, to string) error {
+	addr, err := t.cfg.Resolve(to)
+	if err != nil {
+		return fmt.Errorf("resolve: %w", err)
+	}
+	dctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(t.ctx, cancel)
+	defer stop()
+	d := net.Dialer{Timeout: t.cfg.DialTimeout}
+	nc, err := d.DialContext(dctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	hctx, done := t.handshakeCtx(dctx, nc)
+	c, err := t.clientHandshake(hctx, nc, to, addr)
+	if !done() && err == nil {
+		err = fmt.Errorf("%w: timed out", ErrHandshake)
+	}
+	if err != nil {
+		_ = nc.Close()
+		if c != nil {
+			c.close("handshake timed out")
+		}
+		if !errors.Is(err, errDuplicate) {
+			t.log.Warn("handshake failed", "peer", to, "addr", addr, "err", err)
+		}
+		return err
+	}
+	if !t.install(c, false) {
+		return ErrClosed
+	}
+	c.start()
+	return nil
+}
+
+func (t *TCP) clientHandshake(ctx context.Context, nc net.Conn, to, addr string) (*conn, error) {
+	rw := nc
+	if t.cfg.TLS != nil {
+		cfg := t.cfg.TLS.Clone()
+		if cfg.ServerName == "" {
+			if host, _, err := net.SplitHostPort(addr); err == nil {
+				cfg.ServerName = host
+			}
+		}
+		tc := tls.Client(nc, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return nil, fmt.Errorf("%w: tls: %w", ErrHandshake, err)
+		}
+		rw = tc
+	}
+	self := t.cfg.NodeID
+	cn := newNonce()
+	if err := writeHello(rw, hello{Magic: helloMagic, Version: helloVersion, Node: self, To: to, Nonce: cn}); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrHandshake, err)
+	}
+	h, err := readHello(rw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading server hello (refused?): %w", ErrHandshake, err)
+	}
+	if err := checkOpening(h); err != nil {
+		return nil, err
+	}
+	if h.Node != to {
+		return nil, fmt.Errorf("%w: dialled %q at %s but %q answered", ErrHandshake, to, addr, h.Node)
+	}
+	if err := verifyProof(t.cfg.Secret, h.Proof, "server", cn, h.Nonce, self, to); err != nil {
+		return nil, err
+	}
+	var p []byte
+	if len(t.cfg.Secret) > 0 {
+		p = proof(t.cfg.Secret, "client", cn, h.Nonce, self, to)
+	}
+	if err := writeHello(rw, hello{Proof: p}); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrHandshake, err)
+	}
+	st, err := readHello(rw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading status (refused?): %w", ErrHandshake, err)
+	}
+	switch st.Status {
+	case statusOK:
+	case statusDuplicate:
+		return nil, errDuplicate
+	default:
+		return nil, fmt.Errorf("%w: unknown status %d", ErrHandshake, st.Status)
+	}
+	return t.newConn(rw, to, self), nil
+}
+
+func (t *TCP) acceptLoop(ln net.Listener) {
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if t.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			t.log.Warn("accept failed", "err", err)
+			select { // a short pause so a persistent error does not spin
+			case <-t.clock.After(10 * time.Millisecond):
+			case <-t.ctx.Done():
+				return
+			}
+			continue
+		}
+		if !t.goFunc(func() { t.accept(nc) }) {
+			_ = nc.Close()
+			return
+		}
+	}
+}
+
+// accept runs the server handshake on an inbound connection.
+func (t *TCP) accept(nc net.Conn) {
+	remote := nc.RemoteAddr().String()
+	ctx, done := t.handshakeCtx(t.ctx, nc)
+	c, status, err := t.serverHandshake(ctx, nc)
+	if !done() && err == nil {
+		err = fmt.Errorf("%w: timed out", ErrHandshake)
+	}
+	if err != nil {
+		_ = nc.Close()
+		if c != nil {
+			c.close("handshake failed")
+		}
+		if t.ctx.Err() == nil {
+			t.log.Warn("refused inbound connection", "remote", remote, "err", err)
+		}
+		return
+	}
+	if status == statusDuplicate {
+		c.close("duplicate: the preferred connection exists")
+		return
+	}
+	c.start()
+}
+
+func (t *TCP) serverHandshake(ctx context.Context, nc net.Conn) (*conn, uint8, error) {
+	rw := nc
+	if t.cfg.TLS != nil {
+		tc := tls.Server(nc, t.cfg.TLS)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return nil, 0, fmt.Errorf("%w: tls: %w", ErrHandshake, err)
+		}
+		rw = tc
+	}
+	self := t.cfg.NodeID
+	h, err := readHello(rw)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: reading client hello: %w", ErrHandshake, err)
+	}
+	if err := checkOpening(h); err != nil {
+		return nil, 0, err
+	}
+	switch {
+	case h.To != self:
+		return nil, 0, fmt.Errorf("%w: peer %q dialled node %q, this is %q", ErrHandshake, h.Node, h.To, self)
+	case h.Node == self:
+		return nil, 0, fmt.Errorf("%w: peer uses this node's ID %q", ErrHandshake, self)
+	}
+	sn := newNonce()
+	var p []byte
+	if len(t.cfg.Secret) > 0 {
+		p = proof(t.cfg.Secret, "server", h.Nonce, sn, h.Node, self)
+	}
+	if err := writeHello(rw, hello{Magic: helloMagic, Version: helloVersion, Node: self, Nonce: sn, Proof: p}); err != nil {
+		return nil, 0, fmt.Errorf("%w: %w", ErrHandshake, err)
+	}
+	a, err := readHello(rw)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: peer %q: reading proof: %w", ErrHandshake, h.Node, err)
+	}
+	if err := verifyProof(t.cfg.Secret, a.Proof, "client", h.Nonce, sn, h.Node, self); err != nil {
+		return nil, 0, fmt.Errorf("peer %q: %w", h.Node, err)
+	}
+	c := t.newConn(rw, h.Node, h.Node)
+	status := uint8(statusOK)
+	if !t.install(c, true) {
+		status = statusDuplicate
+	}
+	if err := writeHello(rw, hello{Status: status}); err != nil {
+		return c, 0, fmt.Errorf("%w: %w", ErrHandshake, err)
+	}
+	return c, status, nil
+}
+
+// install makes c the connection to its peer, or not, by the tie-break:
+// the connection dialled by the lower node ID is preferred; between two of
+// the same preference the newer wins (the older is likely from before a
+// restart). A replaced connection is retired: both sides stop sending
+// requests on it, and it closes once drained. For an inbound (server-side)
+// connection that loses, install returns false and the client is told to
+// use the preferred one. It also returns false if the transport is closed.
+func (t *TCP) install(c *conn, inbound bool) bool {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		c.close("transport closed")
+		return false
+	}
+	p := t.peerLocked(c.peer)
+	old := p.conn
+	var retire *conn
+	switch {
+	case old == nil:
+		p.conn = c
+	case !c.preferred() && old.preferred():
+		if inbound {
+			t.mu.Unlock()
+			return false
+		}
+		retire = c // keep old; drain c
+	default: // c is preferred over old, or both are equal and c is newer
+		p.conn = c
+		retire = old
+	}
+	t.conns[c] = struct{}{}
+	p.fails, p.lastErr, p.next = 0, nil, time.Time{}
+	p.notify()
+	t.mu.Unlock()
+	t.log.Debug("connection up", "peer", c.peer, "dialer", c.dialer, "inbound", inbound)
+	if retire != nil {
+		retire.retire()
+	}
+	return true
+}
+
+// unslot forgets c as its peer's connection.
+func (t *TCP) unslot(c *conn, closed bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if closed {
+		delete(t.conns, c)
+	}
+	if p := t.peers[c.peer]; p != nil && p.conn == c {
+		p.conn = nil
+		p.notify()
+	}
+}

@@ -1,0 +1,115 @@
+package transport
+
+import (
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+// TCPConfig configures a [TCP] transport. Start from [DefaultTCPConfig].
+type TCPConfig struct {
+	// NodeID is this node's ID, 1 to 255 bytes. Required.
+	NodeID string
+	// ListenAddr is the host:port to listen on; port 0 picks a free port
+	// (see TCP.Addr).
+	ListenAddr string
+	// AdvertiseAddr is the address peers should dial, if it differs from
+	// the listen address (NAT, 0.0.0.0). Informational: it is returned by
+	// TCP.AdvertiseAddr for the embedder's membership layer.
+	AdvertiseAddr string
+	// Resolve maps a node ID to the address to dial. Nil means this node
+	// never dials: it can still answer and send over connections that
+	// peers dialled.
+	Resolve func(node string) (addr string, err error)
+	// TLS, when set, wraps every connection in TLS with this config, used
+	// for both the server and the client side. For mutual TLS set
+	// Certificates, RootCAs, ClientCAs and ClientAuth =
+	// tls.RequireAndVerifyClientCert. If ServerName is empty the host of the
+	// dialled address is used.
+	TLS *tls.Config
+	// Secret, when set (at least 16 bytes), must be shared by every node:
+	// the handshake proves knowledge of it both ways with HMAC-SHA256 over
+	// fresh nonces, never sending it. A peer without it is refused and
+	// logged. It authenticates peers but does not encrypt: use TLS for that.
+	Secret []byte
+	// MaxFrameSize is the largest message body in bytes; larger requests,
+	// responses and one-way messages fail with ErrTooLarge, and a peer
+	// sending a larger frame is disconnected. Default 4 MiB.
+	MaxFrameSize int
+	// DialTimeout bounds one TCP connect. Default 5 s.
+	DialTimeout time.Duration
+	// HandshakeTimeout bounds the TLS and transport handshakes. Default 5 s.
+	HandshakeTimeout time.Duration
+	// ReconnectMin and ReconnectMax bound the wait after a failed dial
+	// before the next attempt to the same peer: it doubles from ReconnectMin
+	// per consecutive failure up to ReconnectMax, with ±25% jitter. Calls
+	// during the wait fail at once with ErrUnreachable. Defaults 100 ms and
+	// 10 s.
+	ReconnectMin time.Duration
+	ReconnectMax time.Duration
+	// MaxInflight bounds the handlers running for one connection; a request
+	// beyond it is answered with ErrBusy and a one-way message beyond it is
+	// dropped and logged. Default 1024.
+	MaxInflight int
+	// WriteQueue is the number of frames queued per connection before
+	// senders block. Default 1024.
+	WriteQueue int
+	// Logger receives connection events; nil discards.
+	Logger *slog.Logger
+	// Clock times reconnect backoff; nil means the real clock. Socket
+	// deadlines come from contexts and use real time.
+	Clock clockwork.Clock
+	// Rand draws backoff jitter; nil means a source seeded from
+	// crypto/rand. Handshake nonces always come from crypto/rand.
+	Rand *rand.Rand
+}
+
+// DefaultTCPConfig returns the defaults; NodeID and Resolve still have to be
+// set.
+func DefaultTCPConfig() TCPConfig {
+	return TCPConfig{
+		ListenAddr:       "127.0.0.1:0",
+		MaxFrameSize:     DefaultMaxMessageSize,
+		DialTimeout:      5 * time.Second,
+		HandshakeTimeout: 5 * time.Second,
+		ReconnectMin:     100 * time.Millisecond,
+		ReconnectMax:     10 * time.Second,
+		MaxInflight:      1024,
+		WriteQueue:       1024,
+	}
+}
+
+// Validate reports the first field that breaks its rule, wrapping
+// ErrInvalidConfig.
+func (c TCPConfig) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	switch {
+	case c.NodeID == "" || len(c.NodeID) > maxNodeIDLen:
+		return bad("NodeID must be 1 to %d bytes, got %d", maxNodeIDLen, len(c.NodeID))
+	case c.ListenAddr == "":
+		return bad("ListenAddr must be set (host:port, port 0 for any)")
+	case len(c.Secret) > 0 && len(c.Secret) < 16:
+		return bad("Secret must be empty or at least 16 bytes, got %d", len(c.Secret))
+	case c.MaxFrameSize <= 0 || c.MaxFrameSize > 1<<30:
+		return bad("MaxFrameSize must be in (0, 1 GiB], got %d", c.MaxFrameSize)
+	case c.DialTimeout <= 0:
+		return bad("DialTimeout must be > 0, got %v", c.DialTimeout)
+	case c.HandshakeTimeout <= 0:
+		return bad("HandshakeTimeout must be > 0, got %v", c.HandshakeTimeout)
+	case c.ReconnectMin <= 0:
+		return bad("ReconnectMin must be > 0, got %v", c.ReconnectMin)
+	case c.ReconnectMax < c.ReconnectMin:
+		return bad("ReconnectMax (%v) must be >= ReconnectMin (%v)", c.ReconnectMax, c.ReconnectMin)
+	case c.MaxInflight <= 0:
+		return bad("MaxInflight must be > 0, got %d", c.MaxInflight)
+	case c.WriteQueue <= 0:
+		return bad("WriteQueue must be > 0, got %d", c.WriteQueue)
+	}
+	return nil
+}

@@ -1,0 +1,386 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// errRetired: the connection stopped taking new calls; use the peer's
+// current one.
+var errRetired = errors.New("transport: connection retired")
+
+// conn is one handshaken, multiplexed connection to a peer.
+type conn struct {
+	t      *TCP
+	nc     net.Conn
+	peer   string
+	dialer string          // the node that dialled it
+	ctx    context.Context // cancelled on close; parent of handler contexts
+	cancel context.CancelFunc
+	wq     chan []byte   // frames for the writer; nil means flush and close
+	send1  chan struct{} // one token: orders request and one-way frames against the go-away
+
+	mu        sync.Mutex
+	pending   map[uint64]chan memResult
+	nextID    uint64
+	handlers  int  // handlers running
+	closed    bool // close ran
+	retired   bool // no new outbound calls; go-away sent
+	goaway    bool // the peer sent go-away
+	finishing bool // the close marker is queued
+}
+
+func (t *TCP) newConn(nc net.Conn, peer, dialer string) *conn {
+	ctx, cancel := context.WithCancel(t.ctx)
+	return &conn{
+		t:       t,
+		nc:      nc,
+		peer:    peer,
+		dialer:  dialer,
+		ctx:     ctx,
+		cancel:  cancel,
+		wq:      make(chan []byte, t.cfg.WriteQueue),
+		send1:   make(chan struct{}, 1),
+		pending: make(map[uint64]chan memResult),
+	}
+}
+
+// preferred reports whether c is the connection the tie-break keeps: the
+// one dialled by the lower node ID.
+func (c *conn) preferred() bool {
+	return c.dialer == min(c.peer, c.t.cfg.NodeID)
+}
+
+// start runs the reader and the writer.
+func (c *conn) start() {
+	if !c.t.goFunc(c.readLoop) {
+		c.close("transport closed")
+		return
+	}
+	if !c.t.goFunc(c.writeLoop) {
+		c.close("transport closed")
+	}
+}
+
+// close closes the connection at once: pending requests fail with
+// ErrUnreachable and handlers see their context cancelled.
+func (c *conn) close(reason string) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	pending := c.pending
+	c.pending = nil
+	c.mu.Unlock()
+
+	c.cancel()
+	_ = c.nc.Close()
+	err := fmt.Errorf("%w: %s: connection closed: %s", ErrUnreachable, c.peer, reason)
+	for _, ch := range pending {
+		ch <- memResult{nil, err}
+	}
+	c.t.unslot(c, true)
+	c.t.log.Debug("connection closed", "peer", c.peer, "reason", reason)
+}
+
+// lockSend takes the send token.
+func (c *conn) lockSend(ctx context.Context) error {
+	select {
+	case c.send1 <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.ctx.Done():
+		return fmt.Errorf("%w: %s: connection closed", ErrUnreachable, c.peer)
+	}
+}
+
+func (c *conn) unlockSend() { <-c.send1 }
+
+// enqueue queues frame f for the writer.
+func (c *conn) enqueue(ctx context.Context, f []byte) error {
+	select {
+	case c.wq <- f:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.ctx.Done():
+		return fmt.Errorf("%w: %s: connection closed", ErrUnreachable, c.peer)
+	}
+}
+
+// request sends one request and waits for its response.
+func (c *conn) request(ctx context.Context, kind Kind, body []byte) ([]byte, error) {
+	var timeout uint64
+	if dl, ok := ctx.Deadline(); ok {
+		// The remaining time travels in the header so that the peer's
+		// handler context ends with ours; contexts use real time.
+		rem := time.Until(dl)
+		if rem <= 0 {
+			return nil, context.DeadlineExceeded
+		}
+		timeout = max(uint64(rem/time.Microsecond), 1)
+	}
+	if err := c.lockSend(ctx); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.closed || c.retired {
+		c.mu.Unlock()
+		c.unlockSend()
+		return nil, errRetired
+	}
+	c.nextID++
+	id := c.nextID
+	ch := make(chan memResult, 1)
+	c.pending[id] = ch
+	c.mu.Unlock()
+	err := c.enqueue(ctx, encodeFrame(header{flags: flagRequest, kind: kind, id: id, timeout: timeout}, body))
+	c.unlockSend()
+	if err != nil {
+		c.forget(id)
+		return nil, err
+	}
+	select {
+	case r := <-ch:
+		if r.err != nil && ctx.Err() != nil {
+			return nil, ctx.Err() // the handler failed because our deadline passed
+		}
+		return r.body, r.err
+	case <-ctx.Done():
+		c.forget(id)
+		return nil, ctx.Err()
+	}
+}
+
+// send queues one one-way message.
+func (c *conn) send(ctx context.Context, kind Kind, body []byte) error {
+	if err := c.lockSend(ctx); err != nil {
+		return err
+	}
+	defer c.unlockSend()
+	c.mu.Lock()
+	gone := c.closed || c.retired
+	c.mu.Unlock()
+	if gone {
+		return errRetired
+	}
+	return c.enqueue(ctx, encodeFrame(header{flags: flagOneWay, kind: kind}, body))
+}
+
+func (c *conn) forget(id uint64) {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+	c.maybeFinish()
+}
+
+// retire stops new calls on c and tells the peer (go-away). c closes once
+// both sides have sent go-away and nothing is in flight.
+func (c *conn) retire() {
+	if c.lockSend(context.Background()) != nil {
+		return // closed
+	}
+	c.mu.Lock()
+	already := c.retired
+	c.retired = true
+	c.mu.Unlock()
+	if !already {
+		_ = c.enqueue(context.Background(), encodeFrame(header{flags: flagGoAway}, nil))
+	}
+	c.unlockSend()
+	c.t.unslot(c, false)
+	if !already {
+		c.t.log.Debug("connection retired", "peer", c.peer, "dialer", c.dialer)
+	}
+	c.maybeFinish()
+}
+
+// maybeFinish queues the close marker once c is drained.
+func (c *conn) maybeFinish() {
+	c.mu.Lock()
+	if c.finishing || c.closed || !c.retired || !c.goaway || len(c.pending) > 0 || c.handlers > 0 {
+		c.mu.Unlock()
+		return
+	}
+	c.finishing = true
+	c.mu.Unlock()
+	_ = c.enqueue(context.Background(), nil)
+}
+
+func (c *conn) writeLoop() {
+	bw := bufio.NewWriterSize(c.nc, 64<<10)
+	for {
+		var f []byte
+		select {
+		case f = <-c.wq:
+		case <-c.ctx.Done():
+			return
+		}
+		for {
+			if f == nil {
+				_ = bw.Flush()
+				c.close("drained after go-away")
+				return
+			}
+			if _, err := bw.Write(f); err != nil {
+				c.close("write: " + err.Error())
+				return
+			}
+			select {
+			case f = <-c.wq:
+				continue
+			default:
+			}
+			break
+		}
+		if err := bw.Flush(); err != nil { // the queue drained: flush the batch
+			c.close("write: " + err.Error())
+			return
+		}
+	}
+}
+
+func (c *conn) readLoop() {
+	br := bufio.NewReaderSize(c.nc, 64<<10)
+	maxLen := uint32(c.t.maxBody + maxHeaderLen)
+	var lb [4]byte
+	for {
+		if _, err := io.ReadFull(br, lb[:]); err != nil {
+			c.close(readReason(err))
+			return
+		}
+		n := binary.BigEndian.Uint32(lb[:])
+		if n > maxLen {
+			c.t.log.Warn("closing connection: frame too large", "peer", c.peer, "bytes", n, "limit", maxLen)
+			c.close(fmt.Sprintf("frame of %d bytes exceeds %d", n, maxLen))
+			return
+		}
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(br, buf); err != nil {
+			c.close(readReason(err))
+			return
+		}
+		h, body, err := decodeFrame(buf, c.t.maxBody)
+		if err != nil {
+			c.t.log.Warn("closing connection: bad frame", "peer", c.peer, "err", err)
+			c.close(err.Error())
+			return
+		}
+		c.handle(h, body)
+	}
+}
+
+func readReason(err error) string {
+	if errors.Is(err, io.EOF) {
+		return "closed by peer"
+	}
+	return "read: " + err.Error()
+}
+
+// handle acts on one decoded frame; it runs on the reader goroutine.
+func (c *conn) handle(h header, body []byte) {
+	switch h.flags {
+	case flagRequest, flagOneWay:
+		c.mu.Lock()
+		if c.handlers >= c.t.cfg.MaxInflight {
+			c.mu.Unlock()
+			if h.flags == flagRequest {
+				c.respondErr(h.id, codeBusy, fmt.Sprintf("%d handlers in flight", c.t.cfg.MaxInflight))
+			} else {
+				c.t.log.Warn("dropping one-way message: too many handlers in flight", "peer", c.peer, "kind", h.kind)
+			}
+			return
+		}
+		c.handlers++
+		c.mu.Unlock()
+		if !c.t.goFunc(func() { c.serve(h, body) }) {
+			c.mu.Lock()
+			c.handlers--
+			c.mu.Unlock()
+		}
+	case flagResponse, flagResponse | flagError:
+		c.mu.Lock()
+		ch := c.pending[h.id]
+		delete(c.pending, h.id)
+		c.mu.Unlock()
+		if ch != nil { // nil: the caller gave up already
+			if h.flags&flagError != 0 {
+				ch <- memResult{nil, c.remoteErr(h.code, string(body))}
+			} else {
+				ch <- memResult{body, nil}
+			}
+		}
+		c.maybeFinish()
+	case flagGoAway:
+		c.mu.Lock()
+		c.goaway = true
+		c.mu.Unlock()
+		c.retire()
+	}
+}
+
+func (c *conn) remoteErr(code uint64, msg string) error {
+	switch code {
+	case codeNoHandler:
+		return fmt.Errorf("%w: %s: %s", ErrNoHandler, c.peer, msg)
+	case codeTooLarge:
+		return fmt.Errorf("%w: %s: %s", ErrTooLarge, c.peer, msg)
+	case codeBusy:
+		return fmt.Errorf("%w: %s: %s", ErrBusy, c.peer, msg)
+	}
+	return &RemoteError{Node: c.peer, Msg: msg}
+}
+
+func (c *conn) respondErr(id uint64, code uint64, msg string) {
+	if len(msg) > c.t.maxBody {
+		msg = msg[:c.t.maxBody]
+	}
+	_ = c.enqueue(c.ctx, encodeFrame(header{flags: flagResponse | flagError, id: id, code: code}, []byte(msg)))
+}
+
+// serve runs a handler for one request or one-way message.
+func (c *conn) serve(h header, body []byte) {
+	defer func() {
+		c.mu.Lock()
+		c.handlers--
+		c.mu.Unlock()
+		c.maybeFinish()
+	}()
+	hd := c.t.handler(h.kind)
+	if h.flags == flagOneWay {
+		if hd == nil {
+			c.t.log.Debug("no handler for one-way message", "peer", c.peer, "kind", h.kind)
+			return
+		}
+		_, _ = hd(c.ctx, c.peer, body) // one-way: results are discarded
+		return
+	}
+	if hd == nil {
+		c.respondErr(h.id, codeNoHandler, fmt.Sprintf("node %s has no handler for kind %d", c.t.cfg.NodeID, h.kind))
+		return
+	}
+	ctx, cancel := c.ctx, context.CancelFunc(func() {})
+	if h.timeout > 0 {
+		ctx, cancel = context.WithTimeout(c.ctx, time.Duration(min(h.timeout, uint64(1<<62)/1000))*time.Microsecond)
+	}
+	resp, err := hd(ctx, c.peer, body)
+	cancel()
+	switch {
+	case err != nil:
+		c.respondErr(h.id, codeRemote, err.Error())
+	case len(resp) > c.t.maxBody:
+		c.respondErr(h.id, codeTooLarge, fmt.Sprintf("response of %d bytes, limit %d", len(resp), c.t.maxBody))
+	default:
+		_ = c.enqueue(c.ctx, encodeFrame(header{flags: flagResponse, id: h.id}, resp))
+	}
+}
