@@ -14,6 +14,13 @@ type Query struct {
 	// IncludeDisabled keeps instances whose Enabled is false. Like Nacos,
 	// queries leave them out by default.
 	IncludeDisabled bool `msgpack:"disabled,omitempty" json:"includeDisabled,omitempty"`
+	// Linearizable makes the query first wait until this node has applied
+	// every write of persistent data committed before the query began (a
+	// Raft read index), so that it cannot miss a write acknowledged
+	// anywhere. It costs a round trip to the Raft leader and changes
+	// nothing for ephemeral data, which is replicated AP, or in a
+	// standalone registry.
+	Linearizable bool `msgpack:"lin,omitempty" json:"linearizable,omitempty"`
 }
 
 // ServiceView is the answer to a Query: an immutable snapshot of a service's

@@ -59,7 +59,7 @@ func (r *Registry) CheckConsistency() error {
 				if j > 0 && strings.Compare(sl.pubs[j-1].pub.key(), pi.pub.key()) >= 0 {
 					bad("%s: publishers of %s out of order", key, sl.key())
 				}
-				if pi.pub.kind == pubBeat {
+				if pi.pub.kind == pubBeat && !pi.pub.remote {
 					beatInsts++
 					if _, ok := r.beatLeases.Get(pi); !ok {
 						bad("%s: beat instance %s has no lease", key, sl.key())
@@ -98,6 +98,9 @@ func (r *Registry) CheckConsistency() error {
 					bad("beat publisher %s:%d publishes port %d", ip, p.port, pi.inst.port)
 				}
 			}
+			if p.remote {
+				bad("remote publisher %s indexed as a beat publisher of this node", p.key())
+			}
 			check(p)
 		}
 	}
@@ -108,6 +111,15 @@ func (r *Registry) CheckConsistency() error {
 		}
 		if p.session.ttl > 0 {
 			ttl++
+		}
+		check(p)
+	}
+	for key, p := range r.remote {
+		if !p.remote || recordKey(p) != key {
+			bad("remote publisher %s indexed under %s", p.key(), key)
+		}
+		if len(p.insts) == 0 {
+			bad("remote publisher %s has no instances", key)
 		}
 		check(p)
 	}

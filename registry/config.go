@@ -8,7 +8,10 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/muster-io/muster/distro"
+	"github.com/muster-io/muster/health"
 	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/raftstore"
 )
 
 // Config configures a Registry. Start from DefaultConfig. New copies it; the
@@ -42,16 +45,50 @@ type Config struct {
 	// are tracked exactly, so this only bounds the wake-ups of an idle
 	// registry. Default 5 s.
 	SweepInterval time.Duration
+
+	// Distro, when set, makes the registry one node of a cluster: its
+	// ephemeral data (sessions and beat publishers) is replicated to every
+	// other node, and beat writes for an ip:port owned elsewhere are
+	// forwarded to the owner. Transport and Membership must be set; the
+	// registry sets NodeID, Store, Clock, Logger and Rand. The transport and
+	// the membership stay the caller's: close them after the registry. Nil
+	// means standalone.
+	Distro *distro.Config
+	// HealthChecks configures the active health checks (TCP, HTTP, MySQL)
+	// of persistent instances; nil turns them off, and persistent instances
+	// then keep the health SetHealth gives them. The registry sets Clock,
+	// Logger, Rand and OnTransition. DefaultConfig turns them on with
+	// health.DefaultConfig (Nacos's timings).
+	HealthChecks *health.Config
+	// Raft, when set, keeps persistent data (service definitions,
+	// persistent instances and their health, instance patches) in a Raft
+	// group on disk: see package raftstore. The registry sets Listener,
+	// Logger and Limits. Nil means persistent data lives in this process's
+	// memory only and is lost on Close.
+	Raft *raftstore.Config
+	// ServeBeforeReady lets queries and watches answer while the node is
+	// still loading its data from its peers. By default they fail with
+	// ErrNotReady until the load is done, rather than serve partial lists.
+	ServeBeforeReady bool
+	// ForwardAttempts bounds how often a forwarded write is tried while
+	// ownership is moving or the owner is unreachable (default 5), with
+	// ForwardBackoff (default 20 ms) doubling between attempts.
+	ForwardAttempts int
+	ForwardBackoff  time.Duration
 }
 
 // DefaultConfig returns the defaults: Nacos's timings, the real clock, no
 // logs.
 func DefaultConfig() Config {
+	hc := health.DefaultConfig()
 	return Config{
 		NodeID:          "local",
 		EmptyServiceTTL: 60 * time.Second,
 		PatchTTL:        60 * time.Second,
 		SweepInterval:   5 * time.Second,
+		HealthChecks:    &hc,
+		ForwardAttempts: 5,
+		ForwardBackoff:  20 * time.Millisecond,
 	}
 }
 
@@ -67,6 +104,20 @@ func (c *Config) Validate() error {
 	}{{"EmptyServiceTTL", c.EmptyServiceTTL}, {"PatchTTL", c.PatchTTL}, {"SweepInterval", c.SweepInterval}} {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive (got %v)", d.name, d.v))
+		}
+	}
+	if c.Distro != nil {
+		if c.Distro.Transport == nil {
+			errs = append(errs, errors.New("Distro.Transport must be set"))
+		}
+		if c.Distro.Membership == nil {
+			errs = append(errs, errors.New("Distro.Membership must be set"))
+		}
+		if c.ForwardAttempts < 1 {
+			errs = append(errs, fmt.Errorf("ForwardAttempts must be at least 1 (got %d)", c.ForwardAttempts))
+		}
+		if c.ForwardBackoff <= 0 {
+			errs = append(errs, fmt.Errorf("ForwardBackoff must be positive (got %v)", c.ForwardBackoff))
 		}
 	}
 	if c.Limits.MaxMetadataSize < 0 {

@@ -30,6 +30,10 @@ var (
 	ErrNoInstance = errors.New("registry: no instance available")
 	// ErrSessionClosed: the session was closed, or its keep-alive lapsed.
 	ErrSessionClosed = errors.New("registry: session closed")
+	// ErrUnavailable: a write for a beat instance owned by another node
+	// could not be forwarded to it (unreachable, or ownership kept moving
+	// for longer than the bounded retry). The caller may retry.
+	ErrUnavailable = errors.New("registry: owner unavailable")
 	// ErrWatchClosed: the watcher was closed.
 	ErrWatchClosed = errors.New("registry: watch closed")
 )

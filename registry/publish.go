@@ -23,6 +23,7 @@ type publisher struct {
 	port    uint16     // beat publishers
 	kind    pubKind
 	closed  bool
+	remote  bool // owned by another node: a replica (see replicate.go)
 }
 
 // beatPub returns the beat publisher of ip:port, or nil. Beat publishers are
@@ -175,6 +176,26 @@ func (r *Registry) Register(ctx context.Context, inst model.Instance) error {
 	if !inst.Ephemeral {
 		return r.store.Apply(ctx, &command{op: opPutInstance, inst: inst})
 	}
+	if r.dist != nil {
+		if _, local, err := r.forward(ctx, inst.IP, inst.Port, &fwdRequest{Op: fwdRegister, Inst: inst}); !local {
+			return err
+		}
+	}
+	return r.registerEphemeral(ctx, inst)
+}
+
+// registerEphemeral registers a beat instance this node owns.
+func (r *Registry) registerEphemeral(ctx context.Context, inst model.Instance) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	inst = inst.WithDefaults()
+	if !inst.Ephemeral {
+		return &model.ValidationError{Field: "instance.ephemeral", Rule: "must be true for a beat instance"}
+	}
+	if err := inst.Validate(r.cfg.Limits); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.checkWrite(); err != nil {
@@ -191,6 +212,11 @@ func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
 	fresh := pub == nil
 	if fresh {
 		pub = &publisher{kind: pubBeat, port: uint16(inst.Port)}
+		if r.dist != nil {
+			// A replicated publisher needs its key after its last instance
+			// has gone (for the tombstone); a standalone one saves the string.
+			pub.id = model.Endpoint(inst.IP, inst.Port)
+		}
 	}
 	pi, err := r.publish(pub, inst)
 	if err != nil {
@@ -203,12 +229,8 @@ func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
 	t := inst.BeatTimings()
 	pi.interval = t.Interval
 	now := r.now()
-	to := health.Timeouts{Unhealthy: t.Unhealthy, Expire: t.Delete}
-	if to.Unhealthy >= to.Expire {
-		to.Unhealthy = 0 // deleted before it would turn unhealthy: one threshold
-	}
 	// The timings passed Validate, so the lease accepts them.
-	_ = r.beatLeases.Put(pi, now, to)
+	_ = r.beatLeases.Put(pi, now, beatTimeouts(t))
 	r.wakeAt(now.Add(min(t.Unhealthy, t.Delete)))
 	return pi, nil
 }
@@ -220,6 +242,17 @@ func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
 // was never registered): the publisher registers it again, or beats with
 // HeartbeatInstance, which does that itself.
 func (r *Registry) Heartbeat(ctx context.Context, key model.InstanceKey) (time.Duration, error) {
+	if r.dist != nil {
+		resp, local, err := r.forward(ctx, key.IP, key.Port, &fwdRequest{Op: fwdHeartbeat, Key: key})
+		if !local {
+			return resp.Interval, err
+		}
+	}
+	return r.heartbeatLocal(ctx, key)
+}
+
+// heartbeatLocal is Heartbeat on the owner.
+func (r *Registry) heartbeatLocal(ctx context.Context, key model.InstanceKey) (time.Duration, error) {
 	svc := key.Service.WithDefaults()
 	cluster := key.Cluster
 	if cluster == "" {
@@ -242,6 +275,17 @@ func (r *Registry) Heartbeat(ctx context.Context, key model.InstanceKey) (time.D
 // beats do: it renews the lease like Heartbeat, and when the registry no
 // longer holds the instance, it registers inst.
 func (r *Registry) HeartbeatInstance(ctx context.Context, inst model.Instance) (time.Duration, error) {
+	if r.dist != nil {
+		resp, local, err := r.forward(ctx, inst.IP, inst.Port, &fwdRequest{Op: fwdHeartbeatInstance, Inst: inst})
+		if !local {
+			return resp.Interval, err
+		}
+	}
+	return r.heartbeatInstanceLocal(ctx, inst)
+}
+
+// heartbeatInstanceLocal is HeartbeatInstance on the owner.
+func (r *Registry) heartbeatInstanceLocal(ctx context.Context, inst model.Instance) (time.Duration, error) {
 	inst = inst.WithDefaults()
 	r.mu.Lock()
 	if err := r.checkWrite(); err != nil {
@@ -311,21 +355,42 @@ func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) error 
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	r.mu.Lock()
+	r.mu.RLock()
 	if err := r.checkWrite(); err != nil {
-		r.mu.Unlock()
+		r.mu.RUnlock()
 		return err
 	}
 	s := r.services[key.Service]
+	ephemeral := s != nil && s.ephemeral
+	r.mu.RUnlock()
 	if s == nil {
-		r.mu.Unlock()
 		return nil
 	}
-	if !s.ephemeral {
-		r.mu.Unlock()
+	if !ephemeral {
 		return r.store.Apply(ctx, &command{op: opDeleteInstance, key: key})
 	}
+	if r.dist != nil {
+		if _, local, err := r.forward(ctx, key.IP, key.Port, &fwdRequest{Op: fwdDeregister, Key: key}); !local {
+			return err
+		}
+	}
+	return r.deregisterEphemeral(ctx, key)
+}
+
+// deregisterEphemeral removes a beat instance this node owns.
+func (r *Registry) deregisterEphemeral(ctx context.Context, key model.InstanceKey) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	key = key.WithDefaults()
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err := r.checkWrite(); err != nil {
+		return err
+	}
 	if pi := r.beatPubInst(key.IP, key.Port, key.Cluster, key.Service); pi != nil {
 		r.beatLeases.Remove(pi)
 		r.dropBeat(pi)
@@ -368,4 +433,5 @@ func (r *Registry) beatEvent(pi *pubInst, ev health.Event) {
 // replicated from one place. The caller holds mu.
 func (r *Registry) pubChanged(pub *publisher) {
 	pub.rev++
+	r.replicate(pub)
 }

@@ -165,12 +165,18 @@ type serviceSnapshot struct {
 // cache, without allocating and, while no service has been added or
 // removed since the last snapshot of the index, without taking a lock.
 func (r *Registry) Query(ctx context.Context, q model.Query) (*model.ServiceView, error) {
+	if q.Linearizable {
+		if err := r.barrier(ctx); err != nil {
+			return nil, err
+		}
+		q.Linearizable = false // views do not depend on it
+	}
 	q.Service = q.Service.WithDefaults()
 	if len(q.Clusters) > 0 {
 		q = q.WithDefaults()
 	}
 	fresh := false
-	if len(q.Clusters) == 0 && r.state.Load() == stateRunning {
+	if len(q.Clusters) == 0 && r.serving.Load() {
 		if snap := r.snap.Load(); snap != nil && snap.gen == r.svcGen.Load() {
 			fresh = true
 			if s := snap.services[q.Service]; s != nil {

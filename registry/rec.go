@@ -56,3 +56,9 @@ func (r *rec) withHealth(healthy bool) *rec {
 	next.healthy = healthy
 	return &next
 }
+
+// equal reports whether r and o hold the same instance.
+func (r *rec) equal(o *rec) bool {
+	return r.id == o.id && r.cluster == o.cluster && r.ip == o.ip && r.port == o.port &&
+		r.weight == o.weight && r.healthy == o.healthy && r.enabled == o.enabled && r.md.Equal(o.md)
+}

@@ -13,8 +13,11 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/muster-io/muster/distro"
 	"github.com/muster-io/muster/health"
 	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/raftstore"
+	"github.com/muster-io/muster/transport"
 )
 
 // lifecycle states.
@@ -33,6 +36,16 @@ type Registry struct {
 	log   *slog.Logger
 	store store
 
+	// Cluster mode (nil when standalone); see replicate.go and forward.go.
+	dist  *distro.Replicator
+	trans transport.Transport
+
+	serving atomic.Bool // queries are answered (ready, or ServeBeforeReady)
+
+	// Active health checks (nil when disabled); see checks.go.
+	checks *health.Scheduler
+	hw     healthWrites
+
 	randMu sync.Mutex
 	rand   *rand.Rand
 
@@ -50,6 +63,7 @@ type Registry struct {
 	services map[model.ServiceKey]*service
 	beats    map[string]*publisher // beat publishers by IP, then chained by port (see beatPub)
 	sessions map[string]*publisher // session publishers by ID
+	remote   map[string]*publisher // replicas of other nodes' publishers, by record key
 	patches  map[model.InstanceKey]*model.InstancePatch
 	rev      uint64 // last revision handed out; revisions are unique across services
 
@@ -82,6 +96,7 @@ func New(cfg Config) (*Registry, error) {
 		services: make(map[model.ServiceKey]*service),
 		beats:    make(map[string]*publisher),
 		sessions: make(map[string]*publisher),
+		remote:   make(map[string]*publisher),
 		patches:  make(map[model.InstanceKey]*model.InstancePatch),
 		ready:    make(chan struct{}),
 		stop:     make(chan struct{}),
@@ -103,22 +118,63 @@ func New(cfg Config) (*Registry, error) {
 	r.rand = rand.New(src)
 	r.store = &memStore{r: r}
 	r.watch.init()
+	if cfg.Distro != nil {
+		dc := *cfg.Distro
+		dc.NodeID = cfg.NodeID
+		dc.Store = distroStore{r}
+		dc.Clock = r.clock
+		dc.Logger = r.log
+		dc.Rand = rand.NewPCG(r.rand.Uint64(), r.rand.Uint64())
+		d, err := distro.New(dc)
+		if err != nil {
+			return nil, fmt.Errorf("registry: %w", err)
+		}
+		r.dist = d
+		r.trans = dc.Transport
+	}
+	if cfg.HealthChecks != nil {
+		hc := *cfg.HealthChecks
+		hc.Clock = r.clock
+		hc.Logger = r.log
+		hc.Rand = rand.NewPCG(r.rand.Uint64(), r.rand.Uint64())
+		hc.OnTransition = r.onTransition
+		sched, err := health.NewScheduler(hc)
+		if err != nil {
+			return nil, fmt.Errorf("registry: %w", err)
+		}
+		r.checks = sched
+		r.hw.pending = make(map[model.InstanceKey]bool)
+		r.hw.wake = make(chan struct{}, 1)
+	}
+	if cfg.Raft != nil {
+		rc := *cfg.Raft
+		rc.Listener = raftListener{r}
+		rc.Logger = r.log
+		rc.Limits = cfg.Limits
+		node, err := raftstore.New(rc)
+		if err != nil {
+			return nil, fmt.Errorf("registry: %w", err)
+		}
+		r.store = &raftStore{r: r, node: node}
+	}
 	return r, nil
 }
 
 // Start starts the registry's goroutines. A standalone registry is ready as
-// soon as Start returns. The context only bounds Start itself; the registry
-// runs until Close.
+// soon as Start returns; a node of a cluster once it has loaded the data of
+// its peers (see Ready and WaitReady). The context only bounds Start itself;
+// the registry runs until Close.
 func (r *Registry) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	switch r.state.Load() {
 	case stateRunning:
+		r.mu.Unlock()
 		return fmt.Errorf("registry: already started")
 	case stateClosed:
+		r.mu.Unlock()
 		return ErrClosed
 	}
 	r.state.Store(stateRunning)
@@ -126,9 +182,83 @@ func (r *Registry) Start(ctx context.Context) error {
 	r.timerAt = r.now().Add(r.cfg.SweepInterval)
 	r.goFunc(r.housekeeper)
 	r.goFunc(r.notifier)
-	close(r.ready)
-	r.log.Info("registry started", "mode", "standalone")
+	if r.checks != nil {
+		if err := r.checks.Start(ctx); err != nil {
+			r.mu.Unlock()
+			_ = r.Close()
+			return fmt.Errorf("registry: starting health checks: %w", err)
+		}
+		r.goFunc(r.healthWriter)
+	}
+	if r.cfg.ServeBeforeReady {
+		r.serving.Store(true)
+	}
+	r.mu.Unlock()
+
+	rs, _ := r.store.(*raftStore)
+	if r.dist == nil && rs == nil {
+		r.becomeReady("standalone")
+		return nil
+	}
+	if rs != nil {
+		if err := rs.node.Start(ctx); err != nil {
+			_ = r.Close()
+			return fmt.Errorf("registry: starting the raft store: %w", err)
+		}
+	}
+	if r.dist != nil {
+		r.trans.Handle(kindForward, r.serveForward)
+		if err := r.dist.Start(ctx); err != nil {
+			_ = r.Close()
+			return fmt.Errorf("registry: starting replication: %w", err)
+		}
+	}
+	r.goFunc(r.awaitReady)
 	return nil
+}
+
+// awaitReady marks the registry ready once replication has loaded from the
+// peers and the raft store has applied what was committed when it started.
+func (r *Registry) awaitReady() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-r.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if rs, ok := r.store.(*raftStore); ok {
+		for {
+			err := rs.node.WaitReady(ctx)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil || errors.Is(err, raftstore.ErrClosed) {
+				return
+			}
+			r.log.Info("waiting for the raft store to catch up", "err", err)
+		}
+	}
+	if r.dist != nil {
+		if err := r.dist.WaitReady(ctx); err != nil {
+			return
+		}
+	}
+	r.becomeReady("cluster")
+}
+
+// becomeReady opens the registry to queries.
+func (r *Registry) becomeReady(mode string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state.Load() != stateRunning {
+		return
+	}
+	r.serving.Store(true)
+	close(r.ready)
+	r.log.Info("registry ready", "mode", mode)
 }
 
 // now reads the registry's clock.
@@ -155,6 +285,7 @@ func (r *Registry) Close() error {
 		return r.closeErr
 	}
 	r.state.Store(stateClosed)
+	r.serving.Store(false)
 	if r.timer != nil {
 		r.timer.Stop()
 	}
@@ -166,6 +297,14 @@ func (r *Registry) Close() error {
 
 	close(r.stop)
 	r.wg.Wait()
+	if r.checks != nil {
+		_ = r.checks.Close()
+	}
+	if r.dist != nil {
+		if err := r.dist.Close(); err != nil {
+			r.log.Warn("closing replication", "err", err)
+		}
+	}
 	for _, p := range sessions {
 		p.session.end()
 	}
@@ -215,8 +354,17 @@ func (r *Registry) checkWrite() error {
 	return ErrNotReady
 }
 
-// checkRead reports whether the registry serves reads.
-func (r *Registry) checkRead() error { return r.checkWrite() }
+// checkRead reports whether the registry serves reads: it is running and
+// ready, or configured to serve before.
+func (r *Registry) checkRead() error {
+	if err := r.checkWrite(); err != nil {
+		return err
+	}
+	if !r.serving.Load() {
+		return ErrNotReady
+	}
+	return nil
+}
 
 func (r *Registry) randFloat() float64 {
 	r.randMu.Lock()
@@ -299,12 +447,18 @@ func (r *Registry) Tick(ctx context.Context) error {
 	}
 	select {
 	case <-done:
-		return nil
 	case <-r.stop:
 		return ErrClosed
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	if r.checks != nil {
+		if err := r.checks.Settle(ctx); err != nil {
+			return err
+		}
+		r.writeHealth(ctx)
+	}
+	return nil
 }
 
 // runDue processes every deadline that has passed. It returns the patches

@@ -1,0 +1,192 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/transport"
+)
+
+// Forwarding. A beat publisher is owned by the rendezvous-hash owner of its
+// ip:port; a register, beat or deregister that reaches another node is sent
+// to the owner over the transport and answered from there. When the owner's
+// view of the membership differs from ours (ownership is moving), it
+// answers "not owner" and we ask again after a short back-off, a bounded
+// number of times.
+
+// kindForward is the transport message kind of forwarded beat writes.
+const kindForward transport.Kind = 64
+
+type fwdOp uint8
+
+const (
+	fwdRegister fwdOp = iota + 1
+	fwdHeartbeat
+	fwdHeartbeatInstance
+	fwdDeregister
+)
+
+// fwdRequest is a forwarded write. Tags are part of the wire format.
+type fwdRequest struct {
+	Op   fwdOp             `msgpack:"op"`
+	Inst model.Instance    `msgpack:"inst,omitempty"`
+	Key  model.InstanceKey `msgpack:"key,omitempty"`
+}
+
+type fwdCode uint8
+
+const (
+	codeOK fwdCode = iota
+	codeNotOwner
+	codeNotFound
+	codeKindMismatch
+	codeInvalid
+	codeNotReady
+	codeClosed
+	codeOther
+)
+
+// fwdResponse answers a forwarded write.
+type fwdResponse struct {
+	Code     fwdCode       `msgpack:"c"`
+	Msg      string        `msgpack:"m,omitempty"`
+	Interval time.Duration `msgpack:"iv,omitempty"`
+}
+
+// errNotOwner is the handler's answer when this node does not own the key.
+var errNotOwner = errors.New("registry: not the owner")
+
+// codeOf maps an error to its wire code.
+func codeOf(err error) fwdCode {
+	switch {
+	case err == nil:
+		return codeOK
+	case errors.Is(err, errNotOwner):
+		return codeNotOwner
+	case errors.Is(err, ErrNotFound):
+		return codeNotFound
+	case errors.Is(err, ErrKindMismatch):
+		return codeKindMismatch
+	case errors.Is(err, model.ErrInvalid):
+		return codeInvalid
+	case errors.Is(err, ErrNotReady):
+		return codeNotReady
+	case errors.Is(err, ErrClosed):
+		return codeClosed
+	}
+	return codeOther
+}
+
+// err returns the error a response stands for, matching the same sentinel
+// as on the owner.
+func (resp *fwdResponse) err(owner string) error {
+	var base error
+	switch resp.Code {
+	case codeOK:
+		return nil
+	case codeNotOwner:
+		base = errNotOwner
+	case codeNotFound:
+		base = ErrNotFound
+	case codeKindMismatch:
+		base = ErrKindMismatch
+	case codeInvalid:
+		base = model.ErrInvalid
+	case codeNotReady:
+		base = ErrNotReady
+	case codeClosed:
+		base = ErrUnavailable
+	default:
+		return fmt.Errorf("registry: owner %s: %s", owner, resp.Msg)
+	}
+	return fmt.Errorf("%w (owner %s: %s)", base, owner, resp.Msg)
+}
+
+// beatOwner returns the owner of the beat publisher of ip:port and whether
+// it is this node.
+func (r *Registry) beatOwner(ip string, port int) (string, bool) {
+	if r.dist == nil {
+		return r.cfg.NodeID, true
+	}
+	owner := r.dist.Owner(beatRecordKey(ip, port))
+	return owner, owner == r.cfg.NodeID
+}
+
+// forward sends req to the owner of ip:port, retrying while ownership is
+// moving. It returns local=true when this node turned out to own the key,
+// and the caller then serves it.
+func (r *Registry) forward(ctx context.Context, ip string, port int, req *fwdRequest) (resp fwdResponse, local bool, err error) {
+	body, err := model.Marshal(req)
+	if err != nil {
+		return resp, false, err
+	}
+	backoff := r.cfg.ForwardBackoff
+	for attempt := 1; ; attempt++ {
+		owner, mine := r.beatOwner(ip, port)
+		if mine {
+			return resp, true, nil
+		}
+		out, err := r.trans.Request(ctx, owner, kindForward, body)
+		if err == nil {
+			resp = fwdResponse{}
+			if err = model.Unmarshal(out, &resp); err == nil {
+				err = resp.err(owner)
+			}
+		}
+		if err == nil || !errors.Is(err, errNotOwner) && !errors.Is(err, transport.ErrUnreachable) {
+			return resp, false, err
+		}
+		if attempt >= r.cfg.ForwardAttempts {
+			return resp, false, fmt.Errorf("%w: forwarding to %s: %w", ErrUnavailable, owner, err)
+		}
+		r.log.Debug("forward failed; retrying", "owner", owner, "attempt", attempt, "err", err)
+		select {
+		case <-r.clock.After(backoff):
+		case <-ctx.Done():
+			return resp, false, ctx.Err()
+		case <-r.stop:
+			return resp, false, ErrClosed
+		}
+		backoff *= 2
+	}
+}
+
+// serveForward handles a write forwarded by another node.
+func (r *Registry) serveForward(ctx context.Context, from string, body []byte) ([]byte, error) {
+	var req fwdRequest
+	var resp fwdResponse
+	err := model.Unmarshal(body, &req)
+	if err == nil {
+		resp.Interval, err = r.forwarded(ctx, &req)
+	}
+	resp.Code = codeOf(err)
+	if err != nil {
+		resp.Msg = err.Error()
+	}
+	return model.Marshal(&resp)
+}
+
+// forwarded serves one forwarded write, if this node owns its key.
+func (r *Registry) forwarded(ctx context.Context, req *fwdRequest) (time.Duration, error) {
+	ip, port := req.Key.IP, req.Key.Port
+	if req.Op == fwdRegister || req.Op == fwdHeartbeatInstance {
+		ip, port = req.Inst.IP, req.Inst.Port
+	}
+	if _, mine := r.beatOwner(ip, port); !mine {
+		return 0, errNotOwner
+	}
+	switch req.Op {
+	case fwdRegister:
+		return 0, r.registerEphemeral(ctx, req.Inst)
+	case fwdHeartbeat:
+		return r.heartbeatLocal(ctx, req.Key)
+	case fwdHeartbeatInstance:
+		return r.heartbeatInstanceLocal(ctx, req.Inst)
+	case fwdDeregister:
+		return 0, r.deregisterEphemeral(ctx, req.Key)
+	}
+	return 0, &model.ValidationError{Field: "forward.op", Rule: "must be a known operation", Value: fmt.Sprint(req.Op)}
+}

@@ -1,0 +1,449 @@
+package registrytest
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/muster-io/muster/distro"
+	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/registry"
+	"github.com/muster-io/muster/transport"
+	"go.uber.org/goleak"
+)
+
+// ClusterOptions configures a test cluster. The zero value is ready to use.
+type ClusterOptions struct {
+	// Nodes is the number of nodes; default 3. They are named "n1", "n2"…
+	Nodes int
+	// Config is every node's registry configuration; nil means
+	// registry.DefaultConfig() without active health checks. NodeID, Clock,
+	// Logger, Rand and Distro are set per node.
+	Config *registry.Config
+	// Distro is the replication configuration; nil means
+	// distro.DefaultConfig(). Transport, Membership and NodeID are set per
+	// node.
+	Distro *distro.Config
+	// Seed seeds the nodes' random sources and the network; 0 derives one
+	// from the test's name.
+	Seed uint64
+	// LogLevel is the lowest level logged to the test; default Warn.
+	LogLevel slog.Level
+	// Clock is shared by every node; nil means a new fake clock at Epoch.
+	Clock *clockwork.FakeClock
+	// Step is the largest single move of the clock in Advance, so that
+	// periodic work (sync, verify) runs at every period it would in real
+	// time; default 500 ms.
+	Step time.Duration
+}
+
+// Cluster is a cluster of registries in one process: one MemNetwork, static
+// membership that follows the test's partitions, stops and restarts (a
+// stand-in for a failure detector that is never wrong), and one fake clock.
+//
+// When the test ends, the harness heals the network, lets two verify
+// periods pass, checks that every live node holds the same records and the
+// same instances, checks each index, closes every node and fails the test if
+// a goroutine started since NewCluster is still running.
+type Cluster struct {
+	// Clock is the nodes' fake clock.
+	Clock *clockwork.FakeClock
+	// Net is the network between the nodes; tests may drop, delay or hold
+	// messages on it directly.
+	Net *transport.MemNetwork
+	// Seed is the seed of the cluster's random sources.
+	Seed uint64
+
+	t       testing.TB
+	opts    ClusterOptions
+	dcfg    distro.Config
+	nodes   []*Node
+	groupOf map[string]int // partition group of each node; nil when whole
+}
+
+// Node is one node of a Cluster.
+type Node struct {
+	// Registry is the node's registry; nil while the node is stopped.
+	*registry.Registry
+	// ID is the node's ID.
+	ID string
+	// Transport is the node's endpoint on the network.
+	Transport *transport.MemTransport
+	// Membership is the node's view of the live members.
+	Membership *distro.Static
+
+	starts int
+}
+
+// NewCluster starts a cluster and returns once every node is ready.
+func NewCluster(t testing.TB, opts ClusterOptions) *Cluster {
+	t.Helper()
+	leaks := goleak.IgnoreCurrent()
+	if opts.Nodes <= 0 {
+		opts.Nodes = 3
+	}
+	if opts.Step <= 0 {
+		opts.Step = 500 * time.Millisecond
+	}
+	if opts.Clock == nil {
+		opts.Clock = clockwork.NewFakeClockAt(Epoch)
+	}
+	if opts.Seed == 0 {
+		h := fnv.New64a()
+		h.Write([]byte(t.Name()))
+		opts.Seed = h.Sum64()
+	}
+	if opts.LogLevel == 0 {
+		opts.LogLevel = slog.LevelWarn
+	}
+	dcfg := distro.DefaultConfig()
+	if opts.Distro != nil {
+		dcfg = *opts.Distro
+	}
+	c := &Cluster{
+		Clock: opts.Clock,
+		Net:   &transport.MemNetwork{Clock: opts.Clock, Seed: opts.Seed},
+		Seed:  opts.Seed,
+		t:     t,
+		opts:  opts,
+		dcfg:  dcfg,
+	}
+	for i := range opts.Nodes {
+		c.nodes = append(c.nodes, &Node{ID: fmt.Sprintf("n%d", i+1)})
+	}
+	t.Cleanup(func() { c.cleanup(leaks) })
+	for _, n := range c.nodes {
+		c.start(n)
+	}
+	c.AwaitReady()
+	return c
+}
+
+// Node returns node i (from 0).
+func (c *Cluster) Node(i int) *Node { return c.nodes[i] }
+
+// Nodes returns every node, stopped ones included.
+func (c *Cluster) Nodes() []*Node { return slices.Clone(c.nodes) }
+
+// Live returns the running nodes.
+func (c *Cluster) Live() []*Node {
+	var out []*Node
+	for _, n := range c.nodes {
+		if n.Registry != nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// start creates and starts n's transport, membership and registry.
+func (c *Cluster) start(n *Node) {
+	c.t.Helper()
+	tr, err := c.Net.Node(n.ID)
+	if err != nil {
+		c.t.Fatalf("registrytest: network node %s: %v", n.ID, err)
+	}
+	n.Transport = tr
+	n.Membership = distro.NewStatic(distro.Member{ID: n.ID})
+	n.starts++
+
+	cfg := registry.DefaultConfig()
+	cfg.HealthChecks = nil
+	if c.opts.Config != nil {
+		cfg = *c.opts.Config
+	}
+	dc := c.dcfg
+	dc.Transport = tr
+	dc.Membership = n.Membership
+	cfg.Distro = &dc
+	cfg.NodeID = n.ID
+	cfg.Clock = c.Clock
+	seed := c.Seed ^ uint64(n.starts)<<32 ^ fnvString(n.ID)
+	cfg.Rand = rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)
+	cfg.Logger = slog.New(slog.NewTextHandler(c.t.Output(), &slog.HandlerOptions{Level: c.opts.LogLevel}))
+
+	reg, err := registry.New(cfg)
+	if err != nil {
+		c.t.Fatalf("registrytest: node %s: %v", n.ID, err)
+	}
+	n.Registry = reg
+	c.updateMembership()
+	if err := reg.Start(context.Background()); err != nil {
+		c.t.Fatalf("registrytest: start node %s: %v", n.ID, err)
+	}
+}
+
+func fnvString(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}
+
+// updateMembership gives every live node the live members it can reach.
+func (c *Cluster) updateMembership() {
+	live := c.Live()
+	for _, n := range live {
+		var ms []distro.Member
+		for _, m := range live {
+			if c.reachable(n.ID, m.ID) {
+				ms = append(ms, distro.Member{ID: m.ID})
+			}
+		}
+		n.Membership.Set(ms...)
+	}
+}
+
+func (c *Cluster) reachable(a, b string) bool {
+	return c.groupOf == nil || c.groupOf[a] == c.groupOf[b]
+}
+
+// Partition splits the cluster into groups of node indexes; nodes left out
+// of every group form one more group. Each side sees the others as dead.
+func (c *Cluster) Partition(groups ...[]int) {
+	c.t.Helper()
+	c.groupOf = make(map[string]int)
+	for _, n := range c.nodes {
+		c.groupOf[n.ID] = len(groups)
+	}
+	for g, idx := range groups {
+		for _, i := range idx {
+			c.groupOf[c.nodes[i].ID] = g
+		}
+	}
+	for _, a := range c.nodes {
+		for _, b := range c.nodes {
+			if a.ID < b.ID && !c.reachable(a.ID, b.ID) {
+				c.Net.Partition(a.ID, b.ID)
+			}
+		}
+	}
+	c.updateMembership()
+	c.Settle()
+}
+
+// Isolate cuts node i off from every other node.
+func (c *Cluster) Isolate(i int) { c.Partition([]int{i}) }
+
+// Heal ends every partition.
+func (c *Cluster) Heal() {
+	c.t.Helper()
+	c.groupOf = nil
+	c.Net.Heal()
+	c.updateMembership()
+	c.Settle()
+}
+
+// Stop closes node i (a crash: nothing is handed over) and tells the others
+// it is dead.
+func (c *Cluster) Stop(i int) {
+	c.t.Helper()
+	n := c.nodes[i]
+	if n.Registry == nil {
+		return
+	}
+	if err := n.Registry.Close(); err != nil {
+		c.t.Errorf("registrytest: close %s: %v", n.ID, err)
+	}
+	_ = n.Transport.Close()
+	n.Registry = nil
+	c.updateMembership()
+	c.Settle()
+}
+
+// Restart starts node i again, empty, under the same ID. It does not wait
+// for the node to be ready: see AwaitReady.
+func (c *Cluster) Restart(i int) {
+	c.t.Helper()
+	n := c.nodes[i]
+	if n.Registry != nil {
+		c.t.Fatalf("registrytest: restart of running node %s", n.ID)
+	}
+	c.start(n)
+	c.Settle()
+}
+
+// AwaitReady advances the clock until every live node is ready.
+func (c *Cluster) AwaitReady() {
+	c.t.Helper()
+	for range 1000 {
+		ready := true
+		for _, n := range c.Live() {
+			ready = ready && n.Ready()
+		}
+		if ready {
+			return
+		}
+		c.Advance(c.opts.Step)
+	}
+	c.t.Fatalf("registrytest: nodes not ready after %v of fake time", 1000*c.opts.Step)
+}
+
+// Advance moves the clock by d, in steps of at most Options.Step, letting
+// the cluster settle after each.
+func (c *Cluster) Advance(d time.Duration) {
+	c.t.Helper()
+	for d > 0 {
+		step := min(d, c.opts.Step)
+		c.Clock.Advance(step)
+		d -= step
+		c.Settle()
+	}
+}
+
+// Settle waits until the nodes have handled every deadline that passed and
+// the network has been quiet for a moment. Message handling runs in
+// goroutines, so this polls: it returns once no message has been sent for
+// several consecutive polls (real time, a few milliseconds).
+func (c *Cluster) Settle() {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	quiet := 0
+	last := c.Net.TotalStats().Messages
+	for quiet < 3 {
+		for _, n := range c.Live() {
+			if err := n.Tick(ctx); err != nil {
+				c.t.Fatalf("registrytest: node %s did not settle: %v", n.ID, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			c.t.Fatalf("registrytest: the cluster did not settle")
+		case <-time.After(time.Millisecond):
+		}
+		if now := c.Net.TotalStats().Messages; now != last {
+			last, quiet = now, 0
+		} else {
+			quiet++
+		}
+	}
+}
+
+// Eventually advances the clock in steps until cond holds, for at most
+// limit of fake time, and fails the test otherwise.
+func (c *Cluster) Eventually(limit time.Duration, cond func() bool, format string, args ...any) {
+	c.t.Helper()
+	for waited := time.Duration(0); ; waited += c.opts.Step {
+		if cond() {
+			return
+		}
+		if waited >= limit {
+			c.t.Fatalf("registrytest: after %v: "+format, append([]any{limit}, args...)...)
+		}
+		c.Advance(c.opts.Step)
+	}
+}
+
+// CheckConverged returns an error unless every live node holds the same
+// live records (keys, owners, revisions) and serves the same instances of
+// every service.
+func (c *Cluster) CheckConverged() error {
+	live := c.Live()
+	if len(live) < 2 {
+		return nil
+	}
+	ref := live[0]
+	refRecs, refInsts := snapshot(ref)
+	var errs []string
+	for _, n := range live[1:] {
+		recs, insts := snapshot(n)
+		if d := diffMaps(refRecs, recs); d != "" {
+			errs = append(errs, fmt.Sprintf("records %s vs %s: %s", ref.ID, n.ID, d))
+		}
+		if d := diffMaps(refInsts, insts); d != "" {
+			errs = append(errs, fmt.Sprintf("instances %s vs %s: %s", ref.ID, n.ID, d))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("registrytest: nodes disagree:\n%s", strings.Join(errs, "\n"))
+	}
+	return nil
+}
+
+// snapshot returns a node's live records and the instances of its services
+// in the default namespace (where the harness's checks look), as comparable
+// strings.
+func snapshot(n *Node) (recs, insts map[string]string) {
+	recs = make(map[string]string)
+	n.Replicator().Range(func(r distro.Record) bool {
+		if !r.Deleted {
+			recs[r.Key] = fmt.Sprintf("%s@%d", r.Owner, r.Revision)
+		}
+		return true
+	})
+	insts = make(map[string]string)
+	ctx := context.Background()
+	for page := 1; ; page++ {
+		list, err := n.ListServices(ctx, registry.ListOptions{Page: page, PageSize: 500})
+		if err != nil || len(list.Services) == 0 {
+			break
+		}
+		for _, sum := range list.Services {
+			v, err := n.Query(ctx, model.Query{Service: sum.Key, IncludeDisabled: true})
+			if err != nil {
+				continue
+			}
+			for _, in := range v.Instances {
+				insts[in.Key().String()] = fmt.Sprintf("healthy=%v weight=%v enabled=%v md=%v", in.Healthy, in.Weight, in.Enabled, in.Metadata)
+			}
+		}
+	}
+	return recs, insts
+}
+
+func diffMaps(a, b map[string]string) string {
+	var out []string
+	for k, va := range a {
+		if vb, ok := b[k]; !ok {
+			out = append(out, fmt.Sprintf("%s only in the first (%s)", k, va))
+		} else if va != vb {
+			out = append(out, fmt.Sprintf("%s: %s vs %s", k, va, vb))
+		}
+	}
+	for k, vb := range b {
+		if _, ok := a[k]; !ok {
+			out = append(out, fmt.Sprintf("%s only in the second (%s)", k, vb))
+		}
+	}
+	slices.SortFunc(out, cmp.Compare)
+	if len(out) > 10 {
+		out = append(out[:10], fmt.Sprintf("… and %d more", len(out)-10))
+	}
+	return strings.Join(out, "; ")
+}
+
+func (c *Cluster) cleanup(leaks goleak.Option) {
+	t := c.t
+	if !t.Failed() {
+		c.Heal()
+		verify := c.dcfg.VerifyInterval
+		c.Advance(2 * verify)
+		if err := c.CheckConverged(); err != nil {
+			t.Errorf("%v", err)
+		}
+	}
+	if t.Failed() {
+		t.Logf("registrytest: cluster ran with seed %d", c.Seed)
+	}
+	for _, n := range c.Live() {
+		if err := n.CheckConsistency(); err != nil {
+			t.Errorf("registrytest: node %s: inconsistent index: %v", n.ID, err)
+		}
+		if err := n.Registry.Close(); err != nil {
+			t.Errorf("registrytest: close %s: %v", n.ID, err)
+		}
+		_ = n.Transport.Close()
+		n.Registry = nil
+	}
+	if err := goleak.Find(leaks); err != nil {
+		t.Errorf("registrytest: leaked goroutines: %v", err)
+	}
+}

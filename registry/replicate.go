@@ -1,0 +1,360 @@
+package registry
+
+import (
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/muster-io/muster/distro"
+	"github.com/muster-io/muster/health"
+	"github.com/muster-io/muster/model"
+)
+
+// Replication of ephemeral data. Each publisher (session or beat ip:port) is
+// one distro record, owned by one node: sessions by the node they were
+// opened on, beat publishers by the rendezvous-hash owner of their ip:port.
+// The owner runs the publisher's leases and puts a new revision of the
+// record on every change (pubChanged); distro carries it to the other
+// nodes, whose copies are "remote" publishers: their instances are in the
+// index like any other, but nothing here runs their leases or changes them
+// except a newer record (distroStore.Apply).
+//
+// Record keys: "s/" + session ID, "b/" + ip:port. The beat key is also what
+// decides the owner of active health checks of an ip:port, so that one
+// node handles an endpoint's beats and its probes.
+
+const (
+	sessionPrefix = "s/"
+	beatPrefix    = "b/"
+)
+
+// pubPayload is a publisher record's payload: its instances, with their
+// health. It is msgpack-encoded; the tags are part of the wire format.
+type pubPayload struct {
+	Instances []model.Instance `msgpack:"i"`
+}
+
+// recordKey returns p's distro record key.
+func recordKey(p *publisher) string {
+	if p.kind == pubSession {
+		return sessionPrefix + p.key()
+	}
+	return beatPrefix + p.key()
+}
+
+// beatRecordKey returns the record key of the beat publisher of ip:port.
+func beatRecordKey(ip string, port int) string { return beatPrefix + model.Endpoint(ip, port) }
+
+// replicate puts p's current state in distro, if p is a publisher this node
+// owns. The caller holds mu.
+func (r *Registry) replicate(p *publisher) {
+	d := r.dist
+	if d == nil || p.remote {
+		return
+	}
+	key := recordKey(p)
+	if len(p.insts) == 0 || p.closed {
+		if _, err := d.Delete(key); err != nil {
+			r.log.Debug("replicating a removal failed", "record", key, "err", err)
+		}
+		return
+	}
+	kind := distro.KindBeat
+	if p.kind == pubSession {
+		kind = distro.KindSession
+	}
+	if _, err := d.Put(kind, key, p.encode()); err != nil {
+		r.log.Debug("replicating a change failed", "record", key, "err", err)
+	}
+}
+
+// encode returns p's record payload.
+func (p *publisher) encode() []byte {
+	pl := pubPayload{Instances: make([]model.Instance, len(p.insts))}
+	for i, pi := range p.insts {
+		pl.Instances[i] = pi.inst.instance(pi.slot.svc)
+	}
+	b, err := model.Marshal(&pl)
+	if err != nil { // plain structs of validated values always encode
+		panic("registry: encoding a publisher: " + err.Error())
+	}
+	return b
+}
+
+// decodePayload decodes and checks a record payload from a peer. Every
+// instance must be valid and ephemeral; a beat record's must all share the
+// record's ip:port.
+func (r *Registry) decodePayload(rec distro.Record) ([]model.Instance, error) {
+	var pl pubPayload
+	if err := model.Unmarshal(rec.Payload, &pl); err != nil {
+		return nil, err
+	}
+	for i := range pl.Instances {
+		inst := pl.Instances[i].WithDefaults()
+		if err := inst.Validate(r.cfg.Limits); err != nil {
+			return nil, err
+		}
+		if !inst.Ephemeral {
+			return nil, &model.ValidationError{Field: "record.instances.ephemeral", Rule: "must be true"}
+		}
+		if rec.Kind == distro.KindBeat && beatRecordKey(inst.IP, inst.Port) != rec.Key {
+			return nil, &model.ValidationError{Field: "record.instances.ip", Rule: "must match the beat record's ip:port", Value: rec.Key}
+		}
+		pl.Instances[i] = inst
+	}
+	return pl.Instances, nil
+}
+
+// Replicator returns the registry's replicator, or nil for a standalone
+// registry. It is meant for diagnostics and tests (registrytest compares
+// the records of every node); writing through it bypasses the registry.
+func (r *Registry) Replicator() *distro.Replicator { return r.dist }
+
+// distroStore is the registry as distro sees it.
+type distroStore struct{ r *Registry }
+
+var _ distro.Store = distroStore{}
+
+// Apply installs a record of another owner.
+func (ds distroStore) Apply(rec distro.Record) {
+	r := ds.r
+	var insts []model.Instance
+	if !rec.Deleted {
+		var err error
+		if insts, err = r.decodePayload(rec); err != nil {
+			r.log.Warn("ignoring a malformed record", "record", rec.Key, "owner", rec.Owner, "err", err)
+			return
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state.Load() == stateClosed {
+		return
+	}
+	p := r.remote[rec.Key]
+	if p == nil {
+		if p = r.localPub(rec.Key); p != nil {
+			r.demote(p) // another node owns it now
+		}
+	}
+	if rec.Deleted {
+		if p != nil {
+			r.dropRemote(p)
+		}
+		return
+	}
+	if p == nil {
+		p = newRemotePub(rec)
+		r.remote[rec.Key] = p
+	}
+	r.setPublications(p, insts)
+	if len(p.insts) == 0 {
+		r.dropRemote(p)
+	}
+}
+
+// Adopt makes this node the owner of a beat record whose owner left.
+func (ds distroStore) Adopt(rec distro.Record, lastRenewed time.Time) {
+	r := ds.r
+	if rec.Kind != distro.KindBeat || rec.Deleted {
+		return
+	}
+	insts, err := r.decodePayload(rec)
+	if err != nil {
+		r.log.Warn("not adopting a malformed record", "record", rec.Key, "err", err)
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state.Load() == stateClosed || r.localPub(rec.Key) != nil {
+		return
+	}
+	p := r.remote[rec.Key]
+	if p == nil {
+		p = newRemotePub(rec)
+		r.remote[rec.Key] = p
+	}
+	r.setPublications(p, insts)
+	if len(p.insts) == 0 {
+		r.dropRemote(p)
+		return
+	}
+	r.promote(p, lastRenewed)
+	r.log.Debug("adopted a beat publisher", "record", rec.Key, "from", rec.Owner)
+}
+
+// MembersChanged hands over what this node no longer owns.
+func (ds distroStore) MembersChanged(members []string) {
+	r := ds.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state.Load() == stateClosed {
+		return
+	}
+	var moved []*publisher
+	for _, head := range r.beats {
+		for p := head; p != nil; p = p.next {
+			if !r.ownsKey(recordKey(p)) {
+				moved = append(moved, p)
+			}
+		}
+	}
+	for _, p := range moved {
+		r.demote(p)
+	}
+	if len(moved) > 0 {
+		r.log.Info("beat publishers handed over", "count", len(moved), "members", len(members))
+	}
+	r.checksMembersChanged()
+}
+
+// ownsKey reports whether this node owns the beat record key. The caller
+// need not hold mu.
+func (r *Registry) ownsKey(key string) bool {
+	return r.dist == nil || r.dist.Owner(key) == r.cfg.NodeID
+}
+
+// newRemotePub returns an empty publisher for a record of another node.
+func newRemotePub(rec distro.Record) *publisher {
+	p := &publisher{remote: true}
+	switch rec.Kind {
+	case distro.KindSession:
+		p.kind = pubSession
+		p.id = strings.TrimPrefix(rec.Key, sessionPrefix)
+	default:
+		p.kind = pubBeat
+		p.id = strings.TrimPrefix(rec.Key, beatPrefix)
+	}
+	return p
+}
+
+// localPub returns the publisher this node owns under the record key, or
+// nil. The caller holds mu.
+func (r *Registry) localPub(key string) *publisher {
+	if id, ok := strings.CutPrefix(key, sessionPrefix); ok {
+		return r.sessions[id]
+	}
+	id, ok := strings.CutPrefix(key, beatPrefix)
+	if !ok {
+		return nil
+	}
+	host, portStr, err := net.SplitHostPort(id)
+	if err != nil {
+		return nil
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil
+	}
+	return r.beatPub(host, port)
+}
+
+// setPublications makes p publish exactly insts, changing each affected
+// service once. The caller holds mu.
+func (r *Registry) setPublications(p *publisher, insts []model.Instance) {
+	want := make(map[model.InstanceKey]*model.Instance, len(insts))
+	for i := range insts {
+		want[insts[i].Key()] = &insts[i]
+	}
+	var touched []*service
+	kept := p.insts[:0]
+	for _, pi := range p.insts {
+		key := pi.slot.key()
+		inst, ok := want[key]
+		if !ok {
+			r.unpublish(pi, false)
+			touched = append(touched, pi.slot.svc)
+			continue
+		}
+		delete(want, key)
+		if next := newRec(inst); !next.equal(pi.inst) {
+			pi.inst = next
+			touched = append(touched, pi.slot.svc)
+		}
+		kept = append(kept, pi)
+	}
+	clear(p.insts[len(kept):])
+	p.insts = kept
+	for i := range insts {
+		if want[insts[i].Key()] == nil {
+			continue
+		}
+		if _, err := r.publish(p, insts[i]); err != nil {
+			r.log.Warn("a replicated instance conflicts with this node's index", "instance", insts[i].Key().String(), "err", err)
+		}
+	}
+	seen := make(map[*service]bool, len(touched))
+	for _, s := range touched {
+		if !seen[s] && r.services[s.key] == s {
+			seen[s] = true
+			r.changed(s)
+		}
+	}
+	p.rev++
+}
+
+// dropRemote removes a remote publisher and its instances. The caller holds
+// mu.
+func (r *Registry) dropRemote(p *publisher) {
+	r.setPublications(p, nil)
+	delete(r.remote, recordKey(p))
+	p.closed = true
+}
+
+// demote turns a publisher this node owned into a remote copy: another node
+// owns it now. Its leases stop here; its instances stay until the new
+// owner's record replaces them. The caller holds mu.
+func (r *Registry) demote(p *publisher) {
+	key := recordKey(p)
+	switch p.kind {
+	case pubBeat:
+		for _, pi := range p.insts {
+			r.beatLeases.Remove(pi)
+		}
+		if len(p.insts) > 0 {
+			r.removeBeatPub(p.insts[0].inst.ip, p)
+		}
+		p.next = nil
+	case pubSession:
+		r.sessionLeases.Remove(p)
+		delete(r.sessions, p.id)
+		if p.session != nil {
+			p.session.end()
+			p.session = nil
+		}
+	}
+	p.remote = true
+	r.remote[key] = p
+}
+
+// promote makes a remote beat publisher this node's own, with leases that
+// continue from lastBeat, and replicates the new ownership. The caller holds
+// mu.
+func (r *Registry) promote(p *publisher, lastBeat time.Time) {
+	delete(r.remote, recordKey(p))
+	p.remote = false
+	r.addBeatPub(p.insts[0].inst.ip, p)
+	next := r.now()
+	for _, pi := range p.insts {
+		inst := pi.inst.instance(pi.slot.svc)
+		t := inst.BeatTimings()
+		pi.interval = t.Interval
+		to := beatTimeouts(t)
+		_ = r.beatLeases.Put(pi, lastBeat, to)
+		if at := lastBeat.Add(min(t.Unhealthy, t.Delete)); at.Before(next) || next.Equal(r.now()) {
+			next = at
+		}
+	}
+	r.wakeAt(next)
+	r.pubChanged(p)
+}
+
+// beatTimeouts returns the lease thresholds of beat timings.
+func beatTimeouts(t model.BeatTimings) health.Timeouts {
+	to := health.Timeouts{Unhealthy: t.Unhealthy, Expire: t.Delete}
+	if to.Unhealthy >= to.Expire {
+		to.Unhealthy = 0 // deleted before it would turn unhealthy: one threshold
+	}
+	return to
+}
