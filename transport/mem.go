@@ -563,7 +563,7 @@ func (t *MemTransport) Request(ctx context.Context, to string, kind Kind, body [
 	if kind == 0 {
 		return nil, fmt.Errorf("%w: kind 0 is invalid", ErrNoHandler)
 	}
-	if err := ctx.Err(); err != nil {
+	if err := expired(ctx); err != nil {
 		return nil, err
 	}
 	deadline, _ := ctx.Deadline()
@@ -573,8 +573,10 @@ func (t *MemTransport) Request(ctx context.Context, to string, kind Kind, body [
 	}
 	select {
 	case r := <-call.done:
-		if r.err != nil && ctx.Err() != nil {
-			return nil, ctx.Err() // the handler failed because our deadline passed
+		if r.err != nil {
+			if err := expired(ctx); err != nil {
+				return nil, err // the handler most likely failed because our deadline passed
+			}
 		}
 		return r.body, r.err
 	case <-ctx.Done():
@@ -595,7 +597,7 @@ func (t *MemTransport) Send(ctx context.Context, to string, kind Kind, body []by
 	if kind == 0 {
 		return fmt.Errorf("%w: kind 0 is invalid", ErrNoHandler)
 	}
-	if err := ctx.Err(); err != nil {
+	if err := expired(ctx); err != nil {
 		return err
 	}
 	return t.net.send(t, to, kind, body, time.Time{}, nil)
@@ -691,4 +693,18 @@ func (t *MemTransport) serve(m *memMsg) {
 	default:
 		t.net.respond(m, slices.Clone(resp), nil)
 	}
+}
+
+// expired returns ctx's error if it ended or its deadline has passed (the
+// timer may not have fired yet when a peer's handler, holding the same
+// deadline, already gave up). Deadlines are real time, so this compares
+// with the wall clock.
+func expired(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }

@@ -246,7 +246,7 @@ func (t *TCP) Request(ctx context.Context, to string, kind Kind, body []byte) ([
 		return t.local(ctx, kind, body, true)
 	}
 	for {
-		if err := ctx.Err(); err != nil {
+		if err := expired(ctx); err != nil {
 			return nil, err
 		}
 		c, err := t.connFor(ctx, to)
@@ -275,7 +275,7 @@ func (t *TCP) Send(ctx context.Context, to string, kind Kind, body []byte) error
 		return err
 	}
 	for {
-		if err := ctx.Err(); err != nil {
+		if err := expired(ctx); err != nil {
 			return err
 		}
 		c, err := t.connFor(ctx, to)

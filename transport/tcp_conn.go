@@ -152,8 +152,10 @@ func (c *conn) request(ctx context.Context, kind Kind, body []byte) ([]byte, err
 	}
 	select {
 	case r := <-ch:
-		if r.err != nil && ctx.Err() != nil {
-			return nil, ctx.Err() // the handler failed because our deadline passed
+		if r.err != nil {
+			if err := expired(ctx); err != nil {
+				return nil, err // the handler most likely failed because our deadline passed
+			}
 		}
 		return r.body, r.err
 	case <-ctx.Done():

@@ -1,0 +1,552 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	crand "crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"go.uber.org/goleak"
+)
+
+// syncBuffer collects log output from several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func bufLogger(buf *syncBuffer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+func TestTCPConfigValidate(t *testing.T) {
+	ok := DefaultTCPConfig()
+	ok.NodeID = "n1"
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("valid config: %v", err)
+	}
+	cases := []struct {
+		field string
+		mut   func(*TCPConfig)
+	}{
+		{"NodeID", func(c *TCPConfig) { c.NodeID = "" }},
+		{"NodeID", func(c *TCPConfig) { c.NodeID = strings.Repeat("x", 256) }},
+		{"ListenAddr", func(c *TCPConfig) { c.ListenAddr = "" }},
+		{"Secret", func(c *TCPConfig) { c.Secret = []byte("short") }},
+		{"MaxFrameSize", func(c *TCPConfig) { c.MaxFrameSize = 0 }},
+		{"DialTimeout", func(c *TCPConfig) { c.DialTimeout = 0 }},
+		{"HandshakeTimeout", func(c *TCPConfig) { c.HandshakeTimeout = -1 }},
+		{"ReconnectMin", func(c *TCPConfig) { c.ReconnectMin = 0 }},
+		{"ReconnectMax", func(c *TCPConfig) { c.ReconnectMax = c.ReconnectMin / 2 }},
+		{"MaxInflight", func(c *TCPConfig) { c.MaxInflight = 0 }},
+		{"WriteQueue", func(c *TCPConfig) { c.WriteQueue = 0 }},
+	}
+	for _, tc := range cases {
+		c := ok
+		tc.mut(&c)
+		err := c.Validate()
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s: got %v", tc.field, err)
+		}
+		if _, err := NewTCP(c); err == nil {
+			t.Errorf("%s: NewTCP accepted an invalid config", tc.field)
+		}
+	}
+}
+
+func TestTCPLifecycle(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	cfg := DefaultTCPConfig()
+	cfg.NodeID = "a"
+	tr, err := NewTCP(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Addr() != "" {
+		t.Fatal("address before Start")
+	}
+	if _, err := tr.Request(testCtx(t), "b", 1, nil); !errors.Is(err, ErrNotStarted) {
+		t.Fatalf("before Start: %v", err)
+	}
+	if err := tr.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Start(context.Background()); err == nil {
+		t.Fatal("second Start accepted")
+	}
+	if !strings.HasPrefix(tr.Addr(), "127.0.0.1:") || strings.HasSuffix(tr.Addr(), ":0") {
+		t.Fatalf("Addr %q", tr.Addr())
+	}
+	if tr.AdvertiseAddr() != tr.Addr() {
+		t.Fatal("AdvertiseAddr defaults to Addr")
+	}
+	// Without Resolve a node cannot dial.
+	if _, err := tr.Request(testCtx(t), "b", 1, nil); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("no resolver: %v", err)
+	}
+	_ = tr.Close()
+	if err := tr.Start(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Start after Close: %v", err)
+	}
+}
+
+// testCA makes a CA and returns it with a function issuing node certs.
+func testCA(t *testing.T, name string) (*x509.CertPool, func(node string) tls.Certificate) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), crand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(crand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	serial := int64(1)
+	issue := func(node string) tls.Certificate {
+		nk, err := ecdsa.GenerateKey(elliptic.P256(), crand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		serial++
+		ct := &x509.Certificate{
+			SerialNumber: big.NewInt(serial),
+			Subject:      pkix.Name{CommonName: node},
+			NotBefore:    now.Add(-time.Hour),
+			NotAfter:     now.Add(time.Hour),
+			KeyUsage:     x509.KeyUsageDigitalSignature,
+			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+			IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		}
+		d, err := x509.CreateCertificate(crand.Reader, ct, ca, &nk.PublicKey, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tls.Certificate{Certificate: [][]byte{d}, PrivateKey: nk}
+	}
+	return pool, issue
+}
+
+func mtlsConfig(pool *x509.CertPool, cert tls.Certificate) *tls.Config {
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		RootCAs:      pool,
+		ClientCAs:    pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		MinVersion:   tls.VersionTLS13,
+	}
+}
+
+func TestTCPMutualTLS(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	pool, issue := testCA(t, "cluster CA")
+	otherPool, otherIssue := testCA(t, "rogue CA")
+	var logs syncBuffer
+	c := newTCPCluster(t, 0, nil)
+	defer c.CloseAll()
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	mk := func(id string, tc *tls.Config) *TCP {
+		cfg := c.config(t, id)
+		cfg.TLS = tc
+		cfg.Secret = secret
+		cfg.Logger = bufLogger(&logs).With("test-node", id)
+		return c.start(t, cfg)
+	}
+	a := mk("a", mtlsConfig(pool, issue("a")))
+	b := mk("b", mtlsConfig(pool, issue("b")))
+	b.Handle(1, echo)
+	ctx := testCtx(t)
+	if got, err := a.Request(ctx, "b", 1, []byte("over tls")); err != nil || string(got) != "a:over tls" {
+		t.Fatalf("mutual TLS request: %q, %v", got, err)
+	}
+	// The connection really is TLS.
+	b.mu.Lock()
+	for cn := range b.conns {
+		if _, ok := cn.nc.(*tls.Conn); !ok {
+			t.Errorf("connection is %T, want *tls.Conn", cn.nc)
+		}
+	}
+	b.mu.Unlock()
+
+	// A node whose certificate another CA signed is refused both ways.
+	rogue := mk("r", mtlsConfig(otherPool, otherIssue("r")))
+	rogue.Handle(1, echo)
+	if _, err := rogue.Request(ctx, "b", 1, nil); !errors.Is(err, ErrUnreachable) || !errors.Is(err, ErrHandshake) {
+		t.Fatalf("rogue -> b: %v", err)
+	}
+	if _, err := a.Request(ctx, "r", 1, nil); !errors.Is(err, ErrHandshake) {
+		t.Fatalf("a -> rogue: %v", err)
+	}
+	// A node without TLS is refused.
+	plain := c.config(t, "p")
+	plain.Secret = secret
+	p := c.start(t, plain)
+	if _, err := p.Request(ctx, "b", 1, nil); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("plain -> b: %v", err)
+	}
+	eventually(t, "refusal logged", func() bool {
+		return strings.Contains(logs.String(), "refused inbound connection") && strings.Contains(logs.String(), "tls")
+	})
+}
+
+func TestTCPSecret(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var logs syncBuffer
+	c := newTCPCluster(t, 0, nil)
+	defer c.CloseAll()
+	mk := func(id string, secret string) *TCP {
+		cfg := c.config(t, id)
+		cfg.Secret = []byte(secret)
+		cfg.Logger = bufLogger(&logs).With("test-node", id)
+		n := c.start(t, cfg)
+		n.Handle(1, echo)
+		return n
+	}
+	good := "a shared secret of 32 bytes ...."
+	a := mk("a", good)
+	mk("b", good)
+	wrong := mk("w", "another secret of 32 bytes .....")
+	none := mk("n", "")
+	ctx := testCtx(t)
+	if _, err := a.Request(ctx, "b", 1, nil); err != nil {
+		t.Fatalf("same secret: %v", err)
+	}
+	for _, tc := range []struct {
+		from *TCP
+		to   string
+	}{{wrong, "b"}, {a, "w"}, {none, "b"}, {a, "n"}} {
+		_, err := tc.from.Request(ctx, tc.to, 1, nil)
+		if !errors.Is(err, ErrUnreachable) || !errors.Is(err, ErrHandshake) {
+			t.Errorf("%s -> %s: %v, want ErrUnreachable and ErrHandshake", tc.from.LocalID(), tc.to, err)
+		}
+	}
+	eventually(t, "refusal logged", func() bool {
+		return strings.Contains(logs.String(), "wrong or missing shared secret")
+	})
+	if strings.Contains(logs.String(), good) {
+		t.Fatal("the secret appears in the logs")
+	}
+	// A node answering for another ID is refused.
+	c.mu.Lock()
+	c.addrs["x"] = c.addrs["b"]
+	c.mu.Unlock()
+	if _, err := a.Request(ctx, "x", 1, nil); !errors.Is(err, ErrHandshake) {
+		t.Fatalf("wrong node at the address: %v", err)
+	}
+}
+
+// rawPeer dials node addr and completes the handshake by hand, as node id.
+func rawPeer(t *testing.T, addr, id, to string) net.Conn {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	cn := newNonce()
+	if err := writeHello(nc, hello{Magic: helloMagic, Version: helloVersion, Node: id, To: to, Nonce: cn}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readHello(nc); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeHello(nc, hello{}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := readHello(nc); err != nil || st.Status != statusOK {
+		t.Fatalf("status %+v %v", st, err)
+	}
+	return nc
+}
+
+// expectClosed reads until the server closes nc.
+func expectClosed(t *testing.T, nc net.Conn) {
+	t.Helper()
+	_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err := io.Copy(io.Discard, nc) // EOF (nil) or a reset: closed either way
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatal("connection not closed")
+	}
+}
+
+func TestTCPGarbage(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var logs syncBuffer
+	c := newTCPCluster(t, 0, func(cfg *TCPConfig) { cfg.Logger = bufLogger(&logs) })
+	defer c.CloseAll()
+	b := c.Node(t, "b")
+	b.Handle(1, echo)
+	addr := b.(*TCP).Addr()
+
+	frame := func(h header, body []byte) []byte { return encodeFrame(h, body) }
+	tooLong := binary.BigEndian.AppendUint32(nil, DefaultMaxMessageSize+maxHeaderLen+1)
+	cases := []struct {
+		name, log string
+		handshake bool
+		data      []byte
+	}{
+		{"garbage before handshake", "refused inbound connection", false, []byte("GET / HTTP/1.1\r\n\r\n")},
+		{"huge hello", "refused inbound connection", false, []byte{0xff, 0xff, 0xff, 0xff}},
+		{"garbage frame", "bad frame", true, []byte{0, 0, 0, 3, 1, 2, 3}},
+		{"oversized frame", "frame too large", true, tooLong},
+		{"bad flags", "bad flags", true, frame(header{flags: flagRequest | flagResponse, kind: 1}, nil)},
+		{"kind 0", "kind 0", true, frame(header{flags: flagRequest}, nil)},
+		{"empty frame", "empty frame", true, []byte{0, 0, 0, 0}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var nc net.Conn
+			if tc.handshake {
+				nc = rawPeer(t, addr, "g", "b")
+			} else {
+				var err error
+				if nc, err = net.Dial("tcp", addr); err != nil {
+					t.Fatal(err)
+				}
+			}
+			defer nc.Close()
+			if _, err := nc.Write(tc.data); err != nil {
+				t.Fatal(err)
+			}
+			expectClosed(t, nc)
+			eventually(t, "reason logged", func() bool { return strings.Contains(logs.String(), tc.log) })
+		})
+	}
+	// The node still serves well-behaved peers.
+	a := c.Node(t, "a")
+	if _, err := a.Request(testCtx(t), "b", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	// A raw peer that speaks the protocol gets answers.
+	nc := rawPeer(t, addr, "g", "b")
+	defer nc.Close()
+	if _, err := nc.Write(frame(header{flags: flagRequest, kind: 1, id: 7}, []byte("raw"))); err != nil {
+		t.Fatal(err)
+	}
+	var lb [4]byte
+	if _, err := io.ReadFull(nc, lb[:]); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, binary.BigEndian.Uint32(lb[:]))
+	if _, err := io.ReadFull(nc, buf); err != nil {
+		t.Fatal(err)
+	}
+	h, body, err := decodeFrame(buf, DefaultMaxMessageSize)
+	if err != nil || h.flags != flagResponse || h.id != 7 || string(body) != "g:raw" {
+		t.Fatalf("response %+v %q %v", h, body, err)
+	}
+}
+
+// connCount returns how many connections n holds and the addresses of the
+// one its peer slot uses.
+func connCount(n *TCP, peerID string) (int, string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	slot := ""
+	if p := n.peers[peerID]; p != nil && p.conn != nil {
+		slot = p.conn.nc.LocalAddr().String() + ">" + p.conn.nc.RemoteAddr().String()
+	}
+	return len(n.conns), slot
+}
+
+func TestTCPSimultaneousDial(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	for round := range 10 {
+		c := newTCPCluster(t, 0, nil)
+		a := c.Node(t, "a").(*TCP)
+		b := c.Node(t, "b").(*TCP)
+		a.Handle(1, echo)
+		b.Handle(1, echo)
+		ctx := testCtx(t)
+		var wg sync.WaitGroup
+		errs := make(chan error, 20)
+		for i := range 20 {
+			wg.Go(func() {
+				from, to := a, "b"
+				if i%2 == 1 {
+					from, to = b, "a"
+				}
+				if _, err := from.Request(ctx, to, 1, nil); err != nil {
+					errs <- fmt.Errorf("round %d %s->%s: %w", round, from.LocalID(), to, err)
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		// One connection remains, the one a (the lower ID) dialled.
+		eventually(t, "one connection per side", func() bool {
+			na, sa := connCount(a, "b")
+			nb, sb := connCount(b, "a")
+			return na == 1 && nb == 1 && sa != "" && sb != ""
+		})
+		_, sa := connCount(a, "b")
+		_, sb := connCount(b, "a")
+		la, ra, _ := strings.Cut(sa, ">")
+		lb, rb, _ := strings.Cut(sb, ">")
+		if la != rb || ra != lb {
+			t.Fatalf("round %d: a uses %s, b uses %s", round, sa, sb)
+		}
+		if ra != b.Addr() {
+			t.Fatalf("round %d: kept connection %s was not dialled by a (b listens on %s)", round, sa, b.Addr())
+		}
+		c.CloseAll()
+	}
+}
+
+func TestTCPBusy(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	c := newTCPCluster(t, 0, func(cfg *TCPConfig) { cfg.MaxInflight = 2 })
+	defer c.CloseAll()
+	a, b := c.Node(t, "a"), c.Node(t, "b")
+	release := make(chan struct{})
+	started := make(chan struct{}, 2)
+	b.Handle(1, func(context.Context, string, []byte) ([]byte, error) {
+		started <- struct{}{}
+		<-release
+		return nil, nil
+	})
+	ctx := testCtx(t)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			if _, err := a.Request(ctx, "b", 1, nil); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	<-started
+	<-started
+	if _, err := a.Request(ctx, "b", 1, nil); !errors.Is(err, ErrBusy) {
+		t.Fatalf("third request: %v, want ErrBusy", err)
+	}
+	close(release)
+	wg.Wait()
+	if _, err := a.Request(ctx, "b", 1, nil); err != nil {
+		t.Fatalf("after the handlers finished: %v", err)
+	}
+}
+
+func TestTCPReconnectBackoff(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	clock := clockwork.NewFakeClock()
+	// A port nothing listens on.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	_ = ln.Close()
+	var resolves atomic.Int32
+	c := newTCPCluster(t, 0, nil)
+	defer c.CloseAll()
+	cfg := c.config(t, "a")
+	cfg.Clock = clock
+	cfg.ReconnectMin = time.Second
+	cfg.ReconnectMax = 4 * time.Second
+	cfg.Resolve = func(string) (string, error) {
+		resolves.Add(1)
+		return dead, nil
+	}
+	a := c.start(t, cfg)
+	ctx := testCtx(t)
+	fail := func(wantResolves int32) {
+		t.Helper()
+		if _, err := a.Request(ctx, "b", 1, nil); !errors.Is(err, ErrUnreachable) {
+			t.Fatalf("got %v", err)
+		}
+		if got := resolves.Load(); got != wantResolves {
+			t.Fatalf("dials: %d, want %d", got, wantResolves)
+		}
+	}
+	fail(1)
+	fail(1) // within the backoff: no dial
+	clock.Advance(1250 * time.Millisecond)
+	fail(2) // the first wait is at most 1.25 s
+	clock.Advance(1400 * time.Millisecond)
+	fail(2) // the second is at least 1.5 s
+	clock.Advance(1200 * time.Millisecond)
+	fail(3)
+	for range 5 {
+		clock.Advance(5 * time.Second) // capped at 4 s + 25%
+		fail(resolves.Load() + 1)
+	}
+}
+
+// The peer dying fails pending requests at once, without waiting for ctx.
+func TestTCPPeerDeathFailsPending(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	c := newTCPCluster(t, 0, nil)
+	defer c.CloseAll()
+	a := c.Node(t, "a")
+	nc := rawPeer(t, a.(*TCP).Addr(), "b", "a")
+	b := c.Node(t, "b") // b's slot at a is the raw connection; b itself is not used to answer
+	_ = b
+	started := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		close(started)
+		_, err := a.Request(context.Background(), "b", 1, nil)
+		errc <- err
+	}()
+	<-started
+	// Read the request from the raw connection, then die without answering.
+	var lb [4]byte
+	_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(nc, lb[:]); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrUnreachable) {
+			t.Fatalf("got %v", err)
+		}
+	case <-testCtx(t).Done():
+		t.Fatal("pending request did not fail when the peer died")
+	}
+}
