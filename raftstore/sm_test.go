@@ -1,0 +1,304 @@
+package raftstore
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/dgraph-io/badger/v4"
+	sm "github.com/lni/dragonboat/v4/statemachine"
+	"github.com/muster-io/muster/model"
+)
+
+type testSM struct {
+	*stateMachine
+	lis   *recListener
+	index uint64
+}
+
+func openTestSM(t *testing.T, dir string) *testSM {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	db, err := badger.Open(badgerOptions(dir, slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	l := newRecListener()
+	s := &testSM{stateMachine: newStateMachine(db, l, slog.New(slog.DiscardHandler)), lis: l}
+	idx, err := s.Open(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.index = idx
+	return s
+}
+
+// apply proposes cmds as one entry at the next index and returns their
+// rejections.
+func (s *testSM) apply(t *testing.T, cmds ...Command) []error {
+	t.Helper()
+	encs := make([][]byte, len(cmds))
+	for i := range cmds {
+		b, err := cmds[i].Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		encs[i] = b
+	}
+	s.index += 2 // indices have gaps (no-op and config entries never reach Update)
+	out, err := s.Update([]sm.Entry{{Index: s.index, Cmd: encodeEntry(encs)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Result.Value != s.index || len(out[0].Result.Data) != len(cmds) {
+		t.Fatalf("result %+v", out[0].Result)
+	}
+	errs := make([]error, len(cmds))
+	for i, code := range out[0].Result.Data {
+		errs[i] = rejection(code, &cmds[i])
+	}
+	return errs
+}
+
+func (s *testSM) state(t *testing.T) State {
+	t.Helper()
+	var st State
+	err := s.db.View(func(txn *badger.Txn) error {
+		var e error
+		st, e = loadState(txn)
+		return e
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func inst(svc, ip string, port int) model.Instance { return persistent(svc, ip, port) }
+
+func TestApplyRules(t *testing.T) {
+	s := openTestSM(t, "")
+	pers := func(name string) model.Service { return model.Service{Key: svcKey(name)} }
+	eph := func(name string) model.Service { return model.Service{Key: svcKey(name), Ephemeral: true} }
+	ephInst := inst("x", "10.0.0.9", 1)
+	ephInst.Ephemeral = true
+	unhealthy := inst("h", "10.0.0.5", 5)
+	unhealthy.Healthy = true
+	w2, off := 2.0, false
+	steps := []struct {
+		name string
+		cmd  Command
+		want error
+	}{
+		{"create", Command{Op: OpCreateService, Service: pers("a")}, nil},
+		{"create again", Command{Op: OpCreateService, Service: pers("a")}, ErrServiceExists},
+		{"put into a", Command{Op: OpPutInstance, Instance: inst("a", "10.0.0.1", 80)}, nil},
+		{"put without definition", Command{Op: OpPutInstance, Instance: inst("b", "10.0.0.2", 80)}, nil},
+		{"create ephemeral over persistent instances", Command{Op: OpCreateService, Service: eph("b")}, ErrKindMismatch},
+		{"create persistent over persistent instances", Command{Op: OpCreateService, Service: pers("b")}, nil},
+		{"update unknown", Command{Op: OpUpdateService, Service: pers("c")}, ErrServiceNotFound},
+		{"upsert unknown", Command{Op: OpUpdateService, Upsert: true, Service: eph("c")}, nil},
+		{"update ephemeral over persistent instances", Command{Op: OpUpdateService, Service: eph("a")}, ErrKindMismatch},
+		{"update changes kind", Command{Op: OpUpdateService, Service: pers("c")}, ErrKindMismatch},
+		{"update kept kind", Command{Op: OpUpdateService, Service: model.Service{Key: svcKey("c"), Ephemeral: true, ProtectThreshold: 0.3}}, nil},
+		{"update definition-less service with instances", Command{Op: OpPutInstance, Instance: inst("d", "10.0.0.3", 80)}, nil},
+		{"update d", Command{Op: OpUpdateService, Service: pers("d")}, nil},
+		{"put into ephemeral service", Command{Op: OpPutInstance, Instance: inst("c", "10.0.0.4", 80)}, ErrKindMismatch},
+		{"put ephemeral instance", Command{Op: OpPutInstance, Instance: ephInst}, ErrKindMismatch},
+		{"delete non-empty", Command{Op: OpDeleteService, SvcKey: svcKey("a")}, ErrServiceNotEmpty},
+		{"delete unknown", Command{Op: OpDeleteService, SvcKey: svcKey("e")}, ErrServiceNotFound},
+		{"put into f", Command{Op: OpPutInstance, Instance: inst("f", "10.0.0.8", 80)}, nil},
+		{"delete non-empty without definition", Command{Op: OpDeleteService, SvcKey: svcKey("f")}, ErrServiceNotEmpty},
+		{"delete instance", Command{Op: OpDeleteInstance, Key: inst("a", "10.0.0.1", 80).Key()}, nil},
+		{"delete instance again", Command{Op: OpDeleteInstance, Key: inst("a", "10.0.0.1", 80).Key()}, nil},
+		{"delete empty", Command{Op: OpDeleteService, SvcKey: svcKey("a")}, nil},
+		{"delete again", Command{Op: OpDeleteService, SvcKey: svcKey("a")}, ErrServiceNotFound},
+		{"set health unknown", Command{Op: OpSetHealth, Key: inst("h", "10.0.0.5", 5).Key()}, ErrInstanceNotFound},
+		{"put h", Command{Op: OpPutInstance, Instance: unhealthy}, nil},
+		{"set unhealthy", Command{Op: OpSetHealth, Key: unhealthy.Key(), Healthy: false}, nil},
+		{"set unhealthy again", Command{Op: OpSetHealth, Key: unhealthy.Key(), Healthy: false}, nil},
+		{"re-put keeps health", Command{Op: OpPutInstance, Instance: unhealthy}, nil},
+		{"patch without instance", Command{Op: OpPatchInstance, Patch: model.InstancePatch{Key: inst("z", "10.0.0.6", 6).Key(), Weight: &w2}}, nil},
+		{"patch merges", Command{Op: OpPatchInstance, Patch: model.InstancePatch{Key: inst("z", "10.0.0.6", 6).Key(), Enabled: &off}}, nil},
+		{"remove absent patch", Command{Op: OpRemovePatch, Key: inst("y", "10.0.0.7", 7).Key()}, nil},
+		{"unknown op", Command{Op: 99}, ErrCorrupt},
+	}
+	for _, st := range steps {
+		got := s.apply(t, st.cmd)[0]
+		if (st.want == nil) != (got == nil) || (st.want != nil && !errors.Is(got, st.want)) {
+			t.Fatalf("%s: got %v, want %v", st.name, got, st.want)
+		}
+	}
+	st := s.state(t)
+	h, ok := find(st.Instances, unhealthy.Key())
+	if !ok || h.Healthy {
+		t.Fatalf("re-put reset health: %+v", h)
+	}
+	if len(st.Patches) != 1 || *st.Patches[0].Weight != 2 || *st.Patches[0].Enabled {
+		t.Fatalf("patches: %+v", st.Patches)
+	}
+	var names []string
+	for _, svc := range st.Services {
+		names = append(names, svc.Key.Name)
+	}
+	if strings.Join(names, ",") != "b,c,d" {
+		t.Fatalf("services %v", names)
+	}
+	if !sameData(s.lis.state(), st) || s.lis.index != s.index {
+		t.Fatalf("listener diverged:\n%+v\n%+v", s.lis.state(), st)
+	}
+}
+
+func find(insts []model.Instance, k model.InstanceKey) (model.Instance, bool) {
+	for _, i := range insts {
+		if i.Key() == k {
+			return i, true
+		}
+	}
+	return model.Instance{}, false
+}
+
+// Commands within one entry see each other's effects, and default names are
+// filled in before anything is stored.
+func TestApplyBatchAndDefaults(t *testing.T) {
+	s := openTestSM(t, "")
+	bare := model.Instance{Service: model.ServiceKey{Name: "n"}, IP: "10.0.0.1", Port: 1, Weight: 1, Enabled: true}
+	errs := s.apply(t,
+		Command{Op: OpCreateService, Service: model.Service{Key: model.ServiceKey{Name: "n"}, Ephemeral: true}},
+		Command{Op: OpPutInstance, Instance: bare},
+		Command{Op: OpUpdateService, Service: model.Service{Key: model.ServiceKey{Name: "n"}}},
+	)
+	if errs[0] != nil || !errors.Is(errs[1], ErrKindMismatch) || !errors.Is(errs[2], ErrKindMismatch) {
+		t.Fatalf("batch: %v", errs)
+	}
+	if errs := s.apply(t, Command{Op: OpDeleteService, SvcKey: model.ServiceKey{Name: "n"}}, Command{Op: OpPutInstance, Instance: bare}); errs[0] != nil || errs[1] != nil {
+		t.Fatalf("batch 2: %v", errs)
+	}
+	st := s.state(t)
+	if len(st.Instances) != 1 || st.Instances[0].Cluster != model.DefaultCluster || st.Instances[0].Service.Group != model.DefaultGroup {
+		t.Fatalf("defaults not filled in: %+v", st.Instances)
+	}
+}
+
+// A batch of large entries is split into several Badger transactions
+// instead of failing with ErrTxnTooBig; each carries its applied index.
+func TestUpdateSplitsLargeBatches(t *testing.T) {
+	s := openTestSM(t, "")
+	md := map[string]string{}
+	for i := range 30 {
+		md["k"+strconv.Itoa(i)] = strings.Repeat("v", 25)
+	}
+	var ents []sm.Entry
+	n := 0
+	for e := range 12 {
+		encs := make([][]byte, 0, maxBatchCommands)
+		for range maxBatchCommands {
+			n++
+			i := inst("big", "10.9."+strconv.Itoa(n/250)+"."+strconv.Itoa(n%250), 80)
+			i.Metadata = model.NewMetadata(md)
+			c := Command{Op: OpPutInstance, Instance: i}
+			b, _ := c.Marshal()
+			encs = append(encs, b)
+		}
+		ents = append(ents, sm.Entry{Index: uint64(e + 1), Cmd: encodeEntry(encs)})
+	}
+	if _, err := s.Update(ents); err != nil {
+		t.Fatal(err)
+	}
+	st := s.state(t)
+	if len(st.Instances) != n || st.Index != 12 {
+		t.Fatalf("%d instances at index %d, want %d at 12", len(st.Instances), st.Index, n)
+	}
+}
+
+// Snapshot save and restore round-trip every record type, from a
+// point-in-time view; the restored state machine reports the snapshot's
+// index and resets its listener.
+func TestSnapshotRoundTrip(t *testing.T) {
+	src := openTestSM(t, "")
+	w, on := 3.0, true
+	src.apply(t,
+		Command{Op: OpCreateService, Service: model.Service{Key: svcKey("s"), ProtectThreshold: 0.2,
+			Metadata: model.NewMetadata(map[string]string{"a": "b"}),
+			Clusters: []model.Cluster{{Name: "DEFAULT", HealthCheck: model.HealthCheck{Type: model.CheckHTTP, Path: "/h", ExpectedCodes: []int{200, 204}}}}}},
+		Command{Op: OpPutInstance, Instance: inst("s", "10.0.0.1", 80)},
+		Command{Op: OpPatchInstance, Patch: model.InstancePatch{Key: inst("s", "10.0.0.1", 80).Key(), Weight: &w, Enabled: &on,
+			Metadata: model.NewMetadata(map[string]string{"zone": "b"})}},
+	)
+	src.apply(t, Command{Op: OpSetHealth, Key: inst("s", "10.0.0.1", 80).Key(), Healthy: false})
+	want := src.state(t)
+
+	ctx, err := src.PrepareSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.apply(t, Command{Op: OpPutInstance, Instance: inst("s", "10.0.0.2", 80)}) // after the point in time
+	var buf bytes.Buffer
+	if err := src.SaveSnapshot(ctx, &buf, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx2, _ := src.PrepareSnapshot()
+	var buf2 bytes.Buffer
+	if err := src.SaveSnapshot(ctx2, &buf2, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	dst := openTestSM(t, "")
+	dst.apply(t, Command{Op: OpPutInstance, Instance: inst("old", "10.0.0.3", 80)}) // replaced
+	if err := dst.RecoverFromSnapshot(bytes.NewReader(buf.Bytes()), nil); err != nil {
+		t.Fatal(err)
+	}
+	got := dst.state(t)
+	if !sameData(got, want) || got.Index != want.Index {
+		t.Fatalf("restored:\n%+v\nwant\n%+v", got, want)
+	}
+	if dst.lis.resets != 2 || !sameData(dst.lis.state(), want) || dst.applied.Load() != want.Index {
+		t.Fatalf("listener after restore: %d resets, %+v", dst.lis.resets, dst.lis.state())
+	}
+
+	// Deterministic: the same state saves to the same bytes.
+	dst2 := openTestSM(t, "")
+	if err := dst2.RecoverFromSnapshot(bytes.NewReader(buf2.Bytes()), nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx3, _ := dst2.PrepareSnapshot()
+	var buf3 bytes.Buffer
+	if err := dst2.SaveSnapshot(ctx3, &buf3, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf2.Bytes(), buf3.Bytes()) {
+		t.Fatal("snapshot of the same state differs")
+	}
+
+	// A truncated or foreign stream is an error, not a panic.
+	for _, bad := range [][]byte{buf.Bytes()[:buf.Len()-3], []byte("garbage"), nil} {
+		if err := openTestSM(t, "").RecoverFromSnapshot(bytes.NewReader(bad), nil); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("bad snapshot: %v", err)
+		}
+	}
+}
+
+// Open returns the applied index persisted with the data.
+func TestReopen(t *testing.T) {
+	dir := t.TempDir()
+	db, err := badger.Open(badgerOptions(dir, slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &testSM{stateMachine: newStateMachine(db, nil, slog.New(slog.DiscardHandler))}
+	s.apply(t, Command{Op: OpPutInstance, Instance: inst("r", "10.0.0.1", 80)})
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s2 := openTestSM(t, dir)
+	if s2.index != s.index || s2.lis.resets != 1 || len(s2.lis.state().Instances) != 1 {
+		t.Fatalf("reopen: index %d (want %d), listener %+v", s2.index, s.index, s2.lis.state())
+	}
+}
