@@ -51,6 +51,7 @@ type Replicator struct {
 	readyCh    chan struct{}
 	events     []storeEvent
 	draining   bool
+	refused    int // records refused because the sender was not their owner (tests assert 0)
 
 	kick   chan struct{}
 	ctx    context.Context
@@ -616,6 +617,7 @@ func (r *Replicator) handleSync(_ context.Context, from string, body []byte) ([]
 	for _, rec := range recs {
 		if rec.Owner != from {
 			r.log.Warn("distro: refused a record sent by a node that does not own it", "from", from, "record", rec.String())
+			r.refused++
 			continue
 		}
 		r.offerLocked(rec, now)

@@ -192,6 +192,7 @@ func (r *Replicator) handleRepair(_ context.Context, from string, body []byte) (
 	for _, rec := range recs {
 		if rec.Owner != from {
 			r.log.Warn("distro: refused a repaired record from a node that does not own it", "from", from, "record", rec.String())
+			r.refused++
 			continue
 		}
 		r.offerLocked(rec, now)
