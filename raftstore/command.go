@@ -127,9 +127,18 @@ func UnmarshalCommand(b []byte) (Command, error) {
 	return c, nil
 }
 
-// entryVersion is the first byte of every Raft entry this package writes.
-// The rest is a msgpack array of encoded Commands (a batch).
-const entryVersion = 1
+// Raft entry layout: entryVersion, a 16-byte proposal ID (8 bytes of the
+// proposing Node's random nonce, 8 bytes of its sequence number; all zero
+// for none), then a msgpack array of encoded Commands (a batch). The ID
+// lets the state machine apply a re-proposed entry once (see dedupe).
+const (
+	entryVersion = 1
+	entryIDLen   = 16
+	entryHdrLen  = 1 + entryIDLen
+)
+
+// entryID identifies one proposed entry; the zero ID is never deduplicated.
+type entryID [entryIDLen]byte
 
 // maxBatchCommands caps the commands packed into one Raft entry.
 const maxBatchCommands = 256
@@ -138,14 +147,15 @@ const maxBatchCommands = 256
 const maxEntryBytes = 256 << 10
 
 // encodeEntry packs already-encoded commands into one Raft entry.
-func encodeEntry(cmds [][]byte) []byte {
-	n := 6
+func encodeEntry(id entryID, cmds [][]byte) []byte {
+	n := entryHdrLen + 5
 	for _, c := range cmds {
 		n += len(c)
 	}
 	var buf bytes.Buffer
 	buf.Grow(n)
 	buf.WriteByte(entryVersion)
+	buf.Write(id[:])
 	enc := msgpack.GetEncoder()
 	enc.Reset(&buf)
 	_ = enc.EncodeArrayLen(len(cmds)) // a bytes.Buffer never fails
@@ -156,17 +166,19 @@ func encodeEntry(cmds [][]byte) []byte {
 	return buf.Bytes()
 }
 
-var errBadEntry = errors.New("bad entry version")
+var errBadEntry = errors.New("bad entry header")
 
 // decodeEntry decodes a Raft entry written by encodeEntry. It is safe on
 // untrusted input.
-func decodeEntry(b []byte) ([]Command, error) {
-	if len(b) == 0 || b[0] != entryVersion {
-		return nil, fmt.Errorf("%w: entry: %w", ErrCorrupt, errBadEntry)
+func decodeEntry(b []byte) (entryID, []Command, error) {
+	var id entryID
+	if len(b) < entryHdrLen || b[0] != entryVersion {
+		return id, nil, fmt.Errorf("%w: entry: %w", ErrCorrupt, errBadEntry)
 	}
+	copy(id[:], b[1:entryHdrLen])
 	var cmds []Command
-	if err := model.Unmarshal(b[1:], &cmds); err != nil {
-		return nil, fmt.Errorf("%w: entry: %w", ErrCorrupt, err)
+	if err := model.Unmarshal(b[entryHdrLen:], &cmds); err != nil {
+		return id, nil, fmt.Errorf("%w: entry: %w", ErrCorrupt, err)
 	}
-	return cmds, nil
+	return id, cmds, nil
 }

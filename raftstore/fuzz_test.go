@@ -69,10 +69,10 @@ func FuzzUnmarshalCommand(f *testing.F) {
 // FuzzDecodeEntry: a Raft entry of arbitrary bytes is rejected or decoded,
 // never a panic.
 func FuzzDecodeEntry(f *testing.F) {
-	f.Add(encodeEntry(fuzzSeeds(f)))
-	f.Add([]byte{entryVersion, 0xdd, 0x7f, 0xff, 0xff, 0xff})
+	f.Add(encodeEntry(entryID{1, 2}, fuzzSeeds(f)))
+	f.Add(append(make([]byte, entryHdrLen), 0xdd, 0x7f, 0xff, 0xff, 0xff))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		cmds, err := decodeEntry(b)
+		_, cmds, err := decodeEntry(b)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatal(err)

@@ -2,12 +2,14 @@ package raftstore
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -39,6 +41,8 @@ type Node struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed by Close
 	wg     sync.WaitGroup
+	nonce  [8]byte       // random per Start: entry IDs never repeat across restarts
+	seq    atomic.Uint64 // entry sequence number
 
 	dbMu sync.RWMutex // guards db against Close
 	db   *badger.DB
@@ -178,6 +182,11 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	create := func(shardID, replicaID uint64) sm.IOnDiskStateMachine { return n.sm }
 	if err := nh.StartOnDiskReplica(members, join, create, n.replicaConfig()); err != nil {
 		return fmt.Errorf("raftstore: start replica: %w", err)
+	}
+	// The nonce only has to be unique, not reproducible: crypto/rand, not
+	// a seeded source.
+	if _, err := rand.Read(n.nonce[:]); err != nil {
+		return fmt.Errorf("raftstore: nonce: %w", err)
 	}
 	n.nh, n.db = nh, db
 	n.ctx, n.cancel = context.WithCancel(context.Background())

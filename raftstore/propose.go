@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -31,11 +32,11 @@ type proposalResult struct {
 // ProposeTimeout without a leader or quorum, ErrClosed, or ctx's error.
 //
 // Concurrent calls are packed into one Raft entry (group commit). Temporary
-// Dragonboat errors are retried within ProposeTimeout; a retry after a
-// timed-out attempt may apply the command twice, which is harmless for
-// every op but CreateService and DeleteService (the second attempt then
-// reports ErrServiceExists or ErrServiceNotFound). When ctx ends first the
-// command may still be applied.
+// Dragonboat errors are retried within ProposeTimeout. Every entry carries a
+// unique ID and the state machine applies an ID once, so a retry after an
+// attempt that timed out but did commit returns the first outcome instead
+// of applying the batch again. When ctx ends first, or with ErrNoLeader, the
+// command may still be applied later.
 func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 	if err := n.running(); err != nil {
 		return Result{}, err
@@ -107,7 +108,7 @@ func (n *Node) batchLoop() {
 		for _, p := range batch {
 			encs = append(encs, p.enc)
 		}
-		index, codes, err := n.proposeEntry(encodeEntry(encs))
+		index, codes, err := n.proposeEntry(encodeEntry(n.nextEntryID(), encs))
 		for i, p := range batch {
 			var r proposalResult
 			switch {
@@ -122,6 +123,15 @@ func (n *Node) batchLoop() {
 		}
 		clear(batch)
 	}
+}
+
+// nextEntryID returns a new entry ID: the node's random nonce and the next
+// sequence number.
+func (n *Node) nextEntryID() entryID {
+	var id entryID
+	copy(id[:8], n.nonce[:])
+	binary.BigEndian.PutUint64(id[8:], n.seq.Add(1))
+	return id
 }
 
 // proposeEntry commits one entry, retrying temporary errors within

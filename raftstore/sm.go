@@ -33,6 +33,7 @@ type stateMachine struct {
 	log      *slog.Logger
 	applied  atomic.Uint64
 	closed   atomic.Bool
+	cleaned  uint64 // index of the last dedupe clean-up; Update's goroutine only
 }
 
 var _ sm.IOnDiskStateMachine = (*stateMachine)(nil)
@@ -61,6 +62,13 @@ func (s *stateMachine) Open(stopc <-chan struct{}) (uint64, error) {
 	return st.Index, nil
 }
 
+// dedupeWindow: an entry whose ID was applied at most this many indices
+// earlier is a re-proposal (a retry after a timed-out attempt that did
+// commit) and is not applied again; its first outcome is returned. Older
+// records are ignored whether or not they were cleaned up yet, so the
+// outcome is the same on every replica.
+const dedupeWindow = 50000
+
 // Update applies a batch of entries: one Badger transaction (split into
 // chunks only when it gets large), the applied index written with the data.
 func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
@@ -70,19 +78,35 @@ func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 	changes := make([]Change, 0, len(ents))
 	for i := range ents {
 		e := &ents[i]
-		if last != 0 && (w.bytes+2*len(e.Cmd) > txnBudgetBytes || w.count+maxBatchCommands > txnBudgetCount) {
+		if last != 0 && (w.bytes+2*len(e.Cmd) > txnBudgetBytes || w.count+maxBatchCommands+2 > txnBudgetCount) {
 			if err := s.commit(w, last); err != nil {
 				return nil, err
 			}
 			w = &writer{txn: s.db.NewTransaction(true)}
 		}
-		cmds, err := decodeEntry(e.Cmd)
+		last = e.Index
+		id, cmds, err := decodeEntry(e.Cmd)
 		if err != nil {
 			// Never proposed by this package; every replica skips it alike.
 			s.log.Error("raftstore: skipping undecodable entry", "index", e.Index, "err", err)
 			e.Result = sm.Result{Value: e.Index}
-			last = e.Index
 			continue
+		}
+		if id != (entryID{}) {
+			var rec []byte
+			item, err := w.txn.Get(dedupeKey(id))
+			if err == nil {
+				rec, err = item.ValueCopy(nil)
+			}
+			if err != nil && !errors.Is(err, badger.ErrKeyNotFound) {
+				return nil, err
+			}
+			if len(rec) >= 8 {
+				if at := binary.BigEndian.Uint64(rec); at+dedupeWindow >= e.Index {
+					e.Result = sm.Result{Value: at, Data: rec[8:]}
+					continue
+				}
+			}
 		}
 		codes := make([]byte, len(cmds))
 		for j := range cmds {
@@ -96,9 +120,22 @@ func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 			changes = append(changes, Change{Index: e.Index, Cmd: *c, Rejected: rejection(code, c)})
 		}
 		e.Result = sm.Result{Value: e.Index, Data: codes}
-		last = e.Index
+		if id != (entryID{}) {
+			if err := w.set(dedupeKey(id), append(encodeIndex(e.Index), codes...)); err != nil {
+				return nil, err
+			}
+			if err := w.set(dedupeAtKey(e.Index, id), nil); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if last != 0 {
+		if last-s.cleaned >= 1024 {
+			if err := s.cleanDedupe(w, last); err != nil {
+				return nil, err
+			}
+			s.cleaned = last
+		}
 		if err := s.commit(w, last); err != nil {
 			return nil, err
 		}
@@ -107,6 +144,35 @@ func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 		s.listener.Applied(changes)
 	}
 	return ents, nil
+}
+
+// cleanDedupe deletes up to 1000 dedupe records older than the window.
+func (s *stateMachine) cleanDedupe(w *writer, last uint64) error {
+	if last <= dedupeWindow {
+		return nil
+	}
+	limit := last - dedupeWindow
+	var old [][]byte
+	it := w.txn.NewIterator(badger.IteratorOptions{Prefix: []byte{kindDedupeAt}})
+	for it.Rewind(); it.Valid() && len(old) < 1000; it.Next() {
+		k := it.Item().KeyCopy(nil)
+		if len(k) != 9+entryIDLen || binary.BigEndian.Uint64(k[1:9]) >= limit {
+			break
+		}
+		old = append(old, k)
+	}
+	it.Close()
+	for _, k := range old {
+		var id entryID
+		copy(id[:], k[9:])
+		if err := w.del(k); err != nil {
+			return err
+		}
+		if err := w.del(dedupeKey(id)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *stateMachine) commit(w *writer, index uint64) error {
@@ -289,7 +355,7 @@ func (s *stateMachine) RecoverFromSnapshot(r io.Reader, done <-chan struct{}) er
 			}
 			applied = rec.V
 			continue
-		case kindService, kindInstance, kindPatch:
+		case kindService, kindInstance, kindPatch, kindDedupe, kindDedupeAt:
 		default:
 			return fmt.Errorf("%w: snapshot key %q", ErrCorrupt, rec.K)
 		}

@@ -52,7 +52,7 @@ func (s *testSM) apply(t *testing.T, cmds ...Command) []error {
 		encs[i] = b
 	}
 	s.index += 2 // indices have gaps (no-op and config entries never reach Update)
-	out, err := s.Update([]sm.Entry{{Index: s.index, Cmd: encodeEntry(encs)}})
+	out, err := s.Update([]sm.Entry{{Index: s.index, Cmd: encodeEntry(entryID{}, encs)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestUpdateSplitsLargeBatches(t *testing.T) {
 			b, _ := c.Marshal()
 			encs = append(encs, b)
 		}
-		ents = append(ents, sm.Entry{Index: uint64(e + 1), Cmd: encodeEntry(encs)})
+		ents = append(ents, sm.Entry{Index: uint64(e + 1), Cmd: encodeEntry(entryID{}, encs)})
 	}
 	if _, err := s.Update(ents); err != nil {
 		t.Fatal(err)
@@ -300,5 +300,52 @@ func TestReopen(t *testing.T) {
 	s2 := openTestSM(t, dir)
 	if s2.index != s.index || s2.lis.resets != 1 || len(s2.lis.state().Instances) != 1 {
 		t.Fatalf("reopen: index %d (want %d), listener %+v", s2.index, s.index, s2.lis.state())
+	}
+}
+
+// A re-proposed entry (same ID) is applied once: the retry gets the first
+// outcome, and the listener sees the commands once.
+func TestDedupeReproposal(t *testing.T) {
+	s := openTestSM(t, "")
+	c := Command{Op: OpCreateService, Service: model.Service{Key: svcKey("once")}}
+	enc, _ := c.Marshal()
+	entry := encodeEntry(entryID{7, 7, 7}, [][]byte{enc})
+	out, err := s.Update([]sm.Entry{{Index: 10, Cmd: entry}, {Index: 11, Cmd: entry}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out2, err := s.Update([]sm.Entry{{Index: 12, Cmd: entry}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []sm.Result{out[0].Result, out[1].Result, out2[0].Result} {
+		if r.Value != 10 || len(r.Data) != 1 || r.Data[0] != codeOK {
+			t.Fatalf("result %+v, want index 10 and OK", r)
+		}
+	}
+	if s.lis.changes != 1 {
+		t.Fatalf("listener saw %d changes", s.lis.changes)
+	}
+	// Outside the window the ID is forgotten (same outcome on every
+	// replica whether or not the record was cleaned up).
+	out3, err := s.Update([]sm.Entry{{Index: 10 + dedupeWindow + 1, Cmd: entry}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := out3[0].Result; r.Value != 10+dedupeWindow+1 || r.Data[0] != codeServiceExists {
+		t.Fatalf("after the window: %+v", r)
+	}
+	// The clean-up removed the old records.
+	var n int
+	_ = s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{kindDedupeAt}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			n++
+		}
+		return nil
+	})
+	if n != 1 {
+		t.Fatalf("%d dedupe records left, want 1", n)
 	}
 }

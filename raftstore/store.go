@@ -18,6 +18,8 @@ import (
 //	's' svc                              service definition (msgpack model.Service)
 //	'i' svc cluster ip port              persistent instance (msgpack model.Instance)
 //	'p' svc cluster ip port              instance patch (msgpack model.InstancePatch)
+//	'd' entryID                          applied entry: its index (8 bytes) and result codes
+//	'e' index(8 bytes) entryID           the same record ordered by index, for clean-up
 //
 // where svc = ns group name.
 const (
@@ -25,7 +27,16 @@ const (
 	kindService  = 's'
 	kindInstance = 'i'
 	kindPatch    = 'p'
+	kindDedupe   = 'd'
+	kindDedupeAt = 'e'
 )
+
+func dedupeKey(id entryID) []byte { return append([]byte{kindDedupe}, id[:]...) }
+
+func dedupeAtKey(index uint64, id entryID) []byte {
+	b := binary.BigEndian.AppendUint64([]byte{kindDedupeAt}, index)
+	return append(b, id[:]...)
+}
 
 var appliedKey = []byte{kindApplied}
 
