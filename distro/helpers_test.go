@@ -35,10 +35,13 @@ type testStore struct {
 	members    []string
 	violations []string
 	autoAdopt  bool // on Adopt, Put a new revision at once (the registry resuming the lease)
+	clk        clockwork.Clock
+	ttl        time.Duration
+	deletedAt  map[string]time.Time // when the last tombstone of a key was applied
 }
 
 func newTestStore(node string) *testStore {
-	return &testStore{node: node, recs: map[string]Record{}, last: map[string]Record{}, applied: map[string][]Record{}, adopted: map[string]time.Time{}, autoAdopt: true}
+	return &testStore{node: node, recs: map[string]Record{}, last: map[string]Record{}, applied: map[string][]Record{}, adopted: map[string]time.Time{}, deletedAt: map[string]time.Time{}, autoAdopt: true}
 }
 
 func (s *testStore) enter() {
@@ -58,7 +61,16 @@ func (s *testStore) Apply(rec Record) {
 	s.enter()
 	defer s.leave()
 	s.mu.Lock()
-	if last, ok := s.last[rec.Key]; ok && last.Newer(rec) {
+	forgotten := false
+	if at, ok := s.deletedAt[rec.Key]; ok && s.clk != nil && s.clk.Since(at) >= s.ttl {
+		forgotten = true // the tombstone expired: the key may start a new life at revision 1
+	}
+	if rec.Deleted {
+		s.deletedAt[rec.Key] = s.now()
+	} else {
+		delete(s.deletedAt, rec.Key)
+	}
+	if last, ok := s.last[rec.Key]; ok && last.Newer(rec) && !forgotten {
 		s.violations = append(s.violations, fmt.Sprintf("%s: Apply(%v) after %v: rollback", s.node, rec, last))
 	}
 	if rec.Owner == s.node {
@@ -72,6 +84,13 @@ func (s *testStore) Apply(rec Record) {
 		s.recs[rec.Key] = rec
 	}
 	s.mu.Unlock()
+}
+
+func (s *testStore) now() time.Time {
+	if s.clk == nil {
+		return time.Time{}
+	}
+	return s.clk.Now()
 }
 
 func (s *testStore) Adopt(rec Record, lastRenewed time.Time) {
@@ -179,6 +198,7 @@ func (c *cluster) add(id string) *node {
 		c.mod(&cfg)
 	}
 	n := &node{id: id, tr: tr, mem: NewStatic(Member{ID: id}), store: newTestStore(id)}
+	n.store.clk, n.store.ttl = c.clk, cfg.TombstoneTTL
 	cfg.NodeID, cfg.Transport, cfg.Membership, cfg.Store, cfg.Clock = id, tr, n.mem, n.store, c.clk
 	cfg.Rand = rand.NewPCG(c.seed, uint64(len(id))+uint64(id[0]))
 	if testing.Verbose() {

@@ -165,8 +165,10 @@ func (r *Replicator) handleVerify(_ context.Context, from string, body []byte) (
 		}
 		resp.Buckets = append(resp.Buckets, uint32(b))
 		r.tab.each(b, func(e *entry) bool {
-			if e.held() && e.rec.Owner == from {
-				resp.Versions = append(resp.Versions, version{Key: e.rec.Key, Rev: e.rec.Revision, Deleted: e.rec.Deleted})
+			// Orphan markers count as deletions here: an owner that restarted without them
+			// must move past their versions (it bumps), or its new writes would be refused.
+			if e.rec.Owner == from {
+				resp.Versions = append(resp.Versions, version{Key: e.rec.Key, Rev: e.rec.Revision, Deleted: e.rec.Deleted || e.orphan})
 			}
 			return true
 		})
@@ -199,10 +201,10 @@ func (r *Replicator) handleRepair(_ context.Context, from string, body []byte) (
 	}
 	for _, d := range drops {
 		e := r.tab.get(d.Key)
-		if e == nil || !e.held() || e.rec.Owner != from || e.rec.Revision != d.Rev {
+		if e == nil || e.rec.Owner != from || e.rec.Revision != d.Rev {
 			continue
 		}
-		if e.rec.Deleted {
+		if e.rec.Deleted || e.orphan {
 			r.tab.remove(d.Key)
 			continue
 		}

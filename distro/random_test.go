@@ -1,0 +1,92 @@
+package distro
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+var randomSeeds = flag.Int("distro.seeds", 8, "seeds for TestRandomized")
+
+// TestRandomized runs random writes, deletes, partitions, heals and restarts over a 4-node
+// cluster, checking the invariants after every step and convergence after the faults stop.
+// A failure prints its seed; rerun one with -run 'TestRandomized/seed=N'.
+func TestRandomized(t *testing.T) {
+	for seed := uint64(1); seed <= uint64(*randomSeeds); seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runRandomized(t, seed) })
+	}
+}
+
+func runRandomized(t *testing.T, seed uint64) {
+	ids := []string{"n1", "n2", "n3", "n4"}
+	c := newCluster(t, func(cfg *Config) { cfg.LoadTimeout = 300 * time.Millisecond }, ids...)
+	c.seed = seed
+	rnd := rand.New(rand.NewPCG(seed, 99))
+	isolated := ""
+	for step := 0; step < 60; step++ {
+		live := c.sortedIDs()
+		n := c.nodes[live[rnd.IntN(len(live))]]
+		switch op := rnd.IntN(20); {
+		case op < 7: // a session write
+			n.r.Put(KindSession, fmt.Sprintf("s-%s-%d", n.id, rnd.IntN(8)), []byte(fmt.Sprint(step)))
+		case op < 9:
+			n.r.Delete(fmt.Sprintf("s-%s-%d", n.id, rnd.IntN(8)))
+		case op < 14: // a beat write on the key's owner (as the registry forwards it)
+			k := fmt.Sprintf("10.9.0.%d:80", rnd.IntN(24))
+			if o := c.nodes[n.r.Owner(k)]; o != nil {
+				o.r.Put(KindBeat, k, []byte(fmt.Sprint(step)))
+			}
+		case op < 15:
+			k := fmt.Sprintf("10.9.0.%d:80", rnd.IntN(24))
+			if o := c.nodes[n.r.Owner(k)]; o != nil {
+				o.r.Delete(k)
+			}
+		case op < 17: // partition one node off
+			if isolated == "" {
+				isolated = n.id
+				c.net.Isolate(n.id)
+			}
+		case op < 18:
+			c.net.Heal()
+			isolated = ""
+		default: // restart: the node dies, the others notice, it comes back and loads
+			if isolated != "" || len(live) < 3 {
+				continue
+			}
+			id := n.id
+			c.stop(id)
+			c.setMembers(c.sortedIDs()...)
+			c.step(time.Duration(rnd.IntN(8000)) * time.Millisecond)
+			c.add(id)
+			c.setMembers(ids...)
+			c.startNode(id)
+			c.waitReady(id)
+		}
+		c.step(time.Duration(rnd.IntN(400)) * time.Millisecond)
+		c.checkInvariants()
+		checkSingleOwnerView(t, c, seed)
+	}
+	c.net.Heal()
+	c.setMembers(ids...)
+	cfg := testConfig()
+	c.eventually(2*cfg.VerifyInterval+cfg.RetryMax+cfg.SyncDelay, "convergence after faults stop\n"+c.describe(), c.converged)
+	c.checkInvariants()
+}
+
+// checkSingleOwnerView checks that no node holds a live beat record whose owner is not a member
+// any node knows of (a record can only have been written by a real member).
+func checkSingleOwnerView(t *testing.T, c *cluster, seed uint64) {
+	t.Helper()
+	all := []string{"n1", "n2", "n3", "n4"}
+	for _, n := range c.nodes {
+		n.r.Range(func(rec Record) bool {
+			if !slices.Contains(all, rec.Owner) {
+				t.Fatalf("seed %d: %s holds %v with an unknown owner", seed, n.id, rec)
+			}
+			return true
+		})
+	}
+}
