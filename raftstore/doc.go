@@ -1,0 +1,130 @@
+// Package raftstore is Muster's CP store: service definitions, persistent
+// instances (with their health) and instance-metadata patches, replicated
+// by Raft (Dragonboat v4) into an on-disk state machine kept in Badger v4.
+//
+// It does not know the registry. The registry proposes typed Commands and
+// keeps its in-memory index current on every node through the Listener
+// change feed.
+//
+// # Use
+//
+//	cfg := raftstore.DefaultConfig()
+//	cfg.ReplicaID, cfg.RaftAddress, cfg.Dir = 1, "10.0.0.1:7100", "/var/lib/muster/raft"
+//	cfg.InitialMembers = map[uint64]string{1: "10.0.0.1:7100", 2: "10.0.0.2:7100", 3: "10.0.0.3:7100"}
+//	cfg.Listener = myIndex
+//	n, err := raftstore.New(cfg)      // validates, starts nothing
+//	err = n.Start(ctx)                // opens Badger, starts Dragonboat
+//	err = n.WaitReady(ctx)            // caught up with what was committed
+//	res, err := n.Propose(ctx, raftstore.Command{Op: raftstore.OpPutInstance, Instance: inst})
+//	// err: validation, ErrNoLeader, ErrClosed, ctx; res.Rejected: the state rules said no
+//	defer n.Close()
+//
+// A restart uses the same RaftAddress and Dir (Dragonboat freezes the
+// address into the directory); InitialMembers is then ignored. A new
+// replica joins with Join after a member called AddReplica for it; it
+// catches up by a streamed snapshot when the log was compacted.
+//
+// # Commands and their rules
+//
+// Commands are validated before they are proposed (Command.Validate: model's
+// rules, a known op, at most MaxCommandSize encoded); default namespace,
+// group and cluster names are filled in. Applying is deterministic: a
+// command is applied or rejected with a typed reason (ErrServiceExists,
+// ErrServiceNotFound, ErrServiceNotEmpty, ErrKindMismatch,
+// ErrInstanceNotFound) that is part of the replicated result, the same on
+// every replica. The rules are those of the registry's in-memory store:
+//
+//   - CreateService: rejected if a definition exists, or if it is ephemeral
+//     and persistent instances exist.
+//   - UpdateService: rejected if there is neither a definition nor a
+//     persistent instance (unless Upsert), or if it is ephemeral and
+//     persistent instances exist, or if its kind differs from the stored
+//     definition's.
+//   - DeleteService: rejected if there is neither a definition nor a
+//     persistent instance, or if persistent instances exist.
+//   - PutInstance: rejected if the stored definition (or the instance) is
+//     ephemeral; a re-put keeps the stored health.
+//   - DeleteInstance, RemovePatch: idempotent.
+//   - PatchInstance: merged with the stored patch; no existence check.
+//   - SetHealth: rejected if no such persistent instance; idempotent.
+//
+// Raftstore knows only persistent instances: the registry checks ephemeral
+// ones before it proposes.
+//
+// # Writes: batching, retries, no leader
+//
+// Propose hands the command to a batcher: while up to four Raft entries are
+// in flight, commands that arrive meanwhile are packed into the next entry
+// (at most 256 commands or 256 KiB), each with its own result (group
+// commit; see BenchmarkPersistentRegister). Temporary Dragonboat errors (no
+// leader yet, busy, a timed-out attempt) are retried within
+// Config.ProposeTimeout, after which the call fails with ErrNoLeader. Each
+// entry carries a unique ID (a random per-start nonce and a sequence
+// number) and the state machine applies an ID at most once within a window
+// of 50,000 indices, so a retry of an attempt that did commit returns the
+// first outcome instead of applying twice. A call that failed with
+// ErrNoLeader, ErrClosed or its ctx's error may still be applied later: the
+// Listener is the source of truth.
+//
+// # Reads
+//
+// Reads (GetService, GetInstance, GetPatch, Instances, State) are served
+// from the local Badger: fast, and on a follower possibly behind the
+// leader. ReadOptions{Linearizable: true} makes them call Barrier first:
+// a ReadIndex through the leader, then a wait until the local state machine
+// has applied up to it. When Barrier returns, the Listener has seen every
+// write committed before the call. Without a leader, local reads still
+// answer; Barrier and linearizable reads fail with ErrNoLeader after
+// Config.ReadTimeout.
+//
+// # The change feed
+//
+// The Listener is called on Dragonboat's apply goroutine, serialized and in
+// log order: Reset with a complete copy of the state when the state machine
+// opens its data (also when empty) or recovers from a snapshot, then
+// Applied with every committed command and its outcome. A Change's Cmd is
+// the command as applied (PutInstance: the stored instance, with the kept
+// health; PatchInstance: the merged patch). One Raft entry may carry many
+// commands; they share an Index. Listener calls must be quick and must not
+// call Node's write methods or Barrier (they would wait for the goroutine
+// the call is blocking).
+//
+// # Storage
+//
+// The state machine is a Dragonboat IOnDiskStateMachine. Each Update
+// applies its entries in one Badger transaction (split into several only
+// when it grows large) that also writes the applied index; Open returns that
+// index. Badger runs with SyncWrites off: Sync (which Dragonboat calls
+// before snapshots and periodically) calls db.Sync, and the Raft log itself
+// is fsynced by Dragonboat, so a crash loses at most a suffix that is
+// replayed. PrepareSnapshot holds a read-only Badger transaction
+// (a point-in-time view); SaveSnapshot streams its pairs as length-prefixed
+// msgpack records (deterministic: Badger iterates in key order);
+// RecoverFromSnapshot drops everything, loads the pairs with a write batch,
+// writes the applied index last, syncs, and resets the Listener.
+//
+// # Sizing
+//
+// Dragonboat runs with the tiny LogDB profile and one LogDB shard, and a
+// 2-worker execution engine (both are hard settings frozen into Dir: never
+// change them for an existing directory). Badger runs with 8 MiB memtables
+// (two), no block cache, no compression, 16 MiB value-log files, two
+// compactors. BenchmarkIdleNodeRSS reports an idle one-node process at about
+// 23 MiB resident. No Quiesce (it delays leader failover by tens of
+// seconds). Production defaults: RTTMillisecond 50, ElectionRTT 10,
+// HeartbeatRTT 1, CheckQuorum and PreVote on.
+//
+// # The one process-wide setting
+//
+// Dragonboat's logger factory is global to the process and can be set only
+// once. The first Node started installs a factory that discards Dragonboat's
+// logs (unless the host program installed one before, which is then kept).
+// Badger's logs and the node's own go to Config.Logger.
+//
+// # Time
+//
+// Dragonboat runs on real time (its ticks, election and request timeouts);
+// the bounded waits of Propose, Barrier and membership changes are real-time
+// context deadlines for that reason. The pause between retries uses
+// Config.Clock.
+package raftstore

@@ -1,0 +1,118 @@
+package raftstore
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/muster-io/muster/model"
+)
+
+func TestConfigValidate(t *testing.T) {
+	good := testConfig(t, t.TempDir(), 1, "127.0.0.1:1")
+	good.InitialMembers = map[uint64]string{1: "127.0.0.1:1"}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]func(*Config){
+		"ReplicaID":      func(c *Config) { c.ReplicaID = 0 },
+		"ShardID":        func(c *Config) { c.ShardID = 0 },
+		"Dir":            func(c *Config) { c.Dir = "" },
+		"RaftAddress":    func(c *Config) { c.RaftAddress = "localhost" },
+		"ElectionRTT":    func(c *Config) { c.ElectionRTT = 2 },
+		"HeartbeatRTT":   func(c *Config) { c.HeartbeatRTT = 0 },
+		"RTTMillisecond": func(c *Config) { c.RTTMillisecond = 0 },
+		"ProposeTimeout": func(c *Config) { c.ProposeTimeout = 1 },
+		"ReadTimeout":    func(c *Config) { c.ReadTimeout = 1 },
+		"MaxBatch":       func(c *Config) { c.MaxBatch = 0 },
+		"InitialMembers": func(c *Config) { c.InitialMembers = map[uint64]string{2: "127.0.0.1:2"} },
+	}
+	for field, breakIt := range cases {
+		c := good.clone()
+		breakIt(&c)
+		err := c.Validate()
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: %v", field, err)
+		}
+		if _, err := New(c); err == nil {
+			t.Errorf("%s: New accepted it", field)
+		}
+	}
+	join := good.clone()
+	join.Join = true
+	if err := join.Validate(); err == nil {
+		t.Error("Join with InitialMembers accepted")
+	}
+}
+
+func TestNodeLifecycleAndValidation(t *testing.T) {
+	c := newCluster(t, 1, nil)
+	n := c.any()
+	ctx := context.Background()
+
+	// Invalid commands never reach the log.
+	before := n.Info().Applied
+	for _, cmd := range []Command{
+		{Op: 0},
+		{Op: OpPutInstance, Instance: model.Instance{Service: svcKey("v"), IP: "10.0.0.1", Port: 0}},
+		{Op: OpPutInstance, Instance: model.NewInstance(svcKey("v"), "10.0.0.1", 80)}, // ephemeral
+		{Op: OpPatchInstance, Patch: model.InstancePatch{Key: persistent("v", "10.0.0.1", 80).Key()}},
+		{Op: OpCreateService, Service: model.Service{Key: svcKey(""), ProtectThreshold: 2}},
+	} {
+		var ve *model.ValidationError
+		if _, err := n.Propose(ctx, cmd); !errors.As(err, &ve) {
+			t.Errorf("%s: %v", cmd.Op, err)
+		}
+	}
+	huge := persistent("v", "10.0.0.1", 80)
+	md := map[string]string{}
+	for i := range 200 {
+		md[strings.Repeat("k", 3)+string(rune('a'+i%26))+strings.Repeat("x", i)] = strings.Repeat("v", 400)
+	}
+	huge.Metadata = model.NewMetadata(md)
+	if _, err := n.Propose(ctx, Command{Op: OpPutInstance, Instance: huge}); !errors.Is(err, model.ErrInvalid) {
+		t.Errorf("huge command: %v", err)
+	}
+	if got := n.Info().Applied; got != before {
+		t.Fatalf("applied index moved from %d to %d", before, got)
+	}
+
+	// Rejections come back in the Result, with the index.
+	res := mustPropose(t, n, Command{Op: OpDeleteService, SvcKey: svcKey("nope")})
+	if !errors.Is(res.Rejected, ErrServiceNotFound) || res.Index == 0 {
+		t.Fatalf("result %+v", res)
+	}
+	res = mustPropose(t, n, Command{Op: OpCreateService, Service: model.Service{Key: model.ServiceKey{Name: "ok"}}})
+	if res.Rejected != nil {
+		t.Fatal(res.Rejected)
+	}
+	if s, ok, err := n.GetService(ctx, model.ServiceKey{Name: "ok"}, ReadOptions{}); err != nil || !ok || s.Key.Group != model.DefaultGroup {
+		t.Fatalf("GetService: %+v %v %v", s, ok, err)
+	}
+	info := n.Info()
+	if !info.IsLeader || info.LeaderID != 1 || info.Applied < res.Index || info.Members[1] == "" {
+		t.Fatalf("info %+v", info)
+	}
+
+	// Closed: every call says so; Close is idempotent.
+	c.stop(1)
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Propose(ctx, Command{Op: OpDeleteService, SvcKey: svcKey("x")}); !errors.Is(err, ErrClosed) {
+		t.Fatal(err)
+	}
+	if _, _, err := n.GetService(ctx, svcKey("ok"), ReadOptions{}); !errors.Is(err, ErrClosed) {
+		t.Fatal(err)
+	}
+	if err := n.Barrier(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatal(err)
+	}
+	if _, ok := n.Leader(); ok {
+		t.Fatal("closed node knows a leader")
+	}
+	if err := n.Start(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatal(err)
+	}
+}
