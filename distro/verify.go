@@ -167,7 +167,10 @@ func (r *Replicator) handleVerify(_ context.Context, from string, body []byte) (
 		r.tab.each(b, func(e *entry) bool {
 			// Orphan markers count as deletions here: an owner that restarted without them
 			// must move past their versions (it bumps), or its new writes would be refused.
-			if e.rec.Owner == from {
+			// A beat record written by another node while views differed (a partition) but
+			// hashed to `from` now is reported too: if it is newer than the owner's, the owner
+			// must move past it, or the two would refuse each other's versions for ever.
+			if e.rec.Owner == from || e.rec.Kind == KindBeat && hrwOwner(r.members, e.rec.Key) == from {
 				resp.Versions = append(resp.Versions, version{Key: e.rec.Key, Rev: e.rec.Revision, Deleted: e.rec.Deleted || e.orphan})
 			}
 			return true

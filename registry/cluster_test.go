@@ -2,6 +2,8 @@ package registry_test
 
 import (
 	"errors"
+	"log/slog"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -16,7 +18,7 @@ import (
 func clusterOpts() registrytest.ClusterOptions {
 	dc := distro.DefaultConfig()
 	dc.SyncDelay = 0
-	return registrytest.ClusterOptions{Distro: &dc}
+	return registrytest.ClusterOptions{Distro: &dc, LogLevel: logLevel}
 }
 
 // ipsOn returns the IPs of svc's instances on node n, or nil if the node
@@ -119,3 +121,216 @@ func TestClusterBeatsForwardedAndExpire(t *testing.T) {
 }
 
 func isNotFound(err error) bool { return errors.Is(err, registry.ErrNotFound) }
+
+// TestClusterPartitionHeal: {A} | {B, C} for 60 s of fake time with writes
+// on both sides, then heal: every node converges within two verify periods,
+// no live instance is lost, no deleted one comes back.
+func TestClusterPartitionHeal(t *testing.T) {
+	c := registrytest.NewCluster(t, clusterOpts())
+	a, b := c.Node(0), c.Node(1)
+
+	// Beat clients, each beating through a "home" node on its side.
+	type client struct {
+		inst model.Instance
+		home *registrytest.Node
+		gone bool // deregistered: must not come back
+	}
+	var clients []*client
+	for i := range 12 {
+		home := a
+		if i%2 == 1 {
+			home = b
+		}
+		clients = append(clients, &client{inst: inst("p", i), home: home})
+	}
+	beatAll := func() {
+		t.Helper()
+		for _, cl := range clients {
+			if cl.gone {
+				continue
+			}
+			if _, err := cl.home.HeartbeatInstance(ctx, cl.inst); err != nil {
+				t.Fatalf("beat %s via %s: %v", cl.inst.IP, cl.home.ID, err)
+			}
+		}
+	}
+	beatAll()
+	sa, _ := a.OpenSession(ctx, registry.SessionOptions{})
+	sb, _ := b.OpenSession(ctx, registry.SessionOptions{})
+	mustRegister(t, sa, inst("s", 1), inst("s", 2))
+	mustRegister(t, sb, inst("s", 3), inst("s", 4))
+	c.Settle()
+
+	c.Partition([]int{0}, []int{1, 2})
+	for sec := 0; sec < 60; sec += 5 {
+		beatAll()
+		switch sec {
+		case 10: // writes on both sides
+			mustRegister(t, sa, inst("s", 5))
+			mustRegister(t, sb, inst("s", 6))
+			if err := sa.Deregister(ctx, inst("s", 1).Key()); err != nil {
+				t.Fatal(err)
+			}
+			if err := sb.Deregister(ctx, inst("s", 3).Key()); err != nil {
+				t.Fatal(err)
+			}
+		case 20:
+			for _, i := range []int{2, 3} {
+				cl := clients[i]
+				if err := cl.home.Deregister(ctx, cl.inst.Key()); err != nil {
+					t.Fatal(err)
+				}
+				cl.gone = true
+			}
+		}
+		c.Advance(5 * time.Second)
+	}
+	c.Heal()
+	// Two verify periods, the clients still beating.
+	verify := distro.DefaultConfig().VerifyInterval
+	for waited := time.Duration(0); waited < 2*verify; waited += 5 * time.Second {
+		beatAll()
+		c.Advance(5 * time.Second)
+	}
+
+	var wantP []string
+	for _, cl := range clients {
+		if !cl.gone {
+			wantP = append(wantP, cl.inst.IP)
+		}
+	}
+	slices.Sort(wantP)
+	wantS := []string{inst("s", 2).IP, inst("s", 4).IP, inst("s", 5).IP, inst("s", 6).IP}
+	slices.Sort(wantS)
+	for _, n := range c.Nodes() {
+		if got := ipsOn(t, n, "p"); !slices.Equal(got, wantP) {
+			t.Errorf("%s serves beat instances %v, want %v", n.ID, got, wantP)
+		}
+		if got := ipsOn(t, n, "s"); !slices.Equal(got, wantS) {
+			t.Errorf("%s serves session instances %v, want %v", n.ID, got, wantS)
+		}
+	}
+	if err := c.CheckConverged(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestClusterOwnerDies: the sessions of a dead node leave the survivors
+// within OrphanTimeout + one verify period; its beat instances live on under
+// their new owner, and expire on time once their beats stop.
+func TestClusterOwnerDies(t *testing.T) {
+	c := registrytest.NewCluster(t, clusterOpts())
+	a := c.Node(0)
+	sess, _ := a.OpenSession(ctx, registry.SessionOptions{})
+	mustRegister(t, sess, inst("s", 1), inst("s", 2))
+	beat := ownedBy(t, c, a.ID, "b")
+	mustRegister(t, c.Node(1), beat)
+	c.Settle()
+	c.Advance(3 * time.Second) // the last beat is 3 s old when the owner dies
+
+	c.Stop(0)
+	dc := distro.DefaultConfig()
+	limit := dc.OrphanTimeout + dc.VerifyInterval
+	survivors := c.Live()
+	c.Eventually(limit, func() bool {
+		for _, n := range survivors {
+			if len(ipsOn(t, n, "s")) != 0 {
+				return false
+			}
+		}
+		return true
+	}, "the dead node's session instances are still served")
+
+	// The beat instance moved to a survivor and expired there: it was last
+	// beaten before the owner died, 30 s ago by now.
+	c.Settle()
+	for _, n := range survivors {
+		if got := ipsOn(t, n, "b"); len(got) != 0 {
+			t.Fatalf("%s still serves %v, 30 s after its last beat", n.ID, got)
+		}
+	}
+}
+
+// TestClusterAdoptedBeatLives: a beat instance whose owner died keeps
+// living under its new owner while its client beats through any node.
+func TestClusterAdoptedBeatLives(t *testing.T) {
+	c := registrytest.NewCluster(t, clusterOpts())
+	a := c.Node(0)
+	beat := ownedBy(t, c, a.ID, "b")
+	mustRegister(t, c.Node(1), beat)
+	c.Settle()
+	c.Stop(0)
+	for range 12 { // a minute of beats through n3
+		c.Advance(5 * time.Second)
+		if _, err := c.Node(2).Heartbeat(ctx, beat.Key()); err != nil {
+			t.Fatalf("beat after the owner died: %v", err)
+		}
+	}
+	newOwner := c.Node(1).Replicator().Owner("b/" + model.Endpoint(beat.IP, beat.Port))
+	if newOwner == a.ID {
+		t.Fatalf("the dead node still owns the key")
+	}
+	for _, n := range c.Live() {
+		v, _ := n.Query(ctx, model.Query{Service: svcKey("b")})
+		if len(v.Instances) != 1 || !v.Instances[0].Healthy {
+			t.Fatalf("%s: %v", n.ID, v.Instances)
+		}
+	}
+	// Beats stop: unhealthy after 15 s, gone after 30 s, everywhere.
+	c.Advance(16 * time.Second)
+	for _, n := range c.Live() {
+		v, _ := n.Query(ctx, model.Query{Service: svcKey("b"), IncludeDisabled: true})
+		if len(v.Instances) != 1 || v.RealHealthy(0) {
+			t.Fatalf("%s: want one unhealthy instance, got %v", n.ID, v.Instances)
+		}
+	}
+	c.Advance(15 * time.Second)
+	for _, n := range c.Live() {
+		if got := ipsOn(t, n, "b"); len(got) != 0 {
+			t.Fatalf("%s still serves %v", n.ID, got)
+		}
+	}
+}
+
+// TestClusterRestartLoads: a restarted node is not ready, and serves
+// nothing, until it has loaded from its peers; then it holds everything.
+func TestClusterRestartLoads(t *testing.T) {
+	c := registrytest.NewCluster(t, clusterOpts())
+	sess, _ := c.Node(0).OpenSession(ctx, registry.SessionOptions{})
+	for i := range 20 {
+		mustRegister(t, sess, inst("s", i))
+		mustRegister(t, c.Node(1), inst("b", i))
+	}
+	c.Settle()
+	c.Stop(2)
+	// Hold the load: every message to the restarted node waits.
+	c.Net.SetManual(true)
+	c.Restart(2)
+	n := c.Node(2)
+	if n.Ready() {
+		t.Fatal("ready before loading")
+	}
+	if _, err := n.Query(ctx, model.Query{Service: svcKey("s")}); !errors.Is(err, registry.ErrNotReady) {
+		t.Fatalf("query before the load: %v, want ErrNotReady", err)
+	}
+	if _, err := n.Watch(ctx, model.Query{Service: svcKey("s")}); !errors.Is(err, registry.ErrNotReady) {
+		t.Fatalf("watch before the load: %v, want ErrNotReady", err)
+	}
+	c.Net.SetManual(false)
+	c.Net.DeliverAll()
+	c.AwaitReady()
+	if got := ipsOn(t, n, "s"); len(got) != 20 {
+		t.Fatalf("restarted node serves %d session instances, want 20", len(got))
+	}
+	if got := ipsOn(t, n, "b"); len(got) != 20 {
+		t.Fatalf("restarted node serves %d beat instances, want 20", len(got))
+	}
+}
+
+// logLevel is the cluster tests' log level (MUSTER_TEST_DEBUG=1: debug).
+var logLevel = func() slog.Level {
+	if os.Getenv("MUSTER_TEST_DEBUG") != "" {
+		return slog.LevelDebug
+	}
+	return slog.LevelWarn
+}()

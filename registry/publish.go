@@ -209,6 +209,13 @@ func (r *Registry) registerEphemeral(ctx context.Context, inst model.Instance) e
 // ip:port and (re)starts its lease. The caller holds mu.
 func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
 	pub := r.beatPub(inst.IP, inst.Port)
+	if pub == nil && r.dist != nil {
+		// A copy of another node's publisher: this node owns it now.
+		if rp := r.remote[beatRecordKey(inst.IP, inst.Port)]; rp != nil {
+			r.promote(rp, r.now())
+			pub = rp
+		}
+	}
 	fresh := pub == nil
 	if fresh {
 		pub = &publisher{kind: pubBeat, port: uint16(inst.Port)}

@@ -132,11 +132,15 @@ func (ds distroStore) Apply(rec distro.Record) {
 	if r.state.Load() == stateClosed {
 		return
 	}
+	local := r.localPub(rec.Key)
+	if rec.Kind == distro.KindBeat && r.ownsKey(rec.Key) {
+		r.applyOwnBeat(rec, local, insts)
+		return
+	}
 	p := r.remote[rec.Key]
-	if p == nil {
-		if p = r.localPub(rec.Key); p != nil {
-			r.demote(p) // another node owns it now
-		}
+	if local != nil {
+		r.demote(local) // another node owns it now
+		p = local
 	}
 	if rec.Deleted {
 		if p != nil {
@@ -152,6 +156,69 @@ func (ds distroStore) Apply(rec distro.Record) {
 	if len(p.insts) == 0 {
 		r.dropRemote(p)
 	}
+}
+
+// applyOwnBeat handles a record of a beat publisher this node owns by the
+// hash, written by another node that believed it owned it (membership
+// views differed: a partition, a join). A live publisher here wins over a
+// removal there, and takes the other's instances; one this node did not
+// hold is adopted: its writer ran its lease until now. Either way this node
+// then writes a newer revision as the owner. The caller holds mu.
+func (r *Registry) applyOwnBeat(rec distro.Record, local *publisher, insts []model.Instance) {
+	now := r.now()
+	if local != nil {
+		if !rec.Deleted {
+			r.setPublications(local, insts)
+			if len(local.insts) == 0 {
+				r.removeBeatPubOf(local)
+				return
+			}
+			r.leaseUnleased(local, now)
+		}
+		r.pubChanged(local)
+		return
+	}
+	p := r.remote[rec.Key]
+	if rec.Deleted {
+		if p != nil {
+			r.dropRemote(p)
+		}
+		return
+	}
+	if p == nil {
+		p = newRemotePub(rec)
+		r.remote[rec.Key] = p
+	}
+	r.setPublications(p, insts)
+	if len(p.insts) == 0 {
+		r.dropRemote(p)
+		return
+	}
+	r.promote(p, now)
+}
+
+// leaseUnleased gives a lease from now to every publication of local beat
+// publisher p that has none. The caller holds mu.
+func (r *Registry) leaseUnleased(p *publisher, now time.Time) {
+	for _, pi := range p.insts {
+		if _, ok := r.beatLeases.Get(pi); ok {
+			continue
+		}
+		t := pi.inst.instance(pi.slot.svc).BeatTimings()
+		pi.interval = t.Interval
+		_ = r.beatLeases.Put(pi, now, beatTimeouts(t))
+		r.wakeAt(now.Add(min(t.Unhealthy, t.Delete)))
+	}
+}
+
+// removeBeatPubOf forgets a local beat publisher left with no instances.
+// The caller holds mu.
+func (r *Registry) removeBeatPubOf(p *publisher) {
+	if ip, _, ok := splitEndpoint(p.key()); ok {
+		r.removeBeatPub(ip, p)
+	}
+	p.closed = true
+	r.replicate(p)
 }
 
 // Adopt makes this node the owner of a beat record whose owner left.
@@ -225,8 +292,24 @@ func newRemotePub(rec distro.Record) *publisher {
 	default:
 		p.kind = pubBeat
 		p.id = strings.TrimPrefix(rec.Key, beatPrefix)
+		if _, port, ok := splitEndpoint(p.id); ok {
+			p.port = uint16(port)
+		}
 	}
 	return p
+}
+
+// splitEndpoint parses "ip:port".
+func splitEndpoint(s string) (string, int, bool) {
+	host, portStr, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, false
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 1 || port > 65535 {
+		return "", 0, false
+	}
+	return host, port, true
 }
 
 // localPub returns the publisher this node owns under the record key, or
@@ -239,12 +322,8 @@ func (r *Registry) localPub(key string) *publisher {
 	if !ok {
 		return nil
 	}
-	host, portStr, err := net.SplitHostPort(id)
-	if err != nil {
-		return nil
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil {
+	host, port, ok := splitEndpoint(id)
+	if !ok {
 		return nil
 	}
 	return r.beatPub(host, port)
