@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"net"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +18,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/muster-io/muster/distro"
 	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/raftstore"
 	"github.com/muster-io/muster/registry"
 	"github.com/muster-io/muster/transport"
 	"go.uber.org/goleak"
@@ -39,6 +43,13 @@ type ClusterOptions struct {
 	LogLevel slog.Level
 	// Clock is shared by every node; nil means a new fake clock at Epoch.
 	Clock *clockwork.FakeClock
+	// Raft, when set, gives every node a raftstore replica on loopback
+	// (real Dragonboat and Badger, data in the test's temporary directory,
+	// which survives Stop and Restart), configured from it: ReplicaID,
+	// RaftAddress, Dir and InitialMembers are set per node. Dragonboat runs
+	// on real time: use a small RTTMillisecond, and WaitFor rather than
+	// Eventually for what depends on it.
+	Raft *raftstore.Config
 	// Step is the largest single move of the clock in Advance, so that
 	// periodic work (sync, verify) runs at every period it would in real
 	// time; default 500 ms.
@@ -67,6 +78,8 @@ type Cluster struct {
 	dcfg    distro.Config
 	nodes   []*Node
 	groupOf map[string]int // partition group of each node; nil when whole
+	raftDir string
+	raftMem map[uint64]string // replica ID → Raft address
 }
 
 // Node is one node of a Cluster.
@@ -119,6 +132,13 @@ func NewCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	for i := range opts.Nodes {
 		c.nodes = append(c.nodes, &Node{ID: fmt.Sprintf("n%d", i+1)})
 	}
+	if opts.Raft != nil {
+		c.raftDir = t.TempDir()
+		c.raftMem = make(map[uint64]string)
+		for i := range opts.Nodes {
+			c.raftMem[uint64(i+1)] = freeAddr(t)
+		}
+	}
 	t.Cleanup(func() { c.cleanup(leaks) })
 	for _, n := range c.nodes {
 		c.start(n)
@@ -165,6 +185,14 @@ func (c *Cluster) start(n *Node) {
 	dc.Membership = n.Membership
 	cfg.Distro = &dc
 	cfg.NodeID = n.ID
+	if c.opts.Raft != nil {
+		rc := *c.opts.Raft
+		rc.ReplicaID = uint64(c.index(n) + 1)
+		rc.RaftAddress = c.raftMem[rc.ReplicaID]
+		rc.Dir = filepath.Join(c.raftDir, n.ID)
+		rc.InitialMembers = maps.Clone(c.raftMem)
+		cfg.Raft = &rc
+	}
 	cfg.Clock = c.Clock
 	seed := c.Seed ^ uint64(n.starts)<<32 ^ fnvString(n.ID)
 	cfg.Rand = rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)
@@ -178,6 +206,35 @@ func (c *Cluster) start(n *Node) {
 	c.updateMembership()
 	if err := reg.Start(context.Background()); err != nil {
 		c.t.Fatalf("registrytest: start node %s: %v", n.ID, err)
+	}
+}
+
+// index returns n's index in the cluster.
+func (c *Cluster) index(n *Node) int { return slices.Index(c.nodes, n) }
+
+// freeAddr returns a loopback address with a port free at the time.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("registrytest: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// WaitFor polls cond in real time until it holds, letting the cluster
+// settle between polls, and fails the test after timeout. It is for what
+// runs on real time (Raft); fake-clock behaviour uses Eventually.
+func (c *Cluster) WaitFor(timeout time.Duration, cond func() bool, format string, args ...any) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("registrytest: after %v: "+format, append([]any{timeout}, args...)...)
+		}
+		c.Settle()
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -273,7 +330,8 @@ func (c *Cluster) Restart(i int) {
 // AwaitReady advances the clock until every live node is ready.
 func (c *Cluster) AwaitReady() {
 	c.t.Helper()
-	for range 1000 {
+	deadline := time.Now().Add(30 * time.Second) // Raft elections run on real time
+	for i := 0; i < 1000 || c.opts.Raft != nil && time.Now().Before(deadline); i++ {
 		ready := true
 		for _, n := range c.Live() {
 			ready = ready && n.Ready()
@@ -281,7 +339,12 @@ func (c *Cluster) AwaitReady() {
 		if ready {
 			return
 		}
-		c.Advance(c.opts.Step)
+		if i < 1000 {
+			c.Advance(c.opts.Step)
+		} else {
+			c.Settle()
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
 	c.t.Fatalf("registrytest: nodes not ready after %v of fake time", 1000*c.opts.Step)
 }
