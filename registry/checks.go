@@ -28,7 +28,9 @@ type healthWrites struct {
 	mu      sync.Mutex
 	pending map[model.InstanceKey]bool
 	wake    chan struct{} // capacity 1: there is work
-	busy    sync.Mutex    // held while a batch is written
+	busy    sync.Mutex    // held while a batch is written; guards the fields below
+	retryAt time.Time     // after a failed write, the next attempt waits until then
+	backoff time.Duration // the pause after the next failure
 }
 
 // checksEnabled reports whether this registry runs active checks.
@@ -96,7 +98,7 @@ func (r *Registry) onTransition(key model.InstanceKey, healthy bool, st health.S
 }
 
 // healthWriter stores queued transitions, and retries those that failed
-// (no Raft leader) every healthRetry.
+// (no Raft leader) with a backoff from healthRetryMin to healthRetryMax.
 func (r *Registry) healthWriter() {
 	var retry <-chan time.Time
 	for {
@@ -107,39 +109,77 @@ func (r *Registry) healthWriter() {
 		case <-retry:
 		}
 		retry = nil
-		if r.writeHealth(context.Background()) {
-			retry = r.clock.After(healthRetry)
+		if wait, failed := r.writeHealth(context.Background()); failed {
+			retry = r.clock.After(wait)
 		}
 	}
 }
 
-// healthRetry is the pause before a failed health write is tried again.
-const healthRetry = time.Second
+// Bounds of the pause before a failed health write is tried again.
+const (
+	healthRetryMin = time.Second
+	healthRetryMax = 16 * time.Second
+)
 
-// writeHealth stores every queued transition once. It reports whether some
-// failed and are queued again.
-func (r *Registry) writeHealth(ctx context.Context) (failed bool) {
+// writeHealth stores every queued transition once, unless a failure asked
+// to wait. It reports whether writes are still queued, and for how long to
+// wait before the next attempt.
+func (r *Registry) writeHealth(ctx context.Context) (wait time.Duration, queued bool) {
 	hw := &r.hw
 	hw.busy.Lock()
 	defer hw.busy.Unlock()
+	if now := r.now(); now.Before(hw.retryAt) {
+		hw.mu.Lock()
+		queued = len(hw.pending) > 0
+		hw.mu.Unlock()
+		return hw.retryAt.Sub(now), queued
+	}
 	hw.mu.Lock()
 	batch := hw.pending
 	hw.pending = make(map[model.InstanceKey]bool, len(batch))
 	hw.mu.Unlock()
+	failed := false
 	for key, healthy := range batch {
+		if failed { // the store is down: keep the rest for the retry
+			hw.requeue(key, healthy)
+			continue
+		}
 		err := r.store.Apply(ctx, &command{op: opSetHealth, key: key, healthy: healthy, checked: true})
 		switch {
 		case err == nil, errors.Is(err, ErrNotFound), errors.Is(err, ErrKindMismatch), errors.Is(err, ErrClosed):
 			// Stored, or moot: the instance or the registry is gone.
 		default:
 			r.log.Warn("storing a health transition failed; will retry", "instance", key.String(), "err", err)
-			hw.mu.Lock()
-			if _, newer := hw.pending[key]; !newer {
-				hw.pending[key] = healthy
-			}
-			hw.mu.Unlock()
+			hw.requeue(key, healthy)
 			failed = true
 		}
 	}
-	return failed
+	if !failed {
+		hw.backoff = 0
+		return 0, false
+	}
+	hw.backoff = min(max(2*hw.backoff, healthRetryMin), healthRetryMax)
+	hw.retryAt = r.now().Add(hw.backoff)
+	return hw.backoff, true
+}
+
+// requeue puts a failed write back, unless a newer state was queued since.
+func (hw *healthWrites) requeue(key model.InstanceKey, healthy bool) {
+	hw.mu.Lock()
+	defer hw.mu.Unlock()
+	if _, newer := hw.pending[key]; !newer {
+		hw.pending[key] = healthy
+	}
+}
+
+// CheckStatus returns the status of the active checks of the persistent
+// instance key on this node: last result, latency, reason, consecutive
+// counts, flap damping. It reports false when this node does not probe the
+// instance (another node owns its ip:port, its cluster's check type is
+// NONE, or active checks are off).
+func (r *Registry) CheckStatus(key model.InstanceKey) (health.Status, bool) {
+	if r.checks == nil {
+		return health.Status{}, false
+	}
+	return r.checks.Status(key.WithDefaults())
 }

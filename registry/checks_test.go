@@ -94,3 +94,129 @@ func acceptAll(l net.Listener) {
 		c.Close()
 	}
 }
+
+// The node that probes an instance dies: another takes the target over from
+// the stored state (no flip), and goes on probing it.
+func TestActiveCheckHandover(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go acceptAll(l)
+	defer l.Close()
+
+	cfg := registry.DefaultConfig()
+	if testing.Short() {
+		t.Skip("starts Dragonboat")
+	}
+	opts := clusterOpts()
+	opts.Config = &cfg
+	opts.Raft = raftConfig()
+	c := registrytest.NewCluster(t, opts)
+	in := model.NewInstance(svcKey("db"), "127.0.0.1", l.Addr().(*net.TCPAddr).Port)
+	in.Ephemeral = false
+	mustRegister(t, c.Node(0), in)
+	c.Advance(time.Second)
+
+	prober := func() (*registrytest.Node, int) {
+		var who *registrytest.Node
+		count := 0
+		for _, n := range c.Live() {
+			if st, ok := n.CheckStatus(in.Key()); ok && st.Probed {
+				who = n
+				count++
+			}
+		}
+		return who, count
+	}
+	owner, count := prober()
+	if count != 1 {
+		t.Fatalf("%d nodes probe the instance, want 1", count)
+	}
+	st, _ := owner.CheckStatus(in.Key())
+	if st.Checks == 0 || !st.Healthy {
+		t.Fatalf("owner %s: %+v", owner.ID, st)
+	}
+	c.Stop(c.Index(owner))
+	next, count := prober()
+	if count != 1 || next == owner {
+		t.Fatalf("after the owner died: %d probers", count)
+	}
+	if st, _ := next.CheckStatus(in.Key()); !st.Healthy {
+		t.Fatalf("the new owner took the target over unhealthy: %+v", st)
+	}
+	c.Advance(10 * time.Second)
+	if st, _ := next.CheckStatus(in.Key()); st.Checks == 0 || !st.Healthy {
+		t.Fatalf("the new owner does not probe: %+v", st)
+	}
+	l.Close()
+	c.Eventually(30*time.Second, func() bool {
+		for _, n := range c.Live() {
+			v, _ := n.Query(ctx, model.Query{Service: svcKey("db")})
+			if len(v.Instances) != 1 || v.RealHealthy(0) {
+				return false
+			}
+		}
+		return true
+	}, "the instance did not turn unhealthy everywhere after its listener closed")
+}
+
+// A flip found while Raft has no quorum is written once it is back: retried,
+// never lost.
+func TestActiveCheckWriteRetriedWithoutQuorum(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go acceptAll(l)
+	defer l.Close()
+	if testing.Short() {
+		t.Skip("starts Dragonboat")
+	}
+	cfg := registry.DefaultConfig()
+	opts := clusterOpts()
+	opts.Config = &cfg
+	opts.Raft = raftConfig()
+	opts.Raft.ProposeTimeout = 300 * time.Millisecond
+	c := registrytest.NewCluster(t, opts)
+	in := model.NewInstance(svcKey("db"), "127.0.0.1", l.Addr().(*net.TCPAddr).Port)
+	in.Ephemeral = false
+	mustRegister(t, c.Node(0), in)
+	c.Advance(time.Second)
+	var prober *registrytest.Node
+	for _, n := range c.Live() {
+		if st, ok := n.CheckStatus(in.Key()); ok && st.Probed {
+			prober = n
+		}
+	}
+	if prober == nil {
+		t.Fatal("nobody probes the instance")
+	}
+	var others []int
+	for i, n := range c.Nodes() {
+		if n != prober {
+			others = append(others, i)
+		}
+	}
+	for _, i := range others {
+		c.Stop(i)
+	}
+	l.Close()
+	c.Advance(8 * time.Second) // the flip is found; its write fails: no leader
+	if st, _ := prober.CheckStatus(in.Key()); st.Healthy {
+		t.Fatalf("the check did not flip: %+v", st)
+	}
+	for _, i := range others {
+		c.Restart(i)
+	}
+	c.AwaitReady()
+	c.Eventually(30*time.Second, func() bool {
+		for _, n := range c.Live() {
+			v, _ := n.Query(ctx, model.Query{Service: svcKey("db"), Linearizable: true})
+			if len(v.Instances) != 1 || v.RealHealthy(0) {
+				return false
+			}
+		}
+		return true
+	}, "the flip was never written")
+}

@@ -19,15 +19,20 @@ func raftCluster(t *testing.T) *registrytest.Cluster {
 	if testing.Short() {
 		t.Skip("starts Dragonboat")
 	}
+	opts := clusterOpts()
+	opts.Raft = raftConfig()
+	return registrytest.NewCluster(t, opts)
+}
+
+// raftConfig is a raftstore configuration for tests: fast elections.
+func raftConfig() *raftstore.Config {
 	rc := raftstore.DefaultConfig()
 	rc.RTTMillisecond = 10
 	rc.ElectionRTT = 10
 	rc.HeartbeatRTT = 1
 	rc.ProposeTimeout = 2 * time.Second
 	rc.ReadTimeout = 2 * time.Second
-	opts := clusterOpts()
-	opts.Raft = &rc
-	return registrytest.NewCluster(t, opts)
+	return &rc
 }
 
 func noneService(name string) model.Service {

@@ -456,7 +456,7 @@ func (r *Registry) Tick(ctx context.Context) error {
 		if err := r.checks.Settle(ctx); err != nil {
 			return err
 		}
-		r.writeHealth(ctx)
+		_, _ = r.writeHealth(ctx)
 	}
 	return nil
 }

@@ -187,7 +187,7 @@ func (c *Cluster) start(n *Node) {
 	cfg.NodeID = n.ID
 	if c.opts.Raft != nil {
 		rc := *c.opts.Raft
-		rc.ReplicaID = uint64(c.index(n) + 1)
+		rc.ReplicaID = uint64(c.Index(n) + 1)
 		rc.RaftAddress = c.raftMem[rc.ReplicaID]
 		rc.Dir = filepath.Join(c.raftDir, n.ID)
 		rc.InitialMembers = maps.Clone(c.raftMem)
@@ -209,8 +209,8 @@ func (c *Cluster) start(n *Node) {
 	}
 }
 
-// index returns n's index in the cluster.
-func (c *Cluster) index(n *Node) int { return slices.Index(c.nodes, n) }
+// Index returns n's index in the cluster, or -1.
+func (c *Cluster) Index(n *Node) int { return slices.Index(c.nodes, n) }
 
 // freeAddr returns a loopback address with a port free at the time.
 func freeAddr(t testing.TB) string {
