@@ -150,3 +150,5 @@ func TestNewTCPCheckerRejectsNegativeTimeout(t *testing.T) {
 		t.Fatal("no error for a negative timeout")
 	}
 }
+
+func newLocalListener() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
