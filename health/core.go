@@ -66,11 +66,12 @@ type entry struct {
 	target Target
 	kind   int
 
-	used    bool
-	gen     uint32 // bumped when the slot is freed, so that a late completion is ignored
-	hpos    int32  // index in core.heap, -1 when not scheduled
-	running bool
-	due     int64
+	used      bool
+	gen       uint32 // bumped when the slot is freed, so that a late completion is ignored
+	scheduled bool   // has a live element in core.heap
+	sgen      uint32 // bumped on every (un)scheduling: tells the live heap element from stale ones
+	running   bool
+	due       int64
 
 	healthy  bool
 	interval int64 // ns: the next interval; before the second check the drawn one
@@ -112,8 +113,9 @@ type core struct {
 	index   map[model.InstanceKey]uint32 // key -> slot
 	entries []entry
 	free    []uint32
-	heap    []uint32 // scheduled slots, a min-heap by (due, slot)
-	running int      // dispatched jobs not yet completed, stale ones included
+	heap    deadlines // due times: one live element (gen == sgen) per scheduled slot, plus stale ones
+	stale   int       // stale elements in heap
+	running int       // dispatched jobs not yet completed, stale ones included
 }
 
 func newCore(cfg *Config, src rand.Source) *core {
@@ -161,7 +163,7 @@ func (c *core) set(key model.InstanceKey, t Target, healthy bool, now int64) boo
 		e.heldUntil, e.heldReason, e.nflips, e.fhead = 0, "", 0, 0
 	}
 	switch {
-	case kind == kindNone && e.hpos >= 0:
+	case kind == kindNone && e.scheduled:
 		c.unschedule(slot)
 	case kind != kindNone && !wasProbed && !e.running:
 		c.schedule(slot, now) // from NONE to a probed type: check at once
@@ -177,12 +179,11 @@ func (c *core) remove(key model.InstanceKey) bool {
 		return false
 	}
 	delete(c.index, key)
-	if c.entries[slot].hpos >= 0 {
+	if c.entries[slot].scheduled {
 		c.unschedule(slot)
 	}
 	e := &c.entries[slot]
-	gen := e.gen + 1
-	*e = entry{gen: gen, hpos: -1}
+	*e = entry{gen: e.gen + 1, sgen: e.sgen}
 	c.free = append(c.free, slot)
 	return true
 }
@@ -191,24 +192,22 @@ func (c *core) alloc() uint32 {
 	if n := len(c.free); n > 0 {
 		slot := c.free[n-1]
 		c.free = c.free[:n-1]
-		e := &c.entries[slot]
-		e.used, e.hpos = true, -1
+		c.entries[slot].used = true
 		return slot
 	}
-	c.entries = append(c.entries, entry{used: true, hpos: -1})
+	c.entries = append(c.entries, entry{used: true})
 	return uint32(len(c.entries) - 1)
 }
 
 // dispatch appends to out the jobs due at now, earliest first, while fewer than max checks
 // run, and marks them running. It allocates only to grow out.
 func (c *core) dispatch(now int64, max int, out []job) []job {
-	for len(c.heap) > 0 && c.running < max {
-		slot := c.heap[0]
+	for c.running < max && c.top() && c.heap[0].at <= now {
+		slot := uint32(c.heap[0].slot)
+		c.heap.pop()
 		e := &c.entries[slot]
-		if e.due > now {
-			break
-		}
-		c.unschedule(slot)
+		e.scheduled = false
+		e.sgen++
 		e.running = true
 		c.running++
 		out = append(out, job{slot: slot, gen: e.gen, kind: e.kind, target: e.target})
@@ -219,10 +218,10 @@ func (c *core) dispatch(now int64, max int, out []job) []job {
 // next returns the earliest due time, and false when nothing is scheduled or the
 // concurrency bound is reached (then the next completion is what matters).
 func (c *core) next(max int) (int64, bool) {
-	if len(c.heap) == 0 || c.running >= max {
+	if c.running >= max || !c.top() {
 		return 0, false
 	}
-	return c.entries[c.heap[0]].due, true
+	return c.heap[0].at, true
 }
 
 // complete records the result of a dispatched job at now, schedules the next check and
@@ -244,8 +243,7 @@ func (c *core) complete(slot, gen uint32, res Result, now int64) (transition, bo
 		if e.checks > 1 {
 			next = e.interval
 		}
-		e.due = now + next
-		c.push(slot)
+		c.schedule(slot, now+next)
 	}
 	if !flipped {
 		return transition{}, false
@@ -337,7 +335,7 @@ func (c *core) status(e *entry) Status {
 	if e.checks > 0 {
 		st.LastCheck = time.Unix(0, e.lastAt)
 	}
-	if e.hpos >= 0 {
+	if e.scheduled {
 		st.NextDue = time.Unix(0, e.due)
 	}
 	if e.heldUntil != 0 {
@@ -348,79 +346,58 @@ func (c *core) status(e *entry) Status {
 	return st
 }
 
-// The heap of scheduled slots, ordered by (due, slot), with each entry's position in hpos so
-// that a target can leave it in O(log n).
+// The heap of due times (the 4-ary heap of heap.go, shared with Leases), with lazy deletion:
+// unscheduling a slot only bumps its sgen, and the stale element is dropped when it reaches
+// the top, or when stale elements make up more than half of the heap and it is rebuilt. Only
+// Remove and a switch to NONE unschedule; a dispatch pops the live top element, so stale
+// elements are rare. The elements carry the due time, so sifts never touch the entries, which
+// are large and scattered.
 
 func (c *core) schedule(slot uint32, due int64) {
-	c.entries[slot].due = due
-	c.push(slot)
-}
-
-func (c *core) less(a, b uint32) bool {
-	ea, eb := &c.entries[a], &c.entries[b]
-	if ea.due != eb.due {
-		return ea.due < eb.due
-	}
-	return a < b
-}
-
-func (c *core) push(slot uint32) {
-	c.heap = append(c.heap, slot)
-	i := len(c.heap) - 1
-	c.entries[slot].hpos = int32(i)
-	c.up(i)
+	e := &c.entries[slot]
+	e.due = due
+	e.scheduled = true
+	e.sgen++
+	c.heap.push(deadline{at: due, slot: int32(slot), gen: e.sgen})
 }
 
 func (c *core) unschedule(slot uint32) {
-	i := int(c.entries[slot].hpos)
-	n := len(c.heap) - 1
-	if i != n {
-		c.swap(i, n)
-	}
-	c.heap = c.heap[:n]
-	c.entries[slot].hpos = -1
-	if i != n {
-		if !c.down(i) {
-			c.up(i)
-		}
+	e := &c.entries[slot]
+	e.scheduled = false
+	e.sgen++
+	c.stale++
+	if c.stale > 32 && c.stale > len(c.heap)/2 {
+		c.compact()
 	}
 }
 
-func (c *core) swap(i, j int) {
-	h := c.heap
-	h[i], h[j] = h[j], h[i]
-	c.entries[h[i]].hpos = int32(i)
-	c.entries[h[j]].hpos = int32(j)
+func (c *core) live(d deadline) bool {
+	e := &c.entries[d.slot]
+	return e.scheduled && e.sgen == d.gen
 }
 
-func (c *core) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if !c.less(c.heap[i], c.heap[p]) {
-			return
+// top drops stale elements from the top and reports whether a live one is left there.
+func (c *core) top() bool {
+	for len(c.heap) > 0 {
+		if c.live(c.heap[0]) {
+			return true
 		}
-		c.swap(i, p)
-		i = p
+		c.heap.pop()
+		c.stale--
 	}
+	return false
 }
 
-// down sifts i down and reports whether it moved.
-func (c *core) down(i int) bool {
-	start, n := i, len(c.heap)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
+// compact rebuilds the heap from its live elements.
+func (c *core) compact() {
+	live := c.heap[:0]
+	for _, d := range c.heap {
+		if c.live(d) {
+			live = append(live, d)
 		}
-		m := l
-		if r := l + 1; r < n && c.less(c.heap[r], c.heap[l]) {
-			m = r
-		}
-		if !c.less(c.heap[m], c.heap[i]) {
-			break
-		}
-		c.swap(i, m)
-		i = m
 	}
-	return i > start
+	clear(c.heap[len(live):])
+	c.heap = live
+	c.stale = 0
+	c.heap.init()
 }
