@@ -1,8 +1,8 @@
 // Package health decides when instances are healthy.
 //
-// For now it holds beat leases ([Leases]): the deadlines of beat publishers and session
-// keep-alives. The active checkers (TCP connect, HTTP GET, MySQL) and the scheduler that runs
-// them will be added to this package later.
+// It holds beat leases ([Leases]): the deadlines of beat publishers and session keep-alives;
+// and the active health checks of persistent instances: the [Checker]s (TCP connect, HTTP GET,
+// MySQL command, None) and the [Scheduler] that runs them and reports flips.
 //
 // # Leases
 //
@@ -85,4 +85,84 @@
 // A Leases is not safe for concurrent use; the caller serialises all calls, read-only ones
 // such as Get, Len and Next included. The callback passed to Expire runs synchronously and must
 // not call methods of the same Leases.
+//
+// # Checkers
+//
+// A [Checker] probes one [Target] (an instance's address and its cluster's
+// [model.HealthCheck]) and returns a [Result]: healthy or not, whether a failure is
+// definite, the latency and a readable reason. Every checker dials Check.Port when it is set,
+// else the instance's port (Nacos's MySQL check always uses the instance port; here all types
+// behave alike). The built-in checkers time out after 500 ms.
+//
+//   - [TCPChecker] connects and closes. Refused is definite; a timeout is not.
+//   - [HTTPChecker] sends GET path with the configured headers (a "Host" header sets the
+//     request's host) through one shared, pooled client, and does not follow redirects. The
+//     instance is healthy iff the status is in ExpectedCodes (200 when empty; Nacos ignores
+//     the setting and only accepts 200). An unexpected 3xx, 429, 502, 503 or 504 is an
+//     ordinary failure, as it may pass; any other unexpected status is definite (Nacos: all
+//     but 302 and 503). A refused connection is definite, a timeout not. At most 4 KiB of the
+//     body is read, so that the connection can be reused.
+//   - [MySQLChecker] runs Command (default [model.DefaultMySQLCommand]) as User with
+//     Password. With the default command only a writable primary (read_only OFF) is healthy:
+//     a replica fails with "read_only=ON", an ordinary failure. With another command the
+//     instance is healthy iff the command runs without error. An error the server reports (SQL
+//     syntax, access denied) is definite, as is a refused connection; a timeout is not. A
+//     *sql.DB with one connection is cached per (address, user, password), at most MaxDBs,
+//     least recently used evicted, so that checks reuse their connection.
+//   - [NoneChecker] never probes; the scheduler keeps NONE targets (and unknown types, as
+//     Nacos does) without checking them, with the state given to Set.
+//
+// # Scheduler
+//
+// A [Scheduler] holds targets keyed by [model.InstanceKey]. [Scheduler.Set] adds or updates
+// one with its current known state (so a node that takes an instance over starts from that
+// state and does not flip it again); [Scheduler.Remove] drops it; [Scheduler.Status] reports
+// its [Status]: state, last result, consecutive counts, interval, next due time and damping.
+//
+// Timing. A new target is checked at once, then after an interval drawn uniformly in
+// [2 s, 7 s) from the configured random source, which spreads targets added together. After
+// that, the interval adapts to the response time like Nacos's checkRtNormalized: after every
+// check, interval = f*interval + (1-f)*sample, clamped to the type's [Interval] bounds, where
+// the sample is the latency of a healthy check and the upper bound for a failure. So a fast,
+// healthy target is checked every Min (TCP 1 s, HTTP 0.5 s, MySQL 2 s) and a failing one backs
+// off toward Max (5 s, 5 s, 3 s). The next check is due an interval after the previous one
+// completed, so a check is never started while the previous one of the same target runs, and
+// a slow check delays the next rather than piling up.
+//
+// Thresholds. A healthy target turns unhealthy after UnhealthyAfter (3) failures in a row, or
+// at once on a definite failure; an unhealthy one turns healthy after HealthyAfter (3)
+// healthy results in a row. Results are counted in both states; [Status] shows the counts.
+//
+// Flap damping. A target that flips more than Damping.Flips times within Damping.Window
+// (default 4 in 60 s) is held for Damping.Hold (60 s). Users of Envoy's outlier detection and
+// of route-flap damping expect a flapping endpoint to be taken out of rotation, not kept in
+// it, so the hold is always unhealthy: the flip that exceeds the limit is applied if it is to
+// unhealthy and suppressed if it is to healthy, and no flip to healthy happens during the
+// hold. Checks go on; the first check completing after the hold releases it, forgets the
+// flip history and applies the usual rule to the counts, so an instance whose last checks
+// passed turns healthy right then. [Status] shows Damped, HeldUntil and DampReason.
+//
+// Concurrency and cost. At most MaxConcurrent checks run at once, each in its own goroutine;
+// due checks wait their turn, earliest first. The due times are in a 4-ary heap (the one
+// Leases uses), so a wake-up costs O(log n) per due target and nothing when none is due: the
+// driver sleeps on one timer until the earliest due time. BenchmarkSchedulerTick measures
+// the core with 100,000 targets: about 0.6 us per due check and 0 allocations per idle
+// wake-up on the 2-core development VM; BenchmarkSchedulerDriver measures a whole round trip
+// through the goroutines (about 5 us per check).
+//
+// Pure core, thin driver. core.go is plain code over Unix-nanosecond times; scheduler.go owns
+// the goroutine, the clock (an injected clockwork.Clock) and the checks' goroutines. Tests
+// drive it with a fake clock: advance the clock, then [Scheduler.Settle] waits until every
+// check due by then has run and its transition was reported.
+//
+// Transitions. Config.OnTransition is called from the scheduler's goroutine, one call at a
+// time, in order, after the check that caused the flip; it must not block long (results wait
+// while it runs) and may call the scheduler. The scheduler does not store health anywhere:
+// the caller writes it (through Raft, in the registry) and, if it calls Set with a different
+// state, the scheduler adopts that state, resets the counts and ends any hold.
+//
+// Checkers may run concurrently; the [Checker] interface documents its contract. The
+// Scheduler's methods are safe for concurrent use. Close cancels running checks, waits for
+// every goroutine and closes the built-in checkers; no OnTransition call happens after it
+// returns.
 package health
