@@ -233,18 +233,18 @@ func (c *core) complete(slot, gen uint32, res Result, now int64) (transition, bo
 		return transition{}, false // removed while running
 	}
 	e.running = false
+	if e.kind == kindNone {
+		return transition{}, false // switched to NONE while running: health is set by hand now
+	}
 	e.checks++
 	e.last, e.lastAt = res, now
 	flipped := c.judge(e, res, now)
-	if e.kind != kindNone {
-		b := &c.bounds[e.kind]
-		next := e.interval
-		e.interval = adapt(e.interval, res, b)
-		if e.checks > 1 {
-			next = e.interval
-		}
-		c.schedule(slot, now+next)
+	next := e.interval
+	e.interval = adapt(e.interval, res, &c.bounds[e.kind])
+	if e.checks > 1 {
+		next = e.interval
 	}
+	c.schedule(slot, now+next)
 	if !flipped {
 		return transition{}, false
 	}

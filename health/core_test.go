@@ -323,3 +323,22 @@ func FuzzConfigValidate(f *testing.F) {
 		_ = s.Close()
 	})
 }
+
+// The result of a check that was running when its target switched to NONE is dropped: the
+// health of a NONE target is set by hand only.
+func TestCoreResultAfterSwitchToNoneIsDropped(t *testing.T) {
+	c := testCore(t, nil)
+	k := key(1)
+	c.set(k, tcp(k), true, 0)
+	jobs := c.dispatch(0, 1, nil)
+	none := tcp(k)
+	none.Check.Type = model.CheckNone
+	c.set(k, none, true, 0)
+	if _, flipped := c.complete(jobs[0].slot, jobs[0].gen, Result{Definite: true}, 0); flipped {
+		t.Fatal("a dropped result flipped the target")
+	}
+	st, _ := c.get(k)
+	if !st.Healthy || st.Checks != 0 || st.Running || !st.NextDue.IsZero() || c.running != 0 {
+		t.Fatalf("%+v, running %d", st, c.running)
+	}
+}
