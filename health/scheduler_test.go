@@ -687,11 +687,20 @@ func TestSchedulerRealTCP(t *testing.T) {
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if h := <-flips; !h {
+	next := func() bool {
+		select {
+		case h := <-flips:
+			return h
+		case <-time.After(10 * time.Second):
+			t.Fatal("no flip in 10s")
+			return false
+		}
+	}
+	if !next() {
 		t.Fatal("first flip to unhealthy")
 	}
 	_ = ln.Close()
-	if h := <-flips; h {
+	if next() {
 		t.Fatal("second flip to healthy")
 	}
 	if st, _ := s.Status(k); st.Last.Reason != "connection refused" || st.ConsecutiveFail != 1 {
