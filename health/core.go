@@ -63,7 +63,7 @@ func kindOf(t model.CheckType) int {
 // entry is one target.
 type entry struct {
 	key    model.InstanceKey
-	target Target
+	target *Target // immutable: Set replaces it, so a running check keeps the one it got
 	kind   int
 
 	used      bool
@@ -92,7 +92,7 @@ type entry struct {
 type job struct {
 	slot, gen uint32
 	kind      int
-	target    Target
+	target    *Target
 }
 
 // transition is a flip to report.
@@ -139,13 +139,14 @@ func newCore(cfg *Config, src rand.Source) *core {
 // the next check; if healthy differs from its state, the target adopts it, its counts are
 // reset and any hold ends. It reports whether the earliest due time may have moved earlier.
 func (c *core) set(key model.InstanceKey, t Target, healthy bool, now int64) bool {
-	t = t.clone()
+	tp := new(Target)
+	*tp = t.clone()
 	kind := kindOf(t.Check.EffectiveType())
 	slot, ok := c.index[key]
 	if !ok {
 		slot = c.alloc()
 		e := &c.entries[slot]
-		e.key, e.target, e.kind, e.healthy = key, t, kind, healthy
+		e.key, e.target, e.kind, e.healthy = key, tp, kind, healthy
 		e.interval = c.firstMin + c.rnd.Int64N(c.firstSpan)
 		c.index[key] = slot
 		if kind != kindNone {
@@ -156,7 +157,7 @@ func (c *core) set(key model.InstanceKey, t Target, healthy bool, now int64) boo
 	}
 	e := &c.entries[slot]
 	wasProbed := e.kind != kindNone
-	e.target, e.kind = t, kind
+	e.target, e.kind = tp, kind
 	if healthy != e.healthy {
 		e.healthy = healthy
 		e.okRun, e.failRun = 0, 0

@@ -344,7 +344,7 @@ func (s *Scheduler) check(j job) {
 	// CheckTimeout bounds sockets and custom checkers in real time: context's timer is the
 	// documented exception to the injected clock.
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.CheckTimeout)
-	res := s.safeCheck(ctx, s.checkers[j.kind], j.target)
+	res := s.safeCheck(ctx, s.checkers[j.kind], *j.target)
 	cancel()
 	select {
 	case s.results <- completion{slot: j.slot, gen: j.gen, res: res}:
