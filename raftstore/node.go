@@ -371,6 +371,16 @@ func (n *Node) Leader() (replicaID uint64, ok bool) {
 	return id, true
 }
 
+// IsLeader reports whether this replica is the shard's leader, as far as
+// it knows (a cheap check for work that only the leader should start).
+func (n *Node) IsLeader() bool {
+	id, ok := n.Leader()
+	return ok && id == n.cfg.ReplicaID
+}
+
+// ReplicaID returns this node's replica ID.
+func (n *Node) ReplicaID() uint64 { return n.cfg.ReplicaID }
+
 // Info reports the node's view of the shard.
 func (n *Node) Info() Info {
 	info := Info{ReplicaID: n.cfg.ReplicaID, ShardID: n.cfg.ShardID}

@@ -91,6 +91,9 @@ func TestNodeLifecycleAndValidation(t *testing.T) {
 		t.Fatalf("GetService: %+v %v %v", s, ok, err)
 	}
 	info := n.Info()
+	if !n.IsLeader() || n.ReplicaID() != 1 {
+		t.Fatal("single replica is not the leader")
+	}
 	if !info.IsLeader || info.LeaderID != 1 || info.Applied < res.Index || info.Members[1] == "" {
 		t.Fatalf("info %+v", info)
 	}
