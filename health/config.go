@@ -64,7 +64,8 @@ type Config struct {
 	// and its status after the check that flipped it. It is called from the scheduler's
 	// goroutine, one call at a time, in the order of the flips, and must not block long: no
 	// check result is processed while it runs (checks keep running, up to MaxConcurrent).
-	// It may call the Scheduler's methods. A caller that needs to do slow work (a Raft
+	// It may call Set, Remove, Status and Len, but not Settle or Close (they wait for the
+	// goroutine that calls it). A caller that needs to do slow work (a Raft
 	// write with retries) hands it to a goroutine of its own.
 	OnTransition func(key model.InstanceKey, healthy bool, st Status)
 }

@@ -157,9 +157,10 @@
 //
 // Transitions. Config.OnTransition is called from the scheduler's goroutine, one call at a
 // time, in order, after the check that caused the flip; it must not block long (results wait
-// while it runs) and may call the scheduler. The scheduler does not store health anywhere:
-// the caller writes it (through Raft, in the registry) and, if it calls Set with a different
-// state, the scheduler adopts that state, resets the counts and ends any hold.
+// while it runs) and may call Set, Remove, Status and Len, but not Settle or Close. The
+// scheduler does not store health anywhere: the caller writes it (through Raft, in the
+// registry) and, if it calls Set with a different state, the scheduler adopts that state,
+// resets the counts and ends any hold.
 //
 // Checkers may run concurrently; the [Checker] interface documents its contract. The
 // Scheduler's methods are safe for concurrent use. Close cancels running checks, waits for
