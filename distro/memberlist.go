@@ -1,0 +1,442 @@
+package distro
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/jonboulle/clockwork"
+)
+
+// MemberlistConfig configures a Memberlist membership. Start from DefaultMemberlistConfig.
+type MemberlistConfig struct {
+	NodeID        string   // required: unique node name (memberlist's Name)
+	BindAddr      string   // address to bind gossip to; default "0.0.0.0"
+	BindPort      int      // gossip port (UDP and TCP); 0 picks a free one (see Memberlist.BindAddr)
+	AdvertiseAddr string   // address peers should use, if not the bound one
+	AdvertisePort int      // port peers should use with AdvertiseAddr (0: the bound port)
+	TransportAddr string   // this node's transport address, carried in the node meta (≤ 512 bytes)
+	Seeds         []string // host:port of gossip addresses to join at Start and re-join periodically
+	// RejoinInterval is the period of re-joining the seeds that are not members. It heals
+	// partitions longer than GossipToTheDeadTime, which memberlist never heals by itself. 0
+	// disables it.
+	RejoinInterval time.Duration
+	// SecretKey enables memberlist's gossip encryption (AES, 16, 24 or 32 bytes); every node needs
+	// the same key.
+	SecretKey []byte
+	// Label isolates clusters sharing a network: packets with another label are dropped.
+	Label string
+
+	// Failure detection and gossip timings (memberlist's). The defaults are memberlist's LAN
+	// profile: a crashed node is detected in about 5 s. Tests use ~100 ms probes.
+	ProbeInterval       time.Duration
+	ProbeTimeout        time.Duration
+	SuspicionMult       int
+	GossipInterval      time.Duration
+	PushPullInterval    time.Duration
+	TCPTimeout          time.Duration
+	GossipToTheDeadTime time.Duration
+	// LeaveTimeout bounds the leave broadcast in Close.
+	LeaveTimeout time.Duration
+
+	Clock  clockwork.Clock // times the re-join loop; nil: real time (memberlist itself always runs on real time)
+	Logger *slog.Logger    // memberlist's own log lines are bridged to it at their level; nil discards
+}
+
+// DefaultMemberlistConfig returns memberlist's LAN timings, BindAddr "0.0.0.0", port 7946, a
+// 10 s re-join and a 1 s leave timeout.
+func DefaultMemberlistConfig() MemberlistConfig {
+	d := memberlist.DefaultLANConfig()
+	return MemberlistConfig{
+		BindAddr:            d.BindAddr,
+		BindPort:            d.BindPort,
+		RejoinInterval:      10 * time.Second,
+		ProbeInterval:       d.ProbeInterval,
+		ProbeTimeout:        d.ProbeTimeout,
+		SuspicionMult:       d.SuspicionMult,
+		GossipInterval:      d.GossipInterval,
+		PushPullInterval:    d.PushPullInterval,
+		TCPTimeout:          d.TCPTimeout,
+		GossipToTheDeadTime: d.GossipToTheDeadTime,
+		LeaveTimeout:        time.Second,
+	}
+}
+
+// Validate reports an error wrapping ErrInvalidConfig and naming the field and the rule.
+func (c *MemberlistConfig) Validate() error {
+	bad := func(field, rule string) error {
+		return fmt.Errorf("%w: Memberlist %s %s", ErrInvalidConfig, field, rule)
+	}
+	switch {
+	case c.NodeID == "" || len(c.NodeID) > MaxOwnerLen:
+		return bad("NodeID", fmt.Sprintf("must be 1–%d bytes", MaxOwnerLen))
+	case c.BindPort < 0 || c.BindPort > 65535:
+		return bad("BindPort", "must be 0–65535")
+	case c.AdvertisePort < 0 || c.AdvertisePort > 65535:
+		return bad("AdvertisePort", "must be 0–65535")
+	case len(c.TransportAddr) > memberlist.MetaMaxSize:
+		return bad("TransportAddr", fmt.Sprintf("must be at most %d bytes", memberlist.MetaMaxSize))
+	case c.RejoinInterval < 0:
+		return bad("RejoinInterval", "must be >= 0 (0 disables)")
+	case len(c.SecretKey) != 0 && len(c.SecretKey) != 16 && len(c.SecretKey) != 24 && len(c.SecretKey) != 32:
+		return bad("SecretKey", "must be 16, 24 or 32 bytes")
+	case c.ProbeInterval <= 0 || c.ProbeTimeout <= 0 || c.ProbeTimeout >= c.ProbeInterval:
+		return bad("ProbeTimeout", "must be > 0 and below ProbeInterval")
+	case c.SuspicionMult < 1:
+		return bad("SuspicionMult", "must be >= 1")
+	case c.GossipInterval <= 0 || c.PushPullInterval <= 0 || c.TCPTimeout <= 0 || c.GossipToTheDeadTime <= 0:
+		return bad("GossipInterval, PushPullInterval, TCPTimeout and GossipToTheDeadTime", "must be > 0")
+	case c.LeaveTimeout <= 0:
+		return bad("LeaveTimeout", "must be > 0")
+	}
+	for i, s := range c.Seeds {
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			return bad("Seeds["+strconv.Itoa(i)+"]", "must be host:port")
+		}
+	}
+	return nil
+}
+
+// Memberlist is a Membership over hashicorp/memberlist: SWIM failure detection and gossip, the
+// transport address carried in each node's meta, and a periodic re-join of the seeds.
+//
+// Members and Subscribe are safe for concurrent use. Subscribers are called from the
+// Memberlist's own notifier goroutine, never from memberlist's internals (whose locks are held
+// while it reports events), with the latest list; intermediate lists may be skipped.
+type Memberlist struct {
+	cfg MemberlistConfig
+	clk clockwork.Clock
+	log *slog.Logger
+
+	mu      sync.Mutex
+	ml      *memberlist.Memberlist
+	members map[string]Member
+	subs    map[int]func([]Member)
+	nextSub int
+	started bool
+	closed  bool
+
+	notifyMu sync.Mutex // serializes subscriber calls and cancels
+	changed  chan struct{}
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+// NewMemberlist validates cfg and returns a membership that has not started.
+func NewMemberlist(cfg MemberlistConfig) (*Memberlist, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Seeds = slices.Clone(cfg.Seeds)
+	cfg.SecretKey = slices.Clone(cfg.SecretKey)
+	m := &Memberlist{cfg: cfg, clk: cfg.Clock, log: cfg.Logger, members: map[string]Member{}, subs: map[int]func([]Member){}, changed: make(chan struct{}, 1)}
+	if m.clk == nil {
+		m.clk = clockwork.NewRealClock()
+	}
+	if m.log == nil {
+		m.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	m.log = m.log.With("node", cfg.NodeID)
+	m.members[cfg.NodeID] = Member{ID: cfg.NodeID, Addr: cfg.TransportAddr}
+	return m, nil
+}
+
+// Start creates the memberlist node, joins the seeds (failing to reach any is logged, not an
+// error: this may be the first node) and starts the re-join loop.
+func (m *Memberlist) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return ErrClosed
+	}
+	if m.started {
+		m.mu.Unlock()
+		return ErrStarted
+	}
+	m.started = true
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.mu.Unlock()
+	// No lock held from here: memberlist reports events (our own join first) from inside Create.
+	// A fresh *Config every time: memberlist.Create writes into it.
+	c := memberlist.DefaultLANConfig()
+	c.Name = m.cfg.NodeID
+	if m.cfg.BindAddr != "" {
+		c.BindAddr = m.cfg.BindAddr
+	}
+	c.BindPort = m.cfg.BindPort
+	c.AdvertiseAddr = m.cfg.AdvertiseAddr
+	c.AdvertisePort = m.cfg.AdvertisePort
+	if c.AdvertisePort == 0 {
+		c.AdvertisePort = m.cfg.BindPort
+	}
+	c.Label = m.cfg.Label
+	c.SecretKey = m.cfg.SecretKey
+	c.ProbeInterval, c.ProbeTimeout = m.cfg.ProbeInterval, m.cfg.ProbeTimeout
+	c.SuspicionMult = m.cfg.SuspicionMult
+	c.GossipInterval, c.PushPullInterval = m.cfg.GossipInterval, m.cfg.PushPullInterval
+	c.TCPTimeout, c.GossipToTheDeadTime = m.cfg.TCPTimeout, m.cfg.GossipToTheDeadTime
+	c.Delegate = mlDelegate{m}
+	c.Events = mlEvents{m}
+	c.Logger = log.New(&logBridge{log: m.log}, "", 0)
+	ml, err := memberlist.Create(c)
+	if err != nil {
+		m.cancel()
+		return fmt.Errorf("distro: memberlist: %w", err)
+	}
+	m.mu.Lock()
+	m.ml = ml
+	seeds := m.seedsToJoin()
+	m.mu.Unlock()
+	m.goFunc(m.notifier)
+	if len(m.cfg.Seeds) > 0 {
+		if len(seeds) > 0 {
+			if n, err := ml.Join(seeds); err != nil {
+				m.log.Info("distro: memberlist: no seed reachable, starting alone", "seeds", seeds, "err", err)
+			} else {
+				m.log.Info("distro: memberlist: joined", "contacted", n)
+			}
+		}
+	}
+	if m.cfg.RejoinInterval > 0 && len(m.cfg.Seeds) > 0 {
+		m.goFunc(m.rejoin)
+	}
+	return nil
+}
+
+func (m *Memberlist) goFunc(fn func()) {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		fn()
+	}()
+}
+
+// seedsToJoin returns the seeds other than this node's own gossip address.
+func (m *Memberlist) seedsToJoin() []string {
+	self := ""
+	if m.ml != nil {
+		n := m.ml.LocalNode()
+		self = net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+	}
+	var out []string
+	for _, s := range m.cfg.Seeds {
+		if s != self {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// rejoin periodically joins the seeds: after a partition longer than GossipToTheDeadTime the two
+// sides never merge again on their own.
+func (m *Memberlist) rejoin() {
+	t := m.clk.NewTicker(m.cfg.RejoinInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-t.Chan():
+		}
+		m.mu.Lock()
+		ml := m.ml
+		seeds := m.seedsToJoin()
+		m.mu.Unlock()
+		if ml == nil || len(seeds) == 0 {
+			continue
+		}
+		if _, err := ml.Join(seeds); err != nil {
+			m.log.Debug("distro: memberlist: re-join failed", "err", err)
+		}
+	}
+}
+
+// Close leaves the cluster (broadcasting it, bounded by LeaveTimeout), shuts memberlist down
+// and waits for the goroutines. Idempotent.
+func (m *Memberlist) Close() error { return m.stop(true) }
+
+// stop shuts down, broadcasting a leave first if leave is set (without it peers detect the node
+// dead by probing, as after a crash).
+func (m *Memberlist) stop(leave bool) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		m.wg.Wait()
+		return nil
+	}
+	m.closed = true
+	ml, cancel := m.ml, m.cancel
+	m.mu.Unlock()
+	if cancel != nil {
+		defer func() {
+			m.wg.Wait()
+		}()
+		cancel()
+	}
+	if ml == nil {
+		return nil
+	}
+	// Leave before Shutdown: Leave after Shutdown panics. Shutdown does not wait for memberlist's
+	// goroutines; they end shortly after.
+	if leave {
+		if err := ml.Leave(m.cfg.LeaveTimeout); err != nil {
+			m.log.Debug("distro: memberlist: leave", "err", err)
+		}
+	}
+	return ml.Shutdown()
+}
+
+// Members returns the live members, self included, sorted by ID.
+func (m *Memberlist) Members() []Member {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.listLocked()
+}
+
+func (m *Memberlist) listLocked() []Member {
+	out := make([]Member, 0, len(m.members))
+	for _, mb := range m.members {
+		out = append(out, mb)
+	}
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Addr returns the transport address of a live member (for transport.TCPConfig.Resolve). It
+// fails with ErrUnknownMember for an ID that is not live or has no address.
+func (m *Memberlist) Addr(id string) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mb, ok := m.members[id]
+	if !ok || mb.Addr == "" {
+		return "", fmt.Errorf("%w: %q", ErrUnknownMember, id)
+	}
+	return mb.Addr, nil
+}
+
+// BindAddr returns the gossip address actually bound (host:port), for other nodes' Seeds; empty
+// before Start.
+func (m *Memberlist) BindAddr() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ml == nil {
+		return ""
+	}
+	n := m.ml.LocalNode()
+	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+}
+
+// Subscribe registers fn; see Membership. fn is called from the notifier goroutine.
+func (m *Memberlist) Subscribe(fn func([]Member)) (cancel func()) {
+	m.mu.Lock()
+	id := m.nextSub
+	m.nextSub++
+	m.subs[id] = fn
+	m.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			m.notifyMu.Lock()
+			defer m.notifyMu.Unlock()
+			m.mu.Lock()
+			delete(m.subs, id)
+			m.mu.Unlock()
+		})
+	}
+}
+
+// notifier calls the subscribers with the latest list after each change.
+func (m *Memberlist) notifier() {
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-m.changed:
+		}
+		m.notifyMu.Lock()
+		m.mu.Lock()
+		list := m.listLocked()
+		keys := make([]int, 0, len(m.subs))
+		for k := range m.subs {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		subs := make([]func([]Member), len(keys))
+		for i, k := range keys {
+			subs[i] = m.subs[k]
+		}
+		m.mu.Unlock()
+		for _, fn := range subs {
+			fn(slices.Clone(list))
+		}
+		m.notifyMu.Unlock()
+	}
+}
+
+func (m *Memberlist) update(n *memberlist.Node, alive bool) {
+	m.mu.Lock()
+	if alive {
+		m.members[n.Name] = Member{ID: n.Name, Addr: string(n.Meta)}
+	} else if n.Name != m.cfg.NodeID {
+		delete(m.members, n.Name)
+	}
+	m.mu.Unlock()
+	select {
+	case m.changed <- struct{}{}:
+	default:
+	}
+}
+
+// mlEvents receives memberlist's events. memberlist holds its node lock while calling these:
+// they only update our map and signal the notifier.
+type mlEvents struct{ m *Memberlist }
+
+func (e mlEvents) NotifyJoin(n *memberlist.Node)   { e.m.update(n, true) }
+func (e mlEvents) NotifyLeave(n *memberlist.Node)  { e.m.update(n, false) }
+func (e mlEvents) NotifyUpdate(n *memberlist.Node) { e.m.update(n, true) }
+
+// mlDelegate publishes the transport address as node meta; distro sends no gossip messages.
+type mlDelegate struct{ m *Memberlist }
+
+func (d mlDelegate) NodeMeta(limit int) []byte {
+	if len(d.m.cfg.TransportAddr) > limit {
+		return nil
+	}
+	return []byte(d.m.cfg.TransportAddr)
+}
+func (d mlDelegate) NotifyMsg([]byte)                           {}
+func (d mlDelegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (d mlDelegate) LocalState(join bool) []byte                { return nil }
+func (d mlDelegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// logBridge turns memberlist's "[LEVEL] memberlist: ..." lines into slog records.
+type logBridge struct{ log *slog.Logger }
+
+func (b *logBridge) Write(p []byte) (int, error) {
+	s := strings.TrimSpace(string(p))
+	lvl := slog.LevelInfo
+	for _, l := range []struct {
+		tag string
+		lvl slog.Level
+	}{{"[DEBUG]", slog.LevelDebug}, {"[INFO]", slog.LevelInfo}, {"[WARN]", slog.LevelWarn}, {"[ERR]", slog.LevelError}, {"[ERROR]", slog.LevelError}} {
+		if strings.HasPrefix(s, l.tag) {
+			lvl, s = l.lvl, strings.TrimSpace(s[len(l.tag):])
+			break
+		}
+	}
+	b.log.Log(context.Background(), lvl, s, "component", "memberlist")
+	return len(p), nil
+}
