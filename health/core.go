@@ -135,7 +135,7 @@ func newCore(cfg *Config, src rand.Source) *core {
 }
 
 // set adds or updates the target of key. A new target is due at once (unless it is not
-// probed) and starts in state healthy. For an existing target the new config applies from
+// probed) and starts in the given state. For an existing target the new config applies from
 // the next check; if healthy differs from its state, the target adopts it, its counts are
 // reset and any hold ends. It reports whether the earliest due time may have moved earlier.
 func (c *core) set(key model.InstanceKey, t Target, healthy bool, now int64) bool {
