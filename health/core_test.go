@@ -137,8 +137,11 @@ func TestCoreDampingSuppressesFlipToHealthy(t *testing.T) {
 // every probed target that is not running has exactly one live heap element at its due
 // time; running ones have none and are never dispatched twice; the running count matches.
 func TestCoreRandomOps(t *testing.T) {
-	seed := rand.Uint64()
-	t.Logf("seed: %d", seed)
+	seed := *seedFlag
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	t.Logf("seed: %d (replay with -health.seed=%d)", seed, seed)
 	runCoreOps(t, rand.New(rand.NewPCG(seed, seed)), 5000)
 }
 

@@ -111,8 +111,11 @@ type harness struct {
 
 func newHarness(t *testing.T, edit func(*Config)) *harness {
 	t.Helper()
-	seed := rand.Uint64()
-	t.Logf("seed: %d", seed)
+	seed := *seedFlag // the flag of leases_test.go
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	t.Logf("seed: %d (replay with -health.seed=%d)", seed, seed)
 	h := &harness{t: t, clock: clockwork.NewFakeClockAt(time.Unix(1_800_000_000, 0)), stub: newStub()}
 	cfg := DefaultConfig()
 	cfg.Clock = h.clock
