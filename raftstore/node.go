@@ -29,9 +29,10 @@ type Node struct {
 	log   *slog.Logger
 	clock clockwork.Clock
 
-	mu      sync.Mutex // guards started, closed
+	mu      sync.Mutex // serializes Start and Close; guards started, closed
 	started bool
 	closed  bool
+	state   atomic.Int32 // stateNew, stateStarted, stateClosed: the lock-free view of the above
 
 	// Set by Start, read-only afterwards.
 	nh     *dragonboat.NodeHost
@@ -199,6 +200,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		n.goFunc(n.batchLoop)
 	}
 	n.started = true
+	n.state.Store(stateStarted)
 	n.log.Info("raftstore: started", "addr", n.cfg.RaftAddress, "join", join, "restart", members == nil)
 	return nil
 }
@@ -220,6 +222,7 @@ func (n *Node) Close() error {
 		return nil
 	}
 	n.closed = true
+	n.state.Store(stateClosed)
 	started := n.started
 	n.mu.Unlock()
 	close(n.done)
@@ -236,13 +239,17 @@ func (n *Node) Close() error {
 	return err
 }
 
+const (
+	stateNew int32 = iota
+	stateStarted
+	stateClosed
+)
+
 func (n *Node) running() error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	switch {
-	case n.closed:
+	switch n.state.Load() {
+	case stateClosed:
 		return ErrClosed
-	case !n.started:
+	case stateNew:
 		return ErrNotStarted
 	}
 	return nil
