@@ -793,3 +793,17 @@ func TestSchedulerMySQLReadOnly(t *testing.T) {
 		t.Fatal("flip to unhealthy on read_only=OFF")
 	}
 }
+
+// CheckTimeout bounds a checker that ignores its own timeout: the check's ctx ends and its
+// slot is freed.
+func TestSchedulerCheckTimeoutBoundsStuckChecker(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.CheckTimeout = 50 * time.Millisecond; c.MaxConcurrent = 1 })
+	h.stub.gate = make(chan struct{}) // never opened: only ctx ends the check
+	k := key(1)
+	h.s.Set(k, tcp(k), true)
+	h.settle()
+	st := h.status(k)
+	if st.Checks != 1 || st.Running || st.Last.Healthy || st.Last.Reason != "canceled" {
+		t.Fatalf("%+v", st)
+	}
+}
