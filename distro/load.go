@@ -119,8 +119,8 @@ func (r *Replicator) finishLoad(peers int, took time.Duration) {
 	now := r.clk.Now()
 	var stale []Record
 	r.tab.all(func(e *entry) bool {
-		if !e.live() || e.rec.Owner != r.self {
-			return true
+		if !e.live() || e.rec.Owner != r.self || e.local {
+			return true // only records of a previous incarnation, loaded from peers
 		}
 		if e.rec.Kind == KindSession {
 			stale = append(stale, e.rec)

@@ -282,6 +282,7 @@ func (r *Replicator) write(rec Record) (Record, error) {
 func (r *Replicator) installOwnLocked(rec Record) {
 	now := r.clk.Now()
 	r.tab.install(rec, now)
+	r.tab.get(rec.Key).local = true
 	for _, p := range r.members {
 		if p != r.self {
 			r.sched.add(p, rec.Key, now)

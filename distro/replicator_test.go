@@ -553,3 +553,23 @@ func TestCloseIdempotentAndRefuses(t *testing.T) {
 		t.Fatalf("Start after Close: %v", err)
 	}
 }
+
+// A session opened while the node is still loading belongs to this incarnation: the load must
+// not mistake it for a previous incarnation's record and tombstone it.
+func TestPutBeforeReadySurvivesLoad(t *testing.T) {
+	c := newCluster(t, func(cfg *Config) { cfg.LoadTimeout = time.Minute }, "a", "b")
+	n := c.add("c")
+	c.setMembers("a", "b", "c")
+	c.net.Isolate("c")
+	c.startNode("c")
+	if _, err := n.r.Put(KindSession, "early", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	c.net.Heal()
+	c.eventually(5*time.Second, "c ready", n.r.Ready)
+	if r, _ := n.r.Get("early"); r.Deleted || r.Revision != 1 {
+		t.Fatalf("early session after load: %v", r)
+	}
+	c.eventually(2*time.Second, "converged", c.converged)
+	c.checkInvariants()
+}

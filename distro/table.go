@@ -25,6 +25,9 @@ type entry struct {
 	orphan bool
 	// adopting is set once Store.Adopt was called for this version, so it is not called twice.
 	adopting bool
+	// local is set on records this node wrote in this incarnation (Put, Delete), as opposed to
+	// its own records loaded from peers, written by a previous incarnation.
+	local bool
 }
 
 // held reports whether the entry is a record this node holds (live or tombstone).
