@@ -256,11 +256,12 @@ func (n *Node) running() error {
 }
 
 // retryable reports whether a Dragonboat error may go away by itself
-// (no leader yet, busy, timed out, dropped).
+// (no leader yet, busy, timed out, dropped), or says only that the bounded
+// wait ran out (a deadline already past or shorter than a tick).
 func retryable(err error) bool {
 	return dragonboat.IsTempError(err) || errors.Is(err, dragonboat.ErrShardNotReady) ||
 		errors.Is(err, dragonboat.ErrTimeout) || errors.Is(err, dragonboat.ErrSystemBusy) ||
-		errors.Is(err, dragonboat.ErrTimeoutTooSmall)
+		errors.Is(err, dragonboat.ErrTimeoutTooSmall) || errors.Is(err, dragonboat.ErrInvalidDeadline)
 }
 
 // attemptTimeout is the timeout of one Dragonboat attempt: two election
