@@ -334,12 +334,12 @@ func TestRestartLoadsFromPeers(t *testing.T) {
 	if r, _ := n.r.Get("c-session"); !r.Deleted || r.Owner != "c" {
 		t.Fatalf("previous incarnation's session: %v, want tombstoned by c", r)
 	}
-	n.store.mu.Lock()
-	_, adopted := n.store.adopted[kc]
-	n.store.mu.Unlock()
-	if !adopted {
-		t.Fatal("previous incarnation's beat not adopted")
-	}
+	c.eventually(0, "previous incarnation's beat adopted", func() bool {
+		n.store.mu.Lock()
+		defer n.store.mu.Unlock()
+		_, adopted := n.store.adopted[kc]
+		return adopted
+	})
 	c.eventually(2*time.Second, "session gone everywhere", func() bool {
 		_, a := c.nodes["a"].store.get("c-session")
 		_, b := c.nodes["b"].store.get("c-session")
