@@ -1,0 +1,135 @@
+package distro
+
+import (
+	"errors"
+	"net"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestStaticNotifiesSynchronously(t *testing.T) {
+	s := NewStatic(Member{ID: "a"})
+	var got [][]string
+	cancel := s.Subscribe(func(ms []Member) {
+		ids := make([]string, len(ms))
+		for i, m := range ms {
+			ids[i] = m.ID
+		}
+		got = append(got, ids)
+	})
+	s.Set(Member{ID: "c"}, Member{ID: "b"})
+	s.Set(Member{ID: "b"}, Member{ID: "c"}) // no change: no call
+	s.Remove("c", "a")                      // self is never removed
+	s.Add(Member{ID: "d", Addr: "x:1"})
+	cancel()
+	cancel()
+	s.Set()
+	want := [][]string{{"a", "b", "c"}, {"a", "b"}, {"a", "b", "d"}}
+	if len(got) != len(want) {
+		t.Fatalf("notifications %v, want %v", got, want)
+	}
+	for i := range want {
+		if !slices.Equal(got[i], want[i]) {
+			t.Fatalf("notification %d = %v, want %v", i, got[i], want[i])
+		}
+	}
+	if ms := s.Members(); len(ms) != 1 || ms[0].ID != "a" {
+		t.Fatalf("Members = %v", ms)
+	}
+}
+
+func TestMemberlistConfigValidate(t *testing.T) {
+	base := DefaultMemberlistConfig()
+	base.NodeID = "n1"
+	if err := base.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mod := range map[string]func(*MemberlistConfig){
+		"NodeID":         func(c *MemberlistConfig) { c.NodeID = "" },
+		"BindPort":       func(c *MemberlistConfig) { c.BindPort = 70000 },
+		"SecretKey":      func(c *MemberlistConfig) { c.SecretKey = []byte("short") },
+		"ProbeTimeout":   func(c *MemberlistConfig) { c.ProbeTimeout = c.ProbeInterval },
+		"Seeds[0]":       func(c *MemberlistConfig) { c.Seeds = []string{"no-port"} },
+		"RejoinInterval": func(c *MemberlistConfig) { c.RejoinInterval = -time.Second },
+	} {
+		cfg := base
+		mod(&cfg)
+		err := cfg.Validate()
+		if !errors.Is(err, ErrInvalidConfig) || !contains(err.Error(), name) {
+			t.Errorf("%s: %v", name, err)
+		}
+		if _, err := NewMemberlist(cfg); err == nil {
+			t.Errorf("%s: NewMemberlist accepted it", name)
+		}
+	}
+}
+
+// The memberlist membership carries the transport address and reports joins and crashes; a node
+// restarted (without seeds) after the others declared it dead comes back only through their
+// periodic re-join of the seeds.
+func TestMemberlistJoinCrashRejoin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real sockets")
+	}
+	m1, err := NewMemberlist(fastMemberlist("m1", "127.0.0.1:1111", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m1.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	seed := m1.BindAddr()
+	c2 := fastMemberlist("m2", "127.0.0.1:2222", []string{seed})
+	c2.GossipToTheDeadTime = 10 * time.Millisecond // m2 stops gossiping to m1 at once once it is dead
+	m2, err := NewMemberlist(c2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	changes := make(chan []Member, 64)
+	cancel := m2.Subscribe(func(ms []Member) { changes <- ms })
+	defer cancel()
+	pollUntil(t, 5*time.Second, "m1 sees m2", func() bool { a, err := m1.Addr("m2"); return err == nil && a == "127.0.0.1:2222" })
+	if a, err := m2.Addr("m1"); err != nil || a != "127.0.0.1:1111" {
+		t.Fatalf("m2: Addr(m1) = %q, %v", a, err)
+	}
+
+	m1.stop(false) // crash: no leave broadcast
+	pollUntil(t, 5*time.Second, "m1 detected dead", func() bool { _, err := m2.Addr("m1"); return errors.Is(err, ErrUnknownMember) })
+	if len(changes) == 0 {
+		t.Fatal("no notification")
+	}
+	if err := m1.Start(t.Context()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Start after Close: %v", err)
+	}
+
+	// m1 restarts on the same address with no seeds: only m2's re-join brings them together.
+	host, port, _ := net.SplitHostPort(seed)
+	cfg := fastMemberlist("m1", "127.0.0.1:3333", nil)
+	cfg.BindAddr, cfg.BindPort = host, atoi(port)
+	m1b, err := NewMemberlist(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m1b.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer m1b.Close()
+	pollUntil(t, 5*time.Second, "re-joined after the restart", func() bool {
+		a, err := m2.Addr("m1")
+		_, err2 := m1b.Addr("m2")
+		return err == nil && a == "127.0.0.1:3333" && err2 == nil
+	})
+}
+
+func atoi(s string) int {
+	n := 0
+	for _, c := range s {
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
