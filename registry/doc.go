@@ -13,10 +13,50 @@
 // it), the *slog.Logger, and the random source. Nothing is global: two
 // registries in one process never see each other.
 //
-// This release runs standalone: one node, and the persistent data
-// (service definitions, persistent instances, patches) is kept in memory and
-// is lost on Close. Replication of ephemeral data between nodes (Distro) and
-// durable, replicated persistent data (Raft) are planned on the same API.
+// # Standalone and cluster modes
+//
+// With no Distro and no Raft configuration the registry runs standalone: one
+// node, and the persistent data (service definitions, persistent instances,
+// patches) is kept in memory and lost on Close.
+//
+// Config.Distro makes it one node of a cluster (package distro). Every
+// publisher (session or beat ip:port) is one replicated record, owned by
+// one node: a session by the node it was opened on, a beat publisher by the
+// rendezvous-hash owner of its ip:port among the live members. Only the
+// owner changes the record and runs its leases; every change is pushed to
+// the other nodes, whose copies are read-only. A Register, Heartbeat or
+// Deregister of a beat instance that reaches another node is forwarded to
+// the owner over the transport (ForwardAttempts tries, with backoff, while
+// ownership moves), so clients may talk to any node. When a node dies its
+// sessions' instances are removed from the others after the orphan timeout,
+// and its beat publishers are adopted by their new owners, which continue
+// their leases from the last renewal they knew. A node that starts loads
+// the records of its peers first: until then Query and Watch fail with
+// ErrNotReady (Config.ServeBeforeReady lifts that), so a restarting node
+// never serves empty lists. Watchers are node-local, as in Nacos: a change
+// made on any node reaches the watchers of every node through replication.
+//
+// Config.Raft keeps the persistent data in a Raft group (package
+// raftstore): writes are proposed, decided by the replicated state machine
+// on every node alike, and mirrored into each node's index from its change
+// feed; the call returns once the change is visible on the node that took
+// it. A Query with Linearizable set first waits for a Raft read index, so
+// it sees every write acknowledged anywhere before it began. Without a
+// quorum, writes fail with ErrNoLeader after a bounded wait and reads go on
+// from the local copy. Readiness also waits until the node has applied what
+// was committed when it started. The rules that involve ephemeral data
+// (kind of a service used by ephemeral instances, a patch of an ephemeral
+// instance) are checked on the node that takes the write; those on
+// persistent data alone are checked by the state machine.
+//
+// Config.HealthChecks (on in DefaultConfig) probes persistent instances
+// with TCP, HTTP or MySQL checks (package health). Each node probes the
+// instances whose ip:port it owns (every one when standalone), starting from
+// the stored health so that a handover neither leaves a gap nor flips an
+// instance twice. Only transitions are written, through the store (Raft in
+// cluster mode); a write that fails for lack of a leader is retried with
+// backoff until it is stored or moot. CheckStatus shows a node's view of an
+// instance's checks: last result, latency, reason, flap damping.
 //
 // # Data
 //
@@ -93,9 +133,13 @@
 //
 // Every method of Registry and Session is safe for concurrent use. A
 // Watcher's Next must be called from one goroutine at a time. Methods that
-// may block take a context first. The registry runs two goroutines: the
-// housekeeper (leases, keep-alives and clean-ups, driven by the clock) and
-// the notifier (watch deliveries); Close waits for both.
+// may block take a context first. The registry runs the housekeeper
+// (leases, keep-alives and clean-ups, driven by the clock) and the notifier
+// (watch deliveries); with active checks, the health writer; in cluster
+// mode, one goroutine that waits for readiness. The replicator, the raft
+// store and the health scheduler it creates run their own, and Close stops
+// all of them and waits. The transport and the membership given in
+// Config.Distro stay the caller's: close them after the registry.
 //
 // # Errors
 //
