@@ -332,7 +332,7 @@ func (r *Replicator) poke() {
 func (r *Replicator) emitLocked(ev storeEvent) { r.events = append(r.events, ev) }
 
 // drain delivers queued Store calls, one at a time and in queue order, without holding r.mu. If
-// another goroutine is draining, it delivers ours too.
+// another goroutine is draining, it delivers ours too. After Close no new call starts.
 func (r *Replicator) drain() {
 	r.mu.Lock()
 	if r.draining {
@@ -340,7 +340,7 @@ func (r *Replicator) drain() {
 		return
 	}
 	r.draining = true
-	for len(r.events) > 0 {
+	for len(r.events) > 0 && !r.closed {
 		evs := r.events
 		r.events = nil
 		r.mu.Unlock()
@@ -408,10 +408,14 @@ func (r *Replicator) adoptScanKeyLocked(key string) {
 }
 
 func (r *Replicator) adoptEntryLocked(e *entry) {
-	if !e.live() || e.rec.Kind != KindBeat || e.rec.Owner == r.self || e.adopting {
+	if !e.live() || e.rec.Kind != KindBeat || e.rec.Owner == r.self {
 		return
 	}
 	if hrwOwner(r.members, e.rec.Key) != r.self {
+		e.adopting = false // if the key comes back here before a new version, adopt it again
+		return
+	}
+	if e.adopting {
 		return
 	}
 	e.adopting = true

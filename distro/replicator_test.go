@@ -573,3 +573,23 @@ func TestPutBeforeReadySurvivesLoad(t *testing.T) {
 	c.eventually(2*time.Second, "converged", c.converged)
 	c.checkInvariants()
 }
+
+// Changes to several keys due together go to a peer in one message.
+func TestSyncBatchesKeys(t *testing.T) {
+	c := newCluster(t, func(cfg *Config) {
+		cfg.SyncDelay = time.Second
+		cfg.VerifyInterval, cfg.TombstoneTTL = time.Hour, 2*time.Hour // no verify traffic
+	}, "a", "b")
+	c.net.ResetStats()
+	for i := 0; i < 30; i++ {
+		c.nodes["a"].r.Put(KindSession, fmt.Sprint("s", i), []byte("x"))
+	}
+	c.eventually(2*time.Second, "30 records on b", func() bool {
+		c.nodes["b"].store.mu.Lock()
+		defer c.nodes["b"].store.mu.Unlock()
+		return len(c.nodes["b"].store.recs) == 30
+	})
+	if st := c.net.Stats("a", "b"); st.Messages != 1 {
+		t.Fatalf("a sent b %d messages for 30 changes, want 1 batch", st.Messages)
+	}
+}
