@@ -220,3 +220,53 @@ func TestActiveCheckWriteRetriedWithoutQuorum(t *testing.T) {
 		return true
 	}, "the flip was never written")
 }
+
+// A change of the cluster's check config takes effect on the next check.
+func TestActiveCheckConfigChange(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go acceptAll(l)
+	defer l.Close()
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedPort := closed.Addr().(*net.TCPAddr).Port
+	closed.Close()
+
+	cfg := registry.DefaultConfig()
+	reg := registrytest.New(t, registrytest.Options{Config: &cfg})
+	in := model.NewInstance(svcKey("db"), "127.0.0.1", l.Addr().(*net.TCPAddr).Port)
+	in.Ephemeral = false
+	mustRegister(t, reg, in)
+	reg.Advance(0)
+	st, ok := reg.CheckStatus(in.Key())
+	if !ok || st.Type != model.CheckTCP || !st.Healthy || st.Checks == 0 {
+		t.Fatalf("before the change: %+v", st)
+	}
+	// Check another port, where nothing listens: refused at the next check.
+	def := model.Service{Key: svcKey("db"), Clusters: []model.Cluster{{
+		Name: model.DefaultCluster, HealthCheck: model.HealthCheck{Type: model.CheckTCP, Port: closedPort},
+	}}}
+	if err := reg.UpdateService(ctx, def); err != nil {
+		t.Fatal(err)
+	}
+	reg.Advance(st.NextDue.Sub(reg.Clock.Now()))
+	st, _ = reg.CheckStatus(in.Key())
+	if st.Healthy || st.Last.Healthy {
+		t.Fatalf("the next check after the change did not use the new port: %+v", st)
+	}
+	// NONE: no more probes; the health is set by hand.
+	def.Clusters[0].HealthCheck = model.HealthCheck{Type: model.CheckNone}
+	if err := reg.UpdateService(ctx, def); err != nil {
+		t.Fatal(err)
+	}
+	if st, ok := reg.CheckStatus(in.Key()); ok && st.Probed {
+		t.Fatalf("still probed under NONE: %+v", st)
+	}
+	if err := reg.SetHealth(ctx, in.Key(), true); err != nil {
+		t.Fatal(err)
+	}
+}
