@@ -3,8 +3,8 @@ package registry_test
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"testing"
