@@ -454,3 +454,21 @@ func TestClusterWatchAcrossNodes(t *testing.T) {
 		}
 	}
 }
+
+// A beat write whose owner cannot be reached fails at once with
+// ErrUnavailable (the membership has not declared the owner dead yet), and
+// works again once the link is back.
+func TestClusterForwardToUnreachableOwner(t *testing.T) {
+	c := registrytest.NewCluster(t, clusterOpts())
+	in := ownedBy(t, c, c.Node(1).ID, "u")
+	c.Net.Partition(c.Node(0).ID, c.Node(1).ID) // the network only: membership still lists n2
+	if err := c.Node(0).Register(ctx, in); !errors.Is(err, registry.ErrUnavailable) {
+		t.Fatalf("register through a node cut off from the owner: %v, want ErrUnavailable", err)
+	}
+	c.Net.Heal()
+	mustRegister(t, c.Node(0), in)
+	c.Settle()
+	if got := ipsOn(t, c.Node(2), "u"); len(got) != 1 {
+		t.Fatalf("n3 serves %v", got)
+	}
+}

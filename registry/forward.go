@@ -15,7 +15,10 @@ import (
 // to the owner over the transport and answered from there. When the owner's
 // view of the membership differs from ours (ownership is moving), it
 // answers "not owner" and we ask again after a short back-off, a bounded
-// number of times.
+// number of times. An owner that cannot be reached fails the call at once
+// with ErrUnavailable (unless the membership has meanwhile named another
+// owner): waiting would not help before the membership declares it dead,
+// and the client retries, as Nacos clients do.
 
 // kindForward is the transport message kind of forwarded beat writes.
 const kindForward transport.Kind = 64
@@ -140,6 +143,15 @@ func (r *Registry) forward(ctx context.Context, ip string, port int, req *fwdReq
 			return resp, false, err
 		}
 		if attempt >= r.cfg.ForwardAttempts {
+			return resp, false, fmt.Errorf("%w: forwarding to %s: %w", ErrUnavailable, owner, err)
+		}
+		if errors.Is(err, transport.ErrUnreachable) {
+			// Until the membership declares the owner dead, waiting does not
+			// help: ask the new owner at once if there is one, and let the
+			// client retry otherwise.
+			if next, _ := r.beatOwner(ip, port); next != owner {
+				continue
+			}
 			return resp, false, fmt.Errorf("%w: forwarding to %s: %w", ErrUnavailable, owner, err)
 		}
 		r.log.Debug("forward failed; retrying", "owner", owner, "attempt", attempt, "err", err)
