@@ -16,6 +16,25 @@
 // comparison, tests that use this package should not run in parallel with
 // others (t.Parallel) in the same package.
 //
-// The harness is shaped to grow: a test cluster of several registries on
-// one fake clock will sit beside New, with the same Options and cleanup.
+// NewCluster runs several registries as one cluster in the process: a
+// transport.MemNetwork between them, static membership that follows the
+// test's faults (Partition, Isolate, Heal, Stop, Restart: a failure
+// detector that is never wrong), and one fake clock for all:
+//
+//	c := registrytest.NewCluster(t, registrytest.ClusterOptions{Nodes: 3})
+//	sess, _ := c.Node(0).OpenSession(ctx, registry.SessionOptions{})
+//	sess.Register(ctx, inst)
+//	c.Settle()                     // replicated: c.Node(2) serves it
+//	c.Partition([]int{0}, []int{1, 2})
+//	c.Advance(60 * time.Second)    // in steps, so periodic work runs
+//	c.Heal()
+//
+// Message handling runs in goroutines, so Settle polls until the network
+// has been quiet for a few milliseconds. ClusterOptions.Raft adds a real
+// Raft group (Dragonboat and Badger on loopback, in the test's temporary
+// directory), which runs on real time: WaitFor polls for what depends on
+// it. When the test ends, the harness heals the network, lets two verify
+// periods pass, checks that every live node holds the same records and
+// serves the same instances, checks each index, closes every node, and
+// fails the test on a leaked goroutine.
 package registrytest

@@ -75,3 +75,30 @@ func TestAdvanceSettles(t *testing.T) {
 		_ = reg.Register(ctx, in)
 	}
 }
+
+// A test of a three-node cluster: an instance registered on one node is
+// served by every node, survives a partition on the side of its client, and
+// the nodes agree again after the heal (checked by the harness at cleanup).
+func TestClusterExample(t *testing.T) {
+	ctx := context.Background()
+	c := registrytest.NewCluster(t, registrytest.ClusterOptions{})
+	inst := model.NewInstance(model.ServiceKey{Name: "orders"}, "10.0.0.1", 8080)
+	if _, err := c.Node(0).HeartbeatInstance(ctx, inst); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(time.Second) // past the 1 s sync merge window
+	for _, n := range c.Nodes() {
+		v, err := n.Query(ctx, model.Query{Service: inst.Service})
+		if err != nil || len(v.Instances) != 1 {
+			t.Fatalf("%s: %v %v", n.ID, v, err)
+		}
+	}
+	c.Isolate(2)
+	for range 6 { // the client keeps beating through n1
+		c.Advance(5 * time.Second)
+		if _, err := c.Node(0).HeartbeatInstance(ctx, inst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Heal()
+}
