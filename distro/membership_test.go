@@ -133,3 +133,34 @@ func atoi(s string) int {
 	}
 	return n
 }
+
+// Nodes with different gossip keys never see each other; with the same key they do.
+func TestMemberlistSecretKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real sockets")
+	}
+	start := func(id string, key []byte, seeds []string) *Memberlist {
+		c := fastMemberlist(id, "", seeds)
+		c.SecretKey = key
+		c.RejoinInterval = 0
+		m, err := NewMemberlist(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	k1, k2 := []byte("0123456789abcdef"), []byte("fedcba9876543210")
+	m1 := start("k1", k1, nil)
+	intruder := start("k2", k2, []string{m1.BindAddr()})
+	if len(intruder.Members()) != 1 || len(m1.Members()) != 1 {
+		t.Fatalf("a node with another key joined: %v / %v", intruder.Members(), m1.Members())
+	}
+	friend := start("k3", k1, []string{m1.BindAddr()})
+	if len(friend.Members()) != 2 {
+		t.Fatalf("a node with the same key did not join: %v", friend.Members())
+	}
+}
