@@ -58,11 +58,13 @@
 // expires them on its own clock: counting them would make every expiry look like a difference.
 //
 // Load: Start pulls a paged snapshot (whole buckets, up to 4,096 records a page) from every
-// member in parallel and merges by version, then reports ready. A peer that is itself loading
-// answers ErrNotReady and counts as having answered with nothing (cold start of a whole
-// cluster); nodes never serve snapshots or verify answers before their own load (Nacos #8436).
-// Unreachable peers are retried until one answers; if none does within LoadTimeout, the node is
-// ready as the first one and logs it. Records of this node's previous incarnation found in the
+// member in parallel and merges by version, then reports ready once every member it knows was
+// tried and at least one answered. Nodes never serve snapshots or verify answers before their
+// own load (Nacos #8436): a peer that is itself loading answers ErrNotReady, which does not count
+// as an answer, so nodes restarting together wait for a survivor rather than take each other's
+// empty state. Unanswered peers are retried until one answers; if none does within LoadTimeout
+// (a whole cluster starting cold, or no peer reachable), the node is ready as the first one and
+// logs it. Records of this node's previous incarnation found in the
 // snapshots are settled: its sessions died with it and are tombstoned, its beats are adopted if
 // HRW still names it.
 //

@@ -179,17 +179,17 @@ func newCluster(t testing.TB, mod func(*Config), ids ...string) *cluster {
 	for _, id := range ids {
 		c.add(id)
 	}
-	c.setMembers(ids...)
-	for _, id := range ids {
-		c.startNode(id)
-	}
-	c.waitReady(ids...)
 	t.Cleanup(func() {
 		c.closeAll()
 		if tt, ok := t.(*testing.T); ok {
 			goleak.VerifyNone(tt)
 		}
 	})
+	c.setMembers(ids...)
+	for _, id := range ids {
+		c.startNode(id)
+	}
+	c.waitReady(ids...)
 	return c
 }
 

@@ -3,6 +3,7 @@ package distro
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -70,8 +71,9 @@ func (r *Replicator) load() {
 	r.finishLoad(len(answered), r.clk.Since(start))
 }
 
-// loadFrom pages through peer's snapshot. A peer that is itself still loading counts as having
-// answered with nothing (a cluster starting cold).
+// loadFrom pages through peer's snapshot. A peer that is itself still loading has not answered
+// (it fails with ErrNotReady): nodes restarting together never take each other's half-loaded
+// state for the cluster's; a whole cluster starting cold waits LoadTimeout.
 func (r *Replicator) loadFrom(peer string) error {
 	from := uint32(0)
 	for {
@@ -84,7 +86,7 @@ func (r *Replicator) loadFrom(peer string) error {
 		cancel()
 		var re *transport.RemoteError
 		if errors.As(err, &re) && re.Msg == ErrNotReady.Error() {
-			return nil
+			return fmt.Errorf("%w: %s is loading too", ErrNotReady, peer)
 		}
 		if err != nil {
 			return err

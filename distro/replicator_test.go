@@ -303,7 +303,8 @@ func TestConvergenceAfterPartition(t *testing.T) {
 // A restarted node is not ready until it has loaded from its peers; its previous incarnation's
 // sessions are tombstoned (they died with it), its beats adopted.
 func TestRestartLoadsFromPeers(t *testing.T) {
-	c := newCluster(t, func(cfg *Config) { cfg.LoadTimeout = time.Minute }, "a", "b", "c")
+	c := newCluster(t, nil, "a", "b", "c")
+	c.mod = func(cfg *Config) { cfg.LoadTimeout = time.Minute } // for the nodes added later
 	members := []string{"a", "b", "c"}
 	for i := 0; i < 300; i++ {
 		c.nodes["a"].r.Put(KindSession, fmt.Sprint("a", i), []byte("payload"))
@@ -557,7 +558,8 @@ func TestCloseIdempotentAndRefuses(t *testing.T) {
 // A session opened while the node is still loading belongs to this incarnation: the load must
 // not mistake it for a previous incarnation's record and tombstone it.
 func TestPutBeforeReadySurvivesLoad(t *testing.T) {
-	c := newCluster(t, func(cfg *Config) { cfg.LoadTimeout = time.Minute }, "a", "b")
+	c := newCluster(t, nil, "a", "b")
+	c.mod = func(cfg *Config) { cfg.LoadTimeout = time.Minute } // for the nodes added later
 	n := c.add("c")
 	c.setMembers("a", "b", "c")
 	c.net.Isolate("c")
