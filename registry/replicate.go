@@ -160,21 +160,24 @@ func (ds distroStore) Apply(rec distro.Record) {
 
 // applyOwnBeat handles a record of a beat publisher this node owns by the
 // hash, written by another node that believed it owned it (membership
-// views differed: a partition, a join). A live publisher here wins over a
-// removal there, and takes the other's instances; one this node did not
-// hold is adopted: its writer ran its lease until now. Either way this node
-// then writes a newer revision as the owner. The caller holds mu.
+// views differed: a partition, a join). A publisher held here keeps its
+// instances and gains the other's (each was alive where it was written;
+// one no client beats expires with its lease), and a removal there does
+// not remove it here; one this node did not hold is adopted: its writer
+// ran its lease until now. Either way this node then writes a newer
+// revision as the owner, which every node takes. The caller holds mu.
 func (r *Registry) applyOwnBeat(rec distro.Record, local *publisher, insts []model.Instance) {
 	now := r.now()
 	if local != nil {
-		if !rec.Deleted {
-			r.setPublications(local, insts)
-			if len(local.insts) == 0 {
-				r.removeBeatPubOf(local)
-				return
+		for i := range insts {
+			if r.beatPubInst(insts[i].IP, insts[i].Port, insts[i].Cluster, insts[i].Service) != nil {
+				continue
 			}
-			r.leaseUnleased(local, now)
+			if _, err := r.publish(local, insts[i]); err != nil {
+				r.log.Warn("a replicated instance conflicts with this node's index", "instance", insts[i].Key().String(), "err", err)
+			}
 		}
+		r.leaseUnleased(local, now)
 		r.pubChanged(local)
 		return
 	}
@@ -201,24 +204,20 @@ func (r *Registry) applyOwnBeat(rec distro.Record, local *publisher, insts []mod
 // publisher p that has none. The caller holds mu.
 func (r *Registry) leaseUnleased(p *publisher, now time.Time) {
 	for _, pi := range p.insts {
-		if _, ok := r.beatLeases.Get(pi); ok {
-			continue
+		if _, ok := r.beatLeases.Get(pi); !ok {
+			r.leaseFrom(pi, now)
 		}
-		t := pi.inst.instance(pi.slot.svc).BeatTimings()
-		pi.interval = t.Interval
-		_ = r.beatLeases.Put(pi, now, beatTimeouts(t))
-		r.wakeAt(now.Add(min(t.Unhealthy, t.Delete)))
 	}
 }
 
-// removeBeatPubOf forgets a local beat publisher left with no instances.
-// The caller holds mu.
-func (r *Registry) removeBeatPubOf(p *publisher) {
-	if ip, _, ok := splitEndpoint(p.key()); ok {
-		r.removeBeatPub(ip, p)
-	}
-	p.closed = true
-	r.replicate(p)
+// leaseFrom (re)starts pi's beat lease as if its last beat was at last. A
+// deadline already past is handled at the housekeeper's next run. The
+// caller holds mu.
+func (r *Registry) leaseFrom(pi *pubInst, last time.Time) {
+	t := pi.inst.instance(pi.slot.svc).BeatTimings()
+	pi.interval = t.Interval
+	_ = r.beatLeases.Put(pi, last, beatTimeouts(t)) // the timings passed validation
+	r.wakeAt(last.Add(min(t.Unhealthy, t.Delete)))
 }
 
 // Adopt makes this node the owner of a beat record whose owner left.
@@ -342,6 +341,9 @@ func (r *Registry) setPublications(p *publisher, insts []model.Instance) {
 		key := pi.slot.key()
 		inst, ok := want[key]
 		if !ok {
+			if !p.remote {
+				r.beatLeases.Remove(pi)
+			}
 			r.unpublish(pi, false)
 			touched = append(touched, pi.slot.svc)
 			continue
@@ -414,18 +416,9 @@ func (r *Registry) promote(p *publisher, lastBeat time.Time) {
 	delete(r.remote, recordKey(p))
 	p.remote = false
 	r.addBeatPub(p.insts[0].inst.ip, p)
-	next := r.now()
 	for _, pi := range p.insts {
-		inst := pi.inst.instance(pi.slot.svc)
-		t := inst.BeatTimings()
-		pi.interval = t.Interval
-		to := beatTimeouts(t)
-		_ = r.beatLeases.Put(pi, lastBeat, to)
-		if at := lastBeat.Add(min(t.Unhealthy, t.Delete)); at.Before(next) || next.Equal(r.now()) {
-			next = at
-		}
+		r.leaseFrom(pi, lastBeat)
 	}
-	r.wakeAt(next)
 	r.pubChanged(p)
 }
 

@@ -144,7 +144,7 @@ func (s *Session) whileOpen(f func(r *Registry) error) error {
 	if err := r.checkWrite(); err != nil {
 		return err
 	}
-	if s.pub.closed {
+	if s.pub.closed || s.pub.remote {
 		return fmt.Errorf("%w: %s", ErrSessionClosed, s.pub.id)
 	}
 	return f(r)
