@@ -8,7 +8,9 @@ import "time"
 //   - Calls are serialized: never two at once, from whatever goroutine distro runs them on
 //     (a transport handler, the sync loop, the membership callback).
 //   - Per key, calls arrive in version order: a record is never applied after a newer one of the
-//     same key.
+//     same key. (An orphan removal carries the version of the record it removes, and the owner
+//     may re-send that same version when it comes back. Once a tombstone has been forgotten,
+//     after Config.TombstoneTTL, the key may start again at revision 1.)
 //   - distro holds none of its own locks while calling the Store, so the Store may call the
 //     Replicator's read methods (Owner, Get, Members, Range) and also Put and Delete (Adopt
 //     typically ends in a Put). A Store method must not block long: it delays every other
@@ -26,7 +28,8 @@ type Store interface {
 	// this node. lastRenewed is the last time this node knew the record alive (last sync or verify
 	// renewal from the old owner, on this node's clock). The store resumes the lease from it and
 	// Puts a new revision (or Deletes the key if the lease already lapsed). Until it does, the
-	// record keeps its old owner.
+	// record keeps its old owner. After a restart rec.Owner may be this node itself: a beat record
+	// of its previous incarnation, found in the peers' snapshots, that HRW still assigns to it.
 	Adopt(rec Record, lastRenewed time.Time)
 
 	// MembersChanged tells the store the live member set changed (it re-evaluates what it owns,
