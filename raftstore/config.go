@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/lni/dragonboat/v4/config"
 	"github.com/muster-io/muster/model"
 )
 
@@ -66,6 +67,9 @@ type Config struct {
 	// Clock paces retries (nil is the real clock). Dragonboat itself runs
 	// on real time.
 	Clock clockwork.Clock
+
+	// transport replaces Dragonboat's TCP transport (tests: partitions).
+	transport config.TransportFactory
 }
 
 // DefaultConfig returns the defaults; set ReplicaID, RaftAddress, Dir and
@@ -114,7 +118,7 @@ func (c *Config) Validate() error {
 	case c.Join && len(c.InitialMembers) > 0:
 		return invalidConfig("InitialMembers", "must be empty with Join")
 	}
-	if _, port, err := net.SplitHostPort(c.RaftAddress); err != nil || port == "" {
+	if _, port, err := net.SplitHostPort(c.RaftAddress); c.transport == nil && (err != nil || port == "") {
 		return invalidConfig("RaftAddress", "must be host:port")
 	}
 	if len(c.InitialMembers) > 0 {

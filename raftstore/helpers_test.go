@@ -153,12 +153,18 @@ type cluster struct {
 
 func newCluster(t testing.TB, size int, tweak func(*Config)) *cluster {
 	t.Helper()
-	c := &cluster{t: t, cfgs: map[uint64]Config{}, nodes: map[uint64]*Node{}, lis: map[uint64]*recListener{}}
-	root := t.TempDir()
 	members := map[uint64]string{}
 	for id := uint64(1); id <= uint64(size); id++ {
 		members[id] = freePort(t)
 	}
+	return newClusterAt(t, members, tweak)
+}
+
+// newClusterAt starts a cluster whose replicas listen at members.
+func newClusterAt(t testing.TB, members map[uint64]string, tweak func(*Config)) *cluster {
+	t.Helper()
+	c := &cluster{t: t, cfgs: map[uint64]Config{}, nodes: map[uint64]*Node{}, lis: map[uint64]*recListener{}}
+	root := t.TempDir()
 	for id, addr := range members {
 		cfg := testConfig(t, filepath.Join(root, fmt.Sprint(id)), id, addr)
 		cfg.InitialMembers = members

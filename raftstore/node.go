@@ -111,8 +111,9 @@ func (n *Node) nodeHostConfig() config.NodeHostConfig {
 		RTTMillisecond: n.cfg.RTTMillisecond,
 		RaftAddress:    n.cfg.RaftAddress,
 		Expert: config.ExpertConfig{
-			LogDB:  logdb,
-			Engine: config.EngineConfig{ExecShards: 2, CommitShards: 2, ApplyShards: 2, SnapshotShards: 2, CloseShards: 2},
+			LogDB:            logdb,
+			Engine:           config.EngineConfig{ExecShards: 2, CommitShards: 2, ApplyShards: 2, SnapshotShards: 2, CloseShards: 2},
+			TransportFactory: n.cfg.transport,
 		},
 	}
 }
