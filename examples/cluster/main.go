@@ -1,10 +1,9 @@
 // Command cluster is Muster's main demo: it runs a registry, plays a short
 // scenario, narrates it, and ends with a summary table.
 //
-// This release has no replication yet, so the demo runs a single
-// standalone node and says so. The scenario grows with the engine: Distro
-// replication across three nodes, Raft-stored persistent data and active
-// health checks are next.
+// The demo still runs a single standalone node and says so. The engine has
+// cluster mode (Distro replication, Raft-stored persistent data, active
+// health checks); the demo's three-node version on loopback is next.
 package main
 
 import (
@@ -59,9 +58,9 @@ func say(format string, args ...any) { fmt.Printf("   "+format+"\n", args...) }
 func run(nodes int, beatTimeout time.Duration) error {
 	fmt.Println("Muster demo")
 	if nodes != 1 {
-		fmt.Printf("note: %d nodes asked for, but replication is not in this release yet: running 1 node\n", nodes)
+		fmt.Printf("note: %d nodes asked for, but this demo runs 1 standalone node; the three-node demo is next\n", nodes)
 	} else {
-		fmt.Println("note: this release runs one standalone node; replication between nodes comes next")
+		fmt.Println("note: this demo runs one standalone node; the three-node demo (Distro, Raft, health checks) is next")
 	}
 	ctx := context.Background()
 	cfg := registry.DefaultConfig()
