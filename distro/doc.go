@@ -71,7 +71,8 @@
 // Orphans and adoption: when membership drops a node, its beat records whose HRW owner is now
 // this node are handed to Store.Adopt at once (the store resumes the lease from the last renewal
 // and Puts a new revision, or Deletes it); its session records are removed after OrphanTimeout
-// (Store.Apply with Deleted set and the record's own version) unless it comes back. On a join
+// (Store.Apply with Deleted set and the record's own version) unless it comes back; so is any
+// beat record still carrying its owner by then (never taken over by the new owner). On a join
 // the same rule moves the keys whose HRW owner is now the new node: the new owner adopts them,
 // the old one learns through Store.MembersChanged and Owner that it no longer runs their lease,
 // and its Put for them fails with ErrNotOwner.

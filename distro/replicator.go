@@ -554,8 +554,8 @@ func (r *Replicator) run() {
 	}
 }
 
-// orphansLocked removes the session records of members that left more than OrphanTimeout ago
-// and returns the next time it has work.
+// orphansLocked removes the records still owned by members that left more than OrphanTimeout
+// ago and returns the next time it has work.
 func (r *Replicator) orphansLocked(now time.Time) (next time.Time, ok bool) {
 	for owner, at := range r.leftAt {
 		if _, alive := r.memberSet[owner]; alive {
@@ -563,7 +563,7 @@ func (r *Replicator) orphansLocked(now time.Time) (next time.Time, ok bool) {
 			continue
 		}
 		o := r.tab.owners[owner]
-		if o == nil || o.sessions == 0 {
+		if o == nil || o.live == 0 {
 			continue
 		}
 		due := at.Add(r.cfg.OrphanTimeout)
@@ -573,15 +573,19 @@ func (r *Replicator) orphansLocked(now time.Time) (next time.Time, ok bool) {
 			}
 			continue
 		}
+		// Sessions die with their owner. Beat records were handed to their new HRW owner when
+		// the owner left; one still owned by it now was never taken over (the adopter's store
+		// dropped it, or views disagreed): it is removed the same way, locally, and yields to
+		// any newer version.
 		n := 0
 		r.tab.all(func(e *entry) bool {
-			if e.live() && e.rec.Owner == owner && e.rec.Kind == KindSession {
+			if e.live() && e.rec.Owner == owner {
 				r.emitLocked(storeEvent{op: evApply, rec: r.tab.orphan(e, now)})
 				n++
 			}
 			return true
 		})
-		r.log.Info("distro: removed orphaned session records", "owner", owner, "records", n)
+		r.log.Info("distro: removed orphaned records", "owner", owner, "records", n)
 	}
 	return next, ok
 }

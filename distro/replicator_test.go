@@ -595,3 +595,25 @@ func TestSyncBatchesKeys(t *testing.T) {
 		t.Fatalf("a sent b %d messages for 30 changes, want 1 batch", st.Messages)
 	}
 }
+
+// A beat record nobody took over (the new owner's store did not Put) is removed with the
+// sessions after OrphanTimeout, so a dead owner's records never linger.
+func TestUnadoptedBeatRemovedAfterOrphanTimeout(t *testing.T) {
+	c := newCluster(t, nil, "a", "b")
+	k := beatKeyOwnedBy([]string{"a", "b"}, "a", 77)
+	c.nodes["a"].r.Put(KindBeat, k, []byte("x"))
+	c.eventually(time.Second, "replicated", c.converged)
+	c.nodes["b"].store.mu.Lock()
+	c.nodes["b"].store.autoAdopt = false
+	c.nodes["b"].store.mu.Unlock()
+	c.stop("a")
+	c.setMembers("b")
+	c.nodes["b"].store.mu.Lock()
+	_, adopted := c.nodes["b"].store.adopted[k]
+	c.nodes["b"].store.mu.Unlock()
+	if !adopted {
+		t.Fatal("not handed to Adopt")
+	}
+	c.eventually(7*time.Second, "unadopted beat removed", func() bool { _, ok := c.nodes["b"].store.get(k); return !ok })
+	c.checkInvariants()
+}

@@ -38,9 +38,8 @@ func (e *entry) live() bool { return !e.orphan && !e.rec.Deleted }
 
 // ownerState aggregates the held records of one owner.
 type ownerState struct {
-	sums     []uint64 // per bucket: sum of versionHash over live records
-	live     int      // live records
-	sessions int      // live session records
+	sums []uint64 // per bucket: sum of versionHash over live records
+	live int      // live records
 }
 
 type gcItem struct {
@@ -81,16 +80,10 @@ func (t *table) account(e *entry, sign int) {
 	if sign > 0 {
 		o.sums[b] += h
 		o.live++
-		if e.rec.Kind == KindSession {
-			o.sessions++
-		}
 		return
 	}
 	o.sums[b] -= h
 	o.live--
-	if e.rec.Kind == KindSession {
-		o.sessions--
-	}
 	if o.live == 0 {
 		clear(o.sums)
 	}
