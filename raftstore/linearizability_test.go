@@ -72,8 +72,7 @@ var linModel = porcupine.Model{
 // restarted; the history must be linearizable. Writes that failed are
 // ambiguous (they may have been applied) and stay open to the end.
 func TestLinearizable(t *testing.T) {
-	seed := time.Now().UnixNano()
-	t.Logf("seed: %d", seed)
+	seed := testSeed(t)
 	c := newCluster(t, 3, func(cfg *Config) {
 		cfg.ProposeTimeout = time.Second
 		cfg.ReadTimeout = time.Second
@@ -97,7 +96,7 @@ func TestLinearizable(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(seed), uint64(client)))
+			rng := rand.New(rand.NewPCG(seed, uint64(client)))
 			for {
 				select {
 				case <-stop:
