@@ -384,6 +384,15 @@ func TestOrphansAndAdoption(t *testing.T) {
 	leftAt := c.clk.Now()
 	c.setMembers("b", "c")
 	// Adoption is immediate (no clock advance needed).
+	c.eventually(0, "all adopted", func() bool {
+		n := 0
+		for _, id := range []string{"b", "c"} {
+			c.nodes[id].store.mu.Lock()
+			n += c.nodes[id].store.adoptCount
+			c.nodes[id].store.mu.Unlock()
+		}
+		return n >= len(beats)
+	})
 	adopted := 0
 	for _, id := range []string{"b", "c"} {
 		s := c.nodes[id].store
@@ -608,12 +617,12 @@ func TestUnadoptedBeatRemovedAfterOrphanTimeout(t *testing.T) {
 	c.nodes["b"].store.mu.Unlock()
 	c.stop("a")
 	c.setMembers("b")
-	c.nodes["b"].store.mu.Lock()
-	_, adopted := c.nodes["b"].store.adopted[k]
-	c.nodes["b"].store.mu.Unlock()
-	if !adopted {
-		t.Fatal("not handed to Adopt")
-	}
+	c.eventually(0, "handed to Adopt", func() bool {
+		c.nodes["b"].store.mu.Lock()
+		defer c.nodes["b"].store.mu.Unlock()
+		_, adopted := c.nodes["b"].store.adopted[k]
+		return adopted
+	})
 	c.eventually(7*time.Second, "unadopted beat removed", func() bool { _, ok := c.nodes["b"].store.get(k); return !ok })
 	c.checkInvariants()
 }
