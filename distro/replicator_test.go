@@ -209,7 +209,7 @@ func TestNoResurrection(t *testing.T) {
 	c.eventually(0, "s deleted on b", func() bool { _, ok := c.nodes["b"].store.get("s"); return !ok })
 	c.net.Deliver(env1.ID) // the stale update
 	c.net.SetManual(false)
-	c.settle()
+	c.nodes["a"].tr.Request(ctx, "b", kindSync, env1.Body) // and again, waiting for it to be handled
 	if r, _ := c.nodes["b"].r.Get("s"); !r.Deleted {
 		t.Fatalf("resurrected on b: %v", r)
 	}
