@@ -23,8 +23,8 @@ var (
 	ErrHandshake = errors.New("transport: handshake failed")
 	// ErrMalformed wraps every reason a received frame was rejected.
 	ErrMalformed = errors.New("transport: malformed frame")
-	// ErrBusy is returned by a TCP Request when the peer already runs
-	// MaxInflight handlers for the connection.
+	// ErrBusy is returned by a TCP Request when the peer runs MaxInflight
+	// handlers for the connection and MaxQueued more messages are waiting.
 	ErrBusy = errors.New("transport: peer busy")
 	// ErrNotStarted is returned by calls on a TCP transport before Start.
 	ErrNotStarted = errors.New("transport: not started")

@@ -59,7 +59,7 @@ type tcpCluster struct {
 	nodes   []*TCP
 }
 
-func newTCPCluster(t *testing.T, maxSize int, mutate func(*TCPConfig)) *tcpCluster {
+func newTCPCluster(_ *testing.T, maxSize int, mutate func(*TCPConfig)) *tcpCluster {
 	return &tcpCluster{maxSize: maxSize, mutate: mutate, addrs: map[string]string{}}
 }
 

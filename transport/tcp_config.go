@@ -51,10 +51,14 @@ type TCPConfig struct {
 	// 10 s.
 	ReconnectMin time.Duration
 	ReconnectMax time.Duration
-	// MaxInflight bounds the handlers running for one connection; a request
-	// beyond it is answered with ErrBusy and a one-way message beyond it is
-	// dropped and logged. Default 1024.
+	// MaxInflight bounds the handlers running at once for one connection;
+	// further messages wait in a queue of MaxQueued, in arrival order.
+	// Default 1024.
 	MaxInflight int
+	// MaxQueued bounds the messages per connection waiting for a handler;
+	// beyond it a request is answered with ErrBusy and a one-way message is
+	// dropped and logged. 0 means no queue. Default 16384.
+	MaxQueued int
 	// WriteQueue is the number of frames queued per connection before
 	// senders block. Default 1024.
 	WriteQueue int
@@ -79,6 +83,7 @@ func DefaultTCPConfig() TCPConfig {
 		ReconnectMin:     100 * time.Millisecond,
 		ReconnectMax:     10 * time.Second,
 		MaxInflight:      1024,
+		MaxQueued:        16384,
 		WriteQueue:       1024,
 	}
 }
@@ -108,6 +113,8 @@ func (c TCPConfig) Validate() error {
 		return bad("ReconnectMax (%v) must be >= ReconnectMin (%v)", c.ReconnectMax, c.ReconnectMin)
 	case c.MaxInflight <= 0:
 		return bad("MaxInflight must be > 0, got %d", c.MaxInflight)
+	case c.MaxQueued < 0:
+		return bad("MaxQueued must be >= 0, got %d", c.MaxQueued)
 	case c.WriteQueue <= 0:
 		return bad("WriteQueue must be > 0, got %d", c.WriteQueue)
 	}

@@ -30,7 +30,8 @@ type conn struct {
 	mu        sync.Mutex
 	pending   map[uint64]chan memResult
 	nextID    uint64
-	handlers  int  // handlers running
+	handlers  int  // handler slots in use (serveLoop goroutines)
+	backlog   []inbound
 	closed    bool // close ran
 	retired   bool // no new outbound calls; go-away sent
 	goaway    bool // the peer sent go-away
@@ -293,22 +294,32 @@ func readReason(err error) string {
 func (c *conn) handle(h header, body []byte) {
 	switch h.flags {
 	case flagRequest, flagOneWay:
+		m := inbound{h: h, body: body}
+		if h.timeout > 0 {
+			// The caller's remaining time, counted from receipt: a deadline
+			// derived from the caller's ctx, so real time.
+			m.deadline = time.Now().Add(time.Duration(min(h.timeout, uint64(1<<62)/1000)) * time.Microsecond)
+		}
 		c.mu.Lock()
-		if c.handlers >= c.t.cfg.MaxInflight {
+		switch {
+		case c.handlers < c.t.cfg.MaxInflight:
+			c.handlers++
+			c.mu.Unlock()
+			if !c.t.goFunc(func() { c.serveLoop(m) }) {
+				c.mu.Lock()
+				c.handlers--
+				c.mu.Unlock()
+			}
+		case len(c.backlog) < c.t.cfg.MaxQueued:
+			c.backlog = append(c.backlog, m)
+			c.mu.Unlock()
+		default:
 			c.mu.Unlock()
 			if h.flags == flagRequest {
-				c.respondErr(h.id, codeBusy, fmt.Sprintf("%d handlers in flight", c.t.cfg.MaxInflight))
+				c.respondErr(h.id, codeBusy, fmt.Sprintf("%d handlers running and %d messages queued", c.t.cfg.MaxInflight, c.t.cfg.MaxQueued))
 			} else {
-				c.t.log.Warn("dropping one-way message: too many handlers in flight", "peer", c.peer, "kind", h.kind)
+				c.t.log.Warn("dropping one-way message: handler queue full", "peer", c.peer, "kind", h.kind)
 			}
-			return
-		}
-		c.handlers++
-		c.mu.Unlock()
-		if !c.t.goFunc(func() { c.serve(h, body) }) {
-			c.mu.Lock()
-			c.handlers--
-			c.mu.Unlock()
 		}
 	case flagResponse, flagResponse | flagError:
 		c.mu.Lock()
@@ -350,14 +361,35 @@ func (c *conn) respondErr(id uint64, code uint64, msg string) {
 	_ = c.enqueue(c.ctx, encodeFrame(header{flags: flagResponse | flagError, id: id, code: code}, []byte(msg)))
 }
 
-// serve runs a handler for one request or one-way message.
-func (c *conn) serve(h header, body []byte) {
-	defer func() {
+// inbound is a request or one-way message waiting for a handler.
+type inbound struct {
+	h        header
+	body     []byte
+	deadline time.Time // zero: none
+}
+
+// serveLoop serves m, then queued messages until the backlog is empty. It
+// holds one of the connection's MaxInflight handler slots.
+func (c *conn) serveLoop(m inbound) {
+	for {
+		c.serve(m)
 		c.mu.Lock()
-		c.handlers--
+		if len(c.backlog) == 0 || c.closed {
+			c.handlers--
+			c.mu.Unlock()
+			c.maybeFinish()
+			return
+		}
+		m = c.backlog[0]
+		c.backlog[0] = inbound{}
+		c.backlog = c.backlog[1:]
 		c.mu.Unlock()
-		c.maybeFinish()
-	}()
+	}
+}
+
+// serve runs the handler for one request or one-way message.
+func (c *conn) serve(m inbound) {
+	h, body := m.h, m.body
 	hd := c.t.handler(h.kind)
 	if h.flags == flagOneWay {
 		if hd == nil {
@@ -372,8 +404,8 @@ func (c *conn) serve(h header, body []byte) {
 		return
 	}
 	ctx, cancel := c.ctx, context.CancelFunc(func() {})
-	if h.timeout > 0 {
-		ctx, cancel = context.WithTimeout(c.ctx, time.Duration(min(h.timeout, uint64(1<<62)/1000))*time.Microsecond)
+	if !m.deadline.IsZero() {
+		ctx, cancel = context.WithDeadline(c.ctx, m.deadline)
 	}
 	resp, err := hd(ctx, c.peer, body)
 	cancel()

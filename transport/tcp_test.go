@@ -69,6 +69,7 @@ func TestTCPConfigValidate(t *testing.T) {
 		{"ReconnectMax", func(c *TCPConfig) { c.ReconnectMax = c.ReconnectMin / 2 }},
 		{"MaxInflight", func(c *TCPConfig) { c.MaxInflight = 0 }},
 		{"WriteQueue", func(c *TCPConfig) { c.WriteQueue = 0 }},
+		{"MaxQueued", func(c *TCPConfig) { c.MaxQueued = -1 }},
 	}
 	for _, tc := range cases {
 		c := ok
@@ -440,14 +441,17 @@ func TestTCPSimultaneousDial(t *testing.T) {
 
 func TestTCPBusy(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	c := newTCPCluster(t, 0, func(cfg *TCPConfig) { cfg.MaxInflight = 2 })
+	c := newTCPCluster(t, 0, func(cfg *TCPConfig) { cfg.MaxInflight, cfg.MaxQueued = 2, 3 })
 	defer c.CloseAll()
 	a, b := c.Node(t, "a"), c.Node(t, "b")
 	release := make(chan struct{})
-	started := make(chan struct{}, 2)
-	b.Handle(1, func(context.Context, string, []byte) ([]byte, error) {
+	started := make(chan struct{}, 16)
+	b.Handle(1, func(hctx context.Context, _ string, _ []byte) ([]byte, error) {
 		started <- struct{}{}
-		<-release
+		select {
+		case <-release:
+		case <-hctx.Done():
+		}
 		return nil, nil
 	})
 	ctx := testCtx(t)
@@ -461,8 +465,28 @@ func TestTCPBusy(t *testing.T) {
 	}
 	<-started
 	<-started
+	// Three more wait in the queue.
+	for range 3 {
+		wg.Go(func() {
+			if _, err := a.Request(ctx, "b", 1, nil); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	bt := b.(*TCP)
+	eventually(t, "three queued", func() bool {
+		bt.mu.Lock()
+		defer bt.mu.Unlock()
+		for cn := range bt.conns {
+			cn.mu.Lock()
+			n := len(cn.backlog)
+			cn.mu.Unlock()
+			return n == 3
+		}
+		return false
+	})
 	if _, err := a.Request(ctx, "b", 1, nil); !errors.Is(err, ErrBusy) {
-		t.Fatalf("third request: %v, want ErrBusy", err)
+		t.Fatalf("sixth request: %v, want ErrBusy", err)
 	}
 	close(release)
 	wg.Wait()
@@ -523,9 +547,7 @@ func TestTCPPeerDeathFailsPending(t *testing.T) {
 	c := newTCPCluster(t, 0, nil)
 	defer c.CloseAll()
 	a := c.Node(t, "a")
-	nc := rawPeer(t, a.(*TCP).Addr(), "b", "a")
-	b := c.Node(t, "b") // b's slot at a is the raw connection; b itself is not used to answer
-	_ = b
+	nc := rawPeer(t, a.(*TCP).Addr(), "b", "a") // a's connection to "b"
 	started := make(chan struct{})
 	errc := make(chan error, 1)
 	go func() {

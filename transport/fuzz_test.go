@@ -1,0 +1,71 @@
+package transport
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/muster-io/muster/model"
+)
+
+func FuzzFrame(f *testing.F) {
+	for _, h := range []header{
+		{flags: flagRequest, kind: 1, id: 1, timeout: 5_000_000},
+		{flags: flagOneWay, kind: 0xffff},
+		{flags: flagResponse, id: 1 << 40},
+		{flags: flagResponse | flagError, id: 3, code: codeRemote},
+		{flags: flagGoAway},
+	} {
+		f.Add(encodeFrame(h, []byte("body"))[4:])
+	}
+	f.Add([]byte{0x95, 0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1, 2, 3})
+	f.Add([]byte{0x9f, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		const limit = 64
+		h, body, err := decodeFrame(p, limit)
+		if err != nil {
+			return
+		}
+		if len(body) > limit {
+			t.Fatalf("accepted a body of %d bytes", len(body))
+		}
+		// What was accepted re-encodes to a frame that decodes the same.
+		again, body2, err := decodeFrame(encodeFrame(h, body)[4:], limit)
+		if err != nil || again != h || !bytes.Equal(body, body2) {
+			t.Fatalf("round trip: %+v %q -> %+v %q %v", h, body, again, body2, err)
+		}
+	})
+}
+
+func FuzzHello(f *testing.F) {
+	for _, h := range []hello{
+		{Magic: helloMagic, Version: helloVersion, Node: "a", To: "b", Nonce: make([]byte, nonceLen)},
+		{Proof: make([]byte, 32)},
+		{Status: statusDuplicate},
+	} {
+		b, err := model.Marshal(&h)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{0xdf, 0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{0x81, 0xa1, 'c', 0xc4, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := parseHello(b)
+		if err != nil {
+			return
+		}
+		_ = checkOpening(h)
+		_ = verifyProof([]byte("0123456789abcdef"), h.Proof, "client", h.Nonce, h.Nonce, h.Node, h.To)
+		// The framed form reads back the same.
+		var buf bytes.Buffer
+		if err := writeHello(&buf, h); err != nil {
+			t.Fatal(err)
+		}
+		again, err := readHello(&buf)
+		if err != nil || again.Node != h.Node || again.To != h.To || !bytes.Equal(again.Nonce, h.Nonce) || !bytes.Equal(again.Proof, h.Proof) || again.Status != h.Status {
+			t.Fatalf("round trip: %+v -> %+v %v", h, again, err)
+		}
+	})
+}
