@@ -30,7 +30,7 @@ type conn struct {
 	mu        sync.Mutex
 	pending   map[uint64]chan memResult
 	nextID    uint64
-	handlers  int  // handler slots in use (serveLoop goroutines)
+	handlers  int // handler slots in use (serveLoop goroutines)
 	backlog   []inbound
 	closed    bool // close ran
 	retired   bool // no new outbound calls; go-away sent
