@@ -20,14 +20,18 @@ import (
 // no node's record moves backwards (no rollback) and every index is
 // consistent, and after every heal that all nodes converge on exactly the
 // instances the clients keep alive (nothing live lost, nothing deleted
-// back). MUSTER_CLUSTER_SEEDS sets the number of seeds (default 6); a
-// failure prints its seed.
+// back). MUSTER_CLUSTER_SEEDS sets the number of seeds (default 6);
+// MUSTER_CLUSTER_SEED=n replays seed n alone. A failure prints its seed.
 func TestClusterRandomized(t *testing.T) {
 	seeds := 6
 	if s, err := strconv.Atoi(os.Getenv("MUSTER_CLUSTER_SEEDS")); err == nil && s > 0 {
 		seeds = s
 	}
-	for seed := uint64(1); seed <= uint64(seeds); seed++ {
+	first := uint64(1)
+	if s, err := strconv.ParseUint(os.Getenv("MUSTER_CLUSTER_SEED"), 10, 64); err == nil {
+		first, seeds = s, 1 // replay one seed
+	}
+	for seed := first; seed < first+uint64(seeds); seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runRandomCluster(t, seed) })
 	}
 }
@@ -102,16 +106,21 @@ func runRandomCluster(t *testing.T, seed uint64) {
 	}
 	next := 0
 	for step := 0; step < 40; step++ {
-		switch op := rng.IntN(10); {
+		op := rng.IntN(10)
+		t.Logf("step %d at %v: op %d (partitioned %v, stopped %d)", step, c.Clock.Since(registrytest.Epoch), op, partitioned, stopped)
+		switch {
 		case op < 3: // a new beat client
 			b := &beatClient{inst: inst("rb", next), via: liveNode(), live: true}
 			next++
 			beats = append(beats, b)
+			t.Logf("new beat client %s via n%d", b.inst.IP, b.via+1)
 			_, _ = c.Node(b.via).HeartbeatInstance(ctx, b.inst)
 		case op < 4 && len(beats) > 0: // a client leaves
 			b := beats[rng.IntN(len(beats))]
 			if b.live {
-				if err := via(b).Deregister(ctx, b.inst.Key()); err == nil {
+				err := via(b).Deregister(ctx, b.inst.Key())
+				t.Logf("deregister %s via n%d: %v", b.inst.IP, b.via+1, err)
+				if err == nil {
 					b.live = false
 				}
 			}
@@ -154,18 +163,22 @@ func runRandomCluster(t *testing.T, seed uint64) {
 			}
 		case op < 8 && !partitioned && stopped < 0: // a partition
 			partitioned = true
-			c.Isolate(rng.IntN(nodes))
+			i := rng.IntN(nodes)
+			t.Logf("isolate n%d", i+1)
+			c.Isolate(i)
 		case op < 9 && partitioned: // heal
 			partitioned = false
 			c.Heal()
 		default: // crash and restart
 			if stopped >= 0 {
+				t.Logf("restart n%d", stopped+1)
 				c.Restart(stopped)
 				resetSeen(stopped)
 				stopped = -1
 				c.AwaitReady()
 			} else if !partitioned {
 				stopped = rng.IntN(nodes)
+				t.Logf("stop n%d", stopped+1)
 				c.Stop(stopped)
 				for _, s := range sessions {
 					if s.node == stopped {
@@ -211,6 +224,13 @@ func runRandomCluster(t *testing.T, seed uint64) {
 	for _, n := range c.Live() {
 		if got := ipsOn(t, n, "rb"); !slices.Equal(got, wantB) {
 			t.Errorf("seed %d: %s serves beat instances %v, want %v", seed, n.ID, got, wantB)
+			for _, ip := range got {
+				key := "b/" + model.Endpoint(ip, 8080)
+				for _, m := range c.Live() {
+					rec, ok := m.Replicator().Get(key)
+					t.Logf("%s on %s: %v %s@%d deleted=%v (hash owner %s)", key, m.ID, ok, rec.Owner, rec.Revision, rec.Deleted, m.Replicator().Owner(key))
+				}
+			}
 		}
 		if got := ipsOn(t, n, "rs"); !slices.Equal(got, wantS) {
 			t.Errorf("seed %d: %s serves session instances %v, want %v", seed, n.ID, got, wantS)
