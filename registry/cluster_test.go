@@ -472,3 +472,31 @@ func TestClusterForwardToUnreachableOwner(t *testing.T) {
 		t.Fatalf("n3 serves %v", got)
 	}
 }
+
+// With ServeBeforeReady, a loading node answers queries from what it has.
+func TestClusterServeBeforeReady(t *testing.T) {
+	opts := clusterOpts()
+	cfg := registry.DefaultConfig()
+	cfg.HealthChecks = nil
+	cfg.ServeBeforeReady = true
+	opts.Config = &cfg
+	c := registrytest.NewCluster(t, opts)
+	mustRegister(t, c.Node(0), inst("e", 1))
+	c.Settle()
+	c.Stop(2)
+	c.Net.SetManual(true)
+	c.Restart(2)
+	n := c.Node(2)
+	if n.Ready() {
+		t.Fatal("ready before loading")
+	}
+	if _, err := n.Query(ctx, model.Query{Service: svcKey("e")}); err != nil {
+		t.Fatalf("query while loading with ServeBeforeReady: %v", err)
+	}
+	c.Net.SetManual(false)
+	c.Net.DeliverAll()
+	c.AwaitReady()
+	if got := ipsOn(t, n, "e"); len(got) != 1 {
+		t.Fatalf("after the load: %v", got)
+	}
+}
