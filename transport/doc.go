@@ -1,6 +1,150 @@
 // Package transport carries messages between Muster nodes.
 //
-// Transport is the interface (see transport.go); TCP is the production
-// implementation and MemNetwork an in-memory one with fault injection for
-// tests. Both are implemented in this package.
+// # Model
+//
+// A [Transport] addresses nodes by ID. It offers a request/response call
+// ([Transport.Request]) and a best-effort one-way message
+// ([Transport.Send]); the receiver runs the [Handler] installed for the
+// message's [Kind]. Handler errors reach the caller as a *[RemoteError]; a
+// kind without a handler is answered with [ErrNoHandler]. Bodies are
+// copied: sender and receiver never share memory. There is no ordering
+// guarantee between messages, even from one sender: handlers run
+// concurrently.
+//
+// Two implementations share one behaviour suite:
+//
+//   - [TCP], for production: one multiplexed connection per peer pair,
+//     optional mutual TLS, a shared-secret handshake.
+//   - [MemNetwork] and its [MemTransport]s, for tests: in memory, with
+//     partitions, per-link drop rate and delay, and manual delivery.
+//
+// # Concurrency
+//
+// Every method of both implementations is safe for concurrent use.
+// Handlers run in goroutines owned by the receiving transport, possibly
+// many at once; their context ends when the caller's deadline passes, when
+// the connection closes or when the transport closes. Close cancels them
+// and returns only once every goroutine the transport started (handlers
+// included) has returned, so a handler must honour its context. Close is
+// idempotent; afterwards every call fails with [ErrClosed], and requests
+// that were waiting fail with [ErrClosed] too.
+//
+// # Errors
+//
+//   - [ErrUnreachable] (wrapping the cause): the peer is unknown, down,
+//     refused the handshake, partitioned, or the connection died while the
+//     request was pending. Pending requests fail with it as soon as the
+//     connection's reader sees the connection end, not when their context
+//     ends.
+//   - [ErrTooLarge]: a body (request, one-way or response) above the limit
+//     (4 MiB by default).
+//   - [ErrBusy] (TCP): the peer's handler queue for the connection is full.
+//   - ctx.Err(): the caller's context ended first. A request whose remote
+//     handler failed after the caller's deadline passed reports the
+//     deadline, not the handler's error.
+//
+// # MemNetwork
+//
+// The zero value is ready; set Clock, Seed and MaxMessageSize before the
+// first call. [MemNetwork.Node] creates a node; a closed node's ID can be
+// created again (a restart).
+//
+//   - Reachability: [MemNetwork.Partition] (both ways),
+//     [MemNetwork.PartitionOneWay], [MemNetwork.Isolate] and
+//     [MemNetwork.Heal] (removes all of them). Request and Send to an
+//     unreachable node (unknown, closed, partitioned, isolated) fail at once
+//     with ErrUnreachable. Reachability is checked again when a delayed or
+//     queued message is delivered, and for the response: a partition that
+//     starts meanwhile loses the message and fails a waiting request with
+//     ErrUnreachable.
+//   - Links: [MemNetwork.SetLink] gives one direction a drop rate, drawn
+//     from a source seeded by Seed (same seed, same send order: same drops),
+//     and a delay run on Clock (a clockwork fake clock makes it
+//     deterministic: advance the clock to deliver). A one-way message lost
+//     to the drop rate is silent (Send returns nil); a lost request fails at
+//     once with ErrUnreachable rather than hanging until its context ends.
+//   - Manual delivery ([MemNetwork.SetManual]): requests and one-way
+//     messages are queued instead of delivered; [MemNetwork.Pending] lists
+//     them as [Envelope]s, [MemNetwork.WaitPending] waits for them, and
+//     [MemNetwork.Deliver], [MemNetwork.Drop], [MemNetwork.Duplicate] and
+//     [MemNetwork.DeliverAll] release them in any order (reordering is
+//     delivering in a different order). Dropping a request fails its caller
+//     with ErrUnreachable; a duplicated request runs the handler twice and
+//     the caller sees the first response.
+//   - Responses are never queued, delayed or dropped by the drop rate: they
+//     reach the caller as soon as the handler returns, unless the way back
+//     is partitioned or the caller closed.
+//   - [MemNetwork.Stats] counts messages and body bytes per direction
+//     (requests, one-way messages and responses), for cost-per-round
+//     figures.
+//
+// # TCP
+//
+// [NewTCP] validates and copies a [TCPConfig]; [TCP.Start] listens
+// ([TCP.Addr] gives the actual port when ListenAddr has port 0); peers are
+// dialled on the first call to them, at the address Resolve returns.
+//
+// Wire format. After the handshake, both directions carry frames:
+//
+//	uint32 big-endian length of what follows (header + body)
+//	header: a msgpack array [flags, kind, request id, timeout µs, error code]
+//	body:   raw bytes (for an error response, the error text)
+//
+// Flags are one of request, response, one-way and go-away, plus error on a
+// response. A request carries the caller's remaining time in microseconds
+// (0: no deadline), from which the peer derives its handler's deadline.
+// Decoders accept longer header arrays (for later versions) as long as
+// every field is an unsigned integer. A frame longer than MaxFrameSize plus
+// the header, a malformed header, an unknown flag combination or kind 0
+// closes the connection with a logged reason; nothing in the decoder
+// panics (it is fuzzed). Writes go through one writer goroutine per
+// connection that batches frames in a buffer and flushes when its queue
+// drains.
+//
+// Handshake. On a new connection (inside TLS, if configured) the client
+// sends a hello with its ID, the ID it meant to reach and a random 32-byte
+// nonce; the server checks the ID is its own and answers with its ID, its
+// nonce and a proof; the client checks the server's proof and sends its
+// own; the server checks it and sends a status (accepted, or duplicate:
+// see below). A proof is HMAC-SHA256 keyed by the shared Secret over both
+// nonces, both IDs and a per-direction label, compared in constant time;
+// the secret never crosses the wire and fresh nonces defeat replay. A side
+// with a Secret refuses a peer without it and the other way round; refusals
+// are logged by the server. Each handshake message is a length-prefixed
+// msgpack map of at most 4 KiB, decoded with the model package's hardened
+// decoder. The handshake (TLS included) is bounded by HandshakeTimeout. With
+// TLS the same tls.Config serves both sides; for mutual TLS set ClientAuth
+// to tls.RequireAndVerifyClientCert. TLS authenticates certificates, not
+// node IDs: use the Secret (or certificate policy) to keep unknown nodes
+// out.
+//
+// Dial tie-break. Both nodes of a pair may dial each other at the same
+// time. The connection dialled by the lower node ID (byte-wise string
+// order) is preferred; between two of the same preference the newer wins
+// (the older predates a restart). A server that already holds the
+// preferred connection answers a non-preferred dial with "duplicate" and
+// the dialler waits for the preferred one. When a connection is replaced,
+// it is retired gracefully rather than cut: each side stops sending new
+// requests on it and sends a go-away frame, and it closes once both sides
+// have sent go-away, no request of either side awaits a response and no
+// handler runs, so no call fails because of the tie-break.
+//
+// Failure behaviour. When a connection ends (peer closed or died, read or
+// write error, malformed input), pending requests on it fail at once with
+// ErrUnreachable and its handlers' contexts end. The next call dials again.
+// A failed dial starts a backoff: the next dial to that peer waits
+// ReconnectMin, doubling per consecutive failure up to ReconnectMax, with
+// ±25% jitter from Rand, timed on Clock; calls meanwhile fail at once with
+// ErrUnreachable wrapping the last dial error. A connection that hangs
+// without closing (a black-holed peer) is only detected by TCP keep-alive
+// or the callers' deadlines: always give requests a deadline.
+//
+// Load. Each connection runs at most MaxInflight handlers at once; further
+// messages wait in arrival order in a queue of MaxQueued. Beyond that a
+// request is answered with ErrBusy and a one-way message is dropped and
+// logged. Senders block (up to their context) when a connection's write
+// queue of WriteQueue frames is full.
+//
+// Time. Backoff runs on the injected clock. Socket and handler deadlines
+// are derived from contexts, which use real time.
 package transport

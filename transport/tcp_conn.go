@@ -83,13 +83,13 @@ func (c *conn) close(reason string) {
 	c.pending = nil
 	c.mu.Unlock()
 
+	c.t.unslot(c, true) // first, so that new calls dial instead of retrying c
 	c.cancel()
 	_ = c.nc.Close()
 	err := fmt.Errorf("%w: %s: connection closed: %s", ErrUnreachable, c.peer, reason)
 	for _, ch := range pending {
 		ch <- memResult{nil, err}
 	}
-	c.t.unslot(c, true)
 	c.t.log.Debug("connection closed", "peer", c.peer, "reason", reason)
 }
 
