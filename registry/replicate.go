@@ -137,25 +137,30 @@ func (ds distroStore) Apply(rec distro.Record) {
 		r.applyOwnBeat(rec, local, insts)
 		return
 	}
-	p := r.remote[rec.Key]
 	if local != nil {
 		r.demote(local) // another node owns it now
-		p = local
 	}
-	if rec.Deleted {
-		if p != nil {
-			r.dropRemote(p)
-		}
-		return
-	}
+	r.installRemote(rec, insts)
+}
+
+// installRemote makes the remote copy of rec's publisher hold insts (none
+// when rec is a tombstone), creating or dropping it as needed, and returns
+// it, or nil when it is gone. The caller holds mu.
+func (r *Registry) installRemote(rec distro.Record, insts []model.Instance) *publisher {
+	p := r.remote[rec.Key]
 	if p == nil {
+		if rec.Deleted || len(insts) == 0 {
+			return nil
+		}
 		p = newRemotePub(rec)
 		r.remote[rec.Key] = p
 	}
 	r.setPublications(p, insts)
 	if len(p.insts) == 0 {
 		r.dropRemote(p)
+		return nil
 	}
+	return p
 }
 
 // applyOwnBeat handles a record of a beat publisher this node owns by the
@@ -181,23 +186,9 @@ func (r *Registry) applyOwnBeat(rec distro.Record, local *publisher, insts []mod
 		r.pubChanged(local)
 		return
 	}
-	p := r.remote[rec.Key]
-	if rec.Deleted {
-		if p != nil {
-			r.dropRemote(p)
-		}
-		return
+	if p := r.installRemote(rec, insts); p != nil {
+		r.promote(p, now)
 	}
-	if p == nil {
-		p = newRemotePub(rec)
-		r.remote[rec.Key] = p
-	}
-	r.setPublications(p, insts)
-	if len(p.insts) == 0 {
-		r.dropRemote(p)
-		return
-	}
-	r.promote(p, now)
 }
 
 // leaseUnleased gives a lease from now to every publication of local beat
@@ -236,14 +227,8 @@ func (ds distroStore) Adopt(rec distro.Record, lastRenewed time.Time) {
 	if r.state.Load() == stateClosed || r.localPub(rec.Key) != nil {
 		return
 	}
-	p := r.remote[rec.Key]
+	p := r.installRemote(rec, insts)
 	if p == nil {
-		p = newRemotePub(rec)
-		r.remote[rec.Key] = p
-	}
-	r.setPublications(p, insts)
-	if len(p.insts) == 0 {
-		r.dropRemote(p)
 		return
 	}
 	r.promote(p, lastRenewed)
