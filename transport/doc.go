@@ -112,7 +112,9 @@
 // with a Secret refuses a peer without it and the other way round; refusals
 // are logged by the server. Each handshake message is a length-prefixed
 // msgpack map of at most 4 KiB, decoded with the model package's hardened
-// decoder. The handshake (TLS included) is bounded by HandshakeTimeout. With
+// decoder. The handshake (TLS included) is bounded by HandshakeTimeout, and
+// at most 256 inbound handshakes run at once (more connections are closed
+// at once and logged). With
 // TLS the same tls.Config serves both sides; for mutual TLS set ClientAuth
 // to tls.RequireAndVerifyClientCert. TLS authenticates certificates, not
 // node IDs: use the Secret (or certificate policy) to keep unknown nodes

@@ -36,6 +36,8 @@ type TCP struct {
 	ctx    context.Context // cancelled by Close only
 	cancel context.CancelFunc
 
+	handshakes chan struct{} // one token per inbound handshake in progress
+
 	mu      sync.Mutex
 	started bool
 	closed  bool
@@ -56,6 +58,11 @@ type peer struct {
 }
 
 var _ Transport = (*TCP)(nil)
+
+// maxHandshakes bounds the inbound handshakes in progress, so that
+// unauthenticated connections cannot tie up unbounded memory; beyond it new
+// connections are closed at once.
+const maxHandshakes = 256
 
 // errDuplicate: the peer refused our connection because a preferred one
 // between the pair exists; wait for it instead of dialling.
@@ -79,6 +86,8 @@ func NewTCP(cfg TCPConfig) (*TCP, error) {
 		handlers: make(map[Kind]Handler),
 		peers:    make(map[string]*peer),
 		conns:    make(map[*conn]struct{}),
+
+		handshakes: make(chan struct{}, maxHandshakes),
 	}
 	if t.log == nil {
 		t.log = slog.New(slog.DiscardHandler)
@@ -581,7 +590,17 @@ func (t *TCP) acceptLoop(ln net.Listener) {
 			}
 			continue
 		}
-		if !t.goFunc(func() { t.accept(nc) }) {
+		select {
+		case t.handshakes <- struct{}{}:
+		default:
+			t.log.Warn("refused inbound connection: too many handshakes in progress", "remote", nc.RemoteAddr().String(), "limit", maxHandshakes)
+			_ = nc.Close()
+			continue
+		}
+		if !t.goFunc(func() {
+			defer func() { <-t.handshakes }()
+			t.accept(nc)
+		}) {
 			_ = nc.Close()
 			return
 		}

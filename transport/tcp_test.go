@@ -572,3 +572,87 @@ func TestTCPPeerDeathFailsPending(t *testing.T) {
 		t.Fatal("pending request did not fail when the peer died")
 	}
 }
+
+// A connection replaced by the tie-break drains: a request in flight on
+// it completes, then it closes on both sides.
+func TestTCPRetireDrains(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	c := newTCPCluster(t, 0, nil)
+	defer c.CloseAll()
+	a := c.Node(t, "a").(*TCP)
+	b := c.Node(t, "b").(*TCP)
+	a.Handle(1, echo)
+	b.Handle(1, echo)
+	release := make(chan struct{})
+	started := make(chan struct{})
+	a.Handle(2, func(hctx context.Context, from string, body []byte) ([]byte, error) {
+		close(started)
+		select {
+		case <-release:
+		case <-hctx.Done():
+			return nil, hctx.Err()
+		}
+		return []byte("slow done"), nil
+	})
+	ctx := testCtx(t)
+	// b dials first: the only connection is the non-preferred one.
+	if _, err := b.Request(ctx, "a", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	slow := make(chan error, 1)
+	go func() {
+		got, err := b.Request(ctx, "a", 2, nil)
+		if err == nil && string(got) != "slow done" {
+			err = fmt.Errorf("got %q", got)
+		}
+		slow <- err
+	}()
+	<-started
+	// a dials too: its connection is preferred and replaces b's.
+	if err := a.dial(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	// New calls use the new connection both ways while the old one drains.
+	if _, err := a.Request(ctx, "b", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Request(ctx, "a", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := connCount(a, "b"); n != 2 {
+		t.Fatalf("a holds %d connections while one drains, want 2", n)
+	}
+	close(release)
+	if err := <-slow; err != nil {
+		t.Fatalf("request on the retired connection: %v", err)
+	}
+	eventually(t, "the retired connection closes", func() bool {
+		na, _ := connCount(a, "b")
+		nb, _ := connCount(b, "a")
+		return na == 1 && nb == 1
+	})
+	_, sa := connCount(a, "b")
+	if _, remote, _ := strings.Cut(sa, ">"); remote != b.Addr() {
+		t.Fatalf("a kept %s, not the connection it dialled", sa)
+	}
+}
+
+// An inbound connection that never completes the handshake is closed after
+// HandshakeTimeout and logged.
+func TestTCPHandshakeTimeout(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var logs syncBuffer
+	c := newTCPCluster(t, 0, func(cfg *TCPConfig) {
+		cfg.HandshakeTimeout = 100 * time.Millisecond
+		cfg.Logger = bufLogger(&logs)
+	})
+	defer c.CloseAll()
+	b := c.Node(t, "b").(*TCP)
+	nc, err := net.Dial("tcp", b.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	expectClosed(t, nc)
+	eventually(t, "refusal logged", func() bool { return strings.Contains(logs.String(), "refused inbound connection") })
+}
