@@ -12,6 +12,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -37,6 +38,11 @@ type TCP struct {
 	cancel context.CancelFunc
 
 	handshakes chan struct{} // one token per inbound handshake in progress
+
+	stats struct {
+		dials, dialFailures, refused           atomic.Uint64
+		framesIn, framesOut, bytesIn, bytesOut atomic.Uint64
+	}
 
 	mu      sync.Mutex
 	started bool
@@ -412,7 +418,11 @@ func (t *TCP) connFor(ctx context.Context, to string) (*conn, error) {
 		p.dialing = dialing
 		t.mu.Unlock()
 
+		t.stats.dials.Add(1)
 		err := t.dial(ctx, to)
+		if err != nil && !errors.Is(err, errDuplicate) {
+			t.stats.dialFailures.Add(1)
+		}
 
 		t.mu.Lock()
 		p.dialing = nil
@@ -621,6 +631,7 @@ func (t *TCP) accept(nc net.Conn) {
 			c.close("handshake failed")
 		}
 		if t.ctx.Err() == nil {
+			t.stats.refused.Add(1)
 			t.log.Warn("refused inbound connection", "remote", remote, "err", err)
 		}
 		return
@@ -704,6 +715,11 @@ func (t *TCP) install(c *conn, inbound bool) bool {
 	case !c.preferred() && old.preferred():
 		if inbound {
 			t.mu.Unlock()
+			// The peer dialled although we hold the preferred connection:
+			// maybe it restarted after a crash that left ours half-open.
+			// Writing a no-op on ours makes its host reset it if so, and
+			// the peer's next dial gets through.
+			old.probe()
 			return false
 		}
 		retire = c // keep old; drain c
@@ -732,5 +748,34 @@ func (t *TCP) unslot(c *conn, closed bool) {
 	if p := t.peers[c.peer]; p != nil && p.conn == c {
 		p.conn = nil
 		p.notify()
+	}
+}
+
+// TCPStats are counters of a [TCP] transport since it was created.
+type TCPStats struct {
+	Conns        int    // connections open now (including ones draining after the tie-break)
+	Dials        uint64 // outbound connection attempts
+	DialFailures uint64 // attempts that failed (connect, TLS or handshake)
+	Refused      uint64 // inbound connections refused in the handshake
+	FramesIn     uint64 // frames received after handshakes
+	FramesOut    uint64 // frames sent after handshakes
+	BytesIn      uint64 // their bytes, framing included
+	BytesOut     uint64
+}
+
+// Stats returns the transport's counters.
+func (t *TCP) Stats() TCPStats {
+	t.mu.Lock()
+	n := len(t.conns)
+	t.mu.Unlock()
+	return TCPStats{
+		Conns:        n,
+		Dials:        t.stats.dials.Load(),
+		DialFailures: t.stats.dialFailures.Load(),
+		Refused:      t.stats.refused.Load(),
+		FramesIn:     t.stats.framesIn.Load(),
+		FramesOut:    t.stats.framesOut.Load(),
+		BytesIn:      t.stats.bytesIn.Load(),
+		BytesOut:     t.stats.bytesOut.Load(),
 	}
 }

@@ -119,6 +119,15 @@ func (c *conn) enqueue(ctx context.Context, f []byte) error {
 	}
 }
 
+// probe queues a no-op frame (a response to request 0, which receivers
+// ignore) if the write queue has room.
+func (c *conn) probe() {
+	select {
+	case c.wq <- encodeFrame(header{flags: flagResponse}, nil):
+	default:
+	}
+}
+
 // request sends one request and waits for its response.
 func (c *conn) request(ctx context.Context, kind Kind, body []byte) ([]byte, error) {
 	var timeout uint64
@@ -239,6 +248,8 @@ func (c *conn) writeLoop() {
 				c.close("write: " + err.Error())
 				return
 			}
+			c.t.stats.framesOut.Add(1)
+			c.t.stats.bytesOut.Add(uint64(len(f)))
 			select {
 			case f = <-c.wq:
 				continue
@@ -273,6 +284,8 @@ func (c *conn) readLoop() {
 			c.close(readReason(err))
 			return
 		}
+		c.t.stats.framesIn.Add(1)
+		c.t.stats.bytesIn.Add(uint64(4 + n))
 		h, body, err := decodeFrame(buf, c.t.maxBody)
 		if err != nil {
 			c.t.log.Warn("closing connection: bad frame", "peer", c.peer, "err", err)

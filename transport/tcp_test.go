@@ -265,6 +265,9 @@ func TestTCPSecret(t *testing.T) {
 	eventually(t, "refusal logged", func() bool {
 		return strings.Contains(logs.String(), "wrong or missing shared secret")
 	})
+	if st := wrong.Stats(); st.Refused == 0 || st.DialFailures == 0 || st.Dials < st.DialFailures {
+		t.Fatalf("stats of the node with the wrong secret: %+v", st)
+	}
 	if strings.Contains(logs.String(), good) {
 		t.Fatal("the secret appears in the logs")
 	}
@@ -655,4 +658,31 @@ func TestTCPHandshakeTimeout(t *testing.T) {
 	defer nc.Close()
 	expectClosed(t, nc)
 	eventually(t, "refusal logged", func() bool { return strings.Contains(logs.String(), "refused inbound connection") })
+}
+
+// A probe (sent when a peer dials although we hold the preferred
+// connection) is ignored by the receiver and counted as traffic.
+func TestTCPProbeIgnored(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	c := newTCPCluster(t, 0, nil)
+	defer c.CloseAll()
+	a := c.Node(t, "a").(*TCP)
+	b := c.Node(t, "b").(*TCP)
+	b.Handle(1, echo)
+	ctx := testCtx(t)
+	if _, err := a.Request(ctx, "b", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	before := b.Stats()
+	a.mu.Lock()
+	cn := a.peers["b"].conn
+	a.mu.Unlock()
+	cn.probe()
+	eventually(t, "probe received", func() bool { return b.Stats().FramesIn == before.FramesIn+1 })
+	if got, err := a.Request(ctx, "b", 1, []byte("x")); err != nil || string(got) != "a:x" {
+		t.Fatalf("after a probe: %q %v", got, err)
+	}
+	if st := a.Stats(); st.Conns != 1 || st.Dials != 1 || st.FramesOut != 3 || st.FramesIn != 2 {
+		t.Fatalf("a's stats: %+v", st)
+	}
 }
