@@ -120,6 +120,9 @@
 // node IDs: use the Secret (or certificate policy) to keep unknown nodes
 // out.
 //
+// Counters (dials, refusals, frames and bytes each way, open connections)
+// are available from [TCP.Stats].
+//
 // Dial tie-break. Both nodes of a pair may dial each other at the same
 // time. The connection dialled by the lower node ID (byte-wise string
 // order) is preferred; between two of the same preference the newer wins
@@ -129,7 +132,12 @@
 // it is retired gracefully rather than cut: each side stops sending new
 // requests on it and sends a go-away frame, and it closes once both sides
 // have sent go-away, no request of either side awaits a response and no
-// handler runs, so no call fails because of the tie-break.
+// handler runs, so no call fails because of the tie-break. When a peer
+// dials although this side holds the preferred connection (the peer may
+// have restarted after a crash that left that connection half-open), the
+// dial is refused as a duplicate and a no-op frame is written on the held
+// connection: if it is dead the peer's host resets it, it closes, and the
+// peer's next dial is accepted.
 //
 // Failure behaviour. When a connection ends (peer closed or died, read or
 // write error, malformed input), pending requests on it fail at once with

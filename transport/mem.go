@@ -649,20 +649,27 @@ func (t *MemTransport) schedule(clock clockwork.Clock, d time.Duration, m *memMs
 	})
 }
 
-// dispatch runs m's handler in a goroutine owned by t.
-func (t *MemTransport) dispatch(m *memMsg) {
+// goFunc runs f in a goroutine that Close waits for. It returns false,
+// without running f, once t is closed.
+func (t *MemTransport) goFunc(f func()) bool {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	if t.closed {
-		t.mu.Unlock()
-		m.fail(fmt.Errorf("%w: %s closed", ErrUnreachable, t.id))
-		return
+		return false
 	}
 	t.wg.Add(1)
-	t.mu.Unlock()
 	go func() {
 		defer t.wg.Done()
-		t.serve(m)
+		f()
 	}()
+	return true
+}
+
+// dispatch runs m's handler in a goroutine owned by t.
+func (t *MemTransport) dispatch(m *memMsg) {
+	if !t.goFunc(func() { t.serve(m) }) {
+		m.fail(fmt.Errorf("%w: %s closed", ErrUnreachable, t.id))
+	}
 }
 
 func (t *MemTransport) serve(m *memMsg) {
