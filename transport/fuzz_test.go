@@ -2,6 +2,10 @@ package transport
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
 	"testing"
 
 	"github.com/muster-io/muster/model"
@@ -67,5 +71,43 @@ func FuzzHello(f *testing.F) {
 		if err != nil || again.Node != h.Node || again.To != h.To || !bytes.Equal(again.Nonce, h.Nonce) || !bytes.Equal(again.Proof, h.Proof) || again.Status != h.Status {
 			t.Fatalf("round trip: %+v -> %+v %v", h, again, err)
 		}
+	})
+}
+
+// FuzzConnStream feeds arbitrary bytes to a connection's reader, past the
+// handshake, with handlers installed: it must never panic and must end
+// cleanly when the stream does.
+func FuzzConnStream(f *testing.F) {
+	f.Add(encodeFrame(header{flags: flagRequest, kind: 1, id: 1, timeout: 1000}, []byte("x")))
+	f.Add(append(encodeFrame(header{flags: flagOneWay, kind: 2}, nil), encodeFrame(header{flags: flagGoAway}, nil)...))
+	f.Add(encodeFrame(header{flags: flagResponse | flagError, id: 9, code: codeBusy}, []byte("busy")))
+	f.Add([]byte{0, 0, 0, 1, 0x95})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg := DefaultTCPConfig()
+		cfg.NodeID = "a"
+		cfg.MaxFrameSize = 256
+		tr, err := NewTCP(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		tr.Handle(1, echo)
+		tr.Handle(2, func(context.Context, string, []byte) ([]byte, error) { return nil, errors.New("no") })
+		local, remote := net.Pipe()
+		c := tr.newConn(local, "z", "z")
+		if !tr.install(c, true) {
+			t.Fatal("not installed")
+		}
+		c.start()
+		drained := make(chan struct{})
+		go func() {
+			defer close(drained)
+			_, _ = io.Copy(io.Discard, remote)
+		}()
+		_, _ = remote.Write(data) // fails once the reader gives up
+		_ = remote.Close()
+		<-drained
+		_ = tr.Close()
 	})
 }
