@@ -690,3 +690,31 @@ func TestTCPProbeIgnored(t *testing.T) {
 		t.Fatalf("a's stats: %+v", st)
 	}
 }
+
+// When the caller's node goes away, the connection closes and the
+// handlers serving it see their context end.
+func TestTCPConnCloseCancelsHandler(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	c := newTCPCluster(t, 0, nil)
+	defer c.CloseAll()
+	a, b := c.Node(t, "a"), c.Node(t, "b")
+	started := make(chan struct{})
+	ended := make(chan error, 1)
+	b.Handle(1, func(hctx context.Context, _ string, _ []byte) ([]byte, error) {
+		close(started)
+		<-hctx.Done()
+		ended <- hctx.Err()
+		return nil, nil
+	})
+	go func() { _, _ = a.Request(context.Background(), "b", 1, nil) }()
+	<-started
+	_ = a.Close()
+	select {
+	case err := <-ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("handler ctx ended with %v", err)
+		}
+	case <-testCtx(t).Done():
+		t.Fatal("handler context not cancelled when the connection closed")
+	}
+}
