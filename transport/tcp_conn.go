@@ -93,7 +93,9 @@ func (c *conn) close(reason string) {
 	c.t.log.Debug("connection closed", "peer", c.peer, "reason", reason)
 }
 
-// lockSend takes the send token.
+// lockSend takes the send token. If c closed meanwhile it returns
+// errRetired: nothing was sent, the caller retries on the peer's current
+// connection (or dials).
 func (c *conn) lockSend(ctx context.Context) error {
 	select {
 	case c.send1 <- struct{}{}:
@@ -101,13 +103,14 @@ func (c *conn) lockSend(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-c.ctx.Done():
-		return fmt.Errorf("%w: %s: connection closed", ErrUnreachable, c.peer)
+		return errRetired
 	}
 }
 
 func (c *conn) unlockSend() { <-c.send1 }
 
-// enqueue queues frame f for the writer.
+// enqueue queues frame f for the writer. If c closed meanwhile it returns
+// errRetired: f was not sent.
 func (c *conn) enqueue(ctx context.Context, f []byte) error {
 	select {
 	case c.wq <- f:
@@ -115,7 +118,7 @@ func (c *conn) enqueue(ctx context.Context, f []byte) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-c.ctx.Done():
-		return fmt.Errorf("%w: %s: connection closed", ErrUnreachable, c.peer)
+		return errRetired
 	}
 }
 

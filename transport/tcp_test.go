@@ -398,52 +398,56 @@ func connCount(n *TCP, peerID string) (int, string) {
 func TestTCPSimultaneousDial(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	for round := range 10 {
-		c := newTCPCluster(t, 0, nil)
-		a := c.Node(t, "a").(*TCP)
-		b := c.Node(t, "b").(*TCP)
-		a.Handle(1, echo)
-		b.Handle(1, echo)
-		ctx := testCtx(t)
-		var wg sync.WaitGroup
-		errs := make(chan error, 20)
-		for i := range 20 {
-			wg.Go(func() {
-				from, to := a, "b"
-				if i%2 == 1 {
-					from, to = b, "a"
-				}
-				if _, err := from.Request(ctx, to, 1, nil); err != nil {
-					errs <- fmt.Errorf("round %d %s->%s: %w", round, from.LocalID(), to, err)
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
-		// One connection remains, the same at both ends.
-		eventually(t, "one connection per side", func() bool {
-			na, sa := connCount(a, "b")
-			nb, sb := connCount(b, "a")
-			return na == 1 && nb == 1 && sa != "" && sb != ""
-		})
-		_, sa := connCount(a, "b")
-		_, sb := connCount(b, "a")
-		la, ra, _ := strings.Cut(sa, ">")
-		lb, rb, _ := strings.Cut(sb, ">")
-		if la != rb || ra != lb {
-			t.Fatalf("round %d: a uses %s, b uses %s", round, sa, sb)
-		}
-		// If a dialled (it normally does: both start at once), its
-		// connection is the one kept.
-		if st := a.Stats(); st.Dials > st.DialFailures && ra != b.Addr() {
-			t.Fatalf("round %d: kept connection %s was not dialled by a (b listens on %s)", round, sa, b.Addr())
-		}
-		sa2, sb2 := a.Stats(), b.Stats()
-		t.Logf("round %d: dials a=%d b=%d; stats a=%+v b=%+v", round, sa2.Dials, sb2.Dials, sa2, sb2)
-		c.CloseAll()
+		simultaneousDialRound(t, round)
 	}
+}
+
+func simultaneousDialRound(t *testing.T, round int) {
+	c := newTCPCluster(t, 0, nil)
+	defer c.CloseAll()
+	a := c.Node(t, "a").(*TCP)
+	b := c.Node(t, "b").(*TCP)
+	a.Handle(1, echo)
+	b.Handle(1, echo)
+	ctx := testCtx(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for i := range 20 {
+		wg.Go(func() {
+			from, to := a, "b"
+			if i%2 == 1 {
+				from, to = b, "a"
+			}
+			if _, err := from.Request(ctx, to, 1, nil); err != nil {
+				errs <- fmt.Errorf("round %d %s->%s: %w", round, from.LocalID(), to, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// One connection remains, the same at both ends.
+	eventually(t, "one connection per side", func() bool {
+		na, sa := connCount(a, "b")
+		nb, sb := connCount(b, "a")
+		return na == 1 && nb == 1 && sa != "" && sb != ""
+	})
+	_, sa := connCount(a, "b")
+	_, sb := connCount(b, "a")
+	la, ra, _ := strings.Cut(sa, ">")
+	lb, rb, _ := strings.Cut(sb, ">")
+	if la != rb || ra != lb {
+		t.Fatalf("round %d: a uses %s, b uses %s", round, sa, sb)
+	}
+	// If a dialled (it normally does: both start at once), its
+	// connection is the one kept.
+	if st := a.Stats(); st.Dials > st.DialFailures && ra != b.Addr() {
+		t.Fatalf("round %d: kept connection %s was not dialled by a (b listens on %s)", round, sa, b.Addr())
+	}
+	sa2, sb2 := a.Stats(), b.Stats()
+	t.Logf("round %d: dials a=%d b=%d; stats a=%+v b=%+v", round, sa2.Dials, sb2.Dials, sa2, sb2)
 }
 
 func TestTCPBusy(t *testing.T) {
