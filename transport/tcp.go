@@ -733,7 +733,11 @@ func (t *TCP) install(c *conn, inbound bool) bool {
 	t.mu.Unlock()
 	t.log.Debug("connection up", "peer", c.peer, "dialer", c.dialer, "inbound", inbound)
 	if retire != nil {
-		retire.retire()
+		// In the background: sending the go-away may wait for a full write
+		// queue, and the dialling caller must not wait past its context.
+		if !t.goFunc(retire.retire) {
+			retire.close("transport closed")
+		}
 	}
 	return true
 }
