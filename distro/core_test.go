@@ -91,9 +91,7 @@ func TestDigestIncremental(t *testing.T) {
 	}
 	fresh := make([]uint64, 16)
 	a.all(func(e *entry) bool {
-		if e.live() {
-			fresh[bucketOf(e.kh, 16)] += versionHash(e.kh, e.rec.Revision, false)
-		}
+		fresh[bucketOf(e.kh, 16)] += versionHash(e.kh, e.rec.Revision, e.rec.Deleted)
 		return true
 	})
 	for i := range fresh {

@@ -47,15 +47,18 @@
 // peer that leaves are dropped. SyncDelay 0 sends at once.
 //
 // Verify: every VerifyInterval each node sends each peer the bucket hashes of the records it
-// owns: Buckets sums of a 64-bit hash of (key, revision) over live records, kept current on
-// every change in O(1), so a round costs O(Buckets), 8 KiB with the default 1024 buckets
-// whatever the record count (8,223 bytes per peer per round measured with 100,000 records). The
-// peer compares them with its copies of that owner's records and answers the differing buckets
-// with its versions there (tombstones and orphan markers included); the owner then sends the
-// records the peer lacks or holds older and names the ones it no longer holds (the peer drops
-// them). A verify also renews the peer's copies of the owner's records: it is the last-known-
-// alive time given to Store.Adopt. Tombstones are left out of the bucket hashes because each node
-// expires them on its own clock: counting them would make every expiry look like a difference.
+// owns: Buckets sums of a 64-bit hash of (key, revision, deleted) over its records, tombstones
+// included, kept current on every change in O(1), so a round costs O(Buckets), 8 KiB with the
+// default 1024 buckets whatever the record count (8,223 bytes per peer per round measured with
+// 100,000 records). The peer compares them with its copies of that owner's records and answers
+// the differing buckets with its versions there: that owner's records (orphan markers included,
+// as deletions) and the beat records HRW now assigns to that owner whoever wrote them. The owner
+// then sends the records the peer lacks or holds older, names the ones it no longer holds (the
+// peer drops them), and moves past any newer version of a key it owns (see below). A verify also
+// renews the peer's copies of the owner's records: it is the last-known-alive time given to
+// Store.Adopt. Tombstones count in the hashes because a peer may hold the key under another
+// owner (an older version); the cost is one small repair when nodes expire a tombstone at
+// slightly different times.
 //
 // Load: Start pulls a paged snapshot (whole buckets, up to 4,096 records a page) from every
 // member in parallel and merges by version, then reports ready once every member it knows was

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -91,6 +92,23 @@ func (s *testStore) Apply(rec Record) {
 	if hook != nil {
 		hook(rec)
 	}
+}
+
+// noteOwn records a write this node made (the store never sees its own writes through Apply),
+// so that the version-order check knows the key's latest version.
+func (s *testStore) noteOwn(rec Record, err error) {
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last[rec.Key] = rec
+	if rec.Deleted {
+		s.deletedAt[rec.Key] = s.now()
+	} else {
+		delete(s.deletedAt, rec.Key)
+	}
+	delete(s.recs, rec.Key)
 }
 
 func (s *testStore) now() time.Time {
@@ -208,7 +226,7 @@ func (c *cluster) add(id string) *node {
 	n.store.clk, n.store.ttl = c.clk, cfg.TombstoneTTL
 	cfg.NodeID, cfg.Transport, cfg.Membership, cfg.Store, cfg.Clock = id, tr, n.mem, n.store, c.clk
 	cfg.Rand = rand.NewPCG(c.seed, uint64(len(id))+uint64(id[0]))
-	if testing.Verbose() {
+	if testing.Verbose() || os.Getenv("DISTRO_TEST_LOG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(c.t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	r, err := New(cfg)
@@ -272,6 +290,12 @@ func (c *cluster) step(d time.Duration) {
 // then keeps polling (without advancing) until a real-time deadline.
 func (c *cluster) eventually(fakeBudget time.Duration, what string, cond func() bool) {
 	c.t.Helper()
+	c.eventuallyf(fakeBudget, func() string { return what }, cond)
+}
+
+// eventuallyf is eventually with a description built at failure time.
+func (c *cluster) eventuallyf(fakeBudget time.Duration, what func() string, cond func() bool) {
+	c.t.Helper()
 	const stepD = 20 * time.Millisecond
 	for spent := time.Duration(0); spent < fakeBudget; spent += stepD {
 		if cond() {
@@ -286,7 +310,7 @@ func (c *cluster) eventually(fakeBudget time.Duration, what string, cond func() 
 		}
 		time.Sleep(time.Millisecond)
 	}
-	c.t.Fatalf("seed %d: not within %v of fake time: %s", c.seed, fakeBudget, what)
+	c.t.Fatalf("seed %d: not within %v of fake time: %s", c.seed, fakeBudget, what())
 }
 
 // settle lets in-flight work finish without advancing the clock.
@@ -366,7 +390,11 @@ func (c *cluster) storeMismatch(n *node) string {
 func (c *cluster) describe() string {
 	var b strings.Builder
 	for _, id := range c.sortedIDs() {
-		fmt.Fprintf(&b, "%s: %v\n", id, held(c.nodes[id].r))
+		r := c.nodes[id].r
+		r.mu.Lock()
+		fmt.Fprintf(&b, "%s (ready %v, members %v, verifying %v, next verify in %v, sync pending %d):\n  %v\n", id, r.ready, r.members, r.verifying, r.nextVerify.Sub(r.clk.Now()), r.sched.pending(), nil)
+		r.mu.Unlock()
+		fmt.Fprintf(&b, "  %v\n", held(r))
 		if m := c.storeMismatch(c.nodes[id]); m != "" {
 			fmt.Fprintf(&b, "  %s\n", m)
 		}

@@ -31,26 +31,41 @@ func runRandomized(t *testing.T, seed uint64) {
 		n := c.nodes[live[rnd.IntN(len(live))]]
 		switch op := rnd.IntN(20); {
 		case op < 7: // a session write
-			n.r.Put(KindSession, fmt.Sprintf("s-%s-%d", n.id, rnd.IntN(8)), []byte(fmt.Sprint(step)))
+			n.store.noteOwn(n.r.Put(KindSession, fmt.Sprintf("s-%s-%d", n.id, rnd.IntN(8)), []byte(fmt.Sprint(step))))
 		case op < 9:
-			n.r.Delete(fmt.Sprintf("s-%s-%d", n.id, rnd.IntN(8)))
+			n.store.noteOwn(n.r.Delete(fmt.Sprintf("s-%s-%d", n.id, rnd.IntN(8))))
 		case op < 14: // a beat write on the key's owner (as the registry forwards it)
 			k := fmt.Sprintf("10.9.0.%d:80", rnd.IntN(24))
 			if o := c.nodes[n.r.Owner(k)]; o != nil {
-				o.r.Put(KindBeat, k, []byte(fmt.Sprint(step)))
+				o.store.noteOwn(o.r.Put(KindBeat, k, []byte(fmt.Sprint(step))))
 			}
 		case op < 15:
 			k := fmt.Sprintf("10.9.0.%d:80", rnd.IntN(24))
 			if o := c.nodes[n.r.Owner(k)]; o != nil {
-				o.r.Delete(k)
+				o.store.noteOwn(o.r.Delete(k))
 			}
-		case op < 17: // partition one node off
+		case op < 17: // partition one node off; half the time membership notices on both sides
 			if isolated == "" {
 				isolated = n.id
 				c.net.Isolate(n.id)
+				if rnd.IntN(2) == 0 {
+					var rest []Member
+					for _, id := range live {
+						if id != n.id {
+							rest = append(rest, Member{ID: id})
+						}
+					}
+					for _, id := range live {
+						if id != n.id {
+							c.nodes[id].mem.Set(rest...)
+						}
+					}
+					n.mem.Set()
+				}
 			}
 		case op < 18:
 			c.net.Heal()
+			c.setMembers(c.sortedIDs()...)
 			isolated = ""
 		default: // restart: the node dies, the others notice, it comes back and loads
 			if isolated != "" || len(live) < 3 {
@@ -72,7 +87,7 @@ func runRandomized(t *testing.T, seed uint64) {
 	c.net.Heal()
 	c.setMembers(ids...)
 	cfg := testConfig()
-	c.eventually(2*cfg.VerifyInterval+cfg.RetryMax+cfg.SyncDelay, "convergence after faults stop\n"+c.describe(), c.converged)
+	c.eventuallyf(2*cfg.VerifyInterval+cfg.RetryMax+cfg.SyncDelay, func() string { return "convergence after faults stop\n" + c.describe() }, c.converged)
 	c.checkInvariants()
 }
 

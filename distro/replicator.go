@@ -345,6 +345,9 @@ func (r *Replicator) drain() {
 		r.events = nil
 		r.mu.Unlock()
 		for _, ev := range evs {
+			if ev.op != evMembers && r.stale(ev) {
+				continue
+			}
 			switch ev.op {
 			case evApply:
 				r.cfg.Store.Apply(ev.rec)
@@ -358,6 +361,22 @@ func (r *Replicator) drain() {
 	}
 	r.draining = false
 	r.mu.Unlock()
+}
+
+// stale reports whether a queued Apply or Adopt was overtaken, before its delivery, by a newer
+// version of its key (received, or written by the Store itself, e.g. after an earlier Adopt):
+// delivering it would show the Store an older state after a newer one.
+func (r *Replicator) stale(ev storeEvent) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.tab.get(ev.rec.Key)
+	if e == nil {
+		return ev.op == evAdopt // an expired tombstone: a deletion is still worth delivering
+	}
+	if !e.rec.sameVersion(ev.rec) {
+		return true
+	}
+	return ev.op == evAdopt && !e.live()
 }
 
 // offerLocked installs a record received from a peer if it is newer than what is held, and
@@ -375,9 +394,12 @@ func (r *Replicator) offerLocked(rec Record, now time.Time) bool {
 			if _, ok := r.leftAt[rec.Owner]; !ok {
 				r.leftAt[rec.Owner] = now
 			}
-			if r.ready && rec.Kind == KindBeat && !rec.Deleted {
-				r.adoptScanKeyLocked(rec.Key)
-			}
+		}
+		// A beat record whose HRW owner is this node, written by another (its owner left, or
+		// wrote it while views differed, or before it saw this node join): take it over, or
+		// nobody would run its lease.
+		if r.ready && rec.Kind == KindBeat && !rec.Deleted {
+			r.adoptScanKeyLocked(rec.Key)
 		}
 	}
 	return true

@@ -38,8 +38,9 @@ func (e *entry) live() bool { return !e.orphan && !e.rec.Deleted }
 
 // ownerState aggregates the held records of one owner.
 type ownerState struct {
-	sums []uint64 // per bucket: sum of versionHash over live records
-	live int      // live records
+	sums []uint64 // per bucket: sum of versionHash over held records (tombstones included)
+	held int      // held records
+	live int      // held live records
 }
 
 type gcItem struct {
@@ -70,21 +71,29 @@ func (t *table) owner(id string) *ownerState {
 }
 
 // account adds (sign +1) or removes (sign -1) e's contribution to its owner's aggregates.
+// Tombstones count in the bucket hashes: a peer that missed a deletion by another owner than the
+// one it holds the key under is found only through them.
 func (t *table) account(e *entry, sign int) {
-	if !e.live() {
+	if !e.held() {
 		return
 	}
 	o := t.owner(e.rec.Owner)
-	h := versionHash(e.kh, e.rec.Revision, false)
+	h := versionHash(e.kh, e.rec.Revision, e.rec.Deleted)
 	b := bucketOf(e.kh, t.nb)
+	live := 0
+	if !e.rec.Deleted {
+		live = 1
+	}
 	if sign > 0 {
 		o.sums[b] += h
-		o.live++
+		o.held++
+		o.live += live
 		return
 	}
 	o.sums[b] -= h
-	o.live--
-	if o.live == 0 {
+	o.held--
+	o.live -= live
+	if o.held == 0 {
 		clear(o.sums)
 	}
 }
@@ -165,10 +174,10 @@ func (t *table) expire(cutoff time.Time) int {
 	return n
 }
 
-// digest returns the bucket hashes of owner's live records (nil if it has none).
+// digest returns the bucket hashes of owner's held records (nil if it has none).
 func (t *table) digest(owner string) []uint64 {
 	o := t.owners[owner]
-	if o == nil || o.live == 0 {
+	if o == nil || o.held == 0 {
 		return nil
 	}
 	return o.sums

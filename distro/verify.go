@@ -74,17 +74,20 @@ func (r *Replicator) repairPlanLocked(vr verifyResp) (send []Record, drop []vers
 			}
 			v, ok := theirs[e.rec.Key]
 			delete(theirs, e.rec.Key)
+			peer := Record{Revision: v.Rev, Owner: v.Owner}
+			if v.Owner == "" {
+				peer.Owner = r.self // a peer that does not send owners reports only this node's records
+			}
 			switch {
 			case !ok:
-				if !e.rec.Deleted {
-					send = append(send, e.rec)
-				}
-			case v.Rev < e.rec.Revision:
 				send = append(send, e.rec)
-			case v.Rev > e.rec.Revision || v.Deleted != e.rec.Deleted:
-				// The peer holds a version of this node's record newer than its own: written by a
-				// previous incarnation that this one never loaded. Single writer still holds (it
-				// is this node's key); move past it so the current state wins everywhere.
+			case e.rec.Newer(peer):
+				send = append(send, e.rec)
+			case peer.Newer(e.rec) || v.Deleted != e.rec.Deleted:
+				// The peer holds a version of this key newer than this node's own: written by a
+				// previous incarnation that this one never loaded, or by another node that owned
+				// the key while views differed (a partition). This node owns the key now; it
+				// moves past that version so its current state wins everywhere.
 				nr := e.rec
 				nr.Revision = v.Rev + 1
 				bumps = append(bumps, nr)
@@ -171,7 +174,7 @@ func (r *Replicator) handleVerify(_ context.Context, from string, body []byte) (
 			// hashed to `from` now is reported too: if it is newer than the owner's, the owner
 			// must move past it, or the two would refuse each other's versions for ever.
 			if e.rec.Owner == from || e.rec.Kind == KindBeat && hrwOwner(r.members, e.rec.Key) == from {
-				resp.Versions = append(resp.Versions, version{Key: e.rec.Key, Rev: e.rec.Revision, Deleted: e.rec.Deleted || e.orphan})
+				resp.Versions = append(resp.Versions, version{Key: e.rec.Key, Rev: e.rec.Revision, Deleted: e.rec.Deleted || e.orphan, Owner: e.rec.Owner})
 			}
 			return true
 		})
@@ -180,7 +183,7 @@ func (r *Replicator) handleVerify(_ context.Context, from string, body []byte) (
 	return model.Marshal(resp)
 }
 
-// handleRepair installs the records an owner sent after verify and drops the copies it no
+// handleRepair installs the records an owner sent after verify and drops the live copies it no
 // longer holds (turned into orphan markers, so a stale copy of them is refused for a while).
 func (r *Replicator) handleRepair(_ context.Context, from string, body []byte) ([]byte, error) {
 	recs, drops, err := decodeRepair(body)
@@ -204,11 +207,10 @@ func (r *Replicator) handleRepair(_ context.Context, from string, body []byte) (
 	}
 	for _, d := range drops {
 		e := r.tab.get(d.Key)
-		if e == nil || e.rec.Owner != from || e.rec.Revision != d.Rev {
-			continue
-		}
-		if e.rec.Deleted || e.orphan {
-			r.tab.remove(d.Key)
+		if e == nil || e.rec.Owner != from || e.rec.Revision != d.Rev || !e.live() {
+			// Tombstones and orphan markers stay until their TTL even if the owner forgot them:
+			// they are what refuses a stale copy, and what shows an owner that lost its state
+			// which version to move past.
 			continue
 		}
 		r.emitLocked(storeEvent{op: evApply, rec: r.tab.orphan(e, now)})

@@ -42,6 +42,7 @@ type version struct {
 	Key     string
 	Rev     uint64
 	Deleted bool
+	Owner   string // in verify answers; empty in drops (the sender is the owner)
 }
 
 type syncMsg struct {
@@ -115,7 +116,7 @@ func decode(b []byte, v any) error {
 
 func validVersions(vs []version) error {
 	for i, v := range vs {
-		if v.Key == "" || len(v.Key) > MaxKeyLen || v.Rev == 0 {
+		if v.Key == "" || len(v.Key) > MaxKeyLen || v.Rev == 0 || len(v.Owner) > MaxOwnerLen {
 			return fmt.Errorf("%w: version %d: key must be 1–%d bytes and revision > 0", ErrInvalidRecord, i, MaxKeyLen)
 		}
 	}
