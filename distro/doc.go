@@ -94,14 +94,22 @@
 // which nobody sends again, stay removed. A restarted node loads its own records from its peers
 // and continues their revisions; if it restarts without them (no peer reachable) and writes a key
 // that peers hold at a higher version (or as an orphan marker), the verify answer shows it the
-// higher version and it moves its record past it. A tombstone forgotten after TombstoneTTL
-// allows the key to start again at revision 1: the Store sees a lower revision only then.
+// higher version and it moves its record past it. The same rule settles beat keys written on
+// both sides of a partition: a peer reports to a key's HRW owner whatever version it holds of
+// that key, whoever wrote it, and the owner moves past it; a node receiving a beat record of a key
+// HRW assigns to it, written by another node, adopts it. When an owner tells a peer to drop a
+// record it no longer holds, only live copies go: tombstones and orphan markers stay their TTL,
+// since they are what refuses stale copies and what shows an owner that lost its state which
+// version to move past. A tombstone forgotten after TombstoneTTL allows the key to start again at
+// revision 1: the Store sees a lower revision only then.
 //
 // # Concurrency
 //
 // All Replicator methods are safe for concurrent use. Put, Delete, Get, Range, Owner and Members
 // never block on the network and take one mutex briefly (Range copies first). Store calls are
-// made one at a time, in a per-key version order, with no distro lock held (see Store). One run
+// made one at a time, in a per-key version order, with no distro lock held (see Store); an
+// Apply or Adopt overtaken by a newer version of its key before its delivery (for instance the
+// Store's own Put after an earlier Adopt) is skipped. One run
 // goroutine drives the clock (sync timers, verify rounds, orphan timeouts, tombstone expiry);
 // sends, verify rounds and the load run in goroutines tracked by Close. Time comes from
 // Config.Clock (tests use a fake one); request deadlines are real time, derived from the
@@ -114,9 +122,9 @@
 //   - Delete of a key this node holds no live record of fails with ErrNotFound.
 //   - A session Put on a key held live by another live member fails with ErrNotOwner; after
 //     that member left, the key may be taken over.
-//   - Adoption happens on membership changes, after the load, and when a record arrives from an
-//     owner that is not a member; a concurrent double adoption under split views is settled by
-//     the version order (revision, then owner ID).
+//   - Adoption happens on membership changes, after the load, and whenever a beat record of a
+//     key HRW assigns to this node arrives from another writer; a concurrent double adoption
+//     under split views is settled by the version order (revision, then owner ID).
 //   - Records' payloads are shared, never copied: callers must not modify them.
 //   - A single bucket is never split across snapshot pages: with the default 1024 buckets and
 //     small payloads a page stays far below the 4 MiB transport frame.
