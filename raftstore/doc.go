@@ -56,7 +56,11 @@
 // Propose hands the command to a batcher: while up to four Raft entries are
 // in flight, commands that arrive meanwhile are packed into the next entry
 // (at most 256 commands or 256 KiB), each with its own result (group
-// commit; see BenchmarkPersistentRegister). Temporary Dragonboat errors (no
+// commit). BenchmarkPersistentRegister (3 replicas in one process on a
+// 2-core machine, fsync on, 64 writers) measured about 10,000–12,000 ops/s
+// batched against about 2,000 with one command per entry, when the machine
+// was otherwise quiet; both fall by several times when other processes
+// compete for the two cores. Temporary Dragonboat errors (no
 // leader yet, busy, a timed-out attempt) are retried within
 // Config.ProposeTimeout, after which the call fails with ErrNoLeader. Each
 // entry carries a unique ID (a random per-start nonce and a sequence
