@@ -92,13 +92,17 @@ func BenchmarkTCPParallel(b *testing.B) {
 }
 
 // BenchmarkTCPSend measures one-way throughput: b.N 128-byte messages sent
-// and handled.
+// and handled, at most 4096 outstanding (the receiver drops one-way
+// messages beyond MaxInflight+MaxQueued, so an unbounded burst would lose
+// some).
 func BenchmarkTCPSend(b *testing.B) {
 	from, to := benchPair(b)
+	window := make(chan struct{}, 4096)
 	var got atomic.Int64
 	done := make(chan struct{})
 	target := int64(b.N)
 	to.Handle(1, func(context.Context, string, []byte) ([]byte, error) {
+		<-window
 		if got.Add(1) == target {
 			close(done)
 		}
@@ -114,6 +118,7 @@ func BenchmarkTCPSend(b *testing.B) {
 	b.ResetTimer()
 	start := time.Now()
 	for range b.N {
+		window <- struct{}{}
 		if err := from.Send(ctx, "b", 1, body); err != nil {
 			b.Fatal(err)
 		}

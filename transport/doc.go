@@ -151,8 +151,10 @@
 //
 // Load. Each connection runs at most MaxInflight handlers at once; further
 // messages wait in arrival order in a queue of MaxQueued. Beyond that a
-// request is answered with ErrBusy and a one-way message is dropped and
-// logged. Senders block (up to their context) when a connection's write
+// request is answered with ErrBusy and a one-way message is dropped; both
+// are counted (TCPStats.Shed) and logged with exponential spacing (1st,
+// 2nd, 4th, ...). A sender that needs every one-way message handled must
+// bound what it has outstanding, or use requests. Senders block (up to their context) when a connection's write
 // queue of WriteQueue frames is full.
 //
 // Time. Backoff runs on the injected clock. Socket and handler deadlines

@@ -40,7 +40,7 @@ type TCP struct {
 	handshakes chan struct{} // one token per inbound handshake in progress
 
 	stats struct {
-		dials, dialFailures, refused           atomic.Uint64
+		dials, dialFailures, refused, shed     atomic.Uint64
 		framesIn, framesOut, bytesIn, bytesOut atomic.Uint64
 	}
 
@@ -761,6 +761,7 @@ type TCPStats struct {
 	Dials        uint64 // outbound connection attempts
 	DialFailures uint64 // attempts that failed (connect, TLS or handshake)
 	Refused      uint64 // inbound connections refused in the handshake
+	Shed         uint64 // inbound messages refused (ErrBusy) or dropped (one-way) because the handler queue was full
 	FramesIn     uint64 // frames received after handshakes
 	FramesOut    uint64 // frames sent after handshakes
 	BytesIn      uint64 // their bytes, framing included
@@ -777,6 +778,7 @@ func (t *TCP) Stats() TCPStats {
 		Dials:        t.stats.dials.Load(),
 		DialFailures: t.stats.dialFailures.Load(),
 		Refused:      t.stats.refused.Load(),
+		Shed:         t.stats.shed.Load(),
 		FramesIn:     t.stats.framesIn.Load(),
 		FramesOut:    t.stats.framesOut.Load(),
 		BytesIn:      t.stats.bytesIn.Load(),

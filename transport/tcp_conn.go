@@ -331,10 +331,13 @@ func (c *conn) handle(h header, body []byte) {
 			c.mu.Unlock()
 		default:
 			c.mu.Unlock()
+			n := c.t.stats.shed.Add(1)
+			if n&(n-1) == 0 { // log the 1st, 2nd, 4th, 8th... to bound the noise of an overload
+				c.t.log.Warn("handler queue full: refusing requests with ErrBusy and dropping one-way messages",
+					"peer", c.peer, "kind", h.kind, "shed_total", n)
+			}
 			if h.flags == flagRequest {
 				c.respondErr(h.id, codeBusy, fmt.Sprintf("%d handlers running and %d messages queued", c.t.cfg.MaxInflight, c.t.cfg.MaxQueued))
-			} else {
-				c.t.log.Warn("dropping one-way message: handler queue full", "peer", c.peer, "kind", h.kind)
 			}
 		}
 	case flagResponse, flagResponse | flagError:

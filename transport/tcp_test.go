@@ -499,6 +499,10 @@ func TestTCPBusy(t *testing.T) {
 	if _, err := a.Request(ctx, "b", 1, nil); !errors.Is(err, ErrBusy) {
 		t.Fatalf("sixth request: %v, want ErrBusy", err)
 	}
+	if err := a.Send(ctx, "b", 1, nil); err != nil { // dropped by b
+		t.Fatal(err)
+	}
+	eventually(t, "two messages shed", func() bool { return bt.Stats().Shed == 2 })
 	close(release)
 	wg.Wait()
 	if _, err := a.Request(ctx, "b", 1, nil); err != nil {
