@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/muster-io/muster/model"
 )
@@ -117,5 +119,36 @@ func TestNodeLifecycleAndValidation(t *testing.T) {
 	}
 	if err := n.Start(ctx); !errors.Is(err, ErrClosed) {
 		t.Fatal(err)
+	}
+}
+
+// Close while many proposals are in flight: every call returns (applied,
+// or ErrClosed), nothing hangs, no goroutine is left behind (TestMain).
+func TestCloseWithProposalsInFlight(t *testing.T) {
+	c := newCluster(t, 1, nil)
+	n := c.any()
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for w := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				_, err := n.Propose(context.Background(), Command{Op: OpPutInstance, Instance: persistent("close", "10.0.0.11", w*1000+i+1)})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	eventually(t, 10*time.Second, "some writes", func() bool { return n.Info().Applied > 20 })
+	c.stop(1)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("in-flight proposal: %v", err)
+		}
 	}
 }
