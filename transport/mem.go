@@ -642,9 +642,13 @@ func (t *MemTransport) schedule(clock clockwork.Clock, d time.Duration, m *memMs
 		t.mu.Lock()
 		_, ok := t.timers[m]
 		delete(t.timers, m)
+		closed := t.closed
 		t.mu.Unlock()
-		if ok {
+		switch {
+		case ok:
 			_ = t.net.deliver(m) // failures reach the caller through m
+		case closed: // fired while Close ran, too late for Stop
+			m.fail(fmt.Errorf("%w: %s closed", ErrUnreachable, t.id))
 		}
 	})
 }
