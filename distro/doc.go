@@ -96,7 +96,7 @@
 // that peers hold at a higher version (or as an orphan marker), the verify answer shows it the
 // higher version and it moves its record past it. The same rule settles beat keys written on
 // both sides of a partition: a peer reports to a key's HRW owner whatever version it holds of
-// that key, whoever wrote it, and the owner moves past it; a node receiving a beat record of a key
+// that key, whoever wrote it, and the owner moves past it; a node holding a beat record of a key
 // HRW assigns to it, written by another node, adopts it. When an owner tells a peer to drop a
 // record it no longer holds, only live copies go: tombstones and orphan markers stay their TTL,
 // since they are what refuses stale copies and what shows an owner that lost its state which
@@ -122,9 +122,11 @@
 //   - Delete of a key this node holds no live record of fails with ErrNotFound.
 //   - A session Put on a key held live by another live member fails with ErrNotOwner; after
 //     that member left, the key may be taken over.
-//   - Adoption happens on membership changes, after the load, and whenever a beat record of a
-//     key HRW assigns to this node arrives from another writer; a concurrent double adoption
-//     under split views is settled by the version order (revision, then owner ID).
+//   - Adoption happens on membership changes, after the load, when a beat record arrives from
+//     an owner that is not a member, and in a scan at each verify tick (O(records), a few
+//     milliseconds for 100,000) for beat records that a live node wrote while it thought it owned
+//     the key; a double adoption under split views is settled by the version order (revision,
+//     then owner ID), at most once per verify period while views disagree.
 //   - Records' payloads are shared, never copied: callers must not modify them.
 //   - A single bucket is never split across snapshot pages: with the default 1024 buckets and
 //     small payloads a page stays far below the 4 MiB transport frame.

@@ -395,10 +395,11 @@ func (r *Replicator) offerLocked(rec Record, now time.Time) bool {
 				r.leftAt[rec.Owner] = now
 			}
 		}
-		// A beat record whose HRW owner is this node, written by another (its owner left, or
-		// wrote it while views differed, or before it saw this node join): take it over, or
-		// nobody would run its lease.
-		if r.ready && rec.Kind == KindBeat && !rec.Deleted {
+		// A beat record whose HRW owner is this node, written by a node that left: take it over
+		// at once. (One written by a live node that still thinks it owns the key is taken over
+		// by the scan of the next verify tick: views that disagree for a moment, as when a join
+		// is not yet known everywhere, do not bounce the key at network speed.)
+		if _, alive := r.memberSet[rec.Owner]; !alive && r.ready && rec.Kind == KindBeat && !rec.Deleted {
 			r.adoptScanKeyLocked(rec.Key)
 		}
 	}
@@ -537,6 +538,11 @@ func (r *Replicator) run() {
 				}
 			}
 			r.tab.expire(now.Add(-r.cfg.TombstoneTTL))
+			if r.ready {
+				// Beat records of keys HRW assigns here but written by another live node (on the
+				// other side of a partition, or before it saw this node join).
+				r.adoptScanLocked()
+			}
 		}
 		wake := r.nextVerify
 		if r.ready {
