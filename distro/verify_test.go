@@ -95,3 +95,35 @@ func TestTwoNodesRestartTogether(t *testing.T) {
 	})
 	c.checkInvariants()
 }
+
+// Both sides of a partition write the same beat key (each thinks it owns it). After the heal the
+// HRW owner ends up owning the newest state everywhere, whichever side wrote the higher revision.
+func TestPartitionEraBeatWrites(t *testing.T) {
+	c := newCluster(t, nil, "a", "b")
+	both := []string{"a", "b"}
+	for i, bWins := range []bool{false, true} {
+		k := beatKeyOwnedBy(both, "a", 90+i)
+		c.nodes["a"].r.Put(KindBeat, k, []byte("v1"))
+		c.eventually(time.Second, "replicated", c.converged)
+		c.net.Isolate("a")
+		c.nodes["a"].mem.Set()
+		c.nodes["b"].mem.Set()
+		c.eventually(time.Second, "b adopted "+k, func() bool { r, _ := c.nodes["b"].r.Get(k); return r.Owner == "b" })
+		writer, other := "a", "b"
+		if bWins {
+			writer, other = "b", "a"
+		}
+		for j := 0; j < 3; j++ { // the winning side writes more
+			c.nodes[writer].store.noteOwn(c.nodes[writer].r.Put(KindBeat, k, []byte("from "+writer)))
+		}
+		c.nodes[other].store.noteOwn(c.nodes[other].r.Put(KindBeat, k, []byte("from "+other)))
+		c.net.Heal()
+		c.setMembers(both...)
+		c.eventually(3*time.Second, "converged with a owning "+k+"\n"+c.describe(), func() bool {
+			ra, _ := c.nodes["a"].r.Get(k)
+			rb, _ := c.nodes["b"].r.Get(k)
+			return ra.Owner == "a" && ra.sameVersion(rb) && c.converged()
+		})
+	}
+	c.checkInvariants()
+}
