@@ -68,7 +68,9 @@ type TCPConfig struct {
 	// deadlines come from contexts and use real time.
 	Clock clockwork.Clock
 	// Rand draws backoff jitter; nil means a source seeded from
-	// crypto/rand. Handshake nonces always come from crypto/rand.
+	// crypto/rand. The transport takes it over (it is not safe for
+	// concurrent use): do not share it. Handshake nonces always come from
+	// crypto/rand.
 	Rand *rand.Rand
 }
 
