@@ -134,11 +134,12 @@ func (r *Replicator) Start(ctx context.Context) error {
 	t.Handle(kindRepair, r.handleRepair)
 	t.Handle(kindSnapshot, r.handleSnapshot)
 
-	r.onMembers(r.cfg.Membership.Members())
+	// Subscribe first, then read the list: no change can fall between the two.
 	unsub := r.cfg.Membership.Subscribe(r.onMembers)
 	r.mu.Lock()
 	r.unsub = unsub
 	r.mu.Unlock()
+	r.onMembers(r.cfg.Membership.Members())
 
 	r.goFunc(r.run)
 	r.goFunc(r.load)
