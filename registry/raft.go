@@ -97,10 +97,7 @@ func (s *raftStore) prepare(cmd *command) (raftstore.Command, error) {
 	return rc, nil
 }
 
-func (s *raftStore) leader() bool {
-	id, ok := s.node.Leader()
-	return ok && id == s.node.Info().ReplicaID
-}
+func (s *raftStore) leader() bool { return s.node.IsLeader() }
 
 func (s *raftStore) Close() error { return s.node.Close() }
 
