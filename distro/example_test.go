@@ -105,3 +105,46 @@ func ExampleReplicator_Owner() {
 	// 10.0.0.2:8080 owner n3 put: distro: not the owner: "10.0.0.2:8080" is owned by n3
 	// 10.0.0.3:8080 owner n1 put: <nil>
 }
+
+// Wiring one node of a real cluster: a TCP transport whose Resolve asks memberlist for the
+// peers' transport addresses, memberlist carrying this node's, and the replicator on both.
+// (Not run: it binds real ports.)
+func ExampleNewMemberlist() {
+	ctx := context.Background()
+	var ml *distro.Memberlist
+	tc := transport.DefaultTCPConfig()
+	tc.NodeID, tc.ListenAddr = "node-1", "127.0.0.1:0"
+	tc.Resolve = func(id string) (string, error) { return ml.Addr(id) }
+	tcp, err := transport.NewTCP(tc)
+	if err != nil {
+		panic(err)
+	}
+	if err := tcp.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer tcp.Close()
+
+	mc := distro.DefaultMemberlistConfig()
+	mc.NodeID, mc.BindAddr, mc.BindPort = "node-1", "127.0.0.1", 7946
+	mc.TransportAddr = tcp.Addr()                           // published in the node meta
+	mc.Seeds = []string{"127.0.0.1:7947", "127.0.0.1:7948"} // other nodes' gossip addresses
+	ml, err = distro.NewMemberlist(mc)
+	if err != nil {
+		panic(err)
+	}
+	if err := ml.Start(ctx); err != nil { // joins the seeds it can reach
+		panic(err)
+	}
+	defer ml.Close() // leave, then shut down
+
+	cfg := distro.DefaultConfig()
+	cfg.NodeID, cfg.Transport, cfg.Membership = "node-1", tcp, ml
+	cfg.Store = &mapStore{recs: map[string]distro.Record{}, applied: make(chan distro.Record, 1024)}
+	r, err := distro.New(cfg)
+	if err != nil {
+		panic(err)
+	}
+	defer r.Close()
+	r.Start(ctx)
+	r.WaitReady(ctx)
+}
