@@ -82,8 +82,8 @@
 //
 // HRW moves only what it must: when a member joins a cluster of N, about 1/(N+1) of the beat
 // keys move, all to it; when one leaves, only its ~1/N of the keys move, spread over the others
-// (tested with 20,000 keys: 16–17 % on a sixth node's join, 20 % on a fifth's leave). Nacos's
-// modulo hash moves nearly every key.
+// (tested with 20,000 keys over 5 members: 17.0 % moved on a sixth member's join, 20.2 % on one
+// member's leave). Nacos's modulo hash moves nearly every key.
 //
 // # Version rules for nodes that come back
 //
