@@ -75,6 +75,10 @@ type Config struct {
 	// ForwardBackoff (default 20 ms) doubling between attempts.
 	ForwardAttempts int
 	ForwardBackoff  time.Duration
+	// ForwardTimeout bounds each forwarded request in real time (default
+	// 3 s): an owner that stopped answering fails the call with
+	// ErrUnavailable rather than holding it.
+	ForwardTimeout time.Duration
 }
 
 // DefaultConfig returns the defaults: Nacos's timings, the real clock, no
@@ -89,6 +93,7 @@ func DefaultConfig() Config {
 		HealthChecks:    &hc,
 		ForwardAttempts: 5,
 		ForwardBackoff:  20 * time.Millisecond,
+		ForwardTimeout:  3 * time.Second,
 	}
 }
 
@@ -118,6 +123,9 @@ func (c *Config) Validate() error {
 		}
 		if c.ForwardBackoff <= 0 {
 			errs = append(errs, fmt.Errorf("ForwardBackoff must be positive (got %v)", c.ForwardBackoff))
+		}
+		if c.ForwardTimeout <= 0 {
+			errs = append(errs, fmt.Errorf("ForwardTimeout must be positive (got %v)", c.ForwardTimeout))
 		}
 	}
 	if c.Limits.MaxMetadataSize < 0 {
