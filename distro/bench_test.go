@@ -136,18 +136,19 @@ func BenchmarkReplicationLatency(b *testing.B) {
 	b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
 }
 
-// fill installs n records, owned round-robin by owners, in sync on every node (as after
-// replication), without going through the network.
+// fill installs n records in sync on every node (as after replication), without going through
+// the network: half sessions owned round-robin by owners, half beats owned by their HRW owner.
 func fill(nodes []*Replicator, owners []string, n int, payload []byte) {
 	now := nodes[0].clk.Now()
 	for _, r := range nodes {
 		r.mu.Lock()
 		for i := 0; i < n; i++ {
-			kind := KindSession
+			key := fmt.Sprintf("10.%d.%d.%d:8080", i>>16, (i>>8)&255, i&255)
+			kind, owner := KindSession, owners[i%len(owners)]
 			if i%2 == 0 {
-				kind = KindBeat
+				kind, owner = KindBeat, hrwOwner(owners, key)
 			}
-			rec := Record{Key: fmt.Sprintf("10.%d.%d.%d:8080", i>>16, (i>>8)&255, i&255), Kind: kind, Owner: owners[i%len(owners)], Revision: uint64(1 + i%7), Payload: payload}
+			rec := Record{Key: key, Kind: kind, Owner: owner, Revision: uint64(1 + i%7), Payload: payload}
 			r.tab.install(rec, now)
 			r.tab.get(rec.Key).local = rec.Owner == r.self // as if this incarnation wrote its own
 		}

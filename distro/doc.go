@@ -122,11 +122,12 @@
 //   - Delete of a key this node holds no live record of fails with ErrNotFound.
 //   - A session Put on a key held live by another live member fails with ErrNotOwner; after
 //     that member left, the key may be taken over.
-//   - Adoption happens on membership changes, after the load, when a beat record arrives from
-//     an owner that is not a member, and in a scan at each verify tick (O(records), a few
-//     milliseconds for 100,000) for beat records that a live node wrote while it thought it owned
-//     the key; a double adoption under split views is settled by the version order (revision,
-//     then owner ID), at most once per verify period while views disagree.
+//   - Adoption happens on membership changes and after the load (a scan of all records), when
+//     a beat record arrives from an owner that is not a member (at once), and at the next verify
+//     tick for a beat record of a key HRW assigns here that a live node wrote while it thought it
+//     owned the key (those keys are noted on receipt, so the tick stays O(buckets)); a double
+//     adoption under split views is settled by the version order (revision, then owner ID), at
+//     most once per verify period while views disagree.
 //   - Records' payloads are shared, never copied: callers must not modify them.
 //   - A single bucket is never split across snapshot pages: with the default 1024 buckets and
 //     small payloads a page stays far below the 4 MiB transport frame.

@@ -68,7 +68,7 @@ func (s *testStore) Apply(rec Record) {
 		forgotten = true // the tombstone expired: the key may start a new life at revision 1
 	}
 	if rec.Deleted {
-		s.deletedAt[rec.Key] = s.now()
+		s.deletedAt[rec.Key] = s.installedAt(rec)
 	} else {
 		delete(s.deletedAt, rec.Key)
 	}
@@ -109,6 +109,19 @@ func (s *testStore) noteOwn(rec Record, err error) {
 		delete(s.deletedAt, rec.Key)
 	}
 	delete(s.recs, rec.Key)
+}
+
+// installedAt is when the replicator installed rec (its TTL runs from then, and the fake clock may
+// have jumped before the delivery), or now.
+func (s *testStore) installedAt(rec Record) time.Time {
+	if r := s.r.Load(); r != nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if e := r.tab.get(rec.Key); e != nil && e.rec.sameVersion(rec) {
+			return e.recvAt
+		}
+	}
+	return s.now()
 }
 
 func (s *testStore) now() time.Time {

@@ -44,6 +44,7 @@ type Replicator struct {
 	leftAt     map[string]time.Time
 	renewedAt  map[string]time.Time // last verify received from each owner
 	verifying  map[string]bool      // peers with a verify round in flight
+	adoptLater map[string]struct{}  // beat keys HRW assigns here, received from a live non-owner
 	nextVerify time.Time
 	started    bool
 	closed     bool
@@ -102,6 +103,7 @@ func New(cfg Config) (*Replicator, error) {
 	r.leftAt = map[string]time.Time{}
 	r.renewedAt = map[string]time.Time{}
 	r.verifying = map[string]bool{}
+	r.adoptLater = map[string]struct{}{}
 	r.readyCh = make(chan struct{})
 	r.kick = make(chan struct{}, 1)
 	return r, nil
@@ -400,8 +402,12 @@ func (r *Replicator) offerLocked(rec Record, now time.Time) bool {
 		// at once. (One written by a live node that still thinks it owns the key is taken over
 		// by the scan of the next verify tick: views that disagree for a moment, as when a join
 		// is not yet known everywhere, do not bounce the key at network speed.)
-		if _, alive := r.memberSet[rec.Owner]; !alive && r.ready && rec.Kind == KindBeat && !rec.Deleted {
-			r.adoptScanKeyLocked(rec.Key)
+		if r.ready && rec.Kind == KindBeat && !rec.Deleted {
+			if _, alive := r.memberSet[rec.Owner]; !alive {
+				r.adoptScanKeyLocked(rec.Key)
+			} else if hrwOwner(r.members, rec.Key) == r.self {
+				r.adoptLater[rec.Key] = struct{}{}
+			}
 		}
 	}
 	return true
@@ -539,11 +545,12 @@ func (r *Replicator) run() {
 				}
 			}
 			r.tab.expire(now.Add(-r.cfg.TombstoneTTL))
-			if r.ready {
-				// Beat records of keys HRW assigns here but written by another live node (on the
-				// other side of a partition, or before it saw this node join).
-				r.adoptScanLocked()
+			// Beat records of keys HRW assigns here but written by another live node (on the
+			// other side of a partition, or before it saw this node join): O(such records).
+			for k := range r.adoptLater {
+				r.adoptScanKeyLocked(k)
 			}
+			clear(r.adoptLater)
 		}
 		wake := r.nextVerify
 		if r.ready {
