@@ -199,7 +199,14 @@ func (r *Registry) forwarded(ctx context.Context, req *fwdRequest) (time.Duratio
 	}
 	switch req.Op {
 	case fwdRegister:
-		return 0, r.registerEphemeral(ctx, req.Inst)
+		inst := req.Inst.WithDefaults()
+		if !inst.Ephemeral {
+			return 0, &model.ValidationError{Field: "instance.ephemeral", Rule: "must be true for a beat instance"}
+		}
+		if err := inst.Validate(r.cfg.Limits); err != nil {
+			return 0, err
+		}
+		return 0, r.registerEphemeral(ctx, inst)
 	case fwdHeartbeat:
 		return r.heartbeatLocal(ctx, req.Key)
 	case fwdHeartbeatInstance:

@@ -184,16 +184,10 @@ func (r *Registry) Register(ctx context.Context, inst model.Instance) error {
 	return r.registerEphemeral(ctx, inst)
 }
 
-// registerEphemeral registers a beat instance this node owns.
+// registerEphemeral registers a beat instance this node owns. inst is
+// valid, ephemeral and has its defaults.
 func (r *Registry) registerEphemeral(ctx context.Context, inst model.Instance) error {
 	if err := ctx.Err(); err != nil {
-		return err
-	}
-	inst = inst.WithDefaults()
-	if !inst.Ephemeral {
-		return &model.ValidationError{Field: "instance.ephemeral", Rule: "must be true for a beat instance"}
-	}
-	if err := inst.Validate(r.cfg.Limits); err != nil {
 		return err
 	}
 	r.mu.Lock()
