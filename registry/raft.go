@@ -21,6 +21,17 @@ import (
 // go on from the local copy.
 var ErrNoLeader = raftstore.ErrNoLeader
 
+// RaftNode returns the registry's Raft replica, or nil when persistent data
+// is not in Raft. Use it for cluster operations (AddReplica, RemoveReplica,
+// Info, Leader); writing through it bypasses the registry's checks of
+// ephemeral data, though every node's index still follows what it applies.
+func (r *Registry) RaftNode() *raftstore.Node {
+	if rs, ok := r.store.(*raftStore); ok {
+		return rs.node
+	}
+	return nil
+}
+
 // raftStore is the replicated store.
 type raftStore struct {
 	r    *Registry

@@ -164,3 +164,20 @@ func TestRaftNoQuorum(t *testing.T) {
 	c.Restart(1)
 	c.AwaitReady()
 }
+
+// The Raft replica is reachable for cluster operations, and reports the
+// same leader on every node.
+func TestRaftNodeInfo(t *testing.T) {
+	c := raftCluster(t)
+	var leaders []uint64
+	for _, n := range c.Nodes() {
+		info := n.RaftNode().Info()
+		if !info.HasLeader || len(info.Members) != 3 {
+			t.Fatalf("%s: %+v", n.ID, info)
+		}
+		leaders = append(leaders, info.LeaderID)
+	}
+	if leaders[0] != leaders[1] || leaders[1] != leaders[2] {
+		t.Fatalf("nodes disagree on the leader: %v", leaders)
+	}
+}
