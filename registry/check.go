@@ -56,7 +56,7 @@ func (r *Registry) CheckConsistency() error {
 				if pi.inst.cluster != cur.cluster || pi.inst.ip != cur.ip || pi.inst.port != cur.port {
 					bad("%s: slot %s holds a publication of another key", key, sl.key())
 				}
-				if j > 0 && strings.Compare(sl.pubs[j-1].pub.key(), pi.pub.key()) >= 0 {
+				if j > 0 && strings.Compare(sl.pubs[j-1].pub.peekKey(), pi.pub.peekKey()) >= 0 {
 					bad("%s: publishers of %s out of order", key, sl.key())
 				}
 				if pi.pub.kind == pubBeat && !pi.pub.remote {
@@ -73,17 +73,17 @@ func (r *Registry) CheckConsistency() error {
 	}
 	check := func(p *publisher) {
 		if p.closed {
-			bad("closed publisher %s still indexed", p.key())
+			bad("closed publisher %s still indexed", p.peekKey())
 		}
 		if len(p.insts) == 0 && p.kind == pubBeat {
-			bad("beat publisher %s has no instances", p.key())
+			bad("beat publisher %s has no instances", p.peekKey())
 		}
 		for _, pi := range p.insts {
 			if pi.pub != p {
-				bad("publisher %s lists another's publication", p.key())
+				bad("publisher %s lists another's publication", p.peekKey())
 			}
 			if !pubsSeen[pi] {
-				bad("publisher %s lists a publication missing from the index", p.key())
+				bad("publisher %s lists a publication missing from the index", p.peekKey())
 			}
 			delete(pubsSeen, pi)
 		}
@@ -99,7 +99,7 @@ func (r *Registry) CheckConsistency() error {
 				}
 			}
 			if p.remote {
-				bad("remote publisher %s indexed as a beat publisher of this node", p.key())
+				bad("remote publisher %s indexed as a beat publisher of this node", p.peekKey())
 			}
 			check(p)
 		}
@@ -116,7 +116,7 @@ func (r *Registry) CheckConsistency() error {
 	}
 	for key, p := range r.remote {
 		if !p.remote || recordKey(p) != key {
-			bad("remote publisher %s indexed under %s", p.key(), key)
+			bad("remote publisher %s indexed under %s", p.peekKey(), key)
 		}
 		if len(p.insts) == 0 {
 			bad("remote publisher %s has no instances", key)
@@ -124,7 +124,7 @@ func (r *Registry) CheckConsistency() error {
 		check(p)
 	}
 	for pi := range pubsSeen {
-		bad("publication of %s by %s is in the index but not in its publisher", pi.slot.key(), pi.pub.key())
+		bad("publication of %s by %s is in the index but not in its publisher", pi.slot.key(), pi.pub.peekKey())
 	}
 	if n := r.beatLeases.Len(); n != beatInsts {
 		bad("%d beat leases for %d beat instances", n, beatInsts)

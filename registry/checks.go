@@ -48,7 +48,7 @@ func (r *Registry) syncTarget(s *service, sl *slot) {
 	key := sl.key()
 	def := s.definition()
 	hc := def.Cluster(key.Cluster).HealthCheck
-	if hc.EffectiveType() == model.CheckNone || !r.ownsKey(beatRecordKey(key.IP, key.Port)) {
+	if hc.EffectiveType() == model.CheckNone || !r.probes(key) {
 		r.checks.Remove(key)
 		return
 	}
@@ -63,6 +63,35 @@ func (r *Registry) syncTargets(s *service) {
 	}
 	for _, sl := range s.slots {
 		r.syncTarget(s, sl)
+	}
+}
+
+// probes reports whether this node runs the checks of key: the owner of its
+// ip:port in a cluster; the Raft leader when persistent data is in Raft but
+// nothing tells the nodes apart (no Distro); this node when standalone.
+func (r *Registry) probes(key model.InstanceKey) bool {
+	if r.dist != nil {
+		return r.ownsKey(beatRecordKey(key.IP, key.Port))
+	}
+	if rs, ok := r.store.(*raftStore); ok {
+		return rs.leader()
+	}
+	return true
+}
+
+// checksLeaderChanged hands the checks over when the Raft leader changes,
+// for a Raft store without Distro (see probes). The housekeeper calls it
+// at least every SweepInterval.
+func (r *Registry) checksLeaderChanged() {
+	rs, ok := r.store.(*raftStore)
+	if !ok || r.dist != nil || r.checks == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if l := rs.leader(); l != r.wasLeader {
+		r.wasLeader = l
+		r.checksMembersChanged()
 	}
 }
 
@@ -140,6 +169,9 @@ func (r *Registry) writeHealth(ctx context.Context) (wait time.Duration, queued 
 	hw.mu.Unlock()
 	failed := false
 	for key, healthy := range batch {
+		if st, ok := r.checks.Status(key); !ok || !st.Probed {
+			continue // no longer checked here: the node that checks it now decides
+		}
 		if failed { // the store is down: keep the rest for the retry
 			hw.requeue(key, healthy)
 			continue

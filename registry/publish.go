@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -69,8 +70,17 @@ func (r *Registry) removeBeatPub(ip string, p *publisher) {
 // and a million of them would hold a million strings.
 func (p *publisher) key() string {
 	if p.id == "" && p.kind == pubBeat && len(p.insts) > 0 {
+		p.id = p.peekKey()
+	}
+	return p.id
+}
+
+// peekKey is key without caching it, for readers that hold mu only for
+// reading.
+func (p *publisher) peekKey() string {
+	if p.id == "" && p.kind == pubBeat && len(p.insts) > 0 {
 		i := p.insts[0].inst
-		p.id = model.Endpoint(i.ip, int(i.port))
+		return model.Endpoint(i.ip, int(i.port))
 	}
 	return p.id
 }
@@ -184,10 +194,24 @@ func (r *Registry) Register(ctx context.Context, inst model.Instance) error {
 	return r.registerEphemeral(ctx, inst)
 }
 
+// checkBeatWrite reports whether this node takes beat writes: in cluster
+// mode, only once it has loaded its peers' records. Before that it may not
+// know the publisher of an ip:port it owns (its previous run's record, held
+// by the peers), and a write would give it a second, conflicting history.
+func (r *Registry) checkBeatWrite() error {
+	if r.dist != nil && !r.dist.Ready() {
+		return fmt.Errorf("%w: loading the cluster's records", ErrNotReady)
+	}
+	return nil
+}
+
 // registerEphemeral registers a beat instance this node owns. inst is
 // valid, ephemeral and has its defaults.
 func (r *Registry) registerEphemeral(ctx context.Context, inst model.Instance) error {
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := r.checkBeatWrite(); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -254,6 +278,9 @@ func (r *Registry) Heartbeat(ctx context.Context, key model.InstanceKey) (time.D
 
 // heartbeatLocal is Heartbeat on the owner.
 func (r *Registry) heartbeatLocal(ctx context.Context, key model.InstanceKey) (time.Duration, error) {
+	if err := r.checkBeatWrite(); err != nil {
+		return 0, err
+	}
 	svc := key.Service.WithDefaults()
 	cluster := key.Cluster
 	if cluster == "" {
@@ -265,6 +292,14 @@ func (r *Registry) heartbeatLocal(ctx context.Context, key model.InstanceKey) (t
 		return 0, err
 	}
 	pi := r.beatPubInst(key.IP, key.Port, cluster, svc)
+	if pi == nil && r.dist != nil {
+		// A copy of another node's publisher that this node owns now, its
+		// adoption still on the way: take it over here.
+		if rp := r.remote[beatRecordKey(key.IP, key.Port)]; rp != nil {
+			r.promote(rp, r.now())
+			pi = r.beatPubInst(key.IP, key.Port, cluster, svc)
+		}
+	}
 	if pi == nil {
 		return 0, fmt.Errorf("%w: beat instance %s", ErrNotFound, key.WithDefaults())
 	}
@@ -287,6 +322,9 @@ func (r *Registry) HeartbeatInstance(ctx context.Context, inst model.Instance) (
 
 // heartbeatInstanceLocal is HeartbeatInstance on the owner.
 func (r *Registry) heartbeatInstanceLocal(ctx context.Context, inst model.Instance) (time.Duration, error) {
+	if err := r.checkBeatWrite(); err != nil {
+		return 0, err
+	}
 	inst = inst.WithDefaults()
 	r.mu.Lock()
 	if err := r.checkWrite(); err != nil {
@@ -365,11 +403,27 @@ func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) error 
 	ephemeral := s != nil && s.ephemeral
 	r.mu.RUnlock()
 	if s == nil {
-		return nil
+		// Unknown here. Standalone, there is nothing to do; in a cluster this
+		// node may lag (a sync on its way, a load under way), so the removal
+		// goes where the instance would be: the Raft store, and the owner of
+		// its ip:port. Both are idempotent.
+		var errs []error
+		if _, replicated := r.store.(*raftStore); replicated {
+			errs = append(errs, r.store.Apply(ctx, &command{op: opDeleteInstance, key: key}))
+		}
+		if r.dist != nil {
+			errs = append(errs, r.deregisterBeat(ctx, key))
+		}
+		return errors.Join(errs...)
 	}
 	if !ephemeral {
 		return r.store.Apply(ctx, &command{op: opDeleteInstance, key: key})
 	}
+	return r.deregisterBeat(ctx, key)
+}
+
+// deregisterBeat removes a beat instance through its owner.
+func (r *Registry) deregisterBeat(ctx context.Context, key model.InstanceKey) error {
 	if r.dist != nil {
 		if _, local, err := r.forward(ctx, key.IP, key.Port, &fwdRequest{Op: fwdDeregister, Key: key}); !local {
 			return err
@@ -381,6 +435,9 @@ func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) error 
 // deregisterEphemeral removes a beat instance this node owns.
 func (r *Registry) deregisterEphemeral(ctx context.Context, key model.InstanceKey) error {
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := r.checkBeatWrite(); err != nil {
 		return err
 	}
 	key = key.WithDefaults()

@@ -32,6 +32,10 @@ func (r *Registry) RaftNode() *raftstore.Node {
 	return nil
 }
 
+// errNotLeader: a clean-up that only the Raft leader proposes was asked of
+// another node; it counts down again.
+var errNotLeader = errors.New("registry: not the raft leader")
+
 // raftStore is the replicated store.
 type raftStore struct {
 	r    *Registry
@@ -43,6 +47,13 @@ func (s *raftStore) Apply(ctx context.Context, cmd *command) error {
 		return err
 	}
 	rc, err := s.prepare(cmd)
+	if errors.Is(err, ErrNotFound) || err == errSkip && cmd.op == opRemovePatch && !cmd.expiry {
+		// This node's index may lag the log: check again once it has
+		// applied everything committed so far.
+		if berr := s.node.Barrier(ctx); berr == nil {
+			rc, err = s.prepare(cmd)
+		}
+	}
 	if err != nil {
 		if err == errSkip {
 			return nil
@@ -98,7 +109,7 @@ func (s *raftStore) prepare(cmd *command) (raftstore.Command, error) {
 	case opRemovePatch:
 		rc.Op, rc.Key = raftstore.OpRemovePatch, cmd.key
 		if cmd.expiry && !s.leader() {
-			return rc, errSkip // every node counts down; the leader proposes
+			return rc, errNotLeader // every node counts down; the leader proposes
 		}
 	case opSetHealth:
 		rc.Op, rc.Key = raftstore.OpSetHealth, cmd.key

@@ -43,8 +43,9 @@ type Registry struct {
 	serving atomic.Bool // queries are answered (ready, or ServeBeforeReady)
 
 	// Active health checks (nil when disabled); see checks.go.
-	checks *health.Scheduler
-	hw     healthWrites
+	checks    *health.Scheduler
+	hw        healthWrites
+	wasLeader bool // the Raft leadership last seen by checksLeaderChanged; guarded by mu
 
 	randMu sync.Mutex
 	rand   *rand.Rand
@@ -421,10 +422,19 @@ func (r *Registry) housekeep() {
 	// Dropping patches goes through the store, outside the lock.
 	for _, key := range orphans {
 		err := r.store.Apply(context.Background(), &command{op: opRemovePatch, key: key, expiry: true})
-		if err != nil && !errors.Is(err, ErrClosed) {
-			r.log.Warn("dropping an orphaned patch failed", "instance", key.String(), "err", err)
+		if err == nil || errors.Is(err, ErrClosed) {
+			continue
 		}
+		if !errors.Is(err, errNotLeader) {
+			r.log.Warn("dropping an orphaned patch failed; counting down again", "instance", key.String(), "err", err)
+		}
+		r.mu.Lock()
+		if _, sl := r.lookup(key); sl == nil && r.patches[key] != nil {
+			r.startPatchCountdown(key)
+		}
+		r.mu.Unlock()
 	}
+	r.checksLeaderChanged()
 	r.rearm()
 }
 

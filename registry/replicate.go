@@ -174,16 +174,7 @@ func (r *Registry) installRemote(rec distro.Record, insts []model.Instance) *pub
 func (r *Registry) applyOwnBeat(rec distro.Record, local *publisher, insts []model.Instance) {
 	now := r.now()
 	if local != nil {
-		for i := range insts {
-			if r.beatPubInst(insts[i].IP, insts[i].Port, insts[i].Cluster, insts[i].Service) != nil {
-				continue
-			}
-			if _, err := r.publish(local, insts[i]); err != nil {
-				r.log.Warn("a replicated instance conflicts with this node's index", "instance", insts[i].Key().String(), "err", err)
-			}
-		}
-		r.leaseUnleased(local, now)
-		r.pubChanged(local)
+		r.mergeIntoLocal(local, insts, now)
 		return
 	}
 	if p := r.installRemote(rec, insts); p != nil {
@@ -191,14 +182,24 @@ func (r *Registry) applyOwnBeat(rec distro.Record, local *publisher, insts []mod
 	}
 }
 
-// leaseUnleased gives a lease from now to every publication of local beat
-// publisher p that has none. The caller holds mu.
-func (r *Registry) leaseUnleased(p *publisher, now time.Time) {
-	for _, pi := range p.insts {
-		if _, ok := r.beatLeases.Get(pi); !ok {
-			r.leaseFrom(pi, now)
+// mergeIntoLocal adds to local beat publisher p the instances of insts it
+// does not publish, leased as if last beaten at last, and replicates the
+// result as a new revision. The caller holds mu.
+func (r *Registry) mergeIntoLocal(p *publisher, insts []model.Instance, last time.Time) {
+	for i := range insts {
+		if r.beatPubInst(insts[i].IP, insts[i].Port, insts[i].Cluster, insts[i].Service) != nil {
+			continue
+		}
+		if _, err := r.publish(p, insts[i]); err != nil {
+			r.log.Warn("a replicated instance conflicts with this node's index", "instance", insts[i].Key().String(), "err", err)
 		}
 	}
+	for _, pi := range p.insts {
+		if _, ok := r.beatLeases.Get(pi); !ok {
+			r.leaseFrom(pi, last)
+		}
+	}
+	r.pubChanged(p)
 }
 
 // leaseFrom (re)starts pi's beat lease as if its last beat was at last. A
@@ -224,7 +225,15 @@ func (ds distroStore) Adopt(rec distro.Record, lastRenewed time.Time) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.state.Load() == stateClosed || r.localPub(rec.Key) != nil {
+	if r.state.Load() == stateClosed {
+		return
+	}
+	if local := r.localPub(rec.Key); local != nil {
+		// This node already runs a publisher for the key (a write it took
+		// while it loaded, after a restart): it keeps its instances, gains
+		// the record's, and writes a revision past the record's.
+		r.mergeIntoLocal(local, insts, lastRenewed)
+		r.log.Debug("merged an adopted record into a publisher of this node", "record", rec.Key, "from", rec.Owner, "revision", rec.Revision)
 		return
 	}
 	p := r.installRemote(rec, insts)

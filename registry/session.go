@@ -125,7 +125,7 @@ func (s *Session) KeepAlive(ctx context.Context) error {
 func (s *Session) Close() error {
 	r := s.r
 	r.mu.Lock()
-	if !s.pub.closed && r.state.Load() == stateRunning {
+	if !s.pub.closed && !s.pub.remote && r.state.Load() == stateRunning {
 		r.sessionLeases.Remove(s.pub)
 		r.closeSessionLocked(s.pub)
 	}
@@ -174,5 +174,7 @@ func (r *Registry) closeSessionLocked(p *publisher) {
 		}
 	}
 	r.pubChanged(p)
-	p.session.end()
+	if p.session != nil {
+		p.session.end()
+	}
 }

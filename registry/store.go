@@ -151,8 +151,12 @@ func (r *Registry) checkLocked(cmd *command) error {
 			return fmt.Errorf("%w: %s is ephemeral; its health follows its beats or session", ErrKindMismatch, cmd.key.Service)
 		}
 		def := s.definition()
-		if t := def.Cluster(cmd.key.Cluster).HealthCheck.EffectiveType(); t != model.CheckNone && !cmd.checked {
+		t := def.Cluster(cmd.key.Cluster).HealthCheck.EffectiveType()
+		switch {
+		case t != model.CheckNone && !cmd.checked:
 			return fmt.Errorf("%w: cluster %s of %s uses %s checks", ErrHealthChecked, cmd.key.Cluster, cmd.key.Service, t)
+		case t == model.CheckNone && cmd.checked:
+			return errSkip // a check result from before the cluster turned to manual health
 		}
 	case opDeleteInstance:
 	default:
