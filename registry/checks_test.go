@@ -1,11 +1,15 @@
 package registry_test
 
 import (
+	"context"
+	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/registry"
 	"github.com/muster-io/muster/registry/registrytest"
@@ -278,5 +282,107 @@ func TestActiveCheckConfigChange(t *testing.T) {
 	}
 	if err := reg.SetHealth(ctx, in.Key(), true); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// With persistent data in Raft and no Distro, the Raft leader runs the
+// checks, and a new leader takes them over.
+func TestActiveCheckRaftLeaderProbes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Dragonboat")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go acceptAll(l)
+	defer l.Close()
+
+	clock := clockwork.NewFakeClockAt(registrytest.Epoch)
+	dir := t.TempDir()
+	members := map[uint64]string{}
+	for id := uint64(1); id <= 3; id++ {
+		a, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		members[id] = a.Addr().String()
+		a.Close()
+	}
+	var regs []*registry.Registry
+	defer func() {
+		for _, r := range regs {
+			if r != nil {
+				r.Close()
+			}
+		}
+	}()
+	for id := uint64(1); id <= 3; id++ {
+		cfg := registry.DefaultConfig()
+		cfg.NodeID = fmt.Sprintf("n%d", id)
+		cfg.Clock = clock
+		rc := *raftConfig()
+		rc.ReplicaID, rc.RaftAddress, rc.Dir, rc.InitialMembers = id, members[id], filepath.Join(dir, cfg.NodeID), members
+		cfg.Raft = &rc
+		reg, err := registry.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := reg.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		regs = append(regs, reg)
+	}
+	for _, r := range regs {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		err := r.WaitReady(wctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	in := model.NewInstance(svcKey("db"), "127.0.0.1", l.Addr().(*net.TCPAddr).Port)
+	in.Ephemeral = false
+	mustRegister(t, regs[0], in)
+	probers := func() []int {
+		var out []int
+		for i, r := range regs {
+			if r == nil {
+				continue
+			}
+			_ = r.Tick(ctx)
+			if st, ok := r.CheckStatus(in.Key()); ok && st.Probed {
+				out = append(out, i)
+			}
+		}
+		return out
+	}
+	leader := -1
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p := probers()
+		if len(p) == 1 && regs[p[0]].RaftNode().IsLeader() {
+			leader = p[0]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("probers %v; want the leader alone", p)
+		}
+		clock.Advance(time.Second)
+		time.Sleep(10 * time.Millisecond)
+	}
+	regs[leader].Close()
+	regs[leader] = nil
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		p := probers()
+		if len(p) == 1 && p[0] != leader && regs[p[0]].RaftNode().IsLeader() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the leader stopped, probers %v", p)
+		}
+		clock.Advance(time.Second)
+		time.Sleep(10 * time.Millisecond)
 	}
 }
