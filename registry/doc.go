@@ -33,7 +33,9 @@
 // their leases from the last renewal they knew. A node that starts loads
 // the records of its peers first: until then Query and Watch fail with
 // ErrNotReady (Config.ServeBeforeReady lifts that), so a restarting node
-// never serves empty lists. Watchers are node-local, as in Nacos: a change
+// never serves empty lists; beat writes that reach it as the owner fail
+// with ErrNotReady too, since it may not know yet the record its previous
+// run left for the ip:port (clients retry, as Nacos clients do). Watchers are node-local, as in Nacos: a change
 // made on any node reaches the watchers of every node through replication.
 //
 // Config.Raft keeps the persistent data in a Raft group (package
