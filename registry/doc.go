@@ -35,8 +35,9 @@
 // ErrNotReady (Config.ServeBeforeReady lifts that), so a restarting node
 // never serves empty lists; beat writes that reach it as the owner fail
 // with ErrNotReady too, since it may not know yet the record its previous
-// run left for the ip:port (clients retry, as Nacos clients do). Watchers are node-local, as in Nacos: a change
-// made on any node reaches the watchers of every node through replication.
+// run left for the ip:port (clients retry, as Nacos clients do).
+// Watchers are node-local, as in Nacos: a change made on any node reaches
+// the watchers of every node through replication.
 //
 // Config.Raft keeps the persistent data in a Raft group (package
 // raftstore): writes are proposed, decided by the replicated state machine
