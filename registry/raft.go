@@ -47,9 +47,10 @@ func (s *raftStore) Apply(ctx context.Context, cmd *command) error {
 		return err
 	}
 	rc, err := s.prepare(cmd)
-	if errors.Is(err, ErrNotFound) || err == errSkip && cmd.op == opRemovePatch && !cmd.expiry {
-		// This node's index may lag the log: check again once it has
-		// applied everything committed so far.
+	if refusedByIndex(err) || err == errSkip && cmd.op == opRemovePatch && !cmd.expiry {
+		// This node's index may lag the log (a delete committed through
+		// another node a moment ago): check again once it has applied
+		// everything committed so far. Only refusals pay for the barrier.
 		if berr := s.node.Barrier(ctx); berr == nil {
 			rc, err = s.prepare(cmd)
 		}
@@ -122,6 +123,17 @@ func (s *raftStore) prepare(cmd *command) (raftstore.Command, error) {
 func (s *raftStore) leader() bool { return s.node.IsLeader() }
 
 func (s *raftStore) Close() error { return s.node.Close() }
+
+// refusedByIndex reports whether err is a state rule's refusal, which a
+// lagging index may have caused.
+func refusedByIndex(err error) bool {
+	for _, e := range [...]error{ErrNotFound, ErrServiceExists, ErrServiceNotEmpty, ErrKindMismatch, ErrHealthChecked} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
 
 // rejection maps a state machine's rejection to the registry's errors.
 func rejection(err error) error {
