@@ -658,7 +658,15 @@ func (r *Replicator) handleSync(_ context.Context, from string, body []byte) ([]
 		r.mu.Unlock()
 		return nil, ErrClosed
 	}
-	now := r.clk.Now()
+	r.offerFromLocked(from, recs, r.clk.Now())
+	r.mu.Unlock()
+	r.drain()
+	return nil, nil
+}
+
+// offerFromLocked offers records a peer sent (sync or repair): each must be
+// owned by that peer (single writer); others are refused and counted.
+func (r *Replicator) offerFromLocked(from string, recs []Record, now time.Time) {
 	for _, rec := range recs {
 		if rec.Owner != from {
 			r.log.Warn("distro: refused a record sent by a node that does not own it", "from", from, "record", rec.String())
@@ -667,7 +675,4 @@ func (r *Replicator) handleSync(_ context.Context, from string, body []byte) ([]
 		}
 		r.offerLocked(rec, now)
 	}
-	r.mu.Unlock()
-	r.drain()
-	return nil, nil
 }

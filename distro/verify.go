@@ -197,14 +197,7 @@ func (r *Replicator) handleRepair(_ context.Context, from string, body []byte) (
 		return nil, ErrClosed
 	}
 	now := r.clk.Now()
-	for _, rec := range recs {
-		if rec.Owner != from {
-			r.log.Warn("distro: refused a repaired record from a node that does not own it", "from", from, "record", rec.String())
-			r.refused++
-			continue
-		}
-		r.offerLocked(rec, now)
-	}
+	r.offerFromLocked(from, recs, now)
 	for _, d := range drops {
 		e := r.tab.get(d.Key)
 		if e == nil || e.rec.Owner != from || e.rec.Revision != d.Rev || !e.live() {

@@ -161,12 +161,11 @@ func (n *MemNetwork) Node(id string) (*MemTransport, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &MemTransport{
-		net:      n,
-		id:       id,
-		ctx:      ctx,
-		cancel:   cancel,
-		handlers: make(map[Kind]Handler),
-		timers:   make(map[*memMsg]clockwork.Timer),
+		net:    n,
+		id:     id,
+		ctx:    ctx,
+		cancel: cancel,
+		timers: make(map[*memMsg]clockwork.Timer),
 	}
 	n.nodes[id] = t
 	return t, nil
@@ -514,8 +513,7 @@ type MemTransport struct {
 	ctx    context.Context // cancelled by Close; parent of handler contexts
 	cancel context.CancelFunc
 
-	hmu      sync.RWMutex
-	handlers map[Kind]Handler
+	handlers handlerTable
 
 	mu     sync.Mutex
 	closed bool
@@ -530,21 +528,9 @@ func (t *MemTransport) LocalID() string { return t.id }
 
 // Handle installs h for kind, replacing any earlier handler; a nil h
 // removes it.
-func (t *MemTransport) Handle(kind Kind, h Handler) {
-	t.hmu.Lock()
-	defer t.hmu.Unlock()
-	if h == nil {
-		delete(t.handlers, kind)
-		return
-	}
-	t.handlers[kind] = h
-}
+func (t *MemTransport) Handle(kind Kind, h Handler) { t.handlers.set(kind, h) }
 
-func (t *MemTransport) handler(kind Kind) Handler {
-	t.hmu.RLock()
-	defer t.hmu.RUnlock()
-	return t.handlers[kind]
-}
+func (t *MemTransport) handler(kind Kind) Handler { return t.handlers.get(kind) }
 
 func (t *MemTransport) isClosed() bool {
 	t.mu.Lock()

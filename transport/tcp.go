@@ -31,8 +31,7 @@ type TCP struct {
 	rmu sync.Mutex // guards rng
 	rng *rand.Rand
 
-	hmu      sync.RWMutex
-	handlers map[Kind]Handler
+	handlers handlerTable
 
 	ctx    context.Context // cancelled by Close only
 	cancel context.CancelFunc
@@ -84,14 +83,13 @@ func NewTCP(cfg TCPConfig) (*TCP, error) {
 		cfg.TLS = cfg.TLS.Clone()
 	}
 	t := &TCP{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		clock:    cfg.Clock,
-		rng:      cfg.Rand,
-		maxBody:  cfg.MaxFrameSize,
-		handlers: make(map[Kind]Handler),
-		peers:    make(map[string]*peer),
-		conns:    make(map[*conn]struct{}),
+		cfg:     cfg,
+		log:     cfg.Logger,
+		clock:   cfg.Clock,
+		rng:     cfg.Rand,
+		maxBody: cfg.MaxFrameSize,
+		peers:   make(map[string]*peer),
+		conns:   make(map[*conn]struct{}),
 
 		handshakes: make(chan struct{}, maxHandshakes),
 	}
@@ -170,21 +168,9 @@ func (t *TCP) LocalID() string { return t.cfg.NodeID }
 
 // Handle installs h for kind, replacing any earlier handler; a nil h
 // removes it. It may be called before Start.
-func (t *TCP) Handle(kind Kind, h Handler) {
-	t.hmu.Lock()
-	defer t.hmu.Unlock()
-	if h == nil {
-		delete(t.handlers, kind)
-		return
-	}
-	t.handlers[kind] = h
-}
+func (t *TCP) Handle(kind Kind, h Handler) { t.handlers.set(kind, h) }
 
-func (t *TCP) handler(kind Kind) Handler {
-	t.hmu.RLock()
-	defer t.hmu.RUnlock()
-	return t.handlers[kind]
-}
+func (t *TCP) handler(kind Kind) Handler { return t.handlers.get(kind) }
 
 // goFunc runs f in a goroutine that Close waits for. It returns false,
 // without running f, once the transport is closed.
