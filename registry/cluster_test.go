@@ -500,3 +500,84 @@ func TestClusterServeBeforeReady(t *testing.T) {
 		t.Fatalf("after the load: %v", got)
 	}
 }
+
+// While ownership moves (the owner's view of the membership differs from the
+// forwarder's), a forwarded write is retried with backoff, a bounded number
+// of times: it succeeds once the views agree, and fails with ErrUnavailable
+// if they never do.
+func TestClusterForwardWhileOwnershipMoves(t *testing.T) {
+	c := registrytest.NewCluster(t, clusterOpts())
+	a, b := c.Node(0), c.Node(1)
+	// A key that b owns in the real membership, but that a phantom member
+	// "n9" would own: b, believing n9 alive, answers "not owner".
+	var in model.Instance
+	for i := range 1000 {
+		cand := inst("m", i)
+		key := "b/" + model.Endpoint(cand.IP, cand.Port)
+		if a.Replicator().Owner(key) != b.ID {
+			continue
+		}
+		b.Membership.Add(distro.Member{ID: "n9"})
+		phantom := b.Replicator().Owner(key) == "n9"
+		b.Membership.Remove("n9")
+		if phantom {
+			in = cand
+			break
+		}
+	}
+	if in.IP == "" {
+		t.Fatal("no suitable key")
+	}
+	register := func(in model.Instance) <-chan error {
+		done := make(chan error, 1)
+		go func() { done <- a.Register(ctx, in) }()
+		return done
+	}
+
+	// The views agree again while a backs off: the write goes through.
+	b.Membership.Add(distro.Member{ID: "n9"})
+	answers := c.Net.Stats(b.ID, a.ID).Messages
+	done := register(in)
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Net.Stats(b.ID, a.ID).Messages == answers { // b's "not owner" answer
+		if time.Now().After(deadline) {
+			t.Fatal("the first attempt never got an answer")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("returned after the first attempt (%v); it should back off and retry", err)
+	default:
+	}
+	b.Membership.Remove("n9")
+	if err := advanceUntil(c, done); err != nil {
+		t.Fatalf("register while ownership moved: %v", err)
+	}
+	c.Settle()
+	if got := ipsOn(t, b, "m"); len(got) != 1 {
+		t.Fatalf("the owner serves %v", got)
+	}
+
+	// The views never agree: ErrUnavailable after ForwardAttempts tries.
+	b.Membership.Add(distro.Member{ID: "n9"})
+	in2 := in
+	in2.Service = svcKey("m2")
+	if err := advanceUntil(c, register(in2)); !errors.Is(err, registry.ErrUnavailable) {
+		t.Fatalf("register while the views disagree: %v, want ErrUnavailable", err)
+	}
+	b.Membership.Remove("n9")
+}
+
+// advanceUntil moves the fake clock a second at a time until done yields:
+// the call it waits for backs off on the registry's clock.
+func advanceUntil(c *registrytest.Cluster, done <-chan error) error {
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(time.Millisecond):
+			c.Clock.Advance(time.Second)
+		}
+	}
+}
