@@ -71,8 +71,10 @@ type Config struct {
 	// ErrNotReady until the load is done, rather than serve partial lists.
 	ServeBeforeReady bool
 	// ForwardAttempts bounds how often a forwarded write is tried while
-	// ownership is moving or the owner is unreachable (default 5), with
-	// ForwardBackoff (default 20 ms) doubling between attempts.
+	// ownership is moving (the owner answers that it is not the owner:
+	// membership views differ), with ForwardBackoff (default 20 ms)
+	// doubling between attempts, on Clock: under a fake clock the backoff
+	// waits for the test to move it. Default 5.
 	ForwardAttempts int
 	ForwardBackoff  time.Duration
 	// ForwardTimeout bounds each forwarded request in real time (default
