@@ -54,7 +54,10 @@ func (r *Registry) replicate(p *publisher) {
 		return
 	}
 	key := recordKey(p)
-	if len(p.insts) == 0 || p.closed {
+	// An open session with no instance left stays a (empty) record: its
+	// revisions keep counting up. A tombstone, once expired, would let a
+	// later write start again at revision 1.
+	if p.closed || len(p.insts) == 0 && p.kind == pubBeat {
 		if _, err := d.Delete(key); err != nil {
 			r.log.Debug("replicating a removal failed", "record", key, "err", err)
 		}
