@@ -54,11 +54,13 @@ type Replicator struct {
 	draining   bool
 	refused    int // records refused because the sender was not their owner (tests assert 0)
 
-	kick   chan struct{}
-	ctx    context.Context
-	cancel context.CancelFunc
-	unsub  func()
-	wg     sync.WaitGroup
+	kick chan struct{}
+	// flushed holds Flush calls waiting for the sync queue to go quiet.
+	flushed []chan struct{}
+	ctx     context.Context
+	cancel  context.CancelFunc
+	unsub   func()
+	wg      sync.WaitGroup
 }
 
 type storeEvent struct {
@@ -169,6 +171,37 @@ func (r *Replicator) Close() error {
 	}
 	r.wg.Wait()
 	return nil
+}
+
+// Flush sends every change still waiting in its merge window (SyncDelay)
+// or in a retry backoff now, and returns once each has been sent to every
+// peer or has failed once, or when ctx ends. A node shutting down gracefully
+// calls it after its last writes (the registry tombstones its sessions), so
+// that its peers learn of them at once instead of after OrphanTimeout. It
+// blocks; it fails with ErrClosed after Close.
+func (r *Replicator) Flush(ctx context.Context) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return ErrClosed
+	}
+	if r.ctx == nil { // not started: nothing was sent, nothing to wait for
+		r.mu.Unlock()
+		return nil
+	}
+	r.sched.flush(r.clk.Now())
+	ch := make(chan struct{})
+	r.flushed = append(r.flushed, ch)
+	r.mu.Unlock()
+	r.poke()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.ctx.Done():
+		return ErrClosed
+	}
 }
 
 // goFunc runs fn in a goroutine tracked by the wait group.
@@ -532,6 +565,12 @@ func (r *Replicator) run() {
 				continue
 			}
 			sends = append(sends, s)
+		}
+		if len(r.flushed) > 0 && len(sends) == 0 && r.sched.quiet(now) {
+			for _, ch := range r.flushed {
+				close(ch)
+			}
+			r.flushed = nil
 		}
 		var verifyPeers []string
 		if !now.Before(r.nextVerify) {

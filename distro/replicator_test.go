@@ -626,3 +626,30 @@ func TestUnadoptedBeatRemovedAfterOrphanTimeout(t *testing.T) {
 	c.eventually(7*time.Second, "unadopted beat removed", func() bool { _, ok := c.nodes["b"].store.get(k); return !ok })
 	c.checkInvariants()
 }
+
+// Flush sends what waits in the merge window at once, without the clock
+// moving, and returns once it is sent; to an unreachable peer it returns
+// after the first failed attempt.
+func TestFlush(t *testing.T) {
+	c := newCluster(t, func(cfg *Config) { cfg.SyncDelay = time.Hour }, "a", "b")
+	a := c.nodes["a"]
+	if _, err := a.r.Put(KindSession, "s", []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.r.Flush(ctx); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	if r, ok := c.nodes["b"].store.get("s"); !ok || r.Revision != 1 {
+		t.Fatalf("after Flush, b holds %v %v", r, ok)
+	}
+	c.net.Partition("a", "b")
+	if _, err := a.r.Put(KindSession, "s", []byte("v2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.r.Flush(ctx); err != nil {
+		t.Fatalf("Flush to an unreachable peer: %v", err)
+	}
+	c.net.Heal()
+}

@@ -188,3 +188,29 @@ func (s *syncSched) next() (at time.Time, ok bool) {
 	}
 	return time.Time{}, false
 }
+
+// flush makes every scheduled task due at now, ending merge windows and
+// backoffs early.
+func (s *syncSched) flush(now time.Time) {
+	for tk, at := range s.due {
+		if at.After(now) {
+			s.due[tk] = now
+			heap.Push(&s.h, dueItem{at: now, tk: tk})
+		}
+	}
+	for _, ps := range s.peers {
+		ps.attempt = 0
+	}
+}
+
+// quiet reports whether nothing is in flight or due by now: every task has
+// been sent, or failed and waits for a retry.
+func (s *syncSched) quiet(now time.Time) bool {
+	for _, ps := range s.peers {
+		if ps.busy || len(ps.ready) > 0 {
+			return false
+		}
+	}
+	at, ok := s.next()
+	return !ok || at.After(now)
+}

@@ -581,3 +581,30 @@ func advanceUntil(c *registrytest.Cluster, done <-chan error) error {
 		}
 	}
 }
+
+// A node that shuts down gracefully hands its sessions over: their
+// instances leave every other node at once, not after OrphanTimeout. A
+// crashed one cannot: its sessions' instances stay until then.
+func TestClusterShutdownHandsOver(t *testing.T) {
+	c := registrytest.NewCluster(t, clusterOpts())
+	for _, i := range []int{0, 1} {
+		sess, err := c.Node(i).OpenSession(ctx, registry.SessionOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustRegister(t, sess, inst(fmt.Sprint("h", i), 1))
+	}
+	c.Settle()
+	c.Shutdown(0)
+	if got := ipsOn(t, c.Node(2), "h0"); len(got) != 0 {
+		t.Fatalf("after a graceful shutdown, n3 still serves %v", got)
+	}
+	c.Stop(1)
+	if got := ipsOn(t, c.Node(2), "h1"); len(got) != 1 {
+		t.Fatalf("right after a crash, n3 serves %v; the instance should stay until OrphanTimeout", got)
+	}
+	c.Advance(distro.DefaultConfig().OrphanTimeout + distro.DefaultConfig().VerifyInterval)
+	if got := ipsOn(t, c.Node(2), "h1"); len(got) != 0 {
+		t.Fatalf("after OrphanTimeout, n3 still serves %v", got)
+	}
+}

@@ -77,6 +77,12 @@ type Config struct {
 	// waits for the test to move it. Default 5.
 	ForwardAttempts int
 	ForwardBackoff  time.Duration
+	// HandoverTimeout bounds, in real time, what Close does first in a
+	// cluster: end this node's sessions and send their removal to the
+	// peers, so that their instances leave every node at once instead of
+	// after the peers' OrphanTimeout (default 2 s; 0 skips it, and the
+	// peers treat the node as crashed).
+	HandoverTimeout time.Duration
 	// ForwardTimeout bounds each forwarded request in real time (default
 	// 3 s): an owner that stopped answering fails the call with
 	// ErrUnavailable rather than holding it.
@@ -96,6 +102,7 @@ func DefaultConfig() Config {
 		ForwardAttempts: 5,
 		ForwardBackoff:  20 * time.Millisecond,
 		ForwardTimeout:  3 * time.Second,
+		HandoverTimeout: 2 * time.Second,
 	}
 }
 
@@ -125,6 +132,9 @@ func (c *Config) Validate() error {
 		}
 		if c.ForwardBackoff <= 0 {
 			errs = append(errs, fmt.Errorf("ForwardBackoff must be positive (got %v)", c.ForwardBackoff))
+		}
+		if c.HandoverTimeout < 0 {
+			errs = append(errs, fmt.Errorf("HandoverTimeout must not be negative (got %v)", c.HandoverTimeout))
 		}
 		if c.ForwardTimeout <= 0 {
 			errs = append(errs, fmt.Errorf("ForwardTimeout must be positive (got %v)", c.ForwardTimeout))

@@ -280,6 +280,7 @@ func (r *Registry) goFunc(f func()) {
 func (r *Registry) Close() error {
 	r.closeMu.Lock()
 	defer r.closeMu.Unlock()
+	r.handOver()
 	r.mu.Lock()
 	if r.state.Load() == stateClosed {
 		r.mu.Unlock()
@@ -313,6 +314,37 @@ func (r *Registry) Close() error {
 	r.closeErr = r.store.Close()
 	r.log.Info("registry closed")
 	return r.closeErr
+}
+
+// handOver ends this node's sessions and sends their removal to the peers
+// before a cluster node closes (see Config.HandoverTimeout).
+func (r *Registry) handOver() {
+	if r.dist == nil || r.cfg.HandoverTimeout <= 0 {
+		return
+	}
+	r.mu.Lock()
+	if r.state.Load() != stateRunning {
+		r.mu.Unlock()
+		return
+	}
+	n := 0
+	for _, p := range r.sessions {
+		r.sessionLeases.Remove(p)
+		r.closeSessionLocked(p)
+		n++
+	}
+	r.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	// Real time: the peers' answers do not follow the registry's clock.
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.HandoverTimeout)
+	defer cancel()
+	if err := r.dist.Flush(ctx); err != nil {
+		r.log.Warn("handing over the sessions at close", "sessions", n, "err", err)
+		return
+	}
+	r.log.Info("sessions handed over at close", "sessions", n)
 }
 
 // Ready reports whether the registry serves queries.

@@ -298,13 +298,23 @@ func (c *Cluster) Heal() {
 	c.Settle()
 }
 
-// Stop closes node i (a crash: nothing is handed over) and tells the others
-// it is dead.
-func (c *Cluster) Stop(i int) {
+// Stop crashes node i: its network goes first, so nothing is handed over,
+// and the others are told it is dead.
+func (c *Cluster) Stop(i int) { c.stop(i, true) }
+
+// Shutdown closes node i gracefully: it hands its sessions over (see
+// registry.Config.HandoverTimeout) before its network closes, then the
+// others are told it left.
+func (c *Cluster) Shutdown(i int) { c.stop(i, false) }
+
+func (c *Cluster) stop(i int, crash bool) {
 	c.t.Helper()
 	n := c.nodes[i]
 	if n.Registry == nil {
 		return
+	}
+	if crash {
+		_ = n.Transport.Close()
 	}
 	if err := n.Registry.Close(); err != nil {
 		c.t.Errorf("registrytest: close %s: %v", n.ID, err)
