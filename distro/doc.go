@@ -80,6 +80,11 @@
 // the old one learns through Store.MembersChanged and Owner that it no longer runs their lease,
 // and its Put for them fails with ErrNotOwner.
 //
+// A node leaving gracefully need not wait for OrphanTimeout: it deletes its
+// own session records and calls Replicator.Flush, which sends every change
+// still in its merge window (or retry backoff) at once and returns when each
+// has been sent or has failed once (the registry does this in Close).
+//
 // HRW moves only what it must: when a member joins a cluster of N, about 1/(N+1) of the beat
 // keys move, all to it; when one leaves, only its ~1/N of the keys move, spread over the others
 // (tested with 20,000 keys over 5 members: 17.0 % moved on a sixth member's join, 20.2 % on one

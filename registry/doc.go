@@ -27,8 +27,10 @@
 // the other nodes, whose copies are read-only. A Register, Heartbeat or
 // Deregister of a beat instance that reaches another node is forwarded to
 // the owner over the transport (ForwardAttempts tries, with backoff, while
-// ownership moves), so clients may talk to any node. When a node dies its
-// sessions' instances are removed from the others after the orphan timeout,
+// ownership moves), so clients may talk to any node. A node that closes
+// ends its sessions and sends their removal to its peers first
+// (HandoverTimeout). When a node dies its sessions' instances are removed
+// from the others after the orphan timeout,
 // and its beat publishers are adopted by their new owners, which continue
 // their leases from the last renewal they knew. A node that starts loads
 // the records of its peers first: until then Query and Watch fail with
