@@ -125,13 +125,23 @@ func testSeed(t testing.TB) uint64 {
 
 func freePort(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		// A port closed at once may be handed out again by the next Listen:
+		// never give the same one twice in a test binary.
+		if _, dup := usedPorts.LoadOrStore(addr, true); !dup {
+			return addr
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
 }
+
+// usedPorts holds the addresses freePort has handed out.
+var usedPorts sync.Map
 
 type testLogWriter struct{ t testing.TB }
 

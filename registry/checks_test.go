@@ -301,12 +301,16 @@ func TestActiveCheckRaftLeaderProbes(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(registrytest.Epoch)
 	dir := t.TempDir()
 	members := map[uint64]string{}
+	var held []net.Listener // held until all are chosen, so no port repeats
 	for id := uint64(1); id <= 3; id++ {
 		a, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		members[id] = a.Addr().String()
+		held = append(held, a)
+	}
+	for _, a := range held {
 		a.Close()
 	}
 	var regs []*registry.Registry

@@ -135,8 +135,8 @@ func NewCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	if opts.Raft != nil {
 		c.raftDir = t.TempDir()
 		c.raftMem = make(map[uint64]string)
-		for i := range opts.Nodes {
-			c.raftMem[uint64(i+1)] = freeAddr(t)
+		for i, addr := range freeAddrs(t, opts.Nodes) {
+			c.raftMem[uint64(i+1)] = addr
 		}
 	}
 	t.Cleanup(func() { c.cleanup(leaks) })
@@ -212,15 +212,21 @@ func (c *Cluster) start(n *Node) {
 // Index returns n's index in the cluster, or -1.
 func (c *Cluster) Index(n *Node) int { return slices.Index(c.nodes, n) }
 
-// freeAddr returns a loopback address with a port free at the time.
-func freeAddr(t testing.TB) string {
+// freeAddrs returns n distinct loopback addresses whose ports were free at
+// the time. The listeners are held until all are chosen: a port closed at
+// once may be handed out again by the next Listen.
+func freeAddrs(t testing.TB, n int) []string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("registrytest: %v", err)
+	out := make([]string, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("registrytest: %v", err)
+		}
+		defer l.Close()
+		out = append(out, l.Addr().String())
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return out
 }
 
 // WaitFor polls cond in real time until it holds, letting the cluster
