@@ -33,9 +33,6 @@ type healthWrites struct {
 	backoff time.Duration // the pause after the next failure
 }
 
-// checksEnabled reports whether this registry runs active checks.
-func (r *Registry) checksEnabled() bool { return r.checks != nil }
-
 // syncTarget makes the scheduler probe sl if this node should, and forget it
 // otherwise. The caller holds mu.
 func (r *Registry) syncTarget(s *service, sl *slot) {
