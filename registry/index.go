@@ -188,11 +188,6 @@ func (r *Registry) changed(s *service) {
 	r.markDirty(s.key)
 }
 
-// getService returns the service of key (with defaults), or nil.
-func (r *Registry) getService(key model.ServiceKey) *service {
-	return r.services[key]
-}
-
 // ensureService returns the service of key, creating an implicit one of the
 // given kind, or ErrKindMismatch when it exists with the other kind.
 func (r *Registry) ensureService(key model.ServiceKey, ephemeral bool) (*service, error) {
