@@ -104,19 +104,7 @@ func TestClusterBeatsForwardedAndExpire(t *testing.T) {
 		}
 	}
 	// No beats: unhealthy after 15 s, gone after 30 s, on every node.
-	c.Advance(16 * time.Second)
-	for _, n := range c.Nodes() {
-		v, _ := n.Query(ctx, model.Query{Service: svcKey("pay"), IncludeDisabled: true})
-		if len(v.Instances) != 1 || v.RealHealthy(0) {
-			t.Fatalf("%s: want one unhealthy instance, got %v", n.ID, v.Instances)
-		}
-	}
-	c.Advance(15 * time.Second)
-	for _, n := range c.Nodes() {
-		if got := ipsOn(t, n, "pay"); len(got) != 0 {
-			t.Fatalf("%s still serves %v 31 s after the last beat", n.ID, got)
-		}
-	}
+	expectBeatExpiry(t, c, "pay")
 	if _, err := c.Node(2).Heartbeat(ctx, in.Key()); !isNotFound(err) {
 		t.Fatalf("heartbeat of an expired instance through a non-owner: %v", err)
 	}
@@ -279,19 +267,7 @@ func TestClusterAdoptedBeatLives(t *testing.T) {
 		}
 	}
 	// Beats stop: unhealthy after 15 s, gone after 30 s, everywhere.
-	c.Advance(16 * time.Second)
-	for _, n := range c.Live() {
-		v, _ := n.Query(ctx, model.Query{Service: svcKey("b"), IncludeDisabled: true})
-		if len(v.Instances) != 1 || v.RealHealthy(0) {
-			t.Fatalf("%s: want one unhealthy instance, got %v", n.ID, v.Instances)
-		}
-	}
-	c.Advance(15 * time.Second)
-	for _, n := range c.Live() {
-		if got := ipsOn(t, n, "b"); len(got) != 0 {
-			t.Fatalf("%s still serves %v", n.ID, got)
-		}
-	}
+	expectBeatExpiry(t, c, "b")
 }
 
 // TestClusterRestartLoads: a restarted node is not ready, and serves
@@ -606,5 +582,24 @@ func TestClusterShutdownHandsOver(t *testing.T) {
 	c.Advance(distro.DefaultConfig().OrphanTimeout + distro.DefaultConfig().VerifyInterval)
 	if got := ipsOn(t, c.Node(2), "h1"); len(got) != 0 {
 		t.Fatalf("after OrphanTimeout, n3 still serves %v", got)
+	}
+}
+
+// expectBeatExpiry checks that svc's one beat instance, beaten last just
+// now, turns unhealthy on every live node after 15 s and is gone after 30 s.
+func expectBeatExpiry(t *testing.T, c *registrytest.Cluster, svc string) {
+	t.Helper()
+	c.Advance(16 * time.Second)
+	for _, n := range c.Live() {
+		v, _ := n.Query(ctx, model.Query{Service: svcKey(svc), IncludeDisabled: true})
+		if len(v.Instances) != 1 || v.RealHealthy(0) {
+			t.Fatalf("%s: want one unhealthy instance, got %v", n.ID, v.Instances)
+		}
+	}
+	c.Advance(15 * time.Second)
+	for _, n := range c.Live() {
+		if got := ipsOn(t, n, svc); len(got) != 0 {
+			t.Fatalf("%s still serves %v 31 s after the last beat", n.ID, got)
+		}
 	}
 }
