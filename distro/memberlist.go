@@ -48,6 +48,11 @@ type MemberlistConfig struct {
 	// LeaveTimeout bounds the leave broadcast in Close.
 	LeaveTimeout time.Duration
 
+	// WrapTransport, if not nil, wraps the network transport memberlist uses (its own
+	// NetTransport, bound to BindAddr:BindPort). Tests use it to inject faults into the
+	// gossip traffic of a real node.
+	WrapTransport func(memberlist.Transport) memberlist.Transport
+
 	Clock  clockwork.Clock // times the re-join loop; nil: real time (memberlist itself always runs on real time)
 	Logger *slog.Logger    // memberlist's own log lines are bridged to it at their level; nil discards
 }
@@ -191,6 +196,19 @@ func (m *Memberlist) Start(ctx context.Context) error {
 	c.Delegate = mlDelegate{m}
 	c.Events = mlEvents{m}
 	c.Logger = log.New(&logBridge{log: m.log}, "", 0)
+	if m.cfg.WrapTransport != nil {
+		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
+			BindAddrs: []string{c.BindAddr}, BindPort: c.BindPort, Logger: c.Logger,
+		})
+		if err != nil {
+			m.cancel()
+			return fmt.Errorf("distro: memberlist: %w", err)
+		}
+		if c.AdvertisePort == 0 { // memberlist takes the advertised port from the config
+			c.AdvertisePort = nt.GetAutoBindPort()
+		}
+		c.Transport = m.cfg.WrapTransport(nt)
+	}
 	ml, err := memberlist.Create(c)
 	if err != nil {
 		m.cancel()
@@ -267,6 +285,10 @@ func (m *Memberlist) rejoin() {
 // Close leaves the cluster (broadcasting it, bounded by LeaveTimeout), shuts memberlist down
 // and waits for the goroutines. Idempotent.
 func (m *Memberlist) Close() error { return m.stop(true) }
+
+// Kill shuts down without broadcasting a leave, as a crash would: peers find the node dead by
+// probing. For tests and demos; otherwise like Close.
+func (m *Memberlist) Kill() error { return m.stop(false) }
 
 // stop shuts down, broadcasting a leave first if leave is set (without it peers detect the node
 // dead by probing, as after a crash).

@@ -108,6 +108,16 @@ func (resp *fwdResponse) err(owner string) error {
 	return fmt.Errorf("%w (owner %s: %s)", base, owner, resp.Msg)
 }
 
+// Owner returns the node that owns the beats of instances at ip:port in this
+// node's current view of the membership: it runs their leases, and beat
+// writes sent elsewhere are forwarded to it. With Active health checks it is
+// also the node that probes persistent instances at ip:port (unless there is
+// no Distro, where the Raft leader probes). Without Distro it is this node.
+func (r *Registry) Owner(ip string, port int) string {
+	owner, _ := r.beatOwner(ip, port)
+	return owner
+}
+
 // beatOwner returns the owner of the beat publisher of ip:port and whether
 // it is this node.
 func (r *Registry) beatOwner(ip string, port int) (string, bool) {
