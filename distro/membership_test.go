@@ -4,8 +4,11 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 )
 
 func TestStaticNotifiesSynchronously(t *testing.T) {
@@ -98,7 +101,7 @@ func TestMemberlistJoinCrashRejoin(t *testing.T) {
 		t.Fatalf("m2: Addr(m1) = %q, %v", a, err)
 	}
 
-	m1.stop(false) // crash: no leave broadcast
+	m1.Kill() // crash: no leave broadcast
 	pollUntil(t, 5*time.Second, "m1 detected dead", func() bool { _, err := m2.Addr("m1"); return errors.Is(err, ErrUnknownMember) })
 	if len(changes) == 0 {
 		t.Fatal("no notification")
@@ -124,6 +127,68 @@ func TestMemberlistJoinCrashRejoin(t *testing.T) {
 		_, err2 := m1b.Addr("m2")
 		return err == nil && a == "127.0.0.1:3333" && err2 == nil
 	})
+}
+
+// WrapTransport puts the wrapper between memberlist and the network: here
+// two nodes whose wrappers turn mute (drop their packets, refuse to dial)
+// find each other dead.
+func TestMemberlistWrapTransport(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real sockets")
+	}
+	var mute atomic.Bool
+	var writes atomic.Int64
+	c1 := fastMemberlist("w1", "127.0.0.1:1111", nil)
+	c1.WrapTransport = func(tr memberlist.Transport) memberlist.Transport {
+		return &muteTransport{Transport: tr, mute: &mute, writes: &writes}
+	}
+	m1, err := NewMemberlist(c1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m1.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer m1.Close()
+	c2 := fastMemberlist("w2", "127.0.0.1:2222", []string{m1.BindAddr()})
+	c2.WrapTransport = c1.WrapTransport
+	m2, err := NewMemberlist(c2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	pollUntil(t, 5*time.Second, "w2 sees w1", func() bool { _, err := m2.Addr("w1"); return err == nil })
+	pollUntil(t, 5*time.Second, "w1 gossips through the wrapper", func() bool { return writes.Load() > 0 })
+	mute.Store(true)
+	pollUntil(t, 5*time.Second, "each finds the other dead", func() bool {
+		_, err1 := m2.Addr("w1")
+		_, err2 := m1.Addr("w2")
+		return errors.Is(err1, ErrUnknownMember) && errors.Is(err2, ErrUnknownMember)
+	})
+}
+
+type muteTransport struct {
+	memberlist.Transport
+	mute   *atomic.Bool
+	writes *atomic.Int64
+}
+
+func (m *muteTransport) WriteTo(b []byte, addr string) (time.Time, error) {
+	m.writes.Add(1)
+	if m.mute.Load() {
+		return time.Now(), nil
+	}
+	return m.Transport.WriteTo(b, addr)
+}
+
+func (m *muteTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	if m.mute.Load() {
+		return nil, errors.New("mute")
+	}
+	return m.Transport.DialTimeout(addr, timeout)
 }
 
 func atoi(s string) int {

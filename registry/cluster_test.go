@@ -39,12 +39,38 @@ func ownedBy(t *testing.T, c *registrytest.Cluster, id, svc string) model.Instan
 	t.Helper()
 	for i := range 1000 {
 		in := inst(svc, i)
-		if c.Node(0).Replicator().Owner("b/"+model.Endpoint(in.IP, in.Port)) == id {
+		if c.Node(0).Owner(in.IP, in.Port) == id {
 			return in
 		}
 	}
 	t.Fatalf("no key owned by %s", id)
 	return model.Instance{}
+}
+
+// Owner names the same node on every node, spreads addresses over all of
+// them, and is the replicator's owner of the beat record.
+func TestOwner(t *testing.T) {
+	c := registrytest.NewCluster(t, clusterOpts())
+	seen := map[string]int{}
+	for i := range 60 {
+		in := inst("owner", i)
+		o := c.Node(0).Owner(in.IP, in.Port)
+		for _, n := range c.Nodes() {
+			if got := n.Owner(in.IP, in.Port); got != o {
+				t.Fatalf("%s: Owner(%s) = %s, node-0 says %s", n.ID, in.IP, got, o)
+			}
+		}
+		if r := c.Node(1).Replicator().Owner("b/" + model.Endpoint(in.IP, in.Port)); r != o {
+			t.Fatalf("Owner(%s) = %s, the replicator says %s", in.IP, o, r)
+		}
+		seen[o]++
+	}
+	if len(seen) != 3 {
+		t.Fatalf("60 addresses owned by %v, want all 3 nodes", seen)
+	}
+	if o := registrytest.New(t, registrytest.Options{}).Owner("10.0.0.1", 80); o != "local" {
+		t.Fatalf("standalone Owner = %q, want the node itself (local)", o)
+	}
 }
 
 func TestClusterWritesVisibleEverywhere(t *testing.T) {

@@ -558,9 +558,13 @@ func (d *demo) crash() (string, error) {
 		}
 	}
 	gone := d.sessionIP[victim] + ":8080"
-	d.say("%s crashes without a word: its session held orders %s; it owned the beats of %d inventory instances; it may lead Raft",
-		victim, gone, len(moved))
 	wasLeader := d.c.leader() == victim
+	role := "a follower"
+	if wasLeader {
+		role = "the Raft leader"
+	}
+	d.say("%s (%s) crashes without a word: its session held orders %s; it owned the beats of %d inventory instances",
+		victim, role, gone, len(moved))
 
 	start := time.Now()
 	d.c.crash(d.victim)
@@ -680,7 +684,7 @@ func (d *demo) restart() (string, error) {
 		return "", err
 	}
 	d.say("+%s  it serves what the others serve, the db instance written while it was down included", ms(took+caught))
-	return fmt.Sprintf("ready %s after start (%d ErrNotReady answers, no partial list), caught up %s later",
+	return fmt.Sprintf("ready %s after start (%d ErrNotReady answers, no partial list), caught up by then +%s",
 		ms(took), notReady, ms(caught)), nil
 }
 
