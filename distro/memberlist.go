@@ -122,8 +122,11 @@ type Memberlist struct {
 	clk clockwork.Clock
 	log *slog.Logger
 
+	// mu is never held while calling into memberlist: memberlist calls the event delegate
+	// (update) with its own node lock held.
 	mu      sync.Mutex
 	ml      *memberlist.Memberlist
+	self    string // the bound gossip address (host:port), set by Start
 	members map[string]Member
 	subs    map[int]func([]Member)
 	nextSub int
@@ -211,11 +214,16 @@ func (m *Memberlist) Start(ctx context.Context) error {
 	}
 	ml, err := memberlist.Create(c)
 	if err != nil {
+		if c.Transport != nil { // memberlist does not shut down a transport it was given
+			_ = c.Transport.Shutdown()
+		}
 		m.cancel()
 		return fmt.Errorf("distro: memberlist: %w", err)
 	}
+	local := ml.LocalNode()
+	self := net.JoinHostPort(local.Addr.String(), strconv.Itoa(int(local.Port)))
 	m.mu.Lock()
-	m.ml = ml
+	m.ml, m.self = ml, self
 	seeds := m.seedsToJoin()
 	m.mu.Unlock()
 	m.goFunc(m.notifier)
@@ -242,16 +250,11 @@ func (m *Memberlist) goFunc(fn func()) {
 	}()
 }
 
-// seedsToJoin returns the seeds other than this node's own gossip address.
+// seedsToJoin returns the seeds other than this node's own gossip address. m.mu is held.
 func (m *Memberlist) seedsToJoin() []string {
-	self := ""
-	if m.ml != nil {
-		n := m.ml.LocalNode()
-		self = net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
-	}
 	var out []string
 	for _, s := range m.cfg.Seeds {
-		if s != self {
+		if s != m.self {
 			out = append(out, s)
 		}
 	}
@@ -354,11 +357,7 @@ func (m *Memberlist) Addr(id string) (string, error) {
 func (m *Memberlist) BindAddr() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.ml == nil {
-		return ""
-	}
-	n := m.ml.LocalNode()
-	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+	return m.self
 }
 
 // Subscribe registers fn; see Membership. fn is called from the notifier goroutine.
