@@ -31,6 +31,8 @@ type Scheduler struct {
 	core    *core
 	started bool
 	closed  bool
+	// closeDone is closed when Close has finished.
+	closeDone chan struct{}
 
 	wake    chan struct{}      // pokes the driver after Set and Remove
 	results chan completion    // finished checks, to the driver
@@ -73,6 +75,8 @@ func NewScheduler(cfg Config) (*Scheduler, error) {
 		wake:    make(chan struct{}, 1),
 		results: make(chan completion, cfg.MaxConcurrent),
 		settle:  make(chan chan struct{}),
+
+		closeDone: make(chan struct{}),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 
@@ -152,15 +156,17 @@ func (s *Scheduler) Start(ctx context.Context) error {
 
 // Close stops the scheduler: no new check starts, the running ones are cancelled, and Close
 // waits for every goroutine before closing the built-in checkers. No OnTransition call is made
-// after it returns. It is idempotent and returns nil.
+// after it returns. It is idempotent: every call returns nil once the scheduler is closed.
 func (s *Scheduler) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		<-s.closeDone
 		return nil
 	}
 	s.closed = true
 	s.mu.Unlock()
+	defer close(s.closeDone)
 	s.cancel()
 	s.wg.Wait()
 	s.closeOwned()

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -806,4 +807,43 @@ func TestSchedulerCheckTimeoutBoundsStuckChecker(t *testing.T) {
 	if st.Checks != 1 || st.Running || st.Last.Healthy || st.Last.Reason != "canceled" {
 		t.Fatalf("%+v", st)
 	}
+}
+
+// slowChecker blocks until its check is cancelled, then takes a while to
+// return, as a checker tearing down a connection would.
+type slowChecker struct {
+	started chan struct{}
+	once    sync.Once
+	running atomic.Int32
+}
+
+func (c *slowChecker) Check(ctx context.Context, _ Target) Result {
+	c.running.Add(1)
+	defer c.running.Add(-1)
+	c.once.Do(func() { close(c.started) })
+	<-ctx.Done()
+	time.Sleep(50 * time.Millisecond)
+	return Result{}
+}
+
+// Close called twice at once: both calls return only once the running check
+// has returned.
+func TestSchedulerConcurrentCloseWaits(t *testing.T) {
+	slow := &slowChecker{started: make(chan struct{})}
+	h := newHarness(t, func(c *Config) { c.Checkers[model.CheckTCP] = slow })
+	k := key(1)
+	h.s.Set(k, tcp(k), true)
+	<-slow.started
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = h.s.Close()
+			if n := slow.running.Load(); n != 0 {
+				t.Errorf("Close returned with %d check still running", n)
+			}
+		}()
+	}
+	wg.Wait()
 }

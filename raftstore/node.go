@@ -40,10 +40,13 @@ type Node struct {
 	queue  chan *proposal
 	ctx    context.Context
 	cancel context.CancelFunc
-	done   chan struct{} // closed by Close
-	wg     sync.WaitGroup
-	nonce  [8]byte       // random per Start: entry IDs never repeat across restarts
-	seq    atomic.Uint64 // entry sequence number
+	done   chan struct{} // closed by Close when it begins
+
+	closeDone chan struct{} // closed when Close has finished; closeErr is its result
+	closeErr  error
+	wg        sync.WaitGroup
+	nonce     [8]byte       // random per Start: entry IDs never repeat across restarts
+	seq       atomic.Uint64 // entry sequence number
 
 	dbMu sync.RWMutex // guards db against Close
 	db   *badger.DB
@@ -76,7 +79,7 @@ func New(cfg Config) (*Node, error) {
 	if clock == nil {
 		clock = clockwork.NewRealClock()
 	}
-	return &Node{cfg: cfg, log: log, clock: clock, done: make(chan struct{})}, nil
+	return &Node{cfg: cfg, log: log, clock: clock, done: make(chan struct{}), closeDone: make(chan struct{})}, nil
 }
 
 // badgerOptions is the small-machine profile: small memtables, no block
@@ -215,17 +218,20 @@ func (n *Node) goFunc(f func()) {
 }
 
 // Close stops the node: refuses new work (ErrClosed), stops the batcher,
-// closes the NodeHost, then Badger. It is idempotent and waits.
+// closes the NodeHost, then Badger. It is idempotent: every call returns
+// once the node is closed, with the first call's result.
 func (n *Node) Close() error {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
-		return nil
+		<-n.closeDone
+		return n.closeErr
 	}
 	n.closed = true
 	n.state.Store(stateClosed)
 	started := n.started
 	n.mu.Unlock()
+	defer close(n.closeDone)
 	close(n.done)
 	if !started {
 		return nil
@@ -235,9 +241,9 @@ func (n *Node) Close() error {
 	n.nh.Close()
 	n.dbMu.Lock()
 	defer n.dbMu.Unlock()
-	err := n.db.Close()
+	n.closeErr = n.db.Close()
 	n.db = nil
-	return err
+	return n.closeErr
 }
 
 const (

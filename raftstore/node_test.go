@@ -152,3 +152,31 @@ func TestCloseWithProposalsInFlight(t *testing.T) {
 		}
 	}
 }
+
+// Close called twice at once: both calls return only once Badger is
+// closed, with the same result.
+func TestConcurrentCloseWaits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Dragonboat")
+	}
+	c := newCluster(t, 1, nil)
+	n := c.nodes[1]
+	delete(c.nodes, 1)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := n.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+			n.dbMu.RLock()
+			open := n.db != nil
+			n.dbMu.RUnlock()
+			if open {
+				t.Error("Close returned before Badger was closed")
+			}
+		}()
+	}
+	wg.Wait()
+}

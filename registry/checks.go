@@ -64,16 +64,20 @@ func (r *Registry) syncTargets(s *service) {
 }
 
 // probes reports whether this node runs the checks of key: the owner of its
-// ip:port in a cluster; the Raft leader when persistent data is in Raft but
-// nothing tells the nodes apart (no Distro); this node when standalone.
+// ip:port with Distro and Raft; the Raft leader when persistent data is in
+// Raft but nothing tells the nodes apart (no Distro); this node when its
+// persistent data is its own (no Raft: standalone, or Distro alone, where
+// persistent data is not replicated and no other node holds it).
 func (r *Registry) probes(key model.InstanceKey) bool {
-	if r.dist != nil {
+	rs, replicated := r.store.(*raftStore)
+	switch {
+	case !replicated:
+		return true
+	case r.dist != nil:
 		return r.ownsKey(beatRecordKey(key.IP, key.Port))
-	}
-	if rs, ok := r.store.(*raftStore); ok {
+	default:
 		return rs.leader()
 	}
-	return true
 }
 
 // checksLeaderChanged hands the checks over when the Raft leader changes,
@@ -135,7 +139,7 @@ func (r *Registry) healthWriter() {
 		case <-retry:
 		}
 		retry = nil
-		if wait, failed := r.writeHealth(context.Background()); failed {
+		if wait, failed := r.writeHealth(r.runCtx); failed {
 			retry = r.clock.After(wait)
 		}
 	}

@@ -390,3 +390,45 @@ func TestActiveCheckRaftLeaderProbes(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// With Distro but no Raft, persistent data is not replicated: the node that
+// holds a persistent instance probes it, whoever owns its address.
+func TestActiveCheckDistroWithoutRaft(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go acceptAll(l)
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+
+	cfg := registry.DefaultConfig()
+	opts := clusterOpts()
+	opts.Config = &cfg
+	c := registrytest.NewCluster(t, opts)
+	var holder *registrytest.Node
+	for _, n := range c.Nodes() {
+		if n.Owner("127.0.0.1", port) != n.ID {
+			holder = n
+			break
+		}
+	}
+	in := model.NewInstance(svcKey("db"), "127.0.0.1", port)
+	in.Ephemeral = false
+	mustRegister(t, holder, in)
+	c.Advance(time.Second)
+	st, ok := holder.CheckStatus(in.Key())
+	if !ok || !st.Probed || st.Checks == 0 {
+		t.Fatalf("%s holds the instance but does not probe it: %+v (owner of the address: %s)", holder.ID, st, holder.Owner("127.0.0.1", port))
+	}
+	l.Close()
+	c.Eventually(30*time.Second, func() bool {
+		v, _ := holder.Query(ctx, model.Query{Service: svcKey("db")})
+		return len(v.Instances) == 1 && !v.RealHealthy(0)
+	}, "the instance did not turn unhealthy after its listener closed")
+	// The cleanup checks that every node holds the same instances, which
+	// unreplicated persistent data breaks by design.
+	if err := holder.Deregister(ctx, in.Key()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -106,7 +106,8 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports the first invalid field.
+// Validate reports every invalid field, each with its rule, in an error
+// that matches ErrInvalidConfig.
 func (c *Config) Validate() error {
 	var errs []error
 	if c.NodeID == "" {
@@ -144,7 +145,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("Limits.MaxMetadataSize must not be negative (got %d)", c.Limits.MaxMetadataSize))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("registry: invalid config: %w", err)
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return nil
 }

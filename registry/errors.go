@@ -34,6 +34,9 @@ var (
 	// could not be forwarded to it (unreachable, or ownership kept moving
 	// for longer than the bounded retry). The caller may retry.
 	ErrUnavailable = errors.New("registry: owner unavailable")
+	// ErrInvalidConfig: New was given an invalid Config; the message names
+	// every invalid field and its rule.
+	ErrInvalidConfig = errors.New("registry: invalid config")
 	// ErrWatchClosed: the watcher was closed.
 	ErrWatchClosed = errors.New("registry: watch closed")
 )

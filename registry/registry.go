@@ -77,8 +77,10 @@ type Registry struct {
 
 	watch watchState
 
-	ready    chan struct{}      // closed once the registry serves
-	stop     chan struct{}      // closed by Close
+	ready    chan struct{}   // closed once the registry serves
+	stop     chan struct{}   // closed by Close
+	runCtx   context.Context // cancelled by Close, right after stop: bounds the background work
+	runStop  context.CancelFunc
 	ticks    chan chan struct{} // Tick's requests to the housekeeper
 	wg       sync.WaitGroup
 	closeErr error
@@ -179,6 +181,7 @@ func (r *Registry) Start(ctx context.Context) error {
 		return ErrClosed
 	}
 	r.state.Store(stateRunning)
+	r.runCtx, r.runStop = context.WithCancel(context.Background())
 	r.timer = r.clock.NewTimer(r.cfg.SweepInterval)
 	r.timerAt = r.now().Add(r.cfg.SweepInterval)
 	r.goFunc(r.housekeeper)
@@ -221,15 +224,7 @@ func (r *Registry) Start(ctx context.Context) error {
 // awaitReady marks the registry ready once replication has loaded from the
 // peers and the raft store has applied what was committed when it started.
 func (r *Registry) awaitReady() {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-r.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	ctx := r.runCtx
 	if rs, ok := r.store.(*raftStore); ok {
 		for {
 			err := rs.node.WaitReady(ctx)
@@ -298,6 +293,9 @@ func (r *Registry) Close() error {
 	r.mu.Unlock()
 
 	close(r.stop)
+	if r.runStop != nil {
+		r.runStop()
+	}
 	r.wg.Wait()
 	if r.checks != nil {
 		_ = r.checks.Close()

@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -245,13 +246,15 @@ func TestMetadataLimitConfigurable(t *testing.T) {
 func TestLifecycle(t *testing.T) {
 	cfg := registry.DefaultConfig()
 	cfg.PatchTTL = 0
-	if _, err := registry.New(cfg); err == nil {
-		t.Fatal("New accepted PatchTTL 0")
+	if _, err := registry.New(cfg); !errors.Is(err, registry.ErrInvalidConfig) || !strings.Contains(err.Error(), "PatchTTL must be positive") {
+		t.Fatalf("New with PatchTTL 0: %v, want ErrInvalidConfig naming PatchTTL and its rule", err)
 	}
 	cfg = registry.DefaultConfig()
 	cfg.NodeID = ""
-	if _, err := registry.New(cfg); err == nil {
-		t.Fatal("New accepted an empty NodeID")
+	cfg.SweepInterval = -1
+	_, err := registry.New(cfg)
+	if !errors.Is(err, registry.ErrInvalidConfig) || !strings.Contains(err.Error(), "NodeID must not be empty") || !strings.Contains(err.Error(), "SweepInterval must be positive") {
+		t.Fatalf("New with an empty NodeID and a negative SweepInterval: %v, want ErrInvalidConfig naming both", err)
 	}
 	r, err := registry.New(registry.DefaultConfig())
 	if err != nil {
