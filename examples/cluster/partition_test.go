@@ -271,6 +271,10 @@ func TestPartitionRealStack(t *testing.T) {
 	waitFor(t, 10*time.Second, "the majority drops the minority's session instances, and the other way round", func() bool {
 		return !slices.Contains(servedIPs(c.node(1), svc), "10.1.1.1") && !slices.Contains(servedIPs(c.node(0), svc), "10.1.0.3")
 	})
+	if *long {
+		hold := time.Now()
+		waitFor(t, time.Minute, "the partition held for 30 s", func() bool { return time.Since(hold) > 30*time.Second })
+	}
 	if f.dropped.Load() == 0 {
 		t.Fatal("the fault injector dropped nothing")
 	}

@@ -112,6 +112,8 @@ func TestCrashRestartUnderLoad(t *testing.T) {
 						breach("%s: query %s: %v", n.id, q.svc.Name, err)
 					case len(v.Instances) != q.want:
 						breach("%s answered %d instances of %s, want %d (ready %v)", n.id, len(v.Instances), q.svc.Name, q.want, n.reg.Ready())
+					case !n.reg.Ready() && c.node(i) == n:
+						breach("%s answered while not ready", n.id)
 					default:
 						answers.Add(1)
 						if int(restarting.Load()) == i+1 {
@@ -148,9 +150,15 @@ func TestCrashRestartUnderLoad(t *testing.T) {
 		}
 	}()
 
-	// Crash and restart every node in turn. The beater moves the beats it
-	// sent through the crashed node to the next one, as a client would.
-	for i := range 3 {
+	// Crash and restart every node in turn (-e2e.long: three rounds). The
+	// beater moves the beats it sent through the crashed node to the next
+	// one, as a client would.
+	rounds := 1
+	if *long {
+		rounds = 3
+	}
+	for r := range 3 * rounds {
+		i := r % 3
 		b.mu.Lock()
 		for ip, via := range b.via {
 			if via == i {

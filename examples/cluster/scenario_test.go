@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"log/slog"
 	"os"
 	"strings"
@@ -16,6 +17,10 @@ import (
 // MUSTER_E2E_LOG=1 to see the nodes' logs.
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// long runs the longer variants: three rounds of crash-restart, and a
+// partition held for 30 s.
+var long = flag.Bool("e2e.long", false, "run the longer variants of the real-stack tests")
 
 // testLogger discards the nodes' logs unless MUSTER_E2E_LOG is set.
 func testLogger() *slog.Logger { return logger(os.Getenv("MUSTER_E2E_LOG") != "") }
