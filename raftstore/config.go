@@ -10,6 +10,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/lni/dragonboat/v4/config"
 	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/transport"
 )
 
 // Config configures a Node. Start from DefaultConfig.
@@ -68,6 +69,16 @@ type Config struct {
 	// on real time.
 	Clock clockwork.Clock
 
+	// Transport, if set, carries the Raft messages and snapshots over this
+	// Muster transport (kinds KindRaftMessages and KindRaftChunk) instead of
+	// Dragonboat's own TCP transport: they share the connection Distro
+	// uses, its shared-secret handshake or TLS, and whatever wraps it (a
+	// test's fault injector cuts Raft traffic too). RaftAddress and the
+	// addresses of InitialMembers and AddReplica are then the transport's
+	// node IDs; RaftAddress defaults to Transport.LocalID(). The Node does
+	// not close the transport.
+	Transport transport.Transport
+
 	// transport replaces Dragonboat's TCP transport (tests: partitions).
 	transport config.TransportFactory
 }
@@ -118,23 +129,44 @@ func (c *Config) Validate() error {
 	case c.Join && len(c.InitialMembers) > 0:
 		return invalidConfig("InitialMembers", "must be empty with Join")
 	}
-	if _, port, err := net.SplitHostPort(c.RaftAddress); c.transport == nil && (err != nil || port == "") {
-		return invalidConfig("RaftAddress", "must be host:port")
+	byNodeID := c.Transport != nil
+	self := c.raftAddress()
+	switch {
+	case byNodeID && self != c.Transport.LocalID():
+		return invalidConfig("RaftAddress", fmt.Sprintf("must be empty or the transport's node ID %q with Transport set", c.Transport.LocalID()))
+	case byNodeID || c.transport != nil:
+	default:
+		if _, port, err := net.SplitHostPort(c.RaftAddress); err != nil || port == "" {
+			return invalidConfig("RaftAddress", "must be host:port")
+		}
 	}
 	if len(c.InitialMembers) > 0 {
-		if c.InitialMembers[c.ReplicaID] != c.RaftAddress {
+		if c.InitialMembers[c.ReplicaID] != self {
 			return invalidConfig("InitialMembers", "must map ReplicaID to RaftAddress")
 		}
 		for id, addr := range c.InitialMembers {
 			if id == 0 {
 				return invalidConfig("InitialMembers", "IDs must be ≥ 1")
 			}
-			if _, _, err := net.SplitHostPort(addr); err != nil {
+			if byNodeID {
+				if addr == "" {
+					return invalidConfig("InitialMembers", "node IDs must not be empty")
+				}
+			} else if _, _, err := net.SplitHostPort(addr); err != nil {
 				return invalidConfig("InitialMembers", "addresses must be host:port")
 			}
 		}
 	}
 	return nil
+}
+
+// raftAddress is RaftAddress, or the transport's node ID when it is empty
+// and Transport is set.
+func (c *Config) raftAddress() string {
+	if c.RaftAddress == "" && c.Transport != nil {
+		return c.Transport.LocalID()
+	}
+	return c.RaftAddress
 }
 
 func (c *Config) rtt() time.Duration { return time.Duration(c.RTTMillisecond) * time.Millisecond }

@@ -70,6 +70,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	cfg = cfg.clone()
+	cfg.RaftAddress = cfg.raftAddress()
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -116,9 +117,18 @@ func (n *Node) nodeHostConfig() config.NodeHostConfig {
 		Expert: config.ExpertConfig{
 			LogDB:            logdb,
 			Engine:           config.EngineConfig{ExecShards: 2, CommitShards: 2, ApplyShards: 2, SnapshotShards: 2, CloseShards: 2},
-			TransportFactory: n.cfg.transport,
+			TransportFactory: n.transportFactory(),
 		},
 	}
+}
+
+// transportFactory returns the factory of Dragonboat's transport: nil for
+// its own TCP transport.
+func (n *Node) transportFactory() config.TransportFactory {
+	if n.cfg.Transport != nil {
+		return muxFactory{t: n.cfg.Transport}
+	}
+	return n.cfg.transport
 }
 
 func (n *Node) replicaConfig() config.Config {

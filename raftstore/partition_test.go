@@ -13,6 +13,7 @@ import (
 	chantrans "github.com/lni/dragonboat/v4/plugin/chan"
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
+	"github.com/muster-io/muster/transport"
 )
 
 // partNet wraps Dragonboat's in-process channel transport and drops the
@@ -85,13 +86,33 @@ var chanAddrSeq atomic.Int64
 // while local reads answer; the majority elects a new leader and goes on;
 // after healing, the old leader catches up.
 func TestPartitionedLeader(t *testing.T) {
-	net := &partNet{blocked: map[[2]string]bool{}}
-	members := map[uint64]string{}
-	for id := uint64(1); id <= 3; id++ {
-		members[id] = fmt.Sprintf("chan-%d:1", chanAddrSeq.Add(1))
-	}
+	t.Run("dragonboat-chan", func(t *testing.T) {
+		net := &partNet{blocked: map[[2]string]bool{}}
+		members := map[uint64]string{}
+		for id := uint64(1); id <= 3; id++ {
+			members[id] = fmt.Sprintf("chan-%d:1", chanAddrSeq.Add(1))
+		}
+		testPartitionedLeader(t, members, func(cfg *Config) { cfg.transport = partFactory{net} }, net.isolate, net.heal)
+	})
+	// The same over a Muster transport (Config.Transport): Raft traffic
+	// goes through a MemNetwork, and its Isolate cuts it.
+	t.Run("muster-transport", func(t *testing.T) {
+		var mem transport.MemNetwork
+		members := map[uint64]string{1: "r1", 2: "r2", 3: "r3"}
+		testPartitionedLeader(t, members, func(cfg *Config) {
+			tr, err := mem.Node(cfg.RaftAddress)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = tr.Close() })
+			cfg.Transport = tr
+		}, func(addr string, _ ...string) { mem.Isolate(addr) }, mem.Heal)
+	})
+}
+
+func testPartitionedLeader(t *testing.T, members map[uint64]string, tweak func(*Config), isolate func(addr string, others ...string), heal func()) {
 	c := newClusterAt(t, members, func(cfg *Config) {
-		cfg.transport = partFactory{net}
+		tweak(cfg)
 		cfg.ProposeTimeout = 500 * time.Millisecond
 		cfg.ReadTimeout = 500 * time.Millisecond
 	})
@@ -109,7 +130,7 @@ func TestPartitionedLeader(t *testing.T) {
 			majority = append(majority, c.nodes[id])
 		}
 	}
-	net.isolate(members[old], others...)
+	isolate(members[old], others...)
 
 	// The majority elects a new leader and accepts writes.
 	eventually(t, 10*time.Second, "a new leader in the majority", func() bool {
@@ -142,7 +163,7 @@ func TestPartitionedLeader(t *testing.T) {
 	})
 
 	// Heal: it catches up with the majority's write.
-	net.heal()
+	heal()
 	eventually(t, 10*time.Second, "the old leader to catch up", func() bool {
 		_, ok, err := n.GetInstance(ctx, inst2.Key(), ReadOptions{Linearizable: true})
 		return err == nil && ok
