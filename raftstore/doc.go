@@ -20,7 +20,20 @@
 //	defer n.Close()
 //
 // A restart uses the same RaftAddress and Dir (Dragonboat freezes the
-// address into the directory); InitialMembers is then ignored. A new
+// address into the directory); InitialMembers is then ignored.
+//
+// # Transport
+//
+// By default Dragonboat carries Raft over its own TCP transport, listening
+// at RaftAddress. With Config.Transport set, Raft messages
+// (KindRaftMessages, one way) and snapshot chunks (KindRaftChunk, one
+// request per chunk, so chunks arrive in order) go over a Muster transport
+// instead: one connection per peer pair shared with Distro, with the
+// transport's shared-secret handshake or TLS, and any wrapper around it (a
+// test's fault injector cuts Raft like the rest). Addresses are then the
+// transport's node IDs: RaftAddress defaults to Transport.LocalID(), and
+// InitialMembers and AddReplica take node IDs. Dragonboat still checks the
+// DeploymentID of every batch. A new
 // replica joins with Join after a member called AddReplica for it; it
 // catches up by a streamed snapshot when the log was compacted.
 //

@@ -165,6 +165,39 @@ func TestRaftNoQuorum(t *testing.T) {
 	c.AwaitReady()
 }
 
+// Isolate cuts a node's Raft traffic with the rest: the isolated leader's
+// node loses its quorum (ErrNoLeader), the others elect a new leader and
+// go on writing, and after Heal the isolated node catches up.
+func TestRaftIsolatedLeader(t *testing.T) {
+	c := raftCluster(t)
+	var leader *registrytest.Node
+	c.WaitFor(10*time.Second, func() bool {
+		for _, n := range c.Live() {
+			if n.RaftNode().IsLeader() {
+				leader = n
+				return true
+			}
+		}
+		return false
+	}, "no Raft leader")
+	c.Isolate(c.Index(leader))
+	if err := leader.Register(ctx, persistent("db", 1)); !errors.Is(err, registry.ErrNoLeader) {
+		t.Fatalf("write on the isolated leader's node: %v, want ErrNoLeader", err)
+	}
+	var other *registrytest.Node
+	for _, n := range c.Live() {
+		if n != leader {
+			other = n
+		}
+	}
+	mustRegister(t, other, persistent("db", 2))
+	c.Heal()
+	c.WaitFor(10*time.Second, func() bool {
+		v, err := leader.Query(ctx, model.Query{Service: svcKey("db"), Linearizable: true})
+		return err == nil && slices.Equal(ips(v), []string{persistent("db", 2).IP})
+	}, "the isolated node did not catch up after the heal")
+}
+
 // The Raft replica is reachable for cluster operations, and reports the
 // same leader on every node.
 func TestRaftNodeInfo(t *testing.T) {

@@ -7,7 +7,8 @@ import "context"
 // collide:
 //
 //	1–63     distro (sync, verify, load)
-//	64–127   registry (forwarded writes and beats)
+//	64–95    registry (forwarded writes and beats)
+//	96–127   raftstore (Raft messages and snapshot chunks)
 //	128–255  embedders
 //
 // Kind 0 is invalid.

@@ -16,8 +16,8 @@ import (
 // faults cuts the links between nodes of a real cluster. It wraps each
 // node's Muster transport and memberlist's network transport; a cut link
 // loses every message and gossip packet sent over it, and refuses new
-// gossip streams. Dragonboat's own transport is not wrapped: Raft partitions
-// are tested in raftstore.
+// gossip streams. Raft goes over Muster's transport
+// (raftstore.Config.Transport), so a cut link cuts Raft too.
 type faults struct {
 	mu     sync.Mutex
 	cut    map[[2]string]bool // from, to node ID

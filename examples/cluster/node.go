@@ -48,16 +48,15 @@ func defaultTimings() timings {
 }
 
 // spec is what a node keeps across restarts: its ID, its addresses and its
-// data directory. Memberlist ties a name to its gossip address and
-// Dragonboat freezes the Raft address into the directory, so a restarted
-// node reuses all of them, as a real process restarted on the same host
-// would.
+// data directory. Memberlist ties a name to its gossip address, so a
+// restarted node reuses its addresses, as a real process restarted on the
+// same host would. Raft needs no address of its own: its messages go over
+// Muster's transport, addressed by node ID (raftstore.Config.Transport).
 type spec struct {
 	id      string
 	replica uint64
 	gossip  string // memberlist, UDP and TCP
-	tcp     string // Muster's node-to-node transport
-	raft    string // Dragonboat
+	tcp     string // Muster's node-to-node transport, which carries Distro and Raft
 	dir     string
 }
 
@@ -93,7 +92,7 @@ func newCluster(n int, t timings, dir string, log *slog.Logger) (*cluster, error
 	c := &cluster{t: t, initial: map[uint64]string{}, nodes: make([]*node, n), log: log}
 	used := map[int]bool{}
 	for i := range n {
-		var ports [3]int
+		var ports [2]int
 		for k := range ports {
 			p, err := freePort(used, k == 0)
 			if err != nil {
@@ -106,12 +105,11 @@ func newCluster(n int, t timings, dir string, log *slog.Logger) (*cluster, error
 			replica: uint64(i + 1),
 			gossip:  addr(ports[0]),
 			tcp:     addr(ports[1]),
-			raft:    addr(ports[2]),
 			dir:     filepath.Join(dir, fmt.Sprintf("node-%d", i+1)),
 		}
 		c.specs = append(c.specs, s)
 		c.seeds = append(c.seeds, s.gossip)
-		c.initial[s.replica] = s.raft
+		c.initial[s.replica] = s.id // Raft addresses are node IDs: Raft goes over the transport
 	}
 	return c, nil
 }
@@ -214,7 +212,7 @@ func (c *cluster) start(ctx context.Context, i int) (*node, error) {
 	dc.TombstoneTTL, dc.LoadTimeout, dc.RequestTimeout = 10*c.t.Verify, c.t.Load, time.Second
 
 	rc := raftstore.DefaultConfig()
-	rc.ReplicaID, rc.RaftAddress, rc.Dir, rc.InitialMembers, rc.Logger = n.replica, n.raft, n.dir, c.initial, log
+	rc.ReplicaID, rc.Transport, rc.Dir, rc.InitialMembers, rc.Logger = n.replica, tr, n.dir, c.initial, log
 	rc.RTTMillisecond = uint64(max(c.t.RaftRTT.Milliseconds(), 1))
 	rc.ProposeTimeout, rc.ReadTimeout = 2*time.Second, 2*time.Second
 

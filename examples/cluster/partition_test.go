@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -198,6 +199,17 @@ func TestPartitionRealStack(t *testing.T) {
 	ids := []string{c.specs[0].id, c.specs[1].id, c.specs[2].id}
 	svc := model.ServiceKey{Group: "e2e", Name: "partition"}
 	beats := model.ServiceKey{Group: "e2e", Name: "partition-beats"}
+	persistent := model.ServiceKey{Group: "e2e", Name: "partition-persistent"}
+	if err := c.node(1).reg.CreateService(ctx, model.Service{Key: persistent, Clusters: []model.Cluster{{
+		Name: model.DefaultCluster, HealthCheck: model.HealthCheck{Type: model.CheckNone},
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	pinst := func(ip string) model.Instance {
+		in := model.NewInstance(persistent, ip, 3306)
+		in.Ephemeral = false
+		return in
+	}
 
 	// Before: one session per node, and a beat instance beaten through the
 	// third node.
@@ -271,6 +283,14 @@ func TestPartitionRealStack(t *testing.T) {
 	waitFor(t, 10*time.Second, "the majority drops the minority's session instances, and the other way round", func() bool {
 		return !slices.Contains(servedIPs(c.node(1), svc), "10.1.1.1") && !slices.Contains(servedIPs(c.node(0), svc), "10.1.0.3")
 	})
+	// Raft goes over the same cut transport: the minority cannot write
+	// persistent data, the majority can.
+	if err := c.node(0).reg.Register(ctx, pinst("10.1.3.1")); !errors.Is(err, registry.ErrNoLeader) {
+		t.Fatalf("a persistent write on the isolated node: %v, want ErrNoLeader", err)
+	}
+	if err := c.node(1).reg.Register(ctx, pinst("10.1.3.2")); err != nil {
+		t.Fatalf("a persistent write on the majority side: %v", err)
+	}
 	if *long {
 		hold := time.Now()
 		waitFor(t, time.Minute, "the partition held for 30 s", func() bool { return time.Since(hold) > 30*time.Second })
@@ -286,13 +306,14 @@ func TestPartitionRealStack(t *testing.T) {
 	wantBeats := []string{"10.1.2.1", "10.1.2.2", "10.1.2.3"}
 	converged := func() bool {
 		for _, n := range c.live() {
-			if len(n.reg.Replicator().Members()) != 3 || !slices.Equal(servedIPs(n, svc), wantSvc) || !slices.Equal(servedIPs(n, beats), wantBeats) {
+			if len(n.reg.Replicator().Members()) != 3 || !slices.Equal(servedIPs(n, svc), wantSvc) || !slices.Equal(servedIPs(n, beats), wantBeats) ||
+				!slices.Equal(servedIPs(n, persistent), []string{"10.1.3.2"}) {
 				return false
 			}
 		}
 		return true
 	}
-	waitFor(t, 20*time.Second, "every node serves "+fmt.Sprint(wantSvc, wantBeats), converged)
+	waitFor(t, 20*time.Second, "every node serves "+fmt.Sprint(wantSvc, wantBeats, "10.1.3.2"), converged)
 	t.Logf("converged %v after the heal", time.Since(healedAt).Round(time.Millisecond))
 	// Every session instance is live everywhere from now on; it stays so
 	// for two verify periods, the deleted ones never come back.

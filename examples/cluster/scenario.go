@@ -154,7 +154,7 @@ func (d *demo) startNodes() (string, error) {
 		if err != nil {
 			return "", err
 		}
-		d.say("%s: gossip %s, transport %s, raft %s", n.id, n.gossip, n.spec.tcp, n.raft)
+		d.say("%s: gossip %s, transport %s (Distro and Raft)", n.id, n.gossip, n.spec.tcp)
 	}
 	took, err := d.until(30*time.Second, "every node ready, in one membership, with one Raft leader", d.c.settled)
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
-	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -43,12 +42,14 @@ type ClusterOptions struct {
 	LogLevel slog.Level
 	// Clock is shared by every node; nil means a new fake clock at Epoch.
 	Clock *clockwork.FakeClock
-	// Raft, when set, gives every node a raftstore replica on loopback
-	// (real Dragonboat and Badger, data in the test's temporary directory,
-	// which survives Stop and Restart), configured from it: ReplicaID,
-	// RaftAddress, Dir and InitialMembers are set per node. Dragonboat runs
-	// on real time: use a small RTTMillisecond, and WaitFor rather than
-	// Eventually for what depends on it.
+	// Raft, when set, gives every node a raftstore replica (real Dragonboat
+	// and Badger, data in the test's temporary directory, which survives
+	// Stop and Restart), configured from it: ReplicaID, Dir, Transport and
+	// InitialMembers are set per node. Raft traffic goes over the node's
+	// MemNetwork transport (raftstore.Config.Transport), so Partition,
+	// Isolate and Stop cut it like the rest. Dragonboat runs on real time:
+	// use a small RTTMillisecond, and WaitFor rather than Eventually for
+	// what depends on it.
 	Raft *raftstore.Config
 	// Step is the largest single move of the clock in Advance, so that
 	// periodic work (sync, verify) runs at every period it would in real
@@ -79,7 +80,7 @@ type Cluster struct {
 	nodes   []*Node
 	groupOf map[string]int // partition group of each node; nil when whole
 	raftDir string
-	raftMem map[uint64]string // replica ID → Raft address
+	raftMem map[uint64]string // replica ID → node ID (the Raft address)
 }
 
 // Node is one node of a Cluster.
@@ -135,8 +136,8 @@ func NewCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	if opts.Raft != nil {
 		c.raftDir = t.TempDir()
 		c.raftMem = make(map[uint64]string)
-		for i, addr := range freeAddrs(t, opts.Nodes) {
-			c.raftMem[uint64(i+1)] = addr
+		for i, n := range c.nodes {
+			c.raftMem[uint64(i+1)] = n.ID
 		}
 	}
 	t.Cleanup(func() { c.cleanup(leaks) })
@@ -188,7 +189,7 @@ func (c *Cluster) start(n *Node) {
 	if c.opts.Raft != nil {
 		rc := *c.opts.Raft
 		rc.ReplicaID = uint64(c.Index(n) + 1)
-		rc.RaftAddress = c.raftMem[rc.ReplicaID]
+		rc.RaftAddress, rc.Transport = n.ID, tr
 		rc.Dir = filepath.Join(c.raftDir, n.ID)
 		rc.InitialMembers = maps.Clone(c.raftMem)
 		cfg.Raft = &rc
@@ -211,23 +212,6 @@ func (c *Cluster) start(n *Node) {
 
 // Index returns n's index in the cluster, or -1.
 func (c *Cluster) Index(n *Node) int { return slices.Index(c.nodes, n) }
-
-// freeAddrs returns n distinct loopback addresses whose ports were free at
-// the time. The listeners are held until all are chosen: a port closed at
-// once may be handed out again by the next Listen.
-func freeAddrs(t testing.TB, n int) []string {
-	t.Helper()
-	out := make([]string, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("registrytest: %v", err)
-		}
-		defer l.Close()
-		out = append(out, l.Addr().String())
-	}
-	return out
-}
 
 // WaitFor polls cond in real time until it holds, letting the cluster
 // settle between polls, and fails the test after timeout. It is for what

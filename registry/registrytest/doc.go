@@ -31,9 +31,9 @@
 //
 // Message handling runs in goroutines, so Settle polls until the network
 // has been quiet for a few milliseconds. ClusterOptions.Raft adds a real
-// Raft group (Dragonboat and Badger on loopback, in the test's temporary
-// directory), which runs on real time: WaitFor polls for what depends on
-// it. When the test ends, the harness heals the network, lets two verify
+// Raft group (Dragonboat and Badger, in the test's temporary directory)
+// whose traffic goes over the MemNetwork, so partitions cut it too;
+// Dragonboat runs on real time: WaitFor polls for what depends on it. When the test ends, the harness heals the network, lets two verify
 // periods pass, checks that every live node holds the same records and
 // serves the same instances, checks each index, closes every node, and
 // fails the test on a leaked goroutine.
