@@ -23,20 +23,38 @@ import (
 //     proposals are forwarded by followers, which answer once they have
 //     applied the entry themselves);
 //   - batched-at-leader: every writer on the leader;
-//   - unbatched: spread, one command per Raft entry.
+//   - unbatched: spread, one command per Raft entry;
+//   - batched-muster-tcp: as batched, with Raft over Muster's TCP transport
+//     (Config.Transport) instead of Dragonboat's.
 func BenchmarkPersistentRegister(b *testing.B) {
 	for _, mode := range []struct {
 		name     string
 		batch    int
 		atLeader bool
-	}{{"batched", maxBatchCommands, false}, {"batched-at-leader", maxBatchCommands, true}, {"unbatched", 1, false}} {
+		muster   bool
+	}{
+		{"batched", maxBatchCommands, false, false},
+		{"batched-at-leader", maxBatchCommands, true, false},
+		{"unbatched", 1, false, false},
+		{"batched-muster-tcp", maxBatchCommands, false, true},
+	} {
 		batch := mode.batch
 		b.Run(mode.name, func(b *testing.B) {
-			c := newCluster(b, 3, func(cfg *Config) {
+			tweak := func(cfg *Config) {
 				cfg.RTTMillisecond = 20
 				cfg.MaxBatch = batch
 				cfg.ProposeTimeout = 10 * time.Second
-			})
+			}
+			var c *cluster
+			if mode.muster {
+				tcps := tcpTransports(b, "r1", "r2", "r3")
+				c = newClusterAt(b, map[uint64]string{1: "r1", 2: "r2", 3: "r3"}, func(cfg *Config) {
+					tweak(cfg)
+					cfg.Transport = tcps[cfg.RaftAddress]
+				})
+			} else {
+				c = newCluster(b, 3, tweak)
+			}
 			nodes := make([]*Node, 0, 3)
 			for _, n := range c.nodes {
 				nodes = append(nodes, n)

@@ -3,8 +3,10 @@ package raftstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -110,4 +112,39 @@ func TestConfigTransportAddresses(t *testing.T) {
 	if err := cfg.Validate(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "InitialMembers") {
 		t.Fatalf("an empty member node ID: %v", err)
 	}
+}
+
+// tcpTransports starts Muster TCP transports on loopback for the node IDs,
+// each resolving the others; they close when the test ends, after the
+// nodes using them.
+func tcpTransports(tb testing.TB, ids ...string) map[string]transport.Transport {
+	tb.Helper()
+	addrs := map[string]string{}
+	var mu sync.Mutex
+	out := map[string]transport.Transport{}
+	for _, id := range ids {
+		cfg := transport.DefaultTCPConfig()
+		cfg.NodeID, cfg.ListenAddr = id, "127.0.0.1:0"
+		cfg.Resolve = func(node string) (string, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if a, ok := addrs[node]; ok {
+				return a, nil
+			}
+			return "", fmt.Errorf("unknown node %q", node)
+		}
+		t, err := transport.NewTCP(cfg)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := t.Start(context.Background()); err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { _ = t.Close() })
+		mu.Lock()
+		addrs[id] = t.Addr()
+		mu.Unlock()
+		out[id] = t
+	}
+	return out
 }
