@@ -223,10 +223,18 @@ func (m *Memberlist) Start(ctx context.Context) error {
 	local := ml.LocalNode()
 	self := net.JoinHostPort(local.Addr.String(), strconv.Itoa(int(local.Port)))
 	m.mu.Lock()
+	if m.closed { // Close ran while memberlist was being created: undo
+		m.mu.Unlock()
+		_ = ml.Shutdown()
+		return ErrClosed
+	}
 	m.ml, m.self = ml, self
 	seeds := m.seedsToJoin()
+	m.goFunc(m.notifier) // under mu: stop's wg.Wait comes after it sees ml
+	if m.cfg.RejoinInterval > 0 && len(m.cfg.Seeds) > 0 {
+		m.goFunc(m.rejoin)
+	}
 	m.mu.Unlock()
-	m.goFunc(m.notifier)
 	if len(m.cfg.Seeds) > 0 {
 		if len(seeds) > 0 {
 			if n, err := ml.Join(seeds); err != nil {
@@ -235,9 +243,6 @@ func (m *Memberlist) Start(ctx context.Context) error {
 				m.log.Info("distro: memberlist: joined", "contacted", n)
 			}
 		}
-	}
-	if m.cfg.RejoinInterval > 0 && len(m.cfg.Seeds) > 0 {
-		m.goFunc(m.rejoin)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"go.uber.org/goleak"
 )
 
 func TestStaticNotifiesSynchronously(t *testing.T) {
@@ -227,5 +228,30 @@ func TestMemberlistSecretKey(t *testing.T) {
 	friend := start("k3", k1, []string{m1.BindAddr()})
 	if len(friend.Members()) != 2 {
 		t.Fatalf("a node with the same key did not join: %v", friend.Members())
+	}
+}
+
+// A Close that runs while Start is creating memberlist wins: Start shuts the
+// new memberlist down and fails with ErrClosed, leaving nothing running.
+func TestMemberlistCloseDuringStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real sockets")
+	}
+	leaks := goleak.IgnoreCurrent()
+	var m *Memberlist
+	cfg := fastMemberlist("x1", "127.0.0.1:1", nil)
+	cfg.WrapTransport = func(tr memberlist.Transport) memberlist.Transport {
+		_ = m.Close() // runs inside Start, before memberlist.Create
+		return tr
+	}
+	m, err := NewMemberlist(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(t.Context()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Start with a Close under way: %v, want ErrClosed", err)
+	}
+	if err := goleak.Find(leaks); err != nil {
+		t.Fatalf("memberlist left running: %v", err)
 	}
 }

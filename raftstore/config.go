@@ -22,8 +22,10 @@ type Config struct {
 	ShardID uint64
 	// DeploymentID separates clusters sharing addresses (default 1).
 	DeploymentID uint64
-	// RaftAddress is the host:port Dragonboat listens on. It is frozen into
-	// Dir: a restart must use the same address.
+	// RaftAddress is the host:port Dragonboat listens on, or with Transport
+	// set this node's ID on that transport. It is frozen into Dir: a restart
+	// must use the same address, so a Dir made without Transport cannot be
+	// reused with it (Dragonboat refuses to start).
 	RaftAddress string
 	// Dir holds Dragonboat's data (Dir/raft) and Badger's (Dir/badger). A
 	// restart reuses it; two nodes never share it.
@@ -131,6 +133,9 @@ func (c *Config) Validate() error {
 	}
 	byNodeID := c.Transport != nil
 	self := c.raftAddress()
+	if byNodeID && messageLimit(c.Transport) < minTransportMessage {
+		return invalidConfig("Transport", fmt.Sprintf("must accept messages of at least %d bytes (a snapshot chunk), accepts %d", minTransportMessage, messageLimit(c.Transport)))
+	}
 	switch {
 	case byNodeID && self != c.Transport.LocalID():
 		return invalidConfig("RaftAddress", fmt.Sprintf("must be empty or the transport's node ID %q with Transport set", c.Transport.LocalID()))

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/lni/dragonboat/v4/config"
@@ -16,7 +16,8 @@ import (
 // The message kinds of Raft traffic on a Muster transport (see
 // transport.Kind for the ranges).
 const (
-	// KindRaftMessages carries a pb.MessageBatch, one way.
+	// KindRaftMessages carries a pb.MessageBatch: one way, or as a request
+	// when a batch too large for one message is sent in pieces.
 	KindRaftMessages transport.Kind = 96
 	// KindRaftChunk carries one pb.Chunk of a snapshot, as a request: the
 	// next chunk is sent once the peer has taken this one, so chunks arrive
@@ -27,12 +28,29 @@ const (
 // Bounds on one send over the Muster transport. Dragonboat's connection
 // calls carry no context; a send that cannot finish in time fails, and
 // Dragonboat reports the peer unreachable to Raft and connects again later.
+// (Deadlines are real time, as Dragonboat's are.)
 const (
 	messageSendTimeout = 2 * time.Second
 	chunkSendTimeout   = 10 * time.Second
 )
 
-var errChunkRefused = errors.New("raftstore: snapshot chunk refused")
+// minTransportMessage is the smallest message size limit a transport may
+// have to carry Raft: a snapshot chunk (2 MiB of data, Dragonboat's fixed
+// chunk size) with its metadata.
+const minTransportMessage = 2<<20 + 64<<10
+
+var (
+	errChunkRefused  = errors.New("raftstore: snapshot chunk refused")
+	errEntryTooLarge = errors.New("raftstore: a Raft entry is larger than the transport's message limit")
+)
+
+// messageLimit returns the largest body t accepts.
+func messageLimit(t transport.Transport) int {
+	if l, ok := t.(transport.SizeLimiter); ok {
+		return l.MaxMessageSize()
+	}
+	return transport.DefaultMaxMessageSize
+}
 
 // muxFactory makes Dragonboat send its Raft messages and snapshots over a
 // Muster transport (Config.Transport) instead of its own TCP transport.
@@ -40,29 +58,46 @@ var errChunkRefused = errors.New("raftstore: snapshot chunk refused")
 type muxFactory struct{ t transport.Transport }
 
 func (f muxFactory) Create(_ config.NodeHostConfig, onMessages raftio.MessageHandler, onChunk raftio.ChunkHandler) raftio.ITransport {
-	return &muxTransport{t: f.t, onMessages: onMessages, onChunk: onChunk}
+	return &muxTransport{t: f.t, limit: messageLimit(f.t), onMessages: onMessages, onChunk: onChunk}
 }
 
 // Validate accepts any node ID.
 func (muxFactory) Validate(addr string) bool { return addr != "" }
 
 // muxTransport is the raftio.ITransport of muxFactory. It installs the
-// handlers of its two kinds on Start and removes them on Close; the
-// transport itself belongs to the caller.
+// handlers of its two kinds on Start and removes them on Close, which waits
+// for the calls into Dragonboat already under way: Dragonboat tears the
+// NodeHost down right after. The transport itself belongs to the caller.
 type muxTransport struct {
 	t          transport.Transport
+	limit      int
 	onMessages raftio.MessageHandler
 	onChunk    raftio.ChunkHandler
-	closed     atomic.Bool
+
+	mu       sync.Mutex // guards closed and the Add of inflight
+	closed   bool
+	inflight sync.WaitGroup // handler calls into Dragonboat
 }
 
 func (m *muxTransport) Name() string { return "muster" }
 
+// enter registers a handler call; false once closed.
+func (m *muxTransport) enter() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.inflight.Add(1)
+	return true
+}
+
 func (m *muxTransport) Start() error {
 	m.t.Handle(KindRaftMessages, func(_ context.Context, _ string, body []byte) ([]byte, error) {
-		if m.closed.Load() {
+		if !m.enter() {
 			return nil, ErrClosed
 		}
+		defer m.inflight.Done()
 		var b pb.MessageBatch
 		if err := b.Unmarshal(body); err != nil {
 			return nil, fmt.Errorf("raftstore: bad message batch: %w", err)
@@ -71,9 +106,10 @@ func (m *muxTransport) Start() error {
 		return nil, nil
 	})
 	m.t.Handle(KindRaftChunk, func(_ context.Context, _ string, body []byte) ([]byte, error) {
-		if m.closed.Load() {
+		if !m.enter() {
 			return nil, ErrClosed
 		}
+		defer m.inflight.Done()
 		var c pb.Chunk
 		if err := c.Unmarshal(body); err != nil {
 			return nil, fmt.Errorf("raftstore: bad snapshot chunk: %w", err)
@@ -86,10 +122,15 @@ func (m *muxTransport) Start() error {
 	return nil
 }
 
+// Close removes the handlers and waits for those running. A transport
+// shared by a later Node must get that Node's handlers after this Close.
 func (m *muxTransport) Close() error {
-	m.closed.Store(true)
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
 	m.t.Handle(KindRaftMessages, nil)
 	m.t.Handle(KindRaftChunk, nil)
+	m.inflight.Wait()
 	return nil
 }
 
@@ -110,14 +151,34 @@ type muxConn struct {
 
 func (c *muxConn) Close() {}
 
+// SendMessageBatch sends b one way. A batch over the transport's limit (a
+// lagging follower's catch-up can reach 64 MiB) goes in pieces that fit,
+// each a request answered once the peer has handled it, so that the pieces
+// arrive in order.
 func (c *muxConn) SendMessageBatch(b pb.MessageBatch) error {
-	body, err := b.Marshal()
+	ctx, cancel := context.WithTimeout(context.Background(), messageSendTimeout)
+	defer cancel()
+	if b.Size() <= c.m.limit {
+		body, err := b.Marshal()
+		if err != nil {
+			return err
+		}
+		return c.m.t.Send(ctx, c.to, KindRaftMessages, body)
+	}
+	pieces, err := splitBatch(b, c.m.limit)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), messageSendTimeout)
-	defer cancel()
-	return c.m.t.Send(ctx, c.to, KindRaftMessages, body)
+	for _, p := range pieces {
+		body, err := p.Marshal()
+		if err != nil {
+			return err
+		}
+		if _, err := c.m.t.Request(ctx, c.to, KindRaftMessages, body); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (c *muxConn) SendChunk(chunk pb.Chunk) error {
@@ -129,4 +190,71 @@ func (c *muxConn) SendChunk(chunk pb.Chunk) error {
 	defer cancel()
 	_, err = c.m.t.Request(ctx, c.to, KindRaftChunk, body)
 	return err
+}
+
+// pieceOverhead bounds what a message adds to a batch's encoding besides
+// its own bytes (field tag and length).
+const pieceOverhead = 16
+
+// splitBatch splits b into batches that encode to at most limit bytes,
+// keeping the order of its messages. A Replicate message too large on its
+// own is split by entries into several, each naming the entry before its
+// first as LogIndex and LogTerm, as Raft allows. It fails only if a single
+// entry does not fit.
+func splitBatch(b pb.MessageBatch, limit int) ([]pb.MessageBatch, error) {
+	header := b
+	header.Requests = nil
+	base := header.Size()
+	var out []pb.MessageBatch
+	cur, size := header, base
+	for _, m := range b.Requests {
+		pieces, err := splitMessage(m, limit-base-pieceOverhead)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range pieces {
+			ps := p.Size() + pieceOverhead
+			if len(cur.Requests) > 0 && size+ps > limit {
+				out = append(out, cur)
+				cur, size = header, base
+			}
+			cur.Requests = append(cur.Requests, p)
+			size += ps
+		}
+	}
+	if len(cur.Requests) > 0 {
+		out = append(out, cur)
+	}
+	return out, nil
+}
+
+// splitMessage splits a Replicate message into messages of at most limit
+// bytes; any other message is returned as it is if it fits.
+func splitMessage(m pb.Message, limit int) ([]pb.Message, error) {
+	if m.Size() <= limit {
+		return []pb.Message{m}, nil
+	}
+	if m.Type != pb.Replicate {
+		return nil, fmt.Errorf("%w: a %s message of %d bytes, limit %d", errEntryTooLarge, m.Type, m.Size(), limit)
+	}
+	empty := m
+	empty.Entries = nil
+	base := empty.Size()
+	var out []pb.Message
+	piece, size := empty, base
+	for _, e := range m.Entries {
+		es := e.Size() + pieceOverhead
+		if base+es > limit {
+			return nil, fmt.Errorf("%w: entry %d has %d bytes, limit %d", errEntryTooLarge, e.Index, e.Size(), limit)
+		}
+		if len(piece.Entries) > 0 && size+es > limit {
+			out = append(out, piece)
+			last := piece.Entries[len(piece.Entries)-1]
+			piece, size = empty, base
+			piece.LogIndex, piece.LogTerm = last.Index, last.Term
+		}
+		piece.Entries = append(piece.Entries, e)
+		size += es
+	}
+	return append(out, piece), nil
 }

@@ -7,9 +7,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/lni/dragonboat/v4/config"
+	pb "github.com/lni/dragonboat/v4/raftpb"
+	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/transport"
 )
 
@@ -80,13 +84,6 @@ func TestMusterTransportSnapshotJoin(t *testing.T) {
 	if c.lis[4].resets < 2 { // Open of an empty store, then the snapshot
 		t.Fatalf("the joined replica's listener saw %d resets, want a snapshot recovery", c.lis[4].resets)
 	}
-	var chunks uint64
-	for _, from := range []string{"r1", "r2", "r3"} {
-		chunks += mem.Stats(from, "r4").Bytes
-	}
-	if chunks == 0 {
-		t.Fatal("nothing reached r4 over the Muster transport")
-	}
 }
 
 // With Transport set, RaftAddress and the members are node IDs.
@@ -147,4 +144,146 @@ func tcpTransports(tb testing.TB, ids ...string) map[string]transport.Transport 
 		out[id] = t
 	}
 	return out
+}
+
+// splitBatch keeps every message and entry in order, chains the pieces of a
+// split Replicate message, fits every piece in the limit, and refuses an
+// entry that cannot fit.
+func TestSplitBatch(t *testing.T) {
+	entries := make([]pb.Entry, 40)
+	for i := range entries {
+		entries[i] = pb.Entry{Index: uint64(101 + i), Term: 7, Cmd: make([]byte, 1000)}
+	}
+	b := pb.MessageBatch{DeploymentId: 9, SourceAddress: "r1", BinVer: 210, Requests: []pb.Message{
+		{Type: pb.Heartbeat, To: 2, From: 1, Term: 7, Commit: 100},
+		{Type: pb.Replicate, To: 2, From: 1, Term: 7, LogIndex: 100, LogTerm: 6, Commit: 120, Entries: entries},
+		{Type: pb.Heartbeat, To: 3, From: 1, Term: 7, Commit: 120},
+	}}
+	const limit = 8 << 10
+	pieces, err := splitBatch(b, limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pieces) < 5 {
+		t.Fatalf("%d pieces for a %d-byte batch with limit %d", len(pieces), b.Size(), limit)
+	}
+	var msgs []pb.Message
+	for _, p := range pieces {
+		body, err := p.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(body) > limit {
+			t.Fatalf("a piece encodes to %d bytes, limit %d", len(body), limit)
+		}
+		if p.DeploymentId != 9 || p.SourceAddress != "r1" || p.BinVer != 210 {
+			t.Fatalf("a piece lost the batch header: %+v", p)
+		}
+		msgs = append(msgs, p.Requests...)
+	}
+	if msgs[0].Type != pb.Heartbeat || msgs[0].To != 2 || msgs[len(msgs)-1].Type != pb.Heartbeat || msgs[len(msgs)-1].To != 3 {
+		t.Fatal("the messages around the split one moved")
+	}
+	next, prevTerm := uint64(100), uint64(6)
+	for _, m := range msgs[1 : len(msgs)-1] {
+		if m.Type != pb.Replicate || m.LogIndex != next || m.LogTerm != prevTerm || m.Commit != 120 {
+			t.Fatalf("piece LogIndex %d LogTerm %d Commit %d, want %d %d 120", m.LogIndex, m.LogTerm, m.Commit, next, prevTerm)
+		}
+		for _, e := range m.Entries {
+			if e.Index != next+1 {
+				t.Fatalf("entry %d after %d", e.Index, next)
+			}
+			next, prevTerm = e.Index, e.Term
+		}
+	}
+	if next != 140 {
+		t.Fatalf("the pieces end at entry %d, want 140", next)
+	}
+
+	big := pb.MessageBatch{Requests: []pb.Message{{Type: pb.Replicate, Entries: []pb.Entry{{Index: 1, Cmd: make([]byte, 2*limit)}}}}}
+	if _, err := splitBatch(big, limit); !errors.Is(err, errEntryTooLarge) {
+		t.Fatalf("an entry larger than the limit: %v, want errEntryTooLarge", err)
+	}
+}
+
+// A follower cut off while the log grows by more than the transport's
+// message limit catches up after the heal: the catch-up batches are sent
+// in pieces.
+func TestMusterTransportLargeCatchUp(t *testing.T) {
+	var mem transport.MemNetwork // 4 MiB messages
+	c := memCluster(t, &mem, []string{"r1", "r2", "r3"}, nil)
+	leader := c.waitLeader()
+	var lagging uint64 = 1
+	if leader == 1 {
+		lagging = 2
+	}
+	mem.Isolate(c.cfgs[lagging].RaftAddress)
+	md := map[string]string{"blob": strings.Repeat("x", 900)}
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range 400 {
+				in := persistent("big", "10.3.0.1", w*1000+p+1)
+				in.Metadata = model.NewMetadata(md)
+				mustPropose(t, c.nodes[leader], Command{Op: OpPutInstance, Instance: in})
+			}
+		}()
+	}
+	wg.Wait()
+	mem.Heal()
+	c.eventually(30*time.Second, "the lagging follower catches up", func() bool {
+		st := c.lis[lagging].state()
+		return len(st.Instances) == 16*400
+	})
+}
+
+// Close waits for a batch being handed to Dragonboat: Dragonboat tears the
+// NodeHost down right after closing its transport.
+func TestMuxTransportCloseWaitsForHandlers(t *testing.T) {
+	var mem transport.MemNetwork
+	a, err := mem.Node("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := mem.Node("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var handled atomic.Bool
+	recv := muxFactory{t: b}.Create(config.NodeHostConfig{}, func(pb.MessageBatch) {
+		close(entered)
+		<-release
+		handled.Store(true)
+	}, func(pb.Chunk) bool { return true }).(*muxTransport)
+	if err := recv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	send := muxFactory{t: a}.Create(config.NodeHostConfig{}, nil, nil)
+	conn, err := send.GetConnection(context.Background(), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.SendMessageBatch(pb.MessageBatch{Requests: []pb.Message{{Type: pb.Heartbeat}}}); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	closed := make(chan bool)
+	go func() {
+		_ = recv.Close()
+		closed <- handled.Load()
+	}()
+	eventually(t, 5*time.Second, "Close begins", func() bool {
+		recv.mu.Lock()
+		defer recv.mu.Unlock()
+		return recv.closed
+	})
+	close(release)
+	if !<-closed {
+		t.Fatal("Close returned while a handler was still in Dragonboat")
+	}
 }

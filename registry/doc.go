@@ -57,7 +57,9 @@
 // Config.HealthChecks (on in DefaultConfig) probes persistent instances
 // with TCP, HTTP or MySQL checks (package health). Each node probes the
 // instances whose ip:port it owns (every one when standalone; with Raft
-// but no Distro, the Raft leader probes them all), starting from
+// but no Distro, the Raft leader probes them all; with Distro but no Raft,
+// where persistent data is not replicated, each node probes what it
+// holds), starting from
 // the stored health so that a handover neither leaves a gap nor flips an
 // instance twice. Only transitions are written, through the store (Raft in
 // cluster mode); a write that fails for lack of a leader is retried with

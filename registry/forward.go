@@ -110,9 +110,10 @@ func (resp *fwdResponse) err(owner string) error {
 
 // Owner returns the node that owns the beats of instances at ip:port in this
 // node's current view of the membership: it runs their leases, and beat
-// writes sent elsewhere are forwarded to it. With Active health checks it is
-// also the node that probes persistent instances at ip:port (unless there is
-// no Distro, where the Raft leader probes). Without Distro it is this node.
+// writes sent elsewhere are forwarded to it. With active health checks and
+// Raft it is also the node that probes persistent instances at ip:port (with
+// Raft but no Distro the Raft leader probes; without Raft each node probes
+// the persistent instances it holds). Without Distro it is this node.
 func (r *Registry) Owner(ip string, port int) string {
 	owner, _ := r.beatOwner(ip, port)
 	return owner

@@ -526,6 +526,14 @@ var _ Transport = (*MemTransport)(nil)
 // LocalID returns the node ID.
 func (t *MemTransport) LocalID() string { return t.id }
 
+// MaxMessageSize returns the network's MaxMessageSize (see SizeLimiter).
+func (t *MemTransport) MaxMessageSize() int {
+	t.net.mu.Lock()
+	defer t.net.mu.Unlock()
+	t.net.initLocked()
+	return t.net.maxSize
+}
+
 // Handle installs h for kind, replacing any earlier handler; a nil h
 // removes it.
 func (t *MemTransport) Handle(kind Kind, h Handler) { t.handlers.set(kind, h) }

@@ -166,6 +166,9 @@ func (t *TCP) AdvertiseAddr() string {
 // LocalID returns the node ID.
 func (t *TCP) LocalID() string { return t.cfg.NodeID }
 
+// MaxMessageSize returns TCPConfig.MaxFrameSize (see SizeLimiter).
+func (t *TCP) MaxMessageSize() int { return t.cfg.MaxFrameSize }
+
 // Handle installs h for kind, replacing any earlier handler; a nil h
 // removes it. It may be called before Start.
 func (t *TCP) Handle(kind Kind, h Handler) { t.handlers.set(kind, h) }

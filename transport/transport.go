@@ -31,9 +31,10 @@ type Transport interface {
 	// LocalID returns this node's ID.
 	LocalID() string
 
-	// Handle installs h for kind, replacing any earlier handler. Messages
-	// of a kind with no handler are answered with ErrNoHandler. It does not
-	// block.
+	// Handle installs h for kind, replacing any earlier handler; a nil h
+	// removes the handler. Messages of a kind with no handler are answered
+	// with ErrNoHandler. It does not block. Handlers already running are
+	// not waited for.
 	Handle(kind Kind, h Handler)
 
 	// Request sends body to node `to` and waits for the response. It
@@ -54,4 +55,13 @@ type Transport interface {
 	// Close returns once every goroutine the transport started has
 	// returned. It is idempotent.
 	Close() error
+}
+
+// SizeLimiter is implemented by transports that bound the size of a message
+// body. Callers that may produce large bodies (raftstore's Raft traffic)
+// find the limit by type assertion and fall back to DefaultMaxMessageSize.
+type SizeLimiter interface {
+	// MaxMessageSize returns the largest body, in bytes, that Request and
+	// Send accept; larger ones fail with ErrTooLarge.
+	MaxMessageSize() int
 }

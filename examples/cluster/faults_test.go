@@ -102,6 +102,10 @@ func (t *faultyTransport) Send(ctx context.Context, to string, kind transport.Ki
 }
 
 func (t *faultyTransport) Handle(kind transport.Kind, h transport.Handler) {
+	if h == nil { // removal
+		t.Transport.Handle(kind, nil)
+		return
+	}
 	t.Transport.Handle(kind, func(ctx context.Context, from string, body []byte) ([]byte, error) {
 		if t.f.lost(from, t.self) {
 			return nil, errCut

@@ -79,13 +79,23 @@ func TestCrashRestartUnderLoad(t *testing.T) {
 			breaches = append(breaches, fmt.Sprintf(format, args...))
 		}
 	}
+	// pick returns a random running node; nil when none runs (the test is
+	// ending).
+	// stopLoad ends the load, at the end of the test or earlier if it fails
+	// (cleanups run in reverse: before the nodes stop).
+	stopLoad := sync.OnceFunc(func() {
+		close(stop)
+		wg.Wait()
+	})
+	t.Cleanup(stopLoad)
 	pick := func(r *rand.Rand) (int, *node) {
-		for {
+		for range 100 {
 			i := r.IntN(3)
 			if n := c.node(i); n != nil {
 				return i, n
 			}
 		}
+		return -1, nil
 	}
 	for g := range 3 {
 		wg.Add(1)
@@ -99,6 +109,9 @@ func TestCrashRestartUnderLoad(t *testing.T) {
 				default:
 				}
 				i, n := pick(r)
+				if n == nil {
+					continue
+				}
 				for _, q := range []struct {
 					svc  model.ServiceKey
 					want int
@@ -136,6 +149,9 @@ func TestCrashRestartUnderLoad(t *testing.T) {
 			case <-time.After(20 * time.Millisecond):
 			}
 			_, n := pick(r)
+			if n == nil {
+				continue
+			}
 			in := beatInstance(churn, fmt.Sprintf("10.2.2.%d", k%50+1), tm.BeatTimeout)
 			var err error
 			if r.IntN(3) == 0 {
@@ -179,8 +195,7 @@ func TestCrashRestartUnderLoad(t *testing.T) {
 		})
 		restarting.Store(0)
 	}
-	close(stop)
-	wg.Wait()
+	stopLoad()
 	t.Logf("%d full answers, %d ErrNotReady, %d answers by a restarted node; %d writes, %d failed (during crashes)",
 		answers.Load(), notReady.Load(), answersWhileRestarted.Load(), writes.Load(), failedWrites.Load())
 	for _, s := range breaches {

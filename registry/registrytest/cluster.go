@@ -46,8 +46,8 @@ type ClusterOptions struct {
 	// and Badger, data in the test's temporary directory, which survives
 	// Stop and Restart), configured from it: ReplicaID, Dir, Transport and
 	// InitialMembers are set per node. Raft traffic goes over the node's
-	// MemNetwork transport (raftstore.Config.Transport), so Partition,
-	// Isolate and Stop cut it like the rest. Dragonboat runs on real time:
+	// endpoint on RaftNet (raftstore.Config.Transport), which Partition,
+	// Isolate, Heal and Stop cut like Net. Dragonboat runs on real time:
 	// use a small RTTMillisecond, and WaitFor rather than Eventually for
 	// what depends on it.
 	Raft *raftstore.Config
@@ -71,6 +71,12 @@ type Cluster struct {
 	// Net is the network between the nodes; tests may drop, delay or hold
 	// messages on it directly.
 	Net *transport.MemNetwork
+	// RaftNet carries the Raft traffic with ClusterOptions.Raft (nil
+	// otherwise). It is a network of its own, on real time like Dragonboat,
+	// so that Raft's steady heartbeats neither keep Net from settling nor
+	// stall behind Net's fake-clock delays; Partition, Isolate, Heal and Stop
+	// act on both.
+	RaftNet *transport.MemNetwork
 	// Seed is the seed of the cluster's random sources.
 	Seed uint64
 
@@ -91,10 +97,20 @@ type Node struct {
 	ID string
 	// Transport is the node's endpoint on the network.
 	Transport *transport.MemTransport
+	// RaftTransport is the node's endpoint on RaftNet (nil without Raft).
+	RaftTransport *transport.MemTransport
 	// Membership is the node's view of the live members.
 	Membership *distro.Static
 
 	starts int
+}
+
+// closeTransports closes the node's network endpoints.
+func (n *Node) closeTransports() {
+	_ = n.Transport.Close()
+	if n.RaftTransport != nil {
+		_ = n.RaftTransport.Close()
+	}
 }
 
 // NewCluster starts a cluster and returns once every node is ready.
@@ -134,6 +150,7 @@ func NewCluster(t testing.TB, opts ClusterOptions) *Cluster {
 		c.nodes = append(c.nodes, &Node{ID: fmt.Sprintf("n%d", i+1)})
 	}
 	if opts.Raft != nil {
+		c.RaftNet = &transport.MemNetwork{Seed: opts.Seed}
 		c.raftDir = t.TempDir()
 		c.raftMem = make(map[uint64]string)
 		for i, n := range c.nodes {
@@ -189,7 +206,12 @@ func (c *Cluster) start(n *Node) {
 	if c.opts.Raft != nil {
 		rc := *c.opts.Raft
 		rc.ReplicaID = uint64(c.Index(n) + 1)
-		rc.RaftAddress, rc.Transport = n.ID, tr
+		rt, err := c.RaftNet.Node(n.ID)
+		if err != nil {
+			c.t.Fatalf("registrytest: raft network node %s: %v", n.ID, err)
+		}
+		n.RaftTransport = rt
+		rc.RaftAddress, rc.Transport = n.ID, rt
 		rc.Dir = filepath.Join(c.raftDir, n.ID)
 		rc.InitialMembers = maps.Clone(c.raftMem)
 		cfg.Raft = &rc
@@ -269,6 +291,9 @@ func (c *Cluster) Partition(groups ...[]int) {
 		for _, b := range c.nodes {
 			if a.ID < b.ID && !c.reachable(a.ID, b.ID) {
 				c.Net.Partition(a.ID, b.ID)
+				if c.RaftNet != nil {
+					c.RaftNet.Partition(a.ID, b.ID)
+				}
 			}
 		}
 	}
@@ -284,6 +309,9 @@ func (c *Cluster) Heal() {
 	c.t.Helper()
 	c.groupOf = nil
 	c.Net.Heal()
+	if c.RaftNet != nil {
+		c.RaftNet.Heal()
+	}
 	c.updateMembership()
 	c.Settle()
 }
@@ -304,12 +332,12 @@ func (c *Cluster) stop(i int, crash bool) {
 		return
 	}
 	if crash {
-		_ = n.Transport.Close()
+		n.closeTransports()
 	}
 	if err := n.Registry.Close(); err != nil {
 		c.t.Errorf("registrytest: close %s: %v", n.ID, err)
 	}
-	_ = n.Transport.Close()
+	n.closeTransports()
 	n.Registry = nil
 	c.updateMembership()
 	c.Settle()
@@ -503,7 +531,7 @@ func (c *Cluster) cleanup(leaks goleak.Option) {
 		if err := n.Registry.Close(); err != nil {
 			t.Errorf("registrytest: close %s: %v", n.ID, err)
 		}
-		_ = n.Transport.Close()
+		n.closeTransports()
 		n.Registry = nil
 	}
 	if err := goleak.Find(leaks); err != nil {
