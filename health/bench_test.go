@@ -20,8 +20,8 @@ func beatIDs(n int) []string {
 // instance stands for the registry's per-instance record, whose address keys its lease; its
 // size is about that of the registry's.
 type instance struct {
-	pub, slot, inst uintptr
-	interval        time.Duration
+	_        [3]uintptr // the registry record's publisher, slot and instance pointers: only their size matters
+	interval time.Duration
 }
 
 // instanceIDs returns n ids as the registry makes them: a pointer to a record allocated per

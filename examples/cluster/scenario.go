@@ -684,8 +684,11 @@ func (d *demo) restart() (string, error) {
 		return "", err
 	}
 	d.say("+%s  it serves what the others serve, the db instance written while it was down included", ms(took+caught))
-	return fmt.Sprintf("ready %s after start (%d ErrNotReady answers, no partial list), caught up by then +%s",
-		ms(took), notReady, ms(caught)), nil
+	caughtUp := "caught up at once"
+	if caught >= time.Millisecond {
+		caughtUp = "caught up " + ms(caught) + " later"
+	}
+	return fmt.Sprintf("ready %s after start (%d ErrNotReady answers, no partial list), %s", ms(took), notReady, caughtUp), nil
 }
 
 func sameKeys[V any](a, b map[string]V) bool {
