@@ -76,24 +76,11 @@ func TestMemberlistJoinCrashRejoin(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real sockets")
 	}
-	m1, err := NewMemberlist(fastMemberlist("m1", "127.0.0.1:1111", nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m1.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	m1 := startMemberlist(t, fastMemberlist("m1", "127.0.0.1:1111", nil))
 	seed := m1.BindAddr()
 	c2 := fastMemberlist("m2", "127.0.0.1:2222", []string{seed})
 	c2.GossipToTheDeadTime = 10 * time.Millisecond // m2 stops gossiping to m1 at once once it is dead
-	m2, err := NewMemberlist(c2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m2.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	defer m2.Close()
+	m2 := startMemberlist(t, c2)
 	changes := make(chan []Member, 64)
 	cancel := m2.Subscribe(func(ms []Member) { changes <- ms })
 	defer cancel()
@@ -115,14 +102,7 @@ func TestMemberlistJoinCrashRejoin(t *testing.T) {
 	host, port, _ := net.SplitHostPort(seed)
 	cfg := fastMemberlist("m1", "127.0.0.1:3333", nil)
 	cfg.BindAddr, cfg.BindPort = host, atoi(port)
-	m1b, err := NewMemberlist(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m1b.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	defer m1b.Close()
+	m1b := startMemberlist(t, cfg)
 	pollUntil(t, 5*time.Second, "re-joined after the restart", func() bool {
 		a, err := m2.Addr("m1")
 		_, err2 := m1b.Addr("m2")
@@ -143,24 +123,10 @@ func TestMemberlistWrapTransport(t *testing.T) {
 	c1.WrapTransport = func(tr memberlist.Transport) memberlist.Transport {
 		return &muteTransport{Transport: tr, mute: &mute, writes: &writes}
 	}
-	m1, err := NewMemberlist(c1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m1.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	defer m1.Close()
+	m1 := startMemberlist(t, c1)
 	c2 := fastMemberlist("w2", "127.0.0.1:2222", []string{m1.BindAddr()})
 	c2.WrapTransport = c1.WrapTransport
-	m2, err := NewMemberlist(c2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m2.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	defer m2.Close()
+	m2 := startMemberlist(t, c2)
 	pollUntil(t, 5*time.Second, "w2 sees w1", func() bool { _, err := m2.Addr("w1"); return err == nil })
 	pollUntil(t, 5*time.Second, "w1 gossips through the wrapper", func() bool { return writes.Load() > 0 })
 	mute.Store(true)
@@ -190,6 +156,21 @@ func (m *muteTransport) DialTimeout(addr string, timeout time.Duration) (net.Con
 		return nil, errors.New("mute")
 	}
 	return m.Transport.DialTimeout(addr, timeout)
+}
+
+// startMemberlist starts a membership from cfg; it closes when the test
+// ends (Close is idempotent, so a test may close or kill it earlier).
+func startMemberlist(t *testing.T, cfg MemberlistConfig) *Memberlist {
+	t.Helper()
+	m, err := NewMemberlist(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	return m
 }
 
 func atoi(s string) int {

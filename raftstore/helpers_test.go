@@ -224,7 +224,12 @@ func (c *cluster) start(id uint64) *Node {
 // join adds a new replica id through the leader and starts it with Join.
 func (c *cluster) join(id uint64, tweak func(*Config)) *Node {
 	c.t.Helper()
-	addr := freePort(c.t)
+	return c.joinAt(id, freePort(c.t), tweak)
+}
+
+// joinAt is join with the new replica's Raft address given.
+func (c *cluster) joinAt(id uint64, addr string, tweak func(*Config)) *Node {
+	c.t.Helper()
 	var root string
 	for _, cfg := range c.cfgs {
 		root = filepath.Dir(cfg.Dir)

@@ -93,33 +93,37 @@ func (m *muxTransport) enter() bool {
 }
 
 func (m *muxTransport) Start() error {
-	m.t.Handle(KindRaftMessages, func(_ context.Context, _ string, body []byte) ([]byte, error) {
-		if !m.enter() {
-			return nil, ErrClosed
-		}
-		defer m.inflight.Done()
+	m.t.Handle(KindRaftMessages, m.handler(func(body []byte) error {
 		var b pb.MessageBatch
 		if err := b.Unmarshal(body); err != nil {
-			return nil, fmt.Errorf("raftstore: bad message batch: %w", err)
+			return fmt.Errorf("raftstore: bad message batch: %w", err)
 		}
 		m.onMessages(b)
-		return nil, nil
-	})
-	m.t.Handle(KindRaftChunk, func(_ context.Context, _ string, body []byte) ([]byte, error) {
+		return nil
+	}))
+	m.t.Handle(KindRaftChunk, m.handler(func(body []byte) error {
+		var c pb.Chunk
+		if err := c.Unmarshal(body); err != nil {
+			return fmt.Errorf("raftstore: bad snapshot chunk: %w", err)
+		}
+		if !m.onChunk(c) {
+			return errChunkRefused
+		}
+		return nil
+	}))
+	return nil
+}
+
+// handler wraps deliver, which hands a body to Dragonboat, so that Close
+// can refuse new calls and wait for those under way.
+func (m *muxTransport) handler(deliver func(body []byte) error) transport.Handler {
+	return func(_ context.Context, _ string, body []byte) ([]byte, error) {
 		if !m.enter() {
 			return nil, ErrClosed
 		}
 		defer m.inflight.Done()
-		var c pb.Chunk
-		if err := c.Unmarshal(body); err != nil {
-			return nil, fmt.Errorf("raftstore: bad snapshot chunk: %w", err)
-		}
-		if !m.onChunk(c) {
-			return nil, errChunkRefused
-		}
-		return nil, nil
-	})
-	return nil
+		return nil, deliver(body)
+	}
 }
 
 // Close removes the handlers and waits for those running. A transport

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,27 +57,15 @@ func TestMusterTransportSnapshotJoin(t *testing.T) {
 		t.Fatal("no Raft message went over the Muster transport")
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.any().AddReplica(ctx, 4, "r4"); err != nil {
-		t.Fatal(err)
-	}
-	var root string
-	for _, cfg := range c.cfgs {
-		root = filepath.Dir(cfg.Dir)
-		break
-	}
-	cfg := testConfig(t, filepath.Join(root, "4"), 4, "r4")
-	cfg.Join = true
-	small(&cfg)
-	memTransport(t, &mem, &cfg)
-	c.cfgs[4] = cfg
-	n4 := c.start(4)
+	n4 := c.joinAt(4, "r4", func(cfg *Config) {
+		small(cfg)
+		memTransport(t, &mem, cfg)
+	})
 	st := c.converged(c.waitLeader())
 	if len(st.Instances) != 60 {
 		t.Fatalf("after the join: %d instances, want 60", len(st.Instances))
 	}
-	if err := n4.WaitReady(ctx); err != nil {
+	if err := n4.WaitReady(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if c.lis[4].resets < 2 { // Open of an empty store, then the snapshot
