@@ -1,0 +1,50 @@
+package model
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// BenchmarkUnmarshal decodes typical payloads of the project with Unmarshal:
+// a publisher record's payload (registry), a distro sync batch of such
+// records, a Raft entry's batch of commands and a service view.
+func BenchmarkUnmarshal(b *testing.B) {
+	payload := mPubPayload{Instances: benchInstances(4)}
+	pb, _ := msgpack.Marshal(&payload)
+	var batch mSyncMsg
+	for i := range 64 {
+		batch.Records = append(batch.Records, mWireRecord{Key: "s/session-" + string(rune('a'+i%26)), Kind: 1, Owner: "node-1", Revision: uint64(i + 1), Payload: pb})
+	}
+	var cmds []mCommand
+	for _, inst := range benchInstances(16) {
+		inst.Ephemeral = false
+		cmds = append(cmds, mCommand{Op: 4, Instance: inst})
+	}
+	view := ServiceView{Service: Service{Key: ServiceKey{Name: "orders"}}, Revision: 7, Instances: benchInstances(100)}
+	for _, c := range []struct {
+		name string
+		v    any
+	}{
+		{"payload", &payload},
+		{"distroBatch", &batch},
+		{"commands", &cmds},
+		{"view", &view},
+	} {
+		in, err := msgpack.Marshal(c.v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		typ := reflect.TypeOf(c.v).Elem()
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(in)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := Unmarshal(in, reflect.New(typ).Interface()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
