@@ -1,9 +1,11 @@
 package model
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"reflect"
+	"runtime"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -89,6 +91,72 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzUnmarshalBound: decoding any input into any destination type of the
+// project allocates at most MaxDecodeRatio × its length + DecodeSlack, and
+// what Unmarshal accepts, msgpack decodes to the same value.
+func FuzzUnmarshalBound(f *testing.F) {
+	targets := wireTargets()
+	seed := func(v any) {
+		b, err := msgpack.Marshal(v)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	for _, v := range targets {
+		seed(v)
+	}
+	seed(&mPubPayload{Instances: benchInstances(3)})
+	seed(&ServiceView{Instances: benchInstances(2), RealHealth: []bool{true, false}})
+	seed(&mSyncMsg{Records: []mWireRecord{{Key: "s/1", Kind: 1, Revision: 1, Payload: []byte("x")}}})
+	seed(&[]mCommand{{Op: 4, Instance: validInstance()}})
+	for _, b := range hostile(4096) {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		limit := uint64(MaxDecodeRatio*len(b) + DecodeSlack)
+		for _, target := range targets {
+			typ := reflect.TypeOf(target).Elem()
+			// The least of a few runs: the first may build msgpack's and
+			// Unmarshal's per-type caches, and another goroutine may
+			// allocate meanwhile; a real breach repeats.
+			got := ^uint64(0)
+			var err error
+			for range 3 {
+				got = min(got, allocated1(func() { err = Unmarshal(b, reflect.New(typ).Interface()) }))
+				if got <= limit {
+					break
+				}
+			}
+			if got > limit {
+				t.Fatalf("decoding % x into %v allocated %d bytes, over %d", b, typ, got, limit)
+			}
+			if err != nil {
+				continue
+			}
+			want := reflect.New(typ).Interface()
+			if err := msgpack.Unmarshal(b, want); err != nil {
+				t.Fatalf("%v: Unmarshal accepted what msgpack rejects: %v", typ, err)
+			}
+			back := reflect.New(typ).Interface()
+			_ = Unmarshal(b, back)
+			e1, err1 := msgpack.Marshal(back)
+			e2, err2 := msgpack.Marshal(want)
+			if err1 != nil || err2 != nil || !bytes.Equal(e1, e2) {
+				t.Fatalf("%v: Unmarshal and msgpack.Unmarshal disagree: %x vs %x (%v, %v)", typ, e1, e2, err1, err2)
+			}
+		}
+	})
+}
+
+func allocated1(f func()) uint64 {
+	var a, b runtime.MemStats
+	runtime.ReadMemStats(&a)
+	f()
+	runtime.ReadMemStats(&b)
+	return b.TotalAlloc - a.TotalAlloc
 }
 
 func TestUnmarshalRejectsHostileLengths(t *testing.T) {
