@@ -6,7 +6,9 @@ import (
 	"math"
 	"reflect"
 	"runtime"
+	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -17,6 +19,9 @@ func FuzzValidateInstance(f *testing.F) {
 	f.Add("public", "DEFAULT_GROUP", "orders", "DEFAULT", "10.0.0.1", 8080, 1.0, "version", "1.0", "")
 	f.Add("", "", "a@@b", "c_1", "::1", 0, math.NaN(), "preserved.heart.beat.timeout", "x", "id")
 	f.Add("ns", "g:1", "s", "", "db.example.com", 65535, 10000.0, "preserved.heart.beat.interval", "20000", "")
+	f.Add("..", "..", "../etc", "", "10.0.0.1", 80, 1.0, "k\x00", "v\r\n", "")
+	f.Add(".", ".", "a/./b", "", "10.0.0.1", 80, 1.0, "k", "a\tb\x7f", "")
+	f.Add("", "g", "team/orders", "", "10.0.0.1", 80, 1.0, "k\u0085", "\x1b", "")
 	f.Fuzz(func(t *testing.T, ns, group, name, cluster, ip string, port int, weight float64, mk, mv, id string) {
 		inst := Instance{
 			ID: id, Service: ServiceKey{Namespace: ns, Group: group, Name: name}, Cluster: cluster,
@@ -29,6 +34,17 @@ func FuzzValidateInstance(f *testing.F) {
 				t.Fatalf("error %v does not match ErrInvalid", err)
 			}
 			return
+		}
+		k := inst.Service.WithDefaults()
+		for _, n := range []string{k.Namespace, k.Group, k.Name} {
+			if n == "." || n == ".." || strings.Contains(n, "../") || strings.Contains(n, "/..") || strings.ContainsRune(n, '\\') {
+				t.Fatalf("path-like name %q accepted", n)
+			}
+		}
+		for k, v := range inst.Metadata.All() {
+			if strings.IndexFunc(k, unicode.IsControl) >= 0 || strings.IndexFunc(v, isValueControl) >= 0 {
+				t.Fatalf("control character accepted in metadata %q=%q", k, v)
+			}
 		}
 		b, err := msgpack.Marshal(&inst)
 		if err != nil {
@@ -55,6 +71,7 @@ func FuzzValidateInstance(f *testing.F) {
 func FuzzValidateService(f *testing.F) {
 	f.Add("orders", 0.5, "c1", "HTTP", 80, "/health", "X-A", "1", 200, "u", "select 1")
 	f.Add("", math.Inf(1), "", "PING", -1, "x", "", "\r\n", 99, "", "")
+	f.Add("..", 0.5, "c1", "HTTP", 80, "/health", "X-A", "\x00", 200, "", "")
 	f.Fuzz(func(t *testing.T, name string, threshold float64, cluster, typ string, port int, path, hk, hv string, code int, user, cmd string) {
 		s := Service{
 			Key: ServiceKey{Name: name}, ProtectThreshold: threshold,
