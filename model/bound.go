@@ -116,16 +116,19 @@ const (
 var familyNames = [...]string{"nil", "a bool", "an integer", "a float", "a string", "a binary", "an array", "a map", "an ext"}
 
 // allocSize bounds what the Go allocator takes for an object of n bytes:
-// size classes waste less than a quarter, and nothing is smaller than 16
-// bytes (the tiny allocator's block).
+// nothing is smaller than 16 bytes (the tiny allocator's block), rounding up
+// to a size class wastes less than a quarter (768 → 896 is the worst above
+// the smallest classes), and a large object takes whole 8 KiB pages.
 func allocSize(n int64) int64 {
 	switch {
 	case n <= 0:
 		return 0
 	case n <= 16:
 		return 16
+	case n <= 32<<10:
+		return n + n/4 + 16
 	}
-	return n + n/4 + 16
+	return n + 8<<10
 }
 
 // mul returns a × b, saturated well above any limit.
@@ -142,6 +145,16 @@ func mul(a, b int64) int64 {
 // byte per slot.
 func mapCost(n, slot int64) int64 {
 	return 64 + mul(3*n+8, slot+1)
+}
+
+// grown bounds what growing by appends to the size c takes, when grow is
+// set: the capacities grow by at least 1.25 at a time, so all of them
+// together take at most 5 × (1.25 × c), and 8 × c leaves room for rounding.
+func grown(c int64, grow bool) int64 {
+	if grow {
+		return mul(c, 8)
+	}
+	return c
 }
 
 // fixedCost is what every decode allocates whatever its input: the reader,
@@ -163,11 +176,11 @@ func (w *walker) fail(rule string) error {
 func (w *walker) charge(n int64) error {
 	w.cost += n
 	if w.cost > w.limit || n < 0 {
-		return &DecodeError{
-			Rule: "decoding would allocate more than " + strconv.FormatInt(w.limit, 10) + " bytes (" +
-				strconv.Itoa(MaxDecodeRatio) + " × the " + strconv.Itoa(len(w.b)) + "-byte input + " + strconv.Itoa(DecodeSlack) + ")",
-			Err: ErrTooLarge,
+		rule := "decoding would allocate more than " + strconv.FormatInt(w.limit, 10) + " bytes"
+		if w.limit == int64(MaxDecodeRatio)*int64(len(w.b))+DecodeSlack {
+			rule += " (" + strconv.Itoa(MaxDecodeRatio) + " × the " + strconv.Itoa(len(w.b)) + "-byte input + " + strconv.Itoa(DecodeSlack) + ")"
 		}
+		return &DecodeError{Rule: rule, Err: ErrTooLarge}
 	}
 	return nil
 }
@@ -288,7 +301,8 @@ func (w *walker) value(p *plan, max, depth int) error {
 		var err error
 		switch p.kind {
 		case pStrings:
-			err = w.charge(allocSize(16 * int64(n)))
+			// msgpack sizes []string up to 1e6 elements, then appends.
+			err = w.charge(grown(allocSize(16*int64(n)), n > 1e6))
 		case pSlice:
 			err = w.charge(2 * allocSize(mul(int64(n), p.elem.size)))
 		default:
@@ -309,7 +323,8 @@ func (w *walker) value(p *plan, max, depth int) error {
 		if fam != fMap {
 			return w.wrong(p, fam)
 		}
-		if err := w.charge(mapCost(int64(n), p.slot) + mul(int64(n), p.temps)); err != nil {
+		// msgpack sizes maps up to 1e6 entries; more grow the table.
+		if err := w.charge(grown(mapCost(int64(n), p.slot), n > 1e6) + mul(int64(n), p.temps)); err != nil {
 			return err
 		}
 		w.off += head
@@ -327,11 +342,7 @@ func (w *walker) value(p *plan, max, depth int) error {
 		}
 		// The pairs in one slice (grown by appends past 1<<16 pairs), and a
 		// sort.Interface if they are out of order.
-		kv := allocSize(32 * int64(n))
-		if n > 1<<16 {
-			kv *= 4
-		}
-		if err := w.charge(kv + 32); err != nil {
+		if err := w.charge(grown(allocSize(32*int64(n)), n > 1<<16) + 32); err != nil {
 			return err
 		}
 		w.off += head

@@ -224,3 +224,60 @@ func TestUnmarshalAcceptsMarshal(t *testing.T) {
 		}
 	}
 }
+
+var sink []byte
+
+// TestAllocSizeBoundsTheAllocator: allocSize is an upper bound of what the
+// runtime takes for an object, across the size classes and large objects.
+func TestAllocSizeBoundsTheAllocator(t *testing.T) {
+	step := 1
+	for n := 1; n < 100<<10; n += step {
+		if n > 4096 {
+			step = 61
+		}
+		got := allocated(func() { sink = make([]byte, n) })
+		if want := allocSize(int64(n)); got > uint64(want) {
+			t.Fatalf("make([]byte, %d) took %d bytes, allocSize says %d", n, got, want)
+		}
+	}
+	sink = nil
+}
+
+// TestUnmarshalRealisticValues: realistic values of the project's types,
+// and Marshal's smallest encodings of its large structs, stay within the
+// ratio; the one known exception (many minimal clusters) decodes with
+// MaxAlloc.
+func TestUnmarshalRealisticValues(t *testing.T) {
+	zeroCmds := make([]mCommand, 256)
+	minimal := func(n int) *Service {
+		s := &Service{Key: ServiceKey{Name: "s"}}
+		for i := range n {
+			s.Clusters = append(s.Clusters, Cluster{Name: string(rune('a' + i%26))})
+		}
+		return s
+	}
+	for _, v := range []any{
+		&zeroCmds,
+		&[]Instance{{}, {}, {}},
+		&mSyncMsg{Records: make([]mWireRecord, 100)},
+		&mVerifyResp{Buckets: make([]uint32, 1000), Versions: make([]mVersion, 100)},
+		&ServiceView{Instances: make([]Instance, 50), RealHealth: make([]bool, 50)},
+		&mPubPayload{Instances: benchInstances(64)},
+		minimal(20),
+	} {
+		b, _ := msgpack.Marshal(v)
+		if err := Unmarshal(b, reflect.New(reflect.TypeOf(v).Elem()).Interface()); err != nil {
+			t.Errorf("%T (%d bytes): %v", v, len(b), err)
+		}
+	}
+	b, _ := msgpack.Marshal(minimal(500))
+	if err := Unmarshal(b, &Service{}); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("500 minimal clusters: %v", err)
+	}
+	if err := UnmarshalWith(b, &Service{}, DecodeOptions{MaxAlloc: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if err := UnmarshalWith(b, &Service{}, DecodeOptions{MaxAlloc: 1 << 10}); !errors.Is(err, ErrTooLarge) {
+		t.Fatal(err)
+	}
+}

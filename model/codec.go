@@ -31,6 +31,14 @@ type DecodeOptions struct {
 	// []byte. A longer one fails with ErrTooLarge before anything is
 	// decoded. Fields are capped with a maxlen struct tag (see Unmarshal).
 	MaxLen int
+	// MaxAlloc, when positive, replaces MaxDecodeRatio × len(b) +
+	// DecodeSlack as the bound on what decoding may allocate. It is meant
+	// for input whose length is capped already and which must decode
+	// whenever Marshal wrote it, such as committed Raft entries: the ratio
+	// holds for every realistic value of the project's types, but not for
+	// all of Marshal's output (a Cluster with a one-letter name and no
+	// health check encodes in 15 bytes and decodes into about 350).
+	MaxAlloc int64
 }
 
 // Unmarshal decodes msgpack bytes from an untrusted source into v, a
@@ -82,6 +90,9 @@ func UnmarshalWith(b []byte, v any, o DecodeOptions) error {
 		return err
 	}
 	w := walker{b: b, cost: fixedCost, bufMax: 64, limit: int64(MaxDecodeRatio)*int64(len(b)) + DecodeSlack}
+	if o.MaxAlloc > 0 {
+		w.limit = o.MaxAlloc
+	}
 	err = w.value(p, o.MaxLen, 0)
 	if err == nil && w.off != len(b) {
 		err = w.fail(strconv.Itoa(len(b)-w.off) + " bytes after the value")
