@@ -48,3 +48,27 @@ func BenchmarkUnmarshal(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkUnmarshalHostile: how long rejecting 1 MiB of hostile input
+// takes, and what it allocates.
+func BenchmarkUnmarshalHostile(b *testing.B) {
+	in := hostile(1 << 20)
+	for _, c := range []struct {
+		input string
+		v     any
+	}{
+		{"array of nil", &[]mCommand{}},
+		{"insts of empty maps", &ServiceView{}},
+		{"Records of empty maps", &mRepairMsg{}},
+		{"insts of empty maps", &mHello{}}, // an unknown field: skipped, accepted
+	} {
+		typ := reflect.TypeOf(c.v).Elem()
+		b.Run(c.input+" into "+typ.String(), func(b *testing.B) {
+			b.SetBytes(int64(len(in[c.input])))
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = Unmarshal(in[c.input], reflect.New(typ).Interface())
+			}
+		})
+	}
+}
