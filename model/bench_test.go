@@ -72,3 +72,40 @@ func BenchmarkUnmarshalHostile(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkWalk compares the bound's walk over typical payloads with the
+// type-blind Check it replaced and with msgpack's own decoding.
+func BenchmarkWalk(b *testing.B) {
+	payload := mPubPayload{Instances: benchInstances(4)}
+	pb, _ := msgpack.Marshal(&payload)
+	var batch mSyncMsg
+	for i := range 64 {
+		batch.Records = append(batch.Records, mWireRecord{Key: "s/x", Kind: 1, Owner: "node-1", Revision: uint64(i + 1), Payload: pb})
+	}
+	view := ServiceView{Instances: benchInstances(100)}
+	for _, c := range []struct {
+		name string
+		v    any
+	}{{"payload", &payload}, {"distroBatch", &batch}, {"view", &view}} {
+		in, _ := msgpack.Marshal(c.v)
+		p, _ := planFor(reflect.TypeOf(c.v).Elem())
+		b.Run(c.name+"/check", func(b *testing.B) {
+			for b.Loop() {
+				_ = Check(in)
+			}
+		})
+		b.Run(c.name+"/walk", func(b *testing.B) {
+			for b.Loop() {
+				w := walker{b: in, limit: 1 << 40, bufMax: 64}
+				if err := w.value(p, 0, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(c.name+"/msgpack", func(b *testing.B) {
+			for b.Loop() {
+				_ = msgpack.Unmarshal(in, reflect.New(reflect.TypeOf(c.v).Elem()).Interface())
+			}
+		})
+	}
+}

@@ -385,6 +385,7 @@ func (w *walker) structure(p *plan, fam family, head, n, depth int) error {
 		return nil
 	case fMap:
 		w.off += head
+		next := 0 // Marshal writes the fields in order: try the next ones first
 		for range n {
 			kfam, khead, kn, ok := header(w.b[w.off:])
 			if !ok || kfam != fStr && kfam != fBin {
@@ -398,7 +399,17 @@ func (w *walker) structure(p *plan, fam family, head, n, depth int) error {
 				return err
 			}
 			w.off = start + kn
-			f := p.fields[string(w.b[start:w.off])]
+			name := w.b[start:w.off]
+			var f *field
+			for i := next; i < len(p.list); i++ {
+				if p.list[i].name == string(name) && !p.list[i].shadowed {
+					f, next = p.list[i], i+1
+					break
+				}
+			}
+			if f == nil {
+				f = p.fields[string(name)] // an alias, or out of order
+			}
 			if f == nil {
 				if err := w.skip(depth + 1); err != nil {
 					return at(err, "."+strconv.Quote(string(w.b[start:start+kn])))

@@ -281,3 +281,37 @@ func TestUnmarshalRealisticValues(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestUnmarshalFieldLookup: fields found in order, out of order, by alias,
+// and where two fields share a name (msgpack decodes the last).
+func TestUnmarshalFieldLookup(t *testing.T) {
+	type shadow struct {
+		A string `msgpack:"x"`
+		B string `msgpack:"x"`
+		C []int  `msgpack:"c,alias:cc"`
+	}
+	for _, in := range []map[string]any{
+		{"x": "v", "c": []int{1}},
+		{"c": []int{1}, "x": "v"},
+		{"cc": []int{1, 2}},
+	} {
+		b, _ := msgpack.Marshal(in)
+		var got, want shadow
+		if err := Unmarshal(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		_ = msgpack.Unmarshal(b, &want)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%v: got %+v, msgpack %+v", in, got, want)
+		}
+	}
+	// The shadowed field's type is not the one checked for "x".
+	type typed struct {
+		A []Instance `msgpack:"x"`
+		B string     `msgpack:"x"`
+	}
+	b, _ := msgpack.Marshal(map[string]any{"x": "s"})
+	if err := Unmarshal(b, &typed{}); err != nil {
+		t.Fatal(err)
+	}
+}

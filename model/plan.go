@@ -65,6 +65,9 @@ type field struct {
 	name string // the msgpack name
 	p    *plan
 	max  int // the field's maxlen tag; 0 for none
+	// shadowed is set when a later field or alias took the name, as in
+	// msgpack's map of fields.
+	shadowed bool
 }
 
 // plans caches *plan (or the error that the type cannot be planned) per
@@ -244,6 +247,9 @@ func (b *planner) fields(p *plan, t reflect.Type) error {
 				p.fields[alias] = fl
 			}
 		}
+	}
+	for _, f := range p.list {
+		f.shadowed = p.fields[f.name] != f
 	}
 	return nil
 }
