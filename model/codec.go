@@ -1,7 +1,11 @@
 package model
 
 import (
-	"encoding/binary"
+	"bytes"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -13,19 +17,103 @@ const maxDepth = 32
 // Marshal encodes v with msgpack.
 func Marshal(v any) ([]byte, error) { return msgpack.Marshal(v) }
 
-// Unmarshal decodes msgpack bytes from an untrusted source into v.
+// The allocation bound of Unmarshal: decoding b may allocate at most
+// MaxDecodeRatio × len(b) + DecodeSlack bytes.
+const (
+	MaxDecodeRatio = 16
+	DecodeSlack    = 4096
+)
+
+// DecodeOptions tune UnmarshalWith. The zero value is what Unmarshal does.
+type DecodeOptions struct {
+	// MaxLen, when positive, caps the length of the top-level value: the
+	// elements of an array, the entries of a map, the bytes of a string or
+	// []byte. A longer one fails with ErrTooLarge before anything is
+	// decoded. Fields are capped with a maxlen struct tag (see Unmarshal).
+	MaxLen int
+	// MaxAlloc, when positive, replaces MaxDecodeRatio × len(b) +
+	// DecodeSlack as the bound on what decoding may allocate. It is meant
+	// for input whose length is capped already and which must decode
+	// whenever Marshal wrote it, such as committed Raft entries: the ratio
+	// holds for every realistic value of the project's types, but not for
+	// all of Marshal's output (a Cluster with a one-letter name and no
+	// health check encodes in 15 bytes and decodes into about 350).
+	MaxAlloc int64
+}
+
+// Unmarshal decodes msgpack bytes from an untrusted source into v, a
+// non-nil pointer to a zero value.
 //
-// It first walks the input and rejects it unless it is a single well-formed
-// value whose every array, map, string and binary length fits in the bytes
-// that follow. msgpack v5 sizes a slice from its declared length before
-// reading any element, so without this walk twelve hostile bytes can make it
-// allocate hundreds of gigabytes.
-func Unmarshal(b []byte, v any) error {
-	if err := Check(b); err != nil {
+// Before msgpack sees the bytes, Unmarshal walks them alongside the
+// destination type and rejects them, decoding nothing, unless
+//
+//   - they hold exactly one well-formed value, nested at most 32 deep,
+//     whose every declared length fits in the bytes that follow
+//     (ErrMalformed);
+//   - each value has the msgpack type the destination decodes, and a nil
+//     appears only where the Go type has one: pointers, slices, maps,
+//     interfaces and Metadata, never a struct, string, number or bool
+//     (ErrMalformed);
+//   - decoding allocates at most MaxDecodeRatio × len(b) + DecodeSlack
+//     bytes, counting every slice, map, string and pointer msgpack v5 makes
+//     for the destination type, rounded up to Go's size classes
+//     (ErrTooLarge);
+//   - no field exceeds its maxlen tag, and the top-level value no
+//     DecodeOptions.MaxLen (ErrTooLarge).
+//
+// Errors other than the destination's own are *DecodeError values naming
+// where in the value and which rule. A struct field caps its length (the
+// elements of a slice or array, the entries of a map, the bytes of a
+// string or []byte) with a tag:
+//
+//	Records []Record `msgpack:"r" maxlen:"1000"`
+//
+// The destination type may hold bools, numbers, strings, slices, arrays,
+// maps, structs, pointers, empty interfaces and Metadata; a type with a
+// msgpack decoder of its own (other than Metadata), an embedded field, a
+// non-empty interface, or a type registered with msgpack.Register or
+// RegisterExt cannot be bounded and fails with errors.ErrUnsupported.
+// Plans of the destination types are cached per type.
+func Unmarshal(b []byte, v any) error { return UnmarshalWith(b, v, DecodeOptions{}) }
+
+// UnmarshalWith is Unmarshal with options.
+func UnmarshalWith(b []byte, v any, o DecodeOptions) error {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() {
+		return fmt.Errorf("model: Unmarshal into %T: %w", v, errNotPointer)
+	}
+	if e := rv.Elem(); e.Kind() == reflect.Interface && !e.IsNil() {
+		return unsupported(e.Type(), "an interface holding a value")
+	}
+	p, err := planFor(rv.Type().Elem())
+	if err != nil {
 		return err
 	}
-	return msgpack.Unmarshal(b, v)
+	w := walker{b: b, cost: fixedCost, bufMax: 64, limit: int64(MaxDecodeRatio)*int64(len(b)) + DecodeSlack}
+	if o.MaxAlloc > 0 {
+		w.limit = o.MaxAlloc
+	}
+	err = w.value(p, o.MaxLen, 0)
+	if err == nil && w.off != len(b) {
+		err = w.fail(strconv.Itoa(len(b)-w.off) + " bytes after the value")
+	}
+	if err != nil {
+		if de, ok := err.(*DecodeError); ok {
+			de.Type = p.name
+		}
+		return err
+	}
+	// Not msgpack.Unmarshal: it turns on UsePreallocateValues, which starts
+	// a goroutine per type that allocates values ahead of need, outside
+	// any bound.
+	dec := msgpack.GetDecoder()
+	dec.Reset(bytes.NewReader(b))
+	err = dec.Decode(v)
+	msgpack.PutDecoder(dec)
+	return err
 }
+
+var errNotPointer = errors.New("the destination must be a non-nil pointer")
 
 // Check reports whether b holds exactly one well-formed msgpack value whose
 // declared lengths fit in b, nested at most 32 deep.
@@ -100,21 +188,6 @@ func fixed(b []byte, n int) (int, error) {
 		return 0, ErrMalformed
 	}
 	return n, nil
-}
-
-// readLen reads a big-endian length of size bytes after the code byte.
-func readLen(b []byte, size int) (int, bool) {
-	if len(b) < 1+size {
-		return 0, false
-	}
-	switch size {
-	case 1:
-		return int(b[1]), true
-	case 2:
-		return int(binary.BigEndian.Uint16(b[1:])), true
-	default:
-		return int(binary.BigEndian.Uint32(b[1:])), true
-	}
 }
 
 // skimSized skips a str, bin or ext value: a length of size bytes, extra

@@ -29,11 +29,32 @@
 // interval below both timeouts. The metadata cap is configurable through
 // Limits. Beat timings are the publisher's: a patch may not set them.
 //
+// No name can walk a path: namespaces ([A-Za-z0-9_-]) cannot hold '.' or
+// '/'; a group may not be "." or ".."; a service name may hold '/' (Nacos
+// allows it: "team/orders") but no backslash, no leading '/', and no empty,
+// "." or ".." segment between slashes ("..", "../etc", "a/./b", "a//b" are
+// refused; "com.example.Svc", "a-b_c:d", "..." are fine).
+//
+// Metadata keys may not hold control characters (C0 U+0000–U+001F, DEL,
+// C1 U+0080–U+009F); values may hold a tab but no other control character,
+// so that no NUL truncates a value and no CR or LF forges a log line or a
+// header. This applies to every metadata set: instance, service, cluster,
+// patch and health-check headers.
+//
 // # Immutability and encoding
 //
 // Metadata is an immutable sorted list of pairs, so instances and views can
 // be shared by every reader without copies. ServiceView values are built once
 // per revision and must not be modified.
+//
+// Unmarshal is the decoder for bytes from anywhere untrusted. It checks the
+// input against the destination type before msgpack decodes it, and bounds
+// what the decode allocates to MaxDecodeRatio (16) × the input length plus
+// DecodeSlack (4 KiB): a msgpack nil or empty map is one byte, but a slice
+// element of a large struct is hundreds, so without the bound 1 MiB of input
+// could allocate more than 1 GiB. A nil is accepted only where the Go type
+// has one. Struct fields cap their length with a maxlen tag, and
+// UnmarshalWith caps the top-level value (DecodeOptions.MaxLen).
 //
 // Every type that crosses the wire or the disk has msgpack tags
 // (github.com/vmihailenco/msgpack/v5) whose names are part of the format:

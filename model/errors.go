@@ -14,6 +14,38 @@ var ErrInvalid = errors.New("model: invalid input")
 // msgpack, or that declares more elements than it holds.
 var ErrMalformed = errors.New("model: malformed msgpack")
 
+// ErrTooLarge is returned by Unmarshal for input whose decoding would
+// allocate more than the bound (MaxDecodeRatio × its length + DecodeSlack),
+// or that holds more elements than a maxlen tag or DecodeOptions.MaxLen
+// allow.
+var ErrTooLarge = errors.New("model: msgpack value too large")
+
+// DecodeError reports input that Unmarshal rejected before decoding: where,
+// and which rule. It matches ErrMalformed or ErrTooLarge.
+type DecodeError struct {
+	// Type is the destination type, such as "model.ServiceView".
+	Type string
+	// Path is where in the value, in msgpack field names and indexes, such
+	// as ".insts[3].md"; empty for the top level.
+	Path string
+	// Rule says what the input broke.
+	Rule string
+	// Err is ErrMalformed or ErrTooLarge.
+	Err error
+}
+
+func (e *DecodeError) Error() string {
+	where := e.Type
+	if e.Path != "" {
+		where += " at " + e.Path
+	}
+	return e.Err.Error() + ": decoding " + where + ": " + e.Rule
+}
+
+// Unwrap makes errors.Is(err, ErrMalformed) or errors.Is(err, ErrTooLarge)
+// true.
+func (e *DecodeError) Unwrap() error { return e.Err }
+
 // ValidationError reports one rejected input: which field, and which rule it
 // broke.
 type ValidationError struct {

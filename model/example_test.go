@@ -1,6 +1,7 @@
 package model_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
@@ -48,4 +49,36 @@ func ExampleMetadata() {
 	fmt.Println(md, patched, patched.Value("zone"))
 	// Output:
 	// {version=1.2, zone=a} {version=1.2, zone=b} b
+}
+
+// Unmarshal refuses a nil where the Go type has none, and input whose
+// decoding would allocate far more than its size: 1 KiB of empty maps, which
+// msgpack alone would turn into 1024 zero instances (288 KiB).
+func ExampleUnmarshal() {
+	var insts []model.Instance
+	err := model.Unmarshal([]byte{0x92, 0x80, 0xc0}, &insts)
+	fmt.Println(errors.Is(err, model.ErrMalformed), err)
+
+	b := append([]byte{0xdc, 0x04, 0x00}, bytes.Repeat([]byte{0x80}, 1024)...)
+	err = model.Unmarshal(b, &insts)
+	fmt.Println(errors.Is(err, model.ErrTooLarge), err)
+	// Output:
+	// true model: malformed msgpack: decoding []model.Instance at [1]: nil where model.Instance has none
+	// true model: msgpack value too large: decoding []model.Instance: decoding would allocate more than 20528 bytes (16 × the 1027-byte input + 4096)
+}
+
+// A struct field caps its length with a maxlen tag; UnmarshalWith caps the
+// top-level value.
+func ExampleUnmarshalWith() {
+	type batch struct {
+		Records []string `msgpack:"r" maxlen:"2"`
+	}
+	b, _ := model.Marshal(batch{Records: []string{"a", "b", "c"}})
+	fmt.Println(model.Unmarshal(b, &batch{}))
+
+	b, _ = model.Marshal([]int{1, 2, 3})
+	fmt.Println(model.UnmarshalWith(b, &[]int{}, model.DecodeOptions{MaxLen: 2}))
+	// Output:
+	// model: msgpack value too large: decoding model_test.batch at .r: must hold at most 2 (declares 3)
+	// model: msgpack value too large: decoding []int: must hold at most 2 (declares 3)
 }

@@ -5,6 +5,7 @@ import (
 	"iter"
 	"maps"
 	"slices"
+	"sort"
 	"strings"
 	"unicode/utf8"
 
@@ -201,7 +202,9 @@ func (m Metadata) EncodeMsgpack(enc *msgpack.Encoder) error {
 }
 
 // DecodeMsgpack reads a msgpack map (or nil). Duplicate keys keep the last
-// value, as a Go map would.
+// value, as a Go map would. The pairs are read into one slice, which is all
+// it allocates besides the strings; input in key order, as EncodeMsgpack
+// writes it, is not sorted again.
 func (m *Metadata) DecodeMsgpack(dec *msgpack.Decoder) error {
 	n, err := dec.DecodeMapLen()
 	if err != nil {
@@ -211,7 +214,7 @@ func (m *Metadata) DecodeMsgpack(dec *msgpack.Decoder) error {
 		*m = Metadata{}
 		return nil
 	}
-	pairs := make(map[string]string, min(n, 64))
+	kv := make([]string, 0, 2*min(n, 1<<16))
 	for range n {
 		k, err := dec.DecodeString()
 		if err != nil {
@@ -221,10 +224,44 @@ func (m *Metadata) DecodeMsgpack(dec *msgpack.Decoder) error {
 		if err != nil {
 			return err
 		}
-		pairs[k] = v
+		kv = append(kv, k, v)
 	}
-	*m = NewMetadata(pairs)
+	*m = Metadata{kv: sortPairs(kv)}
 	return nil
+}
+
+// sortPairs sorts key/value pairs by key, keeping the last value of a
+// duplicate key.
+func sortPairs(kv []string) []string {
+	sorted := true
+	for i := 2; i < len(kv); i += 2 {
+		if kv[i-2] >= kv[i] {
+			sorted = false
+			break
+		}
+	}
+	if sorted {
+		return kv
+	}
+	sort.Stable(pairs(kv))
+	out := kv[:0]
+	for i := 0; i < len(kv); i += 2 {
+		if i+2 < len(kv) && kv[i+2] == kv[i] {
+			continue // a later pair has the same key
+		}
+		out = append(out, kv[i], kv[i+1])
+	}
+	return out
+}
+
+// pairs sorts key/value pairs by key.
+type pairs []string
+
+func (p pairs) Len() int           { return len(p) / 2 }
+func (p pairs) Less(i, j int) bool { return p[2*i] < p[2*j] }
+func (p pairs) Swap(i, j int) {
+	p[2*i], p[2*j] = p[2*j], p[2*i]
+	p[2*i+1], p[2*j+1] = p[2*j+1], p[2*i+1]
 }
 
 // MarshalJSON writes m as a JSON object.

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -51,6 +52,9 @@ func (k ServiceKey) Validate() error {
 	}
 	if err := checkName("service.group", k.Group, MaxGroupLen, &groupChars, "letters, digits, '_', '-', '.' and ':'"); err != nil {
 		return err
+	}
+	if k.Group == "." || k.Group == ".." {
+		return invalid("service.group", `must not be "." or ".."`, k.Group)
 	}
 	return checkServiceName(k.Name)
 }
@@ -222,7 +226,26 @@ func checkServiceName(name string) error {
 			return invalid(field, "must be printable ASCII without spaces", name)
 		}
 	}
+	if isPathLike(name) {
+		return invalid(field, `must not be path-like (a backslash, a leading '/', or an empty, "." or ".." segment between slashes)`, name)
+	}
 	return nil
+}
+
+// isPathLike reports whether a service name could walk a path: it holds a
+// backslash, starts with '/', or has an empty, "." or ".." segment between
+// slashes ("." and ".." alone included). Nacos allows '/' in service names,
+// so "a/b" is fine.
+func isPathLike(name string) bool {
+	if strings.IndexByte(name, '\\') >= 0 || name[0] == '/' {
+		return true
+	}
+	for seg := range strings.SplitSeq(name, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 func checkCluster(field, name string) error {
@@ -360,9 +383,19 @@ func checkMetadata(field string, m Metadata, l Limits) error {
 		if !utf8.ValidString(k) || !utf8.ValidString(v) {
 			return invalid(field+"["+strings.ToValidUTF8(k, "?")+"]", "must be valid UTF-8", "")
 		}
+		if strings.IndexFunc(k, unicode.IsControl) >= 0 {
+			return invalid(field, "keys must not contain control characters (U+0000–U+001F, U+007F–U+009F)", k)
+		}
+		if strings.IndexFunc(v, isValueControl) >= 0 {
+			return invalid(field+"["+k+"]", "must not contain control characters other than tab (U+0000–U+0008, U+000A–U+001F, U+007F–U+009F)", v)
+		}
 	}
 	return nil
 }
+
+// isValueControl reports the characters metadata values may not hold: the
+// control characters except tab.
+func isValueControl(r rune) bool { return r != '\t' && unicode.IsControl(r) }
 
 // beatTimingKeys are the preserved keys that set beat timings.
 var beatTimingKeys = [...]string{MetaHeartBeatInterval, MetaHeartBeatTimeout, MetaIPDeleteTimeout}
