@@ -86,6 +86,7 @@ func FuzzConnStream(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg := DefaultTCPConfig()
 		cfg.NodeID = "a"
+		cfg.Secret = testSecret
 		cfg.MaxFrameSize = 256
 		tr, err := NewTCP(cfg)
 		if err != nil {
@@ -96,7 +97,7 @@ func FuzzConnStream(f *testing.F) {
 		tr.Handle(2, func(context.Context, string, []byte) ([]byte, error) { return nil, errors.New("no") })
 		local, remote := net.Pipe()
 		c := tr.newConn(local, "z", "z")
-		if !tr.install(c, true) {
+		if !tr.installInbound(context.Background(), c) {
 			t.Fatal("not installed")
 		}
 		c.start()
