@@ -566,8 +566,12 @@ func (t *TCP) dial(ctx context.Context, to string) error {
 	}
 	if la, ra := nc.LocalAddr().String(), nc.RemoteAddr().String(); la == ra {
 		// A simultaneous open onto our own ephemeral port (nothing listens
-		// at addr and the kernel picked addr's port as ours): dropping it
-		// at once frees the port for the node that owns it.
+		// at addr and the kernel picked addr's port as ours). Abort it (no
+		// linger: a reset, not a TIME_WAIT that would hold the port for a
+		// minute), so that the node that owns the port can listen again.
+		if tc, ok := nc.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
 		_ = nc.Close()
 		t.log.Warn("dropped a connection to itself", "peer", to, "addr", la)
 		return fmt.Errorf("%w: %s", ErrSelfConnect, la)

@@ -125,6 +125,13 @@ func TestTCPLifecycle(t *testing.T) {
 // testCA makes a CA and returns it with a function issuing node certs.
 func testCA(t *testing.T, name string) (*x509.CertPool, func(node string) tls.Certificate) {
 	t.Helper()
+	_, pool, issue := testCACert(t, name)
+	return pool, issue
+}
+
+// testCACert is testCA that also returns the CA's certificate.
+func testCACert(t *testing.T, name string) (*x509.Certificate, *x509.CertPool, func(node string) tls.Certificate) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), crand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +175,7 @@ func testCA(t *testing.T, name string) (*x509.CertPool, func(node string) tls.Ce
 		}
 		return tls.Certificate{Certificate: [][]byte{d}, PrivateKey: nk}
 	}
-	return pool, issue
+	return ca, pool, issue
 }
 
 func mtlsConfig(pool *x509.CertPool, cert tls.Certificate) *tls.Config {
