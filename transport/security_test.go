@@ -742,4 +742,3 @@ func TestTCPReloadTLS(t *testing.T) {
 	}
 	_ = pt.Close()
 }
-
