@@ -692,9 +692,14 @@ func (t *TCP) acceptLoop(ln net.Listener) {
 	}
 }
 
-// remoteIP returns the source IP of an inbound connection.
+// remoteIP returns the source address an inbound connection counts
+// against MaxHandshakesPerIP: its IPv4 address, or the /64 prefix of its
+// IPv6 address (one host commonly holds a whole /64).
 func remoteIP(nc net.Conn) string {
 	if a, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
+		if a.IP.To4() == nil && len(a.IP) == net.IPv6len {
+			return a.IP.Mask(net.CIDRMask(64, 128)).String() + "/64"
+		}
 		return a.IP.String()
 	}
 	host, _, err := net.SplitHostPort(nc.RemoteAddr().String())

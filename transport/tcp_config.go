@@ -71,8 +71,9 @@ type TCPConfig struct {
 	// the handshake (unauthenticated), in total; beyond it new connections
 	// are closed at once and counted in TCPStats.Refused. Default 256.
 	MaxHandshakes int
-	// MaxHandshakesPerIP bounds them per source IP address, so that one
-	// host cannot fill MaxHandshakes. Must be <= MaxHandshakes. Default 16.
+	// MaxHandshakesPerIP bounds them per source address (an IPv4 address,
+	// or an IPv6 /64 prefix), so that one host cannot fill MaxHandshakes.
+	// Must be <= MaxHandshakes. Default 16.
 	MaxHandshakesPerIP int
 	// IdleTimeout bounds the silence on an authenticated connection: after
 	// IdleTimeout without a byte received the transport sends a ping (every

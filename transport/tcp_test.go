@@ -71,6 +71,23 @@ func TestTCPConfigValidate(t *testing.T) {
 		{"MaxInflight", func(c *TCPConfig) { c.MaxInflight = 0 }},
 		{"WriteQueue", func(c *TCPConfig) { c.WriteQueue = 0 }},
 		{"MaxQueued", func(c *TCPConfig) { c.MaxQueued = -1 }},
+		{"MaxHandshakes", func(c *TCPConfig) { c.MaxHandshakes = 0 }},
+		{"MaxHandshakesPerIP", func(c *TCPConfig) { c.MaxHandshakesPerIP = 0 }},
+		{"MaxHandshakesPerIP", func(c *TCPConfig) { c.MaxHandshakesPerIP = c.MaxHandshakes + 1 }},
+		{"IdleTimeout", func(c *TCPConfig) { c.IdleTimeout = 0 }},
+		{"Insecure", func(c *TCPConfig) { c.Secret = nil }},
+		{"Insecure", func(c *TCPConfig) { c.Secret, c.TLS = nil, &tls.Config{ClientAuth: tls.VerifyClientCertIfGiven} }},
+	}
+	for _, good := range []func(*TCPConfig){
+		func(c *TCPConfig) { c.Secret, c.Insecure = nil, true },
+		func(c *TCPConfig) { c.Secret, c.TLS = nil, &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert} },
+		func(c *TCPConfig) { c.TLS = &tls.Config{} }, // TLS for privacy, the Secret authenticates
+	} {
+		c := ok
+		good(&c)
+		if err := c.Validate(); err != nil {
+			t.Errorf("valid config refused: %v", err)
+		}
 	}
 	for _, tc := range cases {
 		c := ok
