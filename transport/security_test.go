@@ -787,3 +787,83 @@ func TestTCPInboundAfterStaleConn(t *testing.T) {
 		t.Fatalf("the new connection was refused: %+v", st)
 	}
 }
+
+// TLS for privacy with the Secret for authentication: a client without a
+// certificate is accepted because it proves the Secret, and refused
+// without it.
+func TestTCPServerTLSWithSecret(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	pool, issue := testCA(t, "cluster CA")
+	c := newTCPCluster(t, 0, nil)
+	defer c.CloseAll()
+	mk := func(id string, secret []byte) *TCP {
+		cfg := c.config(t, id)
+		cfg.Secret = secret
+		cfg.Insecure = secret == nil
+		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{issue(id)}, RootCAs: pool, MinVersion: tls.VersionTLS13}
+		return c.start(t, cfg)
+	}
+	b := mk("b", testSecret)
+	b.Handle(1, echo)
+	ctx := testCtx(t)
+	if _, err := mk("a", testSecret).Request(ctx, "b", 1, nil); err != nil {
+		t.Fatalf("with the secret: %v", err)
+	}
+	if _, err := mk("x", nil).Request(ctx, "b", 1, nil); !errors.Is(err, ErrHandshake) {
+		t.Fatalf("without the secret: %v", err)
+	}
+}
+
+// Certificates also rotate through GetCertificate and
+// GetClientCertificate, without ReloadTLS: every new handshake asks for
+// the current one.
+func TestTCPGetCertificateRotation(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	pool, issue := testCA(t, "cluster CA")
+	c := newTCPCluster(t, 0, nil)
+	defer c.CloseAll()
+	certs := map[string]*atomic.Pointer[tls.Certificate]{}
+	nodes := map[string]*TCP{}
+	for _, id := range []string{"a", "b"} {
+		cur := new(atomic.Pointer[tls.Certificate])
+		first := issue(id)
+		cur.Store(&first)
+		certs[id] = cur
+		cfg := c.config(t, id)
+		cfg.Secret = nil
+		cfg.TLS = &tls.Config{
+			GetCertificate:       func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return cur.Load(), nil },
+			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cur.Load(), nil },
+			RootCAs:              pool, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13,
+		}
+		nodes[id] = c.start(t, cfg)
+		nodes[id].Handle(1, echo)
+	}
+	ctx := testCtx(t)
+	serial := func() string {
+		nodes["a"].mu.Lock()
+		defer nodes["a"].mu.Unlock()
+		for cn := range nodes["a"].conns {
+			return cn.nc.(*tls.Conn).ConnectionState().PeerCertificates[0].SerialNumber.String()
+		}
+		return ""
+	}
+	if _, err := nodes["a"].Request(ctx, "b", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	before := serial()
+	next := issue("b")
+	certs["b"].Store(&next)
+	nodes["a"].retireAll() // the next handshake picks the new certificate up
+	if _, err := nodes["a"].Request(ctx, "b", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "one connection", func() bool { return nodes["a"].Stats().Conns == 1 })
+	leaf, err := x509.ParseCertificate(next.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after := serial(); after == before || after != leaf.SerialNumber.String() {
+		t.Fatalf("b's certificate serial %s before, %s after the rotation", before, after)
+	}
+}
