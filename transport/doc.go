@@ -207,9 +207,13 @@
 //     backoff).
 //   - Bounded cost of members: frames of at most MaxFrameSize (4 MiB) plus
 //     the header; a frame's buffer grows as its bytes arrive (64 KiB at
-//     first, then doubling), so a declared size costs nothing until it is
-//     sent; IdleTimeout (30 s) disconnects a peer that stalls; MaxInflight
-//     (1024) handlers and MaxQueued (16384) queued messages per connection.
+//     first, then doubling), so a declared size costs at most 64 KiB until
+//     its bytes arrive; IdleTimeout (30 s) disconnects a peer that stalls;
+//     MaxInflight (1024) handlers and MaxQueued (16384) queued messages per
+//     connection. Each authenticated connection holds about 200 KiB of
+//     buffers, and the number of connections (under distinct node IDs) a
+//     holder of the Secret may open is not bounded here: with a Secret
+//     alone, members are trusted not to exhaust each other.
 //   - Malformed input closes the connection with a logged reason, never a
 //     panic; the frame, hello and stream decoders are fuzzed.
 package transport
