@@ -32,6 +32,7 @@ func (tc *tcpCluster) addTCPNode(tb testing.TB, id string, mod func(*Config)) (*
 	tb.Helper()
 	cfgT := transport.DefaultTCPConfig()
 	cfgT.NodeID, cfgT.ListenAddr, cfgT.Resolve = id, "127.0.0.1:0", tc.resolve
+	cfgT.Secret = []byte("muster-test-secret-0123456789")
 	cfgT.ReconnectMin, cfgT.ReconnectMax = 10*time.Millisecond, 100*time.Millisecond
 	tcp, err := transport.NewTCP(cfgT)
 	if err != nil {

@@ -114,6 +114,7 @@ func ExampleNewMemberlist() {
 	var ml *distro.Memberlist
 	tc := transport.DefaultTCPConfig()
 	tc.NodeID, tc.ListenAddr = "node-1", "127.0.0.1:0"
+	tc.Secret = []byte("a secret every node shares, >=16 bytes") // or TLS; Validate refuses neither
 	tc.Resolve = func(id string) (string, error) { return ml.Addr(id) }
 	tcp, err := transport.NewTCP(tc)
 	if err != nil {

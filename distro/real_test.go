@@ -39,6 +39,7 @@ func startRealNode(tb testing.TB, id string, seeds []string, mod func(*Config)) 
 	var ml atomic.Pointer[Memberlist]
 	tc := transport.DefaultTCPConfig()
 	tc.NodeID, tc.ListenAddr = id, "127.0.0.1:0"
+	tc.Secret = []byte("muster-test-secret-0123456789")
 	tc.ReconnectMin, tc.ReconnectMax = 20*time.Millisecond, 200*time.Millisecond
 	tc.Resolve = func(node string) (string, error) {
 		if m := ml.Load(); m != nil {

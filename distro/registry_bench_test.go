@@ -46,6 +46,7 @@ func BenchmarkRegistryReplicationLatency(b *testing.B) {
 	for _, id := range ids {
 		tc := transport.DefaultTCPConfig()
 		tc.NodeID, tc.ListenAddr, tc.Resolve = id, "127.0.0.1:0", resolve
+		tc.Secret = []byte("muster-test-secret-0123456789")
 		tcp, err := transport.NewTCP(tc)
 		if err != nil {
 			b.Fatal(err)

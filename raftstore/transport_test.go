@@ -109,6 +109,7 @@ func tcpTransports(tb testing.TB, ids ...string) map[string]transport.Transport 
 	for _, id := range ids {
 		cfg := transport.DefaultTCPConfig()
 		cfg.NodeID, cfg.ListenAddr = id, "127.0.0.1:0"
+		cfg.Secret = []byte("muster-test-secret-0123456789")
 		cfg.Resolve = func(node string) (string, error) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -16,6 +16,7 @@ func benchPair(b *testing.B) (Transport, Transport) {
 	mk := func(id string) Transport {
 		cfg := DefaultTCPConfig()
 		cfg.NodeID = id
+		cfg.Secret = testSecret
 		cfg.Resolve = c.resolve
 		n, err := NewTCP(cfg)
 		if err != nil {

@@ -14,7 +14,8 @@
 // Two implementations share one behaviour suite:
 //
 //   - [TCP], for production: one multiplexed connection per peer pair,
-//     optional mutual TLS, a shared-secret handshake.
+//     mutual TLS or a shared-secret handshake (one of them is required; see
+//     Security below).
 //   - [MemNetwork] and its [MemTransport]s, for tests: in memory, with
 //     partitions, per-link drop rate and delay, and manual delivery.
 //
@@ -90,8 +91,8 @@
 //	header: a msgpack array [flags, kind, request id, timeout µs, error code]
 //	body:   raw bytes (for an error response, the error text)
 //
-// Flags are one of request, response, one-way and go-away, plus error on a
-// response. A request carries the caller's remaining time in microseconds
+// Flags are one of request, response, one-way, go-away, ping and pong, plus
+// error on a response. A request carries the caller's remaining time in microseconds
 // (0: no deadline), from which the peer derives its handler's deadline.
 // Decoders accept longer header arrays (for later versions) as long as
 // every field is an unsigned integer. A frame longer than MaxFrameSize plus
@@ -112,32 +113,36 @@
 // with a Secret refuses a peer without it and the other way round; refusals
 // are logged by the server. Each handshake message is a length-prefixed
 // msgpack map of at most 4 KiB, decoded with the model package's hardened
-// decoder. The handshake (TLS included) is bounded by HandshakeTimeout, and
-// at most 256 inbound handshakes run at once (more connections are closed
-// at once and logged). With
-// TLS the same tls.Config serves both sides; for mutual TLS set ClientAuth
-// to tls.RequireAndVerifyClientCert. TLS authenticates certificates, not
-// node IDs: use the Secret (or certificate policy) to keep unknown nodes
-// out.
+// decoder. The handshake (TLS included) is bounded by HandshakeTimeout from
+// the accept, and at most MaxHandshakes inbound handshakes run at once,
+// MaxHandshakesPerIP per source address (more connections are closed
+// unread, counted in TCPStats.Limited and logged with exponential spacing).
+// With TLS the same tls.Config serves both sides; for mutual TLS set
+// ClientAuth to tls.RequireAndVerifyClientCert. With TLS, after the TLS
+// handshake each side checks that the other's verified certificate names
+// the node ID it claims (VerifyPeerID; by default the subject common name,
+// a DNS name or a URI must equal the ID), as etcd's
+// --peer-cert-allowed-cn does, but per node.
 //
 // Counters (dials, refusals, frames and bytes each way, open connections)
 // are available from [TCP.Stats].
 //
 // Dial tie-break. Both nodes of a pair may dial each other at the same
-// time. The connection dialled by the lower node ID (byte-wise string
-// order) is preferred; between two of the same preference the newer wins
-// (the older predates a restart). A server that already holds the
-// preferred connection answers a non-preferred dial with "duplicate" and
-// the dialler waits for the preferred one. When a connection is replaced,
-// it is retired gracefully rather than cut: each side stops sending new
-// requests on it and sends a go-away frame, and it closes once both sides
-// have sent go-away, no request of either side awaits a response and no
-// handler runs, so no call fails because of the tie-break. When a peer
-// dials although this side holds the preferred connection (the peer may
-// have restarted after a crash that left that connection half-open), the
-// dial is refused as a duplicate and a no-op frame is written on the held
-// connection: if it is dead the peer's host resets it, it closes, and the
-// peer's next dial is accepted.
+// time. An inbound connection never takes over a live one: a server that
+// holds a connection to the node a dialler claims writes a no-op frame on
+// it and waits up to 250 ms for it to close (if the peer restarted after a
+// crash that left it half-open, its host resets it); if it stays, the dial
+// is answered "duplicate" (counted in TCPStats.Kept) and the dialler uses
+// the held connection. So a holder of the secret that claims a connected
+// node's ID gets no path to its traffic. When both dials complete at once,
+// each node installs its own outbound connection by the tie-break: the one
+// dialled by the lower node ID (byte-wise string order) is kept. A
+// replaced connection is retired gracefully rather than cut: each side
+// stops sending new requests on it and sends a go-away frame, and it
+// closes once both sides have sent go-away, no request of either side
+// awaits a response and no handler runs, so no call fails because of the
+// tie-break (or of [TCP.ReloadTLS], which retires every connection the
+// same way).
 //
 // Failure behaviour. When a connection ends (peer closed or died, read or
 // write error, malformed input), pending requests on it fail at once with
@@ -145,9 +150,16 @@
 // A failed dial starts a backoff: the next dial to that peer waits
 // ReconnectMin, doubling per consecutive failure up to ReconnectMax, with
 // ±25% jitter from Rand, timed on Clock; calls meanwhile fail at once with
-// ErrUnreachable wrapping the last dial error. A connection that hangs
-// without closing (a black-holed peer) is only detected by TCP keep-alive
-// or the callers' deadlines: always give requests a deadline.
+// ErrUnreachable wrapping the last dial error. A connection on which
+// nothing arrives for IdleTimeout gets a ping, which every peer answers at
+// once; if another IdleTimeout passes in silence, it closes. So a healthy
+// idle connection stays up (a ping and a pong per IdleTimeout, 30 s by
+// default), and a black-holed or stalled peer (one that stops in the middle
+// of a frame included) is disconnected after two to three IdleTimeouts.
+// Give requests a deadline all the same. A dial that the kernel connects
+// to itself (a simultaneous open onto our own ephemeral port, when nothing
+// listens at the address) is aborted at once with ErrSelfConnect, with a
+// reset rather than a TIME_WAIT, so the port stays free for its owner.
 //
 // Load. Each connection runs at most MaxInflight handlers at once; further
 // messages wait in arrival order in a queue of MaxQueued. Beyond that a
@@ -158,5 +170,50 @@
 // queue of WriteQueue frames is full.
 //
 // Time. Backoff runs on the injected clock. Socket and handler deadlines
-// are derived from contexts, which use real time.
+// are derived from contexts, which use real time, and so are the handshake
+// deadline, the idle deadline and the 250 ms wait for a probed connection.
+//
+// # Security
+//
+// Threat model: members hold credentials (a certificate from the cluster's
+// CA, or the shared Secret); anyone else who can reach the port is hostile,
+// and so is every byte a peer sends until it has been checked.
+//
+//   - Secure by default. [TCPConfig.Validate] refuses a config with neither
+//     Secret nor TLS, and TLS that verifies no client certificate without a
+//     Secret, unless Insecure is set (for tests). ListenAddr defaults to
+//     127.0.0.1:0: listening beyond loopback must be asked for.
+//   - What the Secret gives: only holders complete the handshake (HMAC over
+//     fresh nonces both ways, constant-time compare, the secret never
+//     crosses the wire); everyone else is refused before a single frame is
+//     read. What it does not give: identity and confidentiality. Every
+//     holder of the secret is trusted as every node: it can claim any node
+//     ID, and what it sends is accepted as coming from that node. The
+//     transport only ensures it cannot take over a live connection to the
+//     node it impersonates. Traffic is in clear text. Use mutual TLS.
+//   - What mutual TLS gives: encryption, and identity bound to a
+//     certificate: a peer's claimed node ID must match its verified
+//     certificate (VerifyPeerID, by default the common name, a DNS name or a
+//     URI), on both sides, so a certificate issued to n3 cannot act as n2.
+//     The Secret may be set as well (both are then required). Rotate
+//     certificates with GetCertificate/GetClientCertificate or
+//     [TCP.ReloadTLS].
+//   - Bounded cost of unauthenticated peers: a handshake deadline
+//     (HandshakeTimeout, 5 s) from the accept; at most MaxHandshakes (256)
+//     handshakes in progress, MaxHandshakesPerIP (16) per source address;
+//     handshake messages of at most 4 KiB. An attacker with many source
+//     addresses can fill MaxHandshakes for up to HandshakeTimeout at a time;
+//     members then get through as slots free (their dials are retried with
+//     backoff).
+//   - Bounded cost of members: frames of at most MaxFrameSize (4 MiB) plus
+//     the header; a frame's buffer grows as its bytes arrive (64 KiB at
+//     first, then doubling), so a declared size costs at most 64 KiB until
+//     its bytes arrive; IdleTimeout (30 s) disconnects a peer that stalls;
+//     MaxInflight (1024) handlers and MaxQueued (16384) queued messages per
+//     connection. Each authenticated connection holds about 200 KiB of
+//     buffers, and the number of connections (under distinct node IDs) a
+//     holder of the Secret may open is not bounded here: with a Secret
+//     alone, members are trusted not to exhaust each other.
+//   - Malformed input closes the connection with a logged reason, never a
+//     panic; the frame, hello and stream decoders are fuzzed.
 package transport

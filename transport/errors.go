@@ -28,6 +28,14 @@ var (
 	ErrBusy = errors.New("transport: peer busy")
 	// ErrNotStarted is returned by calls on a TCP transport before Start.
 	ErrNotStarted = errors.New("transport: not started")
+	// ErrIdentity wraps (with ErrHandshake) the refusal of a TLS peer whose
+	// verified certificate does not name the node ID it claims, or that
+	// presented no verified certificate where one is required.
+	ErrIdentity = errors.New("transport: peer identity not proven by its certificate")
+	// ErrSelfConnect is the dial error (wrapped in ErrUnreachable) of a TCP
+	// connection whose local and remote addresses are equal: a
+	// simultaneous open onto itself, dropped at once.
+	ErrSelfConnect = errors.New("transport: connection to itself")
 )
 
 // RemoteError is an error a peer's handler returned.

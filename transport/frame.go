@@ -5,14 +5,18 @@ import (
 	"fmt"
 )
 
-// Frame flags (header field 0). Exactly one of request, response, one-way
-// and go-away is set; error qualifies a response.
+// Frame flags (header field 0). Exactly one of request, response, one-way,
+// go-away, ping and pong is set; error qualifies a response. A ping is
+// answered at once by a pong; both only show that the connection is alive
+// (see TCPConfig.IdleTimeout).
 const (
 	flagRequest  = 1 << 0
 	flagResponse = 1 << 1
 	flagOneWay   = 1 << 2
 	flagError    = 1 << 3
 	flagGoAway   = 1 << 4
+	flagPing     = 1 << 5
+	flagPong     = 1 << 6
 )
 
 // Error codes of an error response (header field 4); the body holds the text.
@@ -145,7 +149,7 @@ func decodeFrame(p []byte, maxBody int) (header, []byte, error) {
 		if h.kind == 0 {
 			return h, nil, fmt.Errorf("%w: kind 0", ErrMalformed)
 		}
-	case flagResponse, flagGoAway:
+	case flagResponse, flagGoAway, flagPing, flagPong:
 	case flagResponse | flagError:
 		if h.code < codeRemote || h.code > codeBusy {
 			return h, nil, fmt.Errorf("%w: unknown error code %d", ErrMalformed, h.code)

@@ -3,9 +3,12 @@ package transport
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
+	"net/url"
 	"testing"
 
 	"github.com/muster-io/muster/model"
@@ -18,6 +21,8 @@ func FuzzFrame(f *testing.F) {
 		{flags: flagResponse, id: 1 << 40},
 		{flags: flagResponse | flagError, id: 3, code: codeRemote},
 		{flags: flagGoAway},
+		{flags: flagPing},
+		{flags: flagPong, id: 2},
 	} {
 		f.Add(encodeFrame(h, []byte("body"))[4:])
 	}
@@ -81,11 +86,14 @@ func FuzzConnStream(f *testing.F) {
 	f.Add(encodeFrame(header{flags: flagRequest, kind: 1, id: 1, timeout: 1000}, []byte("x")))
 	f.Add(append(encodeFrame(header{flags: flagOneWay, kind: 2}, nil), encodeFrame(header{flags: flagGoAway}, nil)...))
 	f.Add(encodeFrame(header{flags: flagResponse | flagError, id: 9, code: codeBusy}, []byte("busy")))
+	f.Add(append(encodeFrame(header{flags: flagPing}, nil), encodeFrame(header{flags: flagPong}, nil)...))
+	f.Add(append(binary.BigEndian.AppendUint32(nil, 100_000), 0x95, flagOneWay, 1, 0, 0, 0)) // declares more than it sends
 	f.Add([]byte{0, 0, 0, 1, 0x95})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg := DefaultTCPConfig()
 		cfg.NodeID = "a"
+		cfg.Secret = testSecret
 		cfg.MaxFrameSize = 256
 		tr, err := NewTCP(cfg)
 		if err != nil {
@@ -96,7 +104,7 @@ func FuzzConnStream(f *testing.F) {
 		tr.Handle(2, func(context.Context, string, []byte) ([]byte, error) { return nil, errors.New("no") })
 		local, remote := net.Pipe()
 		c := tr.newConn(local, "z", "z")
-		if !tr.install(c, true) {
+		if !tr.installInbound(context.Background(), c) {
 			t.Fatal("not installed")
 		}
 		c.start()
@@ -109,5 +117,29 @@ func FuzzConnStream(f *testing.F) {
 		_ = remote.Close()
 		<-drained
 		_ = tr.Close()
+	})
+}
+
+// FuzzVerifyPeerID: the default identity check accepts a node ID only if
+// the certificate names it exactly, and never panics.
+func FuzzVerifyPeerID(f *testing.F) {
+	f.Add("n1", "n1", "n1.example", "spiffe://muster/n1")
+	f.Add("n2", "n1", "", "")
+	f.Add("", "", "", "")
+	f.Add("spiffe://muster/n1", "x", "y", "spiffe://muster/n1")
+	f.Fuzz(func(t *testing.T, node, cn, dns, uri string) {
+		cert := &x509.Certificate{DNSNames: []string{dns}}
+		cert.Subject.CommonName = cn
+		if u, err := url.Parse(uri); err == nil {
+			cert.URIs = []*url.URL{u}
+		}
+		err := DefaultVerifyPeerID(node, cert)
+		named := node == cn || node == dns || (len(cert.URIs) == 1 && cert.URIs[0].String() == node)
+		if (err == nil) != named {
+			t.Fatalf("node %q, cn %q, dns %q, uri %q: %v", node, cn, dns, uri, err)
+		}
+		if err != nil && !errors.Is(err, ErrIdentity) {
+			t.Fatalf("error does not wrap ErrIdentity: %v", err)
+		}
 	})
 }

@@ -77,9 +77,13 @@ func testLogger(t *testing.T, id string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})).With("test-node", id)
 }
 
+// testSecret is the shared secret of test clusters.
+var testSecret = []byte("muster transport test secret, 32b")
+
 func (c *tcpCluster) config(t *testing.T, id string) TCPConfig {
 	cfg := DefaultTCPConfig()
 	cfg.NodeID = id
+	cfg.Secret = testSecret
 	cfg.Resolve = c.resolve
 	cfg.ReconnectMin = 5 * time.Millisecond
 	cfg.ReconnectMax = 50 * time.Millisecond

@@ -36,10 +36,19 @@ type TCP struct {
 	ctx    context.Context // cancelled by Close only
 	cancel context.CancelFunc
 
-	handshakes chan struct{} // one token per inbound handshake in progress
+	tlsCfg atomic.Pointer[tls.Config] // nil without TLS; swapped by ReloadTLS
+
+	// dialContext connects; tests replace it (a self-connection).
+	dialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	hmu      sync.Mutex     // guards hsTotal and hsByIP
+	hsTotal  int            // inbound handshakes in progress
+	hsByIP   map[string]int // the same per source IP
+	limitLog atomic.Uint64  // spaces the logs of refusals at the limits
 
 	stats struct {
 		dials, dialFailures, refused, shed     atomic.Uint64
+		limited, kept                          atomic.Uint64
 		framesIn, framesOut, bytesIn, bytesOut atomic.Uint64
 	}
 
@@ -64,10 +73,11 @@ type peer struct {
 
 var _ Transport = (*TCP)(nil)
 
-// maxHandshakes bounds the inbound handshakes in progress, so that
-// unauthenticated connections cannot tie up unbounded memory; beyond it new
-// connections are closed at once.
-const maxHandshakes = 256
+// takeoverWait bounds how long an inbound connection for a node that
+// already has a connection waits, after a probe of the held one, for the
+// held one to turn out dead (the peer restarted: its host resets it). A
+// real-time bound on a network event.
+const takeoverWait = 250 * time.Millisecond
 
 // errDuplicate: the peer refused our connection because a preferred one
 // between the pair exists; wait for it instead of dialling.
@@ -90,9 +100,13 @@ func NewTCP(cfg TCPConfig) (*TCP, error) {
 		maxBody: cfg.MaxFrameSize,
 		peers:   make(map[string]*peer),
 		conns:   make(map[*conn]struct{}),
-
-		handshakes: make(chan struct{}, maxHandshakes),
+		hsByIP:  make(map[string]int),
 	}
+	if cfg.TLS != nil {
+		t.tlsCfg.Store(cfg.TLS)
+	}
+	d := net.Dialer{Timeout: cfg.DialTimeout}
+	t.dialContext = d.DialContext
 	if t.log == nil {
 		t.log = slog.New(slog.DiscardHandler)
 	}
@@ -218,6 +232,59 @@ func (t *TCP) Close() error {
 	}
 	t.wg.Wait()
 	return nil
+}
+
+// ReloadTLS replaces the TLS configuration, for certificate or CA
+// rotation on a running transport. cfg is copied and must satisfy the
+// same rules as TCPConfig.TLS (Validate); the transport must have been
+// created with TLS (a running cluster cannot switch between plain TCP and
+// TLS). New handshakes use cfg at once. Established connections are
+// retired gracefully, as by the dial tie-break: each side stops starting
+// calls on them, calls in flight complete, and the next call dials with
+// cfg, so no call fails because of the reload itself. A call fails only if
+// the new handshake does (a peer that does not trust the new certificate
+// yet): roll out trust in a new CA to every node before certificates it
+// issued. Certificates can also be rotated without ReloadTLS, through
+// GetCertificate and GetClientCertificate, which run on every handshake;
+// established connections then keep their certificates.
+func (t *TCP) ReloadTLS(cfg *tls.Config) error {
+	if t.tlsCfg.Load() == nil {
+		return fmt.Errorf("%w: TLS: ReloadTLS needs a transport created with TLS", ErrInvalidConfig)
+	}
+	if cfg == nil {
+		return fmt.Errorf("%w: TLS: ReloadTLS needs a config, got nil", ErrInvalidConfig)
+	}
+	check := t.cfg
+	check.TLS = cfg
+	if err := check.Validate(); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return ErrClosed
+	}
+	t.tlsCfg.Store(cfg.Clone())
+	t.mu.Unlock()
+	t.retireAll()
+	t.log.Info("TLS configuration reloaded")
+	return nil
+}
+
+// retireAll retires every connection: they drain and the next calls dial.
+func (t *TCP) retireAll() {
+	t.mu.Lock()
+	conns := make([]*conn, 0, len(t.conns))
+	for c := range t.conns {
+		conns = append(conns, c)
+	}
+	t.mu.Unlock()
+	for _, c := range conns {
+		t.unslot(c, false) // now: new calls dial at once
+		if !t.goFunc(c.retire) {
+			c.close("transport closed")
+		}
+	}
 }
 
 // check returns the error for a call made now, if any.
@@ -493,10 +560,21 @@ func (t *TCP) dial(ctx context.Context, to string) error {
 	defer cancel()
 	stop := context.AfterFunc(t.ctx, cancel)
 	defer stop()
-	d := net.Dialer{Timeout: t.cfg.DialTimeout}
-	nc, err := d.DialContext(dctx, "tcp", addr)
+	nc, err := t.dialContext(dctx, "tcp", addr)
 	if err != nil {
 		return err
+	}
+	if la, ra := nc.LocalAddr().String(), nc.RemoteAddr().String(); la == ra {
+		// A simultaneous open onto our own ephemeral port (nothing listens
+		// at addr and the kernel picked addr's port as ours). Abort it (no
+		// linger: a reset, not a TIME_WAIT that would hold the port for a
+		// minute), so that the node that owns the port can listen again.
+		if tc, ok := nc.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+		_ = nc.Close()
+		t.log.Warn("dropped a connection to itself", "peer", to, "addr", la)
+		return fmt.Errorf("%w: %s", ErrSelfConnect, la)
 	}
 	hctx, done := t.handshakeCtx(dctx, nc)
 	c, err := t.clientHandshake(hctx, nc, to, addr)
@@ -513,7 +591,7 @@ func (t *TCP) dial(ctx context.Context, to string) error {
 		}
 		return err
 	}
-	if !t.install(c, false) {
+	if !t.install(c) {
 		return ErrClosed
 	}
 	c.start()
@@ -522,8 +600,8 @@ func (t *TCP) dial(ctx context.Context, to string) error {
 
 func (t *TCP) clientHandshake(ctx context.Context, nc net.Conn, to, addr string) (*conn, error) {
 	rw := nc
-	if t.cfg.TLS != nil {
-		cfg := t.cfg.TLS.Clone()
+	if base := t.tlsCfg.Load(); base != nil {
+		cfg := base.Clone()
 		if cfg.ServerName == "" {
 			if host, _, err := net.SplitHostPort(addr); err == nil {
 				cfg.ServerName = host
@@ -532,6 +610,10 @@ func (t *TCP) clientHandshake(ctx context.Context, nc net.Conn, to, addr string)
 		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return nil, fmt.Errorf("%w: tls: %w", ErrHandshake, err)
+		}
+		// The node we dialled must be the one the certificate names.
+		if err := t.checkPeerIdentity(tc, to); err != nil {
+			return nil, err
 		}
 		rw = tc
 	}
@@ -589,20 +671,67 @@ func (t *TCP) acceptLoop(ln net.Listener) {
 			}
 			continue
 		}
-		select {
-		case t.handshakes <- struct{}{}:
-		default:
-			t.log.Warn("refused inbound connection: too many handshakes in progress", "remote", nc.RemoteAddr().String(), "limit", maxHandshakes)
+		ip := remoteIP(nc)
+		if reason := t.admit(ip); reason != "" {
 			_ = nc.Close()
+			t.stats.limited.Add(1)
+			if n := t.limitLog.Add(1); n&(n-1) == 0 { // 1st, 2nd, 4th, ...: a flood must not flood the log
+				t.log.Warn("refused inbound connection: "+reason, "remote", ip, "refused_total", n,
+					"max_handshakes", t.cfg.MaxHandshakes, "max_handshakes_per_ip", t.cfg.MaxHandshakesPerIP)
+			}
 			continue
 		}
 		if !t.goFunc(func() {
-			defer func() { <-t.handshakes }()
+			defer t.release(ip)
 			t.accept(nc)
 		}) {
+			t.release(ip)
 			_ = nc.Close()
 			return
 		}
+	}
+}
+
+// remoteIP returns the source address an inbound connection counts
+// against MaxHandshakesPerIP: its IPv4 address, or the /64 prefix of its
+// IPv6 address (one host commonly holds a whole /64).
+func remoteIP(nc net.Conn) string {
+	if a, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
+		if a.IP.To4() == nil && len(a.IP) == net.IPv6len {
+			return a.IP.Mask(net.CIDRMask(64, 128)).String() + "/64"
+		}
+		return a.IP.String()
+	}
+	host, _, err := net.SplitHostPort(nc.RemoteAddr().String())
+	if err != nil {
+		return nc.RemoteAddr().String()
+	}
+	return host
+}
+
+// admit takes a handshake slot for a connection from ip, or returns why
+// not.
+func (t *TCP) admit(ip string) string {
+	t.hmu.Lock()
+	defer t.hmu.Unlock()
+	switch {
+	case t.hsTotal >= t.cfg.MaxHandshakes:
+		return "too many handshakes in progress"
+	case t.hsByIP[ip] >= t.cfg.MaxHandshakesPerIP:
+		return "too many handshakes in progress from this address"
+	}
+	t.hsTotal++
+	t.hsByIP[ip]++
+	return ""
+}
+
+// release returns the slot admit took.
+func (t *TCP) release(ip string) {
+	t.hmu.Lock()
+	defer t.hmu.Unlock()
+	t.hsTotal--
+	if t.hsByIP[ip]--; t.hsByIP[ip] <= 0 {
+		delete(t.hsByIP, ip)
 	}
 }
 
@@ -634,8 +763,8 @@ func (t *TCP) accept(nc net.Conn) {
 
 func (t *TCP) serverHandshake(ctx context.Context, nc net.Conn) (*conn, uint8, error) {
 	rw := nc
-	if t.cfg.TLS != nil {
-		tc := tls.Server(nc, t.cfg.TLS)
+	if cfg := t.tlsCfg.Load(); cfg != nil {
+		tc := tls.Server(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return nil, 0, fmt.Errorf("%w: tls: %w", ErrHandshake, err)
 		}
@@ -655,6 +784,10 @@ func (t *TCP) serverHandshake(ctx context.Context, nc net.Conn) (*conn, uint8, e
 	case h.Node == self:
 		return nil, 0, fmt.Errorf("%w: peer uses this node's ID %q", ErrHandshake, self)
 	}
+	// With TLS, the claimed ID must be the one the certificate names.
+	if err := t.checkPeerIdentity(rw, h.Node); err != nil {
+		return nil, 0, err
+	}
 	sn := newNonce()
 	var p []byte
 	if len(t.cfg.Secret) > 0 {
@@ -672,7 +805,7 @@ func (t *TCP) serverHandshake(ctx context.Context, nc net.Conn) (*conn, uint8, e
 	}
 	c := t.newConn(rw, h.Node, h.Node)
 	status := uint8(statusOK)
-	if !t.install(c, true) {
+	if !t.installInbound(ctx, c) {
 		status = statusDuplicate
 	}
 	if err := writeHello(rw, hello{Status: status}); err != nil {
@@ -681,14 +814,12 @@ func (t *TCP) serverHandshake(ctx context.Context, nc net.Conn) (*conn, uint8, e
 	return c, status, nil
 }
 
-// install makes c the connection to its peer, or not, by the tie-break:
-// the connection dialled by the lower node ID is preferred; between two of
-// the same preference the newer wins (the older is likely from before a
-// restart). A replaced connection is retired: both sides stop sending
-// requests on it, and it closes once drained. For an inbound (server-side)
-// connection that loses, install returns false and the client is told to
-// use the preferred one. It also returns false if the transport is closed.
-func (t *TCP) install(c *conn, inbound bool) bool {
+// install makes c, a connection this node dialled, the connection to its
+// peer, or not, by the tie-break: the connection dialled by the lower node
+// ID is preferred; between two of the same preference the newer wins. A
+// replaced connection is retired: both sides stop sending requests on it,
+// and it closes once drained. It returns false if the transport is closed.
+func (t *TCP) install(c *conn) bool {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -702,25 +833,14 @@ func (t *TCP) install(c *conn, inbound bool) bool {
 	case old == nil:
 		p.conn = c
 	case !c.preferred() && old.preferred():
-		if inbound {
-			t.mu.Unlock()
-			// The peer dialled although we hold the preferred connection:
-			// maybe it restarted after a crash that left ours half-open.
-			// Writing a no-op on ours makes its host reset it if so, and
-			// the peer's next dial gets through.
-			old.probe()
-			return false
-		}
 		retire = c // keep old; drain c
 	default: // c is preferred over old, or both are equal and c is newer
 		p.conn = c
 		retire = old
 	}
-	t.conns[c] = struct{}{}
-	p.fails, p.lastErr, p.next = 0, nil, time.Time{}
-	p.notify()
+	t.addLocked(p, c)
 	t.mu.Unlock()
-	t.log.Debug("connection up", "peer", c.peer, "dialer", c.dialer, "inbound", inbound)
+	t.log.Debug("connection up", "peer", c.peer, "dialer", c.dialer, "inbound", false)
 	if retire != nil {
 		// In the background: sending the go-away may wait for a full write
 		// queue, and the dialling caller must not wait past its context.
@@ -729,6 +849,57 @@ func (t *TCP) install(c *conn, inbound bool) bool {
 		}
 	}
 	return true
+}
+
+func (t *TCP) addLocked(p *peer, c *conn) {
+	t.conns[c] = struct{}{}
+	p.fails, p.lastErr, p.next = 0, nil, time.Time{}
+	p.notify()
+}
+
+// installInbound makes c, a connection the peer dialled, the connection to
+// its peer if the peer has none. An inbound connection never takes over a
+// held one: whoever dialled it proved the Secret (or a certificate) but,
+// with a Secret alone, not that it is the node it claims, and the held
+// connection may be the real node's. If one is held, installInbound probes
+// it (a no-op frame: if the peer restarted, its host resets the stale
+// connection, which then closes) and waits at most takeoverWait (and ctx)
+// for it to go; if it stays, c is refused and false returned (the client
+// is told "duplicate" and uses the held connection, counted in
+// TCPStats.Kept). It also returns false if the transport is closed.
+func (t *TCP) installInbound(ctx context.Context, c *conn) bool {
+	for probed := false; ; probed = true {
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			c.close("transport closed")
+			return false
+		}
+		p := t.peerLocked(c.peer)
+		old := p.conn
+		if old == nil {
+			p.conn = c
+			t.addLocked(p, c)
+			t.mu.Unlock()
+			t.log.Debug("connection up", "peer", c.peer, "dialer", c.dialer, "inbound", true)
+			return true
+		}
+		changed := p.changed
+		t.mu.Unlock()
+		if probed {
+			break
+		}
+		old.probe()
+		wctx, cancel := context.WithTimeout(ctx, takeoverWait) // real time: bounds a network event
+		select {
+		case <-changed:
+		case <-wctx.Done():
+		}
+		cancel()
+	}
+	t.stats.kept.Add(1)
+	t.log.Info("refused inbound connection: this node holds a live connection to the node it claims", "peer", c.peer)
+	return false
 }
 
 // unslot forgets c as its peer's connection.
@@ -750,6 +921,8 @@ type TCPStats struct {
 	Dials        uint64 // outbound connection attempts
 	DialFailures uint64 // attempts that failed (connect, TLS or handshake)
 	Refused      uint64 // inbound connections refused in the handshake
+	Limited      uint64 // inbound connections closed unread: MaxHandshakes or MaxHandshakesPerIP was reached
+	Kept         uint64 // inbound connections refused because a live connection to the node they claim was held
 	Shed         uint64 // inbound messages refused (ErrBusy) or dropped (one-way) because the handler queue was full
 	FramesIn     uint64 // frames received after handshakes
 	FramesOut    uint64 // frames sent after handshakes
@@ -767,6 +940,8 @@ func (t *TCP) Stats() TCPStats {
 		Dials:        t.stats.dials.Load(),
 		DialFailures: t.stats.dialFailures.Load(),
 		Refused:      t.stats.refused.Load(),
+		Limited:      t.stats.limited.Load(),
+		Kept:         t.stats.kept.Load(),
 		Shed:         t.stats.shed.Load(),
 		FramesIn:     t.stats.framesIn.Load(),
 		FramesOut:    t.stats.framesOut.Load(),

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -15,7 +16,8 @@ type TCPConfig struct {
 	// NodeID is this node's ID, 1 to 255 bytes. Required.
 	NodeID string
 	// ListenAddr is the host:port to listen on; port 0 picks a free port
-	// (see TCP.Addr).
+	// (see TCP.Addr). Default 127.0.0.1:0, loopback only: listening on
+	// other interfaces (or the wildcard 0.0.0.0) must be asked for.
 	ListenAddr string
 	// AdvertiseAddr is the address peers should dial, if it differs from
 	// the listen address (NAT, 0.0.0.0). Informational: it is returned by
@@ -29,21 +31,58 @@ type TCPConfig struct {
 	// for both the server and the client side. For mutual TLS set
 	// Certificates, RootCAs, ClientCAs and ClientAuth =
 	// tls.RequireAndVerifyClientCert. If ServerName is empty the host of the
-	// dialled address is used.
+	// dialled address is used. A peer's verified certificate must name the
+	// node ID it claims (see VerifyPeerID). Without a Secret, a peer without
+	// a verified certificate is refused unless Insecure is set. Certificates
+	// can be rotated on a running transport with GetCertificate and
+	// GetClientCertificate, or with [TCP.ReloadTLS].
 	TLS *tls.Config
+	// VerifyPeerID checks that a peer's verified TLS certificate (the leaf
+	// of its verified chain) belongs to the node ID it claims in the
+	// handshake; an error refuses the connection. It runs on both sides
+	// (the server checks the client's claim, the client checks that the
+	// node it dialled answered). Nil means [DefaultVerifyPeerID]: the ID
+	// must equal the certificate's subject common name, one of its DNS
+	// names or one of its URIs.
+	VerifyPeerID func(node string, cert *x509.Certificate) error
 	// Secret, when set (at least 16 bytes), must be shared by every node:
 	// the handshake proves knowledge of it both ways with HMAC-SHA256 over
 	// fresh nonces, never sending it. A peer without it is refused and
 	// logged. It authenticates peers but does not encrypt: use TLS for that.
+	// It authenticates membership, not identity: every holder of the
+	// secret can claim every node ID. Prefer mutual TLS.
 	Secret []byte
+	// Insecure allows a transport with neither Secret nor TLS (or with TLS
+	// that verifies no client certificate and no Secret): anyone who can
+	// reach the port can then join as any node, send any message and read
+	// every response. For tests on loopback only. Default false.
+	Insecure bool
 	// MaxFrameSize is the largest message body in bytes; larger requests,
 	// responses and one-way messages fail with ErrTooLarge, and a peer
 	// sending a larger frame is disconnected. Default 4 MiB.
 	MaxFrameSize int
 	// DialTimeout bounds one TCP connect. Default 5 s.
 	DialTimeout time.Duration
-	// HandshakeTimeout bounds the TLS and transport handshakes. Default 5 s.
+	// HandshakeTimeout bounds the TLS and transport handshakes, counted
+	// from the accept (or the connect) before the first byte: a peer that
+	// does not complete the handshake in time is disconnected. Default 5 s.
 	HandshakeTimeout time.Duration
+	// MaxHandshakes bounds the inbound connections that have not finished
+	// the handshake (unauthenticated), in total; beyond it new connections
+	// are closed at once and counted in TCPStats.Refused. Default 256.
+	MaxHandshakes int
+	// MaxHandshakesPerIP bounds them per source address (an IPv4 address,
+	// or an IPv6 /64 prefix), so that one host cannot fill MaxHandshakes.
+	// Must be <= MaxHandshakes. Default 16.
+	MaxHandshakesPerIP int
+	// IdleTimeout bounds the silence on an authenticated connection: after
+	// IdleTimeout without a byte received the transport sends a ping (every
+	// peer answers one at once, so healthy idle connections stay up); if
+	// another IdleTimeout passes without a byte, the connection is closed
+	// (pending requests fail with ErrUnreachable, the next call dials
+	// again). A peer that stalls, in a frame or between frames, is thus
+	// disconnected after at most three IdleTimeouts. Default 30 s.
+	IdleTimeout time.Duration
 	// ReconnectMin and ReconnectMax bound the wait after a failed dial
 	// before the next attempt to the same peer: it doubles from ReconnectMin
 	// per consecutive failure up to ReconnectMax, with ±25% jitter. Calls
@@ -75,23 +114,31 @@ type TCPConfig struct {
 }
 
 // DefaultTCPConfig returns the defaults; NodeID and Resolve still have to be
-// set.
+// set, and Secret or TLS (or, for tests, Insecure): Validate refuses a
+// config with neither.
 func DefaultTCPConfig() TCPConfig {
 	return TCPConfig{
-		ListenAddr:       "127.0.0.1:0",
-		MaxFrameSize:     DefaultMaxMessageSize,
-		DialTimeout:      5 * time.Second,
-		HandshakeTimeout: 5 * time.Second,
-		ReconnectMin:     100 * time.Millisecond,
-		ReconnectMax:     10 * time.Second,
-		MaxInflight:      1024,
-		MaxQueued:        16384,
-		WriteQueue:       1024,
+		ListenAddr:         "127.0.0.1:0",
+		MaxFrameSize:       DefaultMaxMessageSize,
+		DialTimeout:        5 * time.Second,
+		HandshakeTimeout:   5 * time.Second,
+		MaxHandshakes:      256,
+		MaxHandshakesPerIP: 16,
+		IdleTimeout:        30 * time.Second,
+		ReconnectMin:       100 * time.Millisecond,
+		ReconnectMax:       10 * time.Second,
+		MaxInflight:        1024,
+		MaxQueued:          16384,
+		WriteQueue:         1024,
 	}
 }
 
 // Validate reports the first field that breaks its rule, wrapping
-// ErrInvalidConfig.
+// ErrInvalidConfig. Besides the range of each field, it refuses a config
+// that would let an anonymous peer in: one with neither Secret nor TLS, or
+// with TLS that requires no verified client certificate
+// (ClientAuth != tls.RequireAndVerifyClientCert, and no GetConfigForClient)
+// and no Secret, unless Insecure is set.
 func (c TCPConfig) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
@@ -103,12 +150,22 @@ func (c TCPConfig) Validate() error {
 		return bad("ListenAddr must be set (host:port, port 0 for any)")
 	case len(c.Secret) > 0 && len(c.Secret) < 16:
 		return bad("Secret must be empty or at least 16 bytes, got %d", len(c.Secret))
+	case len(c.Secret) == 0 && c.TLS == nil && !c.Insecure:
+		return bad("neither Secret nor TLS is set: anyone could join; set Secret (>= 16 bytes) or TLS (mutual), or Insecure: true to run unauthenticated")
+	case len(c.Secret) == 0 && c.TLS != nil && !c.Insecure && c.TLS.ClientAuth != tls.RequireAndVerifyClientCert && c.TLS.GetConfigForClient == nil:
+		return bad("TLS without ClientAuth = tls.RequireAndVerifyClientCert and no Secret authenticates no peer; set one of them, or Insecure: true")
 	case c.MaxFrameSize <= 0 || c.MaxFrameSize > 1<<30:
 		return bad("MaxFrameSize must be in (0, 1 GiB], got %d", c.MaxFrameSize)
 	case c.DialTimeout <= 0:
 		return bad("DialTimeout must be > 0, got %v", c.DialTimeout)
 	case c.HandshakeTimeout <= 0:
 		return bad("HandshakeTimeout must be > 0, got %v", c.HandshakeTimeout)
+	case c.MaxHandshakes <= 0:
+		return bad("MaxHandshakes must be > 0, got %d", c.MaxHandshakes)
+	case c.MaxHandshakesPerIP <= 0 || c.MaxHandshakesPerIP > c.MaxHandshakes:
+		return bad("MaxHandshakesPerIP must be in (0, MaxHandshakes = %d], got %d", c.MaxHandshakes, c.MaxHandshakesPerIP)
+	case c.IdleTimeout <= 0:
+		return bad("IdleTimeout must be > 0, got %v", c.IdleTimeout)
 	case c.ReconnectMin <= 0:
 		return bad("ReconnectMin must be > 0, got %v", c.ReconnectMin)
 	case c.ReconnectMax < c.ReconnectMin:

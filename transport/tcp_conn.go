@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"time"
 )
@@ -119,6 +120,15 @@ func (c *conn) enqueue(ctx context.Context, f []byte) error {
 		return ctx.Err()
 	case <-c.ctx.Done():
 		return errRetired
+	}
+}
+
+// ping queues a ping if the write queue has room (if it has none, frames
+// are leaving anyway).
+func (c *conn) ping() {
+	select {
+	case c.wq <- encodeFrame(header{flags: flagPing}, nil):
+	default:
 	}
 }
 
@@ -267,8 +277,86 @@ func (c *conn) writeLoop() {
 	}
 }
 
+// errIdle: nothing arrived for two IdleTimeouts, a ping included.
+var errIdle = errors.New("transport: peer silent (no answer to a ping)")
+
+// idleReader reads the connection under a read deadline of IdleTimeout,
+// moved only when it passes (not per read, which would cost a timer update
+// per frame): if bytes arrived since it was set, it is set again; if not,
+// a ping goes out (every peer answers one) and, if the next IdleTimeout
+// passes silent too, the read fails with errIdle. Only the reader
+// goroutine uses it.
+type idleReader struct {
+	c      *conn
+	idle   time.Duration
+	active bool // bytes arrived since the deadline was set
+	pinged bool // a ping is unanswered
+}
+
+func (r *idleReader) arm() {
+	_ = r.c.nc.SetReadDeadline(time.Now().Add(r.idle)) // real time: a socket deadline
+}
+
+func (r *idleReader) Read(p []byte) (int, error) {
+	for {
+		n, err := r.c.nc.Read(p)
+		timeout := err != nil && errors.Is(err, os.ErrDeadlineExceeded)
+		if n > 0 {
+			r.active = true
+			if timeout {
+				err = nil
+			}
+			return n, err
+		}
+		if !timeout {
+			return n, err
+		}
+		switch {
+		case r.active:
+			r.active, r.pinged = false, false
+		case !r.pinged:
+			r.pinged = true
+			r.c.ping()
+		default:
+			return 0, errIdle
+		}
+		r.arm()
+	}
+}
+
+// frameChunk is the most a frame's buffer takes before its bytes arrive.
+const frameChunk = 64 << 10
+
+// readPayload reads an n-byte frame payload. A payload above frameChunk
+// gets a buffer that doubles as its bytes arrive, so that a peer declaring
+// a large frame and then stalling holds no more than about twice what it
+// sent.
+func readPayload(r io.Reader, n int) ([]byte, error) {
+	if n <= frameChunk {
+		buf := make([]byte, n)
+		_, err := io.ReadFull(r, buf)
+		return buf, err
+	}
+	buf := make([]byte, frameChunk)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, err
+	}
+	for have := len(buf); have < n; have = len(buf) {
+		next := min(n, 2*have)
+		grown := make([]byte, next)
+		copy(grown, buf)
+		buf = grown
+		if _, err := io.ReadFull(r, buf[have:]); err != nil {
+			return nil, err
+		}
+	}
+	return buf, nil
+}
+
 func (c *conn) readLoop() {
-	br := bufio.NewReaderSize(c.nc, 64<<10)
+	ir := &idleReader{c: c, idle: c.t.cfg.IdleTimeout}
+	ir.arm()
+	br := bufio.NewReaderSize(ir, 64<<10)
 	maxLen := uint32(c.t.maxBody + maxHeaderLen)
 	var lb [4]byte
 	for {
@@ -282,8 +370,11 @@ func (c *conn) readLoop() {
 			c.close(fmt.Sprintf("frame of %d bytes exceeds %d", n, maxLen))
 			return
 		}
-		buf := make([]byte, n)
-		if _, err := io.ReadFull(br, buf); err != nil {
+		buf, err := readPayload(br, int(n))
+		if err != nil {
+			if errors.Is(err, errIdle) {
+				c.t.log.Info("closing connection: peer silent within a frame", "peer", c.peer, "declared_bytes", n)
+			}
 			c.close(readReason(err))
 			return
 		}
@@ -302,6 +393,9 @@ func (c *conn) readLoop() {
 func readReason(err error) string {
 	if errors.Is(err, io.EOF) {
 		return "closed by peer"
+	}
+	if errors.Is(err, errIdle) {
+		return "idle: " + err.Error()
 	}
 	return "read: " + err.Error()
 }
@@ -358,6 +452,11 @@ func (c *conn) handle(h header, body []byte) {
 		c.goaway = true
 		c.mu.Unlock()
 		c.retire()
+	case flagPing:
+		select { // if the queue is full, frames are leaving anyway
+		case c.wq <- encodeFrame(header{flags: flagPong}, nil):
+		default:
+		}
 	}
 }
 

@@ -1,0 +1,56 @@
+package transport
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"slices"
+)
+
+// DefaultVerifyPeerID is the default [TCPConfig.VerifyPeerID]: it accepts
+// cert for node if node equals the certificate's subject common name, one
+// of its DNS names (SAN) or one of its URIs (SAN, compared as the whole
+// string, e.g. "spiffe://cluster/n1" for that node ID). Issue each node a
+// certificate naming its own ID only: a certificate that names several IDs
+// can claim any of them.
+func DefaultVerifyPeerID(node string, cert *x509.Certificate) error {
+	if cert == nil {
+		return fmt.Errorf("%w: no certificate", ErrIdentity)
+	}
+	if cert.Subject.CommonName == node || slices.Contains(cert.DNSNames, node) {
+		return nil
+	}
+	for _, u := range cert.URIs {
+		if u != nil && u.String() == node {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: node %q is not the certificate's common name %q nor one of its DNS names %q or URIs",
+		ErrIdentity, node, cert.Subject.CommonName, cert.DNSNames)
+}
+
+// checkPeerIdentity binds the node ID a TLS peer claims to its verified
+// certificate. Without a verified certificate the peer is accepted only if
+// the Secret authenticates it (or Insecure is set). rw is the handshake's
+// connection: a *tls.Conn when TLS is configured.
+func (t *TCP) checkPeerIdentity(rw any, node string) error {
+	tc, ok := rw.(*tls.Conn)
+	if !ok {
+		return nil // no TLS: the Secret (or Insecure) is the whole story
+	}
+	st := tc.ConnectionState()
+	if len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
+		if len(t.cfg.Secret) > 0 || t.cfg.Insecure {
+			return nil
+		}
+		return fmt.Errorf("%w: %w: peer %q presented no verified certificate and no Secret is configured", ErrHandshake, ErrIdentity, node)
+	}
+	verify := t.cfg.VerifyPeerID
+	if verify == nil {
+		verify = DefaultVerifyPeerID
+	}
+	if err := verify(node, st.VerifiedChains[0][0]); err != nil {
+		return fmt.Errorf("%w: %w: peer claims %q: %w", ErrHandshake, ErrIdentity, node, err)
+	}
+	return nil
+}
