@@ -72,8 +72,9 @@ type Registry struct {
 	sessionLeases health.Leases[*publisher]
 	emptySvcs     health.Leases[model.ServiceKey]
 	patchGone     health.Leases[model.InstanceKey]
-	timer         clockwork.Timer // wakes the housekeeper; nil before Start
-	timerAt       time.Time       // when timer fires
+	beatDeregs    health.Leases[model.InstanceKey] // beat instances deregistered here lately (see noteDeregistered)
+	timer         clockwork.Timer                  // wakes the housekeeper; nil before Start
+	timerAt       time.Time                        // when timer fires
 
 	watch watchState
 
@@ -212,6 +213,7 @@ func (r *Registry) Start(ctx context.Context) error {
 	}
 	if r.dist != nil {
 		r.trans.Handle(kindForward, r.serveForward)
+		r.trans.Handle(kindLeases, r.serveLeases)
 		if err := r.dist.Start(ctx); err != nil {
 			_ = r.Close()
 			return fmt.Errorf("registry: starting replication: %w", err)
@@ -521,6 +523,7 @@ func (r *Registry) runDue() []model.InstanceKey {
 			r.dropService(key)
 		}
 	})
+	r.beatDeregs.Expire(now, nil)
 	var orphans []model.InstanceKey
 	r.patchGone.Expire(now, func(key model.InstanceKey, _ health.Event) {
 		orphans = append(orphans, key)
@@ -537,7 +540,7 @@ func (r *Registry) rearm() {
 	}
 	now := r.now()
 	next := now.Add(r.cfg.SweepInterval)
-	for _, at := range [...]func() (time.Time, bool){r.beatLeases.Next, r.sessionLeases.Next, r.emptySvcs.Next, r.patchGone.Next} {
+	for _, at := range [...]func() (time.Time, bool){r.beatLeases.Next, r.sessionLeases.Next, r.emptySvcs.Next, r.patchGone.Next, r.beatDeregs.Next} {
 		if t, ok := at(); ok && t.Before(next) {
 			next = t
 		}
