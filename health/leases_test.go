@@ -806,3 +806,34 @@ func FuzzLeases(f *testing.F) {
 	f.Add([]byte{0x00, 5, 5, 1, 0x04, 0x03, 5, 0x04, 0x03, 5})
 	f.Fuzz(checkOps)
 }
+
+// TestExpireAtReportsThresholds: ExpireAt names each event's threshold (last touch plus the
+// timeout that passed), not the time of the call, however late the call is.
+func TestExpireAtReportsThresholds(t *testing.T) {
+	type ev struct {
+		id string
+		ev Event
+		at time.Time
+	}
+	var l Leases[string]
+	mustPut(t, &l, "a", t0, Timeouts{Unhealthy: 15 * time.Second, Expire: 30 * time.Second})
+	mustPut(t, &l, "b", at(5*time.Second), Timeouts{Expire: 10 * time.Second})
+	l.Touch("a", at(2*time.Second))
+	var got []ev
+	collect := func(id string, e Event, when time.Time) { got = append(got, ev{id, e, when}) }
+	l.ExpireAt(at(20*time.Second), collect) // late for b (due at 15 s), on time past a's 17 s
+	l.ExpireAt(at(90*time.Second), collect) // a expires at 32 s
+	want := []ev{
+		{"b", EventExpired, at(15 * time.Second)},
+		{"a", EventUnhealthy, at(17 * time.Second)},
+		{"a", EventExpired, at(32 * time.Second)},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("events %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i].id != want[i].id || got[i].ev != want[i].ev || !got[i].at.Equal(want[i].at) {
+			t.Fatalf("event %d: %v, want %v", i, got[i], want[i])
+		}
+	}
+}
