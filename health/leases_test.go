@@ -2,7 +2,6 @@ package health
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -10,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/muster-io/muster/internal/testutil"
 )
 
 var t0 = time.Unix(1_700_000_000, 0)
@@ -716,18 +717,14 @@ func collide(id string) uint64 {
 	return math.MaxUint64 - h%3
 }
 
-var seedFlag = flag.Uint64("health.seed", 0, "seed for TestLeasesAgainstModel (0: random)")
-
 // TestLeasesAgainstModel runs random operations against the model: on 6 ids, as the fuzz test
 // does, and on 200 ids in a phase of mostly Puts and then one of mostly Removes, so that the
 // table grows and shrinks; each with maphash and with colliding hashes, which make every
 // Remove shift cells back across the end of the table.
-func TestLeasesAgainstModel(t *testing.T) {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = rand.Uint64()
-	}
-	t.Logf("seed: %d (replay with -health.seed=%d)", seed, seed)
+// It runs a fresh seed, or MUSTER_SEEDS seeds from MUSTER_SEED (see internal/testutil).
+func TestLeasesAgainstModel(t *testing.T) { testutil.Seeds(t, 0, 1, leasesAgainstModel) }
+
+func leasesAgainstModel(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	runs := 300
 	if testing.Short() {

@@ -87,6 +87,7 @@ type Registry struct {
 	runCtx   context.Context // cancelled by Close, right after stop: bounds the background work
 	runStop  context.CancelFunc
 	ticks    chan chan struct{} // Tick's requests to the housekeeper
+	sends    pending            // lease handovers being sent (see takeover.go)
 	wg       sync.WaitGroup
 	closeErr error
 	closeMu  sync.Mutex
@@ -487,7 +488,8 @@ func (r *Registry) housekeep() {
 
 // Tick makes the registry handle, now, every deadline that has passed on its
 // clock (beat leases, session keep-alives, clean-ups) and returns once that
-// is done. The registry does this by itself as time passes; a test that
+// is done, and once the messages it has started sending in the background
+// (leases handed to a key's new owner) have been answered. The registry does this by itself as time passes; a test that
 // moves a fake clock calls Tick to see the effects at once (registrytest's
 // Advance does).
 func (r *Registry) Tick(ctx context.Context) error {
@@ -508,6 +510,9 @@ func (r *Registry) Tick(ctx context.Context) error {
 		return ErrClosed
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+	if err := r.sends.wait(ctx, r.stop); err != nil {
+		return err
 	}
 	if r.checks != nil {
 		if err := r.checks.Settle(ctx); err != nil {

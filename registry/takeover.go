@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/muster-io/muster/model"
@@ -69,7 +70,9 @@ func (r *Registry) sendLeases(byOwner map[string][]handedLease) {
 				r.log.Warn("encoding a lease handover", "err", err)
 				continue
 			}
+			r.sends.add()
 			r.goFunc(func() {
+				defer r.sends.done()
 				ctx, cancel := context.WithTimeout(r.runCtx, r.cfg.ForwardTimeout) // real time: the network's
 				defer cancel()
 				if _, err := r.trans.Request(ctx, owner, kindLeases, body); err != nil {
@@ -186,4 +189,49 @@ func (r *Registry) noteDeregistered(key model.InstanceKey, pi *pubInst) {
 		ttl = pi.inst.instance(pi.slot.svc).BeatTimings().Delete
 	}
 	putLease(r, &r.beatDeregs, key, ttl)
+}
+
+// pending counts background work, so that Tick can wait for it. Its zero
+// value is ready to use.
+type pending struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0; nil while n is 0
+}
+
+func (p *pending) add() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n == 0 {
+		p.idle = make(chan struct{})
+	}
+	p.n++
+}
+
+func (p *pending) done() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.n--
+	if p.n == 0 {
+		close(p.idle)
+		p.idle = nil
+	}
+}
+
+// wait blocks until nothing is pending, ctx ends or stop is closed.
+func (p *pending) wait(ctx context.Context, stop <-chan struct{}) error {
+	p.mu.Lock()
+	idle := p.idle
+	p.mu.Unlock()
+	if idle == nil {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-stop:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
