@@ -298,6 +298,21 @@ func (n *MemNetwork) InFlight() int {
 	return n.busy
 }
 
+// Held returns how many messages the network holds back: on a link delay,
+// waiting for the clock, or in the manual-delivery queue, waiting for the
+// test. Their senders may be waiting for them too.
+func (n *MemNetwork) Held() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	held := len(n.queue)
+	for _, t := range n.nodes { // lock order: n.mu, then t.mu
+		t.mu.Lock()
+		held += len(t.timers)
+		t.mu.Unlock()
+	}
+	return held
+}
+
 // WaitIdle blocks until InFlight is 0 or ctx ends.
 func (n *MemNetwork) WaitIdle(ctx context.Context) error {
 	for {

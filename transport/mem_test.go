@@ -467,6 +467,9 @@ func TestMemInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	idle(true)
+	if got := n.Held(); got != 1 {
+		t.Fatalf("Held = %d with a message on a link delay, want 1", got)
+	}
 	clk.Advance(time.Second)
 	<-entered
 	idle(false)
@@ -485,6 +488,9 @@ func TestMemInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	idle(true)
+	if got := n.Held(); got != 1 {
+		t.Fatalf("Held = %d with a message queued, want 1", got)
+	}
 	if got := n.DeliverAll(); got != 1 {
 		t.Fatalf("DeliverAll = %d", got)
 	}
