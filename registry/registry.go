@@ -489,9 +489,9 @@ func (r *Registry) housekeep() {
 // Tick makes the registry handle, now, every deadline that has passed on its
 // clock (beat leases, session keep-alives, clean-ups) and returns once that
 // is done, and once the messages it has started sending in the background
-// (leases handed to a key's new owner) have been answered. The registry does this by itself as time passes; a test that
-// moves a fake clock calls Tick to see the effects at once (registrytest's
-// Advance does).
+// (leases handed to a key's new owner) have been answered. The registry
+// does this by itself as time passes; a test that moves a fake clock calls
+// Tick to see the effects at once (registrytest's Advance does).
 func (r *Registry) Tick(ctx context.Context) error {
 	if err := r.checkWrite(); err != nil {
 		return err

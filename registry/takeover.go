@@ -109,16 +109,18 @@ func (r *Registry) serveLeases(_ context.Context, from string, body []byte) ([]b
 		return nil, ErrClosed
 	}
 	now := r.now()
-	changed := map[*publisher]bool{}
+	var changed []*publisher // in the order of the message: deterministic
+	seen := make(map[*publisher]bool)
 	for i := range insts {
 		if !r.ownsKey(beatRecordKey(insts[i].IP, insts[i].Port)) {
 			continue // moved on again: its owner's records will tell
 		}
-		if p := r.takeLease(insts[i], now.Add(-ages[i]), now); p != nil {
-			changed[p] = true
+		if p := r.takeLease(insts[i], now.Add(-ages[i]), now); p != nil && !seen[p] {
+			seen[p] = true
+			changed = append(changed, p)
 		}
 	}
-	for p := range changed {
+	for _, p := range changed {
 		r.pubChanged(p)
 	}
 	return nil, nil
