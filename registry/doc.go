@@ -32,7 +32,12 @@
 // (HandoverTimeout). When a node dies its sessions' instances are removed
 // from the others after the orphan timeout,
 // and its beat publishers are adopted by their new owners, which continue
-// their leases from the last renewal they knew. A node that starts loads
+// their leases from the last renewal they knew. When a key moves because the
+// membership changed (a partition heals and the key returns to its owner),
+// the node that ran its lease until then hands it to the new owner, which
+// keeps the newer last beat of the two: an instance its client kept beating
+// on the other side stays, healthy (one deregistered on the new owner within
+// a lease period stays gone). A node that starts loads
 // the records of its peers first: until then Query and Watch fail with
 // ErrNotReady (Config.ServeBeforeReady lifts that), so a restarting node
 // never serves empty lists; beat writes that reach it as the owner fail

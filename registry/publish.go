@@ -449,7 +449,9 @@ func (r *Registry) deregisterEphemeral(ctx context.Context, key model.InstanceKe
 	if err := r.checkWrite(); err != nil {
 		return err
 	}
-	if pi := r.beatPubInst(key.IP, key.Port, key.Cluster, key.Service); pi != nil {
+	pi := r.beatPubInst(key.IP, key.Port, key.Cluster, key.Service)
+	r.noteDeregistered(key, pi)
+	if pi != nil {
 		r.beatLeases.Remove(pi)
 		r.dropBeat(pi)
 	}

@@ -263,9 +263,15 @@ func (ds distroStore) MembersChanged(members []string) {
 			}
 		}
 	}
+	// The new owners take over the leases this node ran (see takeover.go).
+	handed := map[string][]handedLease{}
+	now := r.now()
 	for _, p := range moved {
+		owner := r.dist.Owner(recordKey(p))
+		handed[owner] = append(handed[owner], r.handedLeasesOf(p, now)...)
 		r.demote(p)
 	}
+	r.sendLeases(handed)
 	if len(moved) > 0 {
 		r.log.Info("beat publishers handed over", "count", len(moved), "members", len(members))
 	}
