@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -180,7 +181,7 @@ func (r *Registry) Register(ctx context.Context, inst model.Instance) error {
 		return err
 	}
 	inst = inst.WithDefaults()
-	if err := inst.Validate(r.cfg.Limits); err != nil {
+	if err := r.validInstance(&inst); err != nil {
 		return err
 	}
 	if !inst.Ephemeral {
@@ -227,12 +228,17 @@ func (r *Registry) registerEphemeral(ctx context.Context, inst model.Instance) e
 // ip:port and (re)starts its lease. The caller holds mu.
 func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
 	pub := r.beatPub(inst.IP, inst.Port)
+	var adopt *publisher
 	if pub == nil && r.dist != nil {
+		adopt = r.remote[beatRecordKey(inst.IP, inst.Port)]
+	}
+	if err := r.admitPublication(cmp.Or(pub, adopt), &inst); err != nil {
+		return nil, err
+	}
+	if adopt != nil {
 		// A copy of another node's publisher: this node owns it now.
-		if rp := r.remote[beatRecordKey(inst.IP, inst.Port)]; rp != nil {
-			r.promote(rp, r.now())
-			pub = rp
-		}
+		r.promote(adopt, r.now())
+		pub = adopt
 	}
 	fresh := pub == nil
 	if fresh {
@@ -345,7 +351,7 @@ func (r *Registry) heartbeatInstanceLocal(ctx context.Context, inst model.Instan
 	if !inst.Ephemeral {
 		return 0, fmt.Errorf("%w: heartbeats keep ephemeral instances alive; %s is persistent", ErrKindMismatch, inst.Key())
 	}
-	if err := inst.Validate(r.cfg.Limits); err != nil {
+	if err := r.validInstance(&inst); err != nil {
 		return 0, err
 	}
 	r.mu.Lock()
