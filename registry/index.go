@@ -98,6 +98,12 @@ func (r *Registry) slotFor(s *service, inst *rec) *slot {
 	if ok {
 		return s.slots[i]
 	}
+	return r.insertSlot(s, i)
+}
+
+// insertSlot inserts a new slot (not yet live) at index i of s.slots, where
+// findSlot placed its key, and returns it.
+func (r *Registry) insertSlot(s *service, i int) *slot {
 	sl := &slot{svc: s}
 	r.quota.instances++
 	s.slots = append(s.slots, nil)

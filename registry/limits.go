@@ -40,7 +40,7 @@ type Limits struct {
 	// at most 4 × MaxMetadataSize bytes of text.
 	MaxMetadataSize int
 	// MaxMetadataEntries caps the number of entries of one metadata set;
-	// default 128, at most HardMaxMetadataEntries. Each entry costs two
+	// default 64, at most HardMaxMetadataEntries. Each entry costs two
 	// string headers (32 B) over its text.
 	MaxMetadataEntries int
 
@@ -87,7 +87,7 @@ const (
 func DefaultLimits() Limits {
 	return Limits{
 		MaxMetadataSize:         model.DefaultMaxMetadataSize,
-		MaxMetadataEntries:      128,
+		MaxMetadataEntries:      64,
 		MaxSessions:             100_000,
 		MaxInstancesPerSession:  1_000,
 		MaxInstancesPerEndpoint: 1_000,
@@ -231,9 +231,15 @@ func (r *Registry) admitInstance(s *service, key model.ServiceKey, cluster, ip s
 		if _, ok := s.findSlot(cluster, ip, port); ok {
 			return nil // already held
 		}
-		if len(s.slots) >= r.lim.MaxInstancesPerService {
-			return limitError("MaxInstancesPerService", r.lim.MaxInstancesPerService, "service %s is full", key)
-		}
+	}
+	return r.admitSlot(s, key)
+}
+
+// admitSlot reports whether a new instance may be added to s (nil: a new
+// service of key). The caller holds mu.
+func (r *Registry) admitSlot(s *service, key model.ServiceKey) error {
+	if s != nil && len(s.slots) >= r.lim.MaxInstancesPerService {
+		return limitError("MaxInstancesPerService", r.lim.MaxInstancesPerService, "service %s is full", key)
 	}
 	if r.quota.instances >= r.lim.MaxInstances {
 		return limitError("MaxInstances", r.lim.MaxInstances, "the registry is full")
@@ -246,27 +252,41 @@ func (r *Registry) admitInstance(s *service, key model.ServiceKey, cluster, ip s
 
 // admitPublication reports whether pub may publish inst, which is valid
 // and has its defaults: replacing what it publishes under inst's key is
-// always allowed; a new publication must fit in the publisher's, the
-// service's and the registry's caps. The caller holds mu.
+// always allowed; a new publication must fit (see admitNew). The caller
+// holds mu.
 func (r *Registry) admitPublication(pub *publisher, inst *model.Instance) error {
 	s := r.services[inst.Service]
-	if s != nil && pub != nil {
-		if sl := s.lookupSlot(inst.Key()); sl != nil && sl.publication(pub) != nil {
+	found := false
+	if s != nil {
+		var i int
+		if i, found = s.findSlot(inst.Cluster, inst.IP, inst.Port); found && s.slots[i].publication(pub) != nil {
 			return nil
 		}
 	}
+	return r.admitNew(pub, s, found, inst)
+}
+
+// admitNew reports whether a new publication of inst by pub (nil: a beat
+// publisher still to be created) fits in the publisher's cap and, when it
+// adds an instance (slotHeld false), in the service's, the registry's and,
+// for a new service (s nil), the namespaces'. The caller holds mu.
+func (r *Registry) admitNew(pub *publisher, s *service, slotHeld bool, inst *model.Instance) error {
 	n := 0
 	if pub != nil {
 		n = len(pub.insts)
 	}
-	if max, name := r.pubCap(pub == nil || pub.kind == pubBeat); n >= max {
-		what := "session " + pub.key()
-		if pub == nil || pub.kind == pubBeat {
-			what = "endpoint " + model.Endpoint(inst.IP, inst.Port)
+	beat := pub == nil || pub.kind == pubBeat
+	if max, name := r.pubCap(beat); n >= max {
+		what := "endpoint " + model.Endpoint(inst.IP, inst.Port)
+		if !beat {
+			what = "session " + pub.key()
 		}
 		return limitError(name, max, "%s publishes %d instances", what, n)
 	}
-	return r.admitInstance(s, inst.Service, inst.Cluster, inst.IP, inst.Port)
+	if slotHeld {
+		return nil
+	}
+	return r.admitSlot(s, inst.Service)
 }
 
 // pubCap returns the per-publisher cap of beat or session publishers and

@@ -200,7 +200,7 @@ func (r *Registry) mergeIntoLocal(p *publisher, insts []model.Instance, last tim
 				"unmerged", len(insts)-i, "err", limitError("MaxInstancesPerEndpoint", r.lim.MaxInstancesPerEndpoint, "endpoint publishes %d", n))
 			break
 		}
-		if _, err := r.publish(p, insts[i]); err != nil {
+		if _, err := r.publish(p, insts[i], false); err != nil {
 			r.log.Warn("a replicated instance conflicts with this node's index", "instance", insts[i].Key().String(), "err", err)
 		}
 	}
@@ -365,7 +365,7 @@ func (r *Registry) setPublications(p *publisher, insts []model.Instance) {
 		if want[insts[i].Key()] == nil {
 			continue
 		}
-		if _, err := r.publish(p, insts[i]); err != nil {
+		if _, err := r.publish(p, insts[i], false); err != nil {
 			r.log.Warn("a replicated instance conflicts with this node's index", "instance", insts[i].Key().String(), "err", err)
 		}
 	}

@@ -79,10 +79,7 @@ func (s *Session) Register(ctx context.Context, inst model.Instance) error {
 		return err
 	}
 	return s.whileOpen(func(r *Registry) error {
-		if err := r.admitPublication(s.pub, &inst); err != nil {
-			return err
-		}
-		if _, err := r.publish(s.pub, inst); err != nil {
+		if _, err := r.publish(s.pub, inst, true); err != nil {
 			return err
 		}
 		r.pubChanged(s.pub)
