@@ -15,14 +15,18 @@ import (
 // Limits bound what the registry holds, so that the clients of the host
 // that embeds it cannot exhaust its memory. Each count limit is a cap: a
 // write that would go past it fails with an error matching ErrLimit that
-// names the limit and its value, and changes nothing. A zero field means
-// its default (DefaultLimits); a negative one is invalid.
+// names the limit and its value, and changes nothing; a write that only
+// replaces what is held (a re-registration, a beat) is never refused. A
+// zero field means its default (DefaultLimits); a negative one is invalid.
 //
 // The defaults are meant never to be reached by a real deployment by
-// accident, and to keep what a hostile client can make one node hold to a
-// few GiB at worst. The costs below are the heap one unit holds, measured
-// on amd64 (TestLimitCosts) at the largest names and metadata the default
-// rules allow; typical ones cost a third of that or less.
+// accident. The costs given per field are the heap one unit holds, measured
+// on amd64 by BenchmarkLimitCosts at the largest names and metadata the
+// default rules and limits allow (the worst a hostile client can choose);
+// typical ones cost a tenth to a third of that. At the defaults, the worst
+// case is dominated by MaxInstances: about 5 GiB at the largest names and
+// metadata (up to 3 KiB more per instance when the metadata is in 4-byte
+// characters), 0.5 GiB with typical ones; lower it on a smaller host.
 //
 // In a cluster, every node must be configured with the same limits: a
 // replicated publisher is refused whole by a node whose per-publisher caps
@@ -31,7 +35,11 @@ import (
 // records and Raft commands of other nodes are applied whole even when they
 // take a count past its cap (writes accepted on two nodes at once), so that
 // every node holds the same data. A cap can then be passed by what the
-// other nodes accept concurrently, never more.
+// other nodes accept concurrently, never more. One exception: a beat
+// record of an ip:port this node owns and publishes, written by another
+// node while their membership views differed, is merged only up to
+// MaxInstancesPerEndpoint; the rest is logged and dropped, and its clients
+// register again (and are refused) as after any lost instance.
 type Limits struct {
 	// MaxMetadataSize caps the sum of key and value lengths, in characters,
 	// of one metadata set (instance, service, cluster or patch), as Nacos
@@ -45,8 +53,8 @@ type Limits struct {
 	MaxMetadataEntries int
 
 	// MaxSessions caps the sessions open on this node (default 100,000;
-	// 0.5 KiB each, empty). Sessions of other nodes, replicated here, count
-	// on their own node.
+	// 0.3 KiB each, empty, without a TTL). Sessions of other nodes,
+	// replicated here, count on their own node.
 	MaxSessions int
 	// MaxInstancesPerSession caps the instances one session publishes
 	// (default 1,000). It also bounds a replicated session record: one from
@@ -58,21 +66,27 @@ type Limits struct {
 	// bounds a replicated beat record likewise.
 	MaxInstancesPerEndpoint int
 	// MaxInstancesPerService caps the instances of one service, ephemeral
-	// or persistent (default 10,000; up to 3.2 KiB each at the largest
-	// names and metadata, 0.5 KiB with short ones).
+	// or persistent (default 10,000).
 	MaxInstancesPerService int
 	// MaxInstances caps the instances the registry holds in all (default
-	// 1,000,000: about 0.5 GiB with short metadata).
+	// 1,000,000; a beat instance with its publisher and lease holds 5.0 KiB
+	// at a 253-byte host name, every name at its limit and 64 metadata
+	// entries of 1,024 characters in all, 0.5 KiB with three short entries).
 	MaxInstances int
+	// MaxServices caps the services the registry holds in all, defined or
+	// implicit (default 200,000; 1.0 KiB each at every name-length limit,
+	// with no instance).
+	MaxServices int
 	// MaxServicesPerNamespace caps the services of one namespace (default
-	// 100,000; 1.3 KiB each at every name-length limit, with no instance).
+	// 100,000).
 	MaxServicesPerNamespace int
 	// MaxNamespaces caps the namespaces that hold services (default
-	// 1,000). With MaxServicesPerNamespace it bounds the services in all.
+	// 1,000).
 	MaxNamespaces int
 	// MaxWatchers caps the open watchers of this node (default 100,000;
-	// 0.7 KiB each). Watchers of one query share their views: a host that
-	// serves many subscribers of one service can give them one watcher.
+	// 1.6 KiB each, each on a service of its own with every name at its
+	// limit). Watchers of one query share their views: a host that serves
+	// many subscribers of one service can give them one watcher.
 	MaxWatchers int
 }
 
@@ -93,13 +107,15 @@ func DefaultLimits() Limits {
 		MaxInstancesPerEndpoint: 1_000,
 		MaxInstancesPerService:  10_000,
 		MaxInstances:            1_000_000,
+		MaxServices:             200_000,
 		MaxServicesPerNamespace: 100_000,
 		MaxNamespaces:           1_000,
 		MaxWatchers:             100_000,
 	}
 }
 
-// limitFields lists the limits by name, for Validate and withDefaults.
+// fields lists the limits by name, with their defaults and hard ceilings,
+// for Validate and withDefaults.
 func (l *Limits) fields() []struct {
 	name string
 	v    *int
@@ -120,6 +136,7 @@ func (l *Limits) fields() []struct {
 		{"MaxInstancesPerEndpoint", &l.MaxInstancesPerEndpoint, d.MaxInstancesPerEndpoint, 0},
 		{"MaxInstancesPerService", &l.MaxInstancesPerService, d.MaxInstancesPerService, 0},
 		{"MaxInstances", &l.MaxInstances, d.MaxInstances, 0},
+		{"MaxServices", &l.MaxServices, d.MaxServices, 0},
 		{"MaxServicesPerNamespace", &l.MaxServicesPerNamespace, d.MaxServicesPerNamespace, 0},
 		{"MaxNamespaces", &l.MaxNamespaces, d.MaxNamespaces, 0},
 		{"MaxWatchers", &l.MaxWatchers, d.MaxWatchers, 0},
@@ -214,6 +231,9 @@ func (r *Registry) validPatch(p *model.InstancePatch) error {
 // admitService reports whether a new service key may be created. The
 // caller holds mu and has found no service of key.
 func (r *Registry) admitService(key model.ServiceKey) error {
+	if n := len(r.services); n >= r.lim.MaxServices {
+		return limitError("MaxServices", r.lim.MaxServices, "service %s would be one more", key)
+	}
 	n, ok := r.quota.nsServices[key.Namespace]
 	if !ok && len(r.quota.nsServices) >= r.lim.MaxNamespaces {
 		return limitError("MaxNamespaces", r.lim.MaxNamespaces, "namespace %s would be one more", key.Namespace)

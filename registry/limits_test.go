@@ -210,6 +210,23 @@ func TestLimits(t *testing.T) {
 			breach: func(t *testing.T, e *env) error { return e.r.Register(ctx, persistent("p", 3)) },
 		},
 		{
+			name: "MaxServices/CreateService", limit: "MaxServices", value: 2,
+			set: func(l *registry.Limits, n int) { l.MaxServices = n },
+			fill: func(t *testing.T, e *env) {
+				mustDo(t, "CreateService", e.r.CreateService(ctx, model.Service{Key: svcKey("s1")}))
+				mustRegister(t, e.r, at("a", "s2", 1))
+			},
+			breach: func(t *testing.T, e *env) error {
+				return e.r.CreateService(ctx, model.Service{Key: model.ServiceKey{Namespace: "b", Name: "s3"}})
+			},
+		},
+		{
+			name: "MaxServices/Register", limit: "MaxServices", value: 2,
+			set:    func(l *registry.Limits, n int) { l.MaxServices = n },
+			fill:   func(t *testing.T, e *env) { mustRegister(t, e.r, inst("s1", 1), persistent("s2", 1)) },
+			breach: func(t *testing.T, e *env) error { return e.r.Register(ctx, at("c", "s3", 1)) },
+		},
+		{
 			name: "MaxServicesPerNamespace/CreateService", limit: "MaxServicesPerNamespace", value: 2,
 			set: func(l *registry.Limits, n int) { l.MaxServicesPerNamespace = n },
 			fill: func(t *testing.T, e *env) {
@@ -442,6 +459,7 @@ func TestLimitsValidate(t *testing.T) {
 		{func(l *registry.Limits) { l.MaxInstancesPerEndpoint = -1 }, "Limits.MaxInstancesPerEndpoint must not be negative"},
 		{func(l *registry.Limits) { l.MaxInstancesPerService = -1 }, "Limits.MaxInstancesPerService must not be negative"},
 		{func(l *registry.Limits) { l.MaxInstances = -1 }, "Limits.MaxInstances must not be negative"},
+		{func(l *registry.Limits) { l.MaxServices = -1 }, "Limits.MaxServices must not be negative"},
 		{func(l *registry.Limits) { l.MaxServicesPerNamespace = -1 }, "Limits.MaxServicesPerNamespace must not be negative"},
 		{func(l *registry.Limits) { l.MaxNamespaces = -1 }, "Limits.MaxNamespaces must not be negative"},
 		{func(l *registry.Limits) { l.MaxWatchers = -1 }, "Limits.MaxWatchers must not be negative"},
