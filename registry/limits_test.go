@@ -404,10 +404,13 @@ func TestLimitsFreed(t *testing.T) {
 	}
 	w.Close()
 	wctx, cancel := context.WithCancel(ctx)
-	_, err = r.Watch(wctx, model.Query{Service: svcKey("b")})
+	w, err = r.Watch(wctx, model.Query{Service: svcKey("b")})
 	mustDo(t, "Watch after a Close", err)
-	cancel() // a watcher closed by its context frees its place too
-	r.Settle()
+	next(t, w) // the first view
+	cancel()   // a watcher closed by its context frees its place too
+	if _, err := w.Next(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Next after its Watch context ended: %v, want context.Canceled", err)
+	}
 	_, err = r.Watch(ctx, model.Query{Service: svcKey("c")})
 	mustDo(t, "Watch after a cancelled one", err)
 
