@@ -44,8 +44,9 @@ var (
 	// in "registry: limit reached: MaxInstancesPerService (10000): ...".
 	// A metadata set over its limit also matches model.ErrInvalid.
 	ErrLimit = errors.New("registry: limit reached")
-	// ErrNotMember: a node that is not a current member of the cluster
-	// sent a message that only members may send (a forwarded write). The
-	// sender gets it as a transport.RemoteError.
+	// ErrNotMember: a node that is not a current member of the cluster (in
+	// the owner's view) forwarded a write; the owner applied nothing. A
+	// member the owner does not know yet retries, as when ownership moves,
+	// and then fails with ErrUnavailable, which wraps ErrNotMember.
 	ErrNotMember = errors.New("registry: sender is not a member")
 )
