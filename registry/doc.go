@@ -136,6 +136,25 @@
 // intermediate views. A watcher ends when its context ends, when it is
 // closed, or when the registry closes.
 //
+// # Limits
+//
+// Config.Limits bounds what the clients of the embedding host can make the
+// registry hold: open sessions, instances per session, per beat ip:port,
+// per service and in all, services per namespace, namespaces, open
+// watchers, and the entries and characters of each metadata set (whose
+// limits have hard ceilings that Validate enforces). The defaults
+// (DefaultLimits) are far above what real deployments use. A write past a
+// limit fails with an error matching ErrLimit that names the limit and its
+// value, and changes nothing; a write that only replaces what is held
+// (a re-registration, a beat) is never refused. In a cluster, every node
+// checks the writes it takes against its index, which holds the whole
+// cluster's data, and a publisher record from a peer with more instances
+// than the per-publisher caps is refused whole before it is decoded; the
+// nodes must share one Limits. See Limits for the cost of each unit.
+//
+// Only current members of the Distro membership may forward writes: the
+// owner refuses any other transport peer with ErrNotMember.
+//
 // # Time
 //
 // Every deadline follows the configured clock. On a fake clock, a test

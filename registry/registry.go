@@ -32,6 +32,7 @@ const (
 // the lease and clean-up timers. See the package documentation.
 type Registry struct {
 	cfg   Config
+	lim   Limits // cfg.Limits with its defaults
 	clock clockwork.Clock
 	log   *slog.Logger
 	store store
@@ -67,6 +68,7 @@ type Registry struct {
 	remote   map[string]*publisher // replicas of other nodes' publishers, by record key
 	patches  map[model.InstanceKey]*model.InstancePatch
 	rev      uint64 // last revision handed out; revisions are unique across services
+	quota    quotas // what the limits count (see limits.go)
 
 	beatLeases    health.Leases[*pubInst]
 	sessionLeases health.Leases[*publisher]
@@ -100,6 +102,7 @@ func New(cfg Config) (*Registry, error) {
 	}
 	r := &Registry{
 		cfg:      cfg,
+		lim:      cfg.Limits.withDefaults(),
 		clock:    cfg.Clock,
 		log:      cfg.Logger,
 		services: make(map[model.ServiceKey]*service),
@@ -125,6 +128,7 @@ func New(cfg Config) (*Registry, error) {
 		src = rand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:]))
 	}
 	r.rand = rand.New(src)
+	r.quota.nsServices = make(map[string]int)
 	r.store = &memStore{r: r}
 	r.watch.init()
 	if cfg.Distro != nil {
@@ -159,7 +163,7 @@ func New(cfg Config) (*Registry, error) {
 		rc := *cfg.Raft
 		rc.Listener = raftListener{r}
 		rc.Logger = r.log
-		rc.Limits = cfg.Limits
+		rc.Limits = r.lim.model()
 		node, err := raftstore.New(rc)
 		if err != nil {
 			return nil, fmt.Errorf("registry: %w", err)

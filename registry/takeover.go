@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -85,6 +86,9 @@ func (r *Registry) sendLeases(byOwner map[string][]handedLease) {
 
 // serveLeases takes over the beat leases another node handed over.
 func (r *Registry) serveLeases(_ context.Context, from string, body []byte) ([]byte, error) {
+	if r.dist == nil || !r.isMember(from) {
+		return nil, fmt.Errorf("%w: %q may not hand beat leases to %s", ErrNotMember, from, r.cfg.NodeID)
+	}
 	var msg leaseHandoff
 	if err := model.Unmarshal(body, &msg); err != nil {
 		return nil, err
@@ -93,14 +97,14 @@ func (r *Registry) serveLeases(_ context.Context, from string, body []byte) ([]b
 	ages := make([]time.Duration, 0, len(msg.Leases))
 	for _, l := range msg.Leases {
 		inst := l.Inst.WithDefaults()
-		if err := inst.Validate(r.cfg.Limits); err != nil || !inst.Ephemeral || l.Age < 0 {
+		if err := inst.Validate(r.cfg.Limits.model()); err != nil || !inst.Ephemeral || l.Age < 0 {
 			r.log.Warn("ignoring a malformed lease handover", "from", from, "err", err)
 			continue
 		}
 		insts = append(insts, inst)
 		ages = append(ages, l.Age)
 	}
-	if r.dist == nil || !r.dist.Ready() {
+	if !r.dist.Ready() {
 		return nil, nil // loading: the peers' records, when adopted, carry the leases
 	}
 	r.mu.Lock()
@@ -166,7 +170,7 @@ func (r *Registry) takeLease(inst model.Instance, last, now time.Time) *publishe
 		p = &publisher{kind: pubBeat, port: uint16(inst.Port), id: model.Endpoint(inst.IP, inst.Port)}
 	}
 	inst.Healthy = healthy
-	pi, err := r.publish(p, inst)
+	pi, err := r.publish(p, inst, fresh) // a fresh publisher counts against the limits
 	if err != nil {
 		r.log.Warn("a handed-over instance conflicts with this node's index", "instance", inst.Key().String(), "err", err)
 		return nil
