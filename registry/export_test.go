@@ -1,6 +1,10 @@
 package registry
 
-import "github.com/muster-io/muster/model"
+import (
+	"time"
+
+	"github.com/muster-io/muster/model"
+)
 
 // KindLeases is the transport kind of lease handovers, for tests that hold
 // them on the network.
@@ -37,4 +41,14 @@ func ForwardResult(owner string, body []byte) error {
 		return err
 	}
 	return resp.err(owner)
+}
+
+// LeaseHandoff returns the body of a lease handover of inst, last beaten
+// age ago.
+func LeaseHandoff(inst model.Instance, age time.Duration) []byte {
+	b, err := model.Marshal(&leaseHandoff{Leases: []handedLease{{Inst: inst, Age: age}}})
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

@@ -3,10 +3,12 @@ package registry_test
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/muster-io/muster/registry"
 	"github.com/muster-io/muster/registry/registrytest"
+	"github.com/muster-io/muster/transport"
 )
 
 // TestForwardRefusesNonMembers: a peer on the transport that is not a
@@ -68,5 +70,39 @@ func TestForwardRefusesNonMembers(t *testing.T) {
 	c.Settle()
 	if got := ipsOn(t, c.Node(0), "orders"); len(got) != 2 {
 		t.Fatalf("n1 holds %v after a member's forwarded register, want 2 instances", got)
+	}
+}
+
+// TestLeaseHandoverRefusesNonMembers: a peer on the transport that is not a
+// member hands n1 the "lease" of a fake instance whose key n1 owns, as a
+// member leaving the key would. n1 refuses it and no node serves the fake;
+// the same handover from a member is taken.
+func TestLeaseHandoverRefusesNonMembers(t *testing.T) {
+	c := registrytest.NewCluster(t, clusterOpts())
+	rogue, err := c.Net.Node("rogue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rogue.Close() })
+	fake := ownedBy(t, c, "n1", "orders")
+
+	_, err = rogue.Request(ctx, "n1", registry.KindLeases, registry.LeaseHandoff(fake, 0))
+	var re *transport.RemoteError
+	if !errors.As(err, &re) || !strings.Contains(err.Error(), "may not hand beat leases") {
+		t.Fatalf("lease handover from a non-member: %v, want a refusal", err)
+	}
+	c.Settle()
+	for _, n := range c.Nodes() {
+		if got := ipsOn(t, n, "orders"); len(got) != 0 {
+			t.Fatalf("%s holds %v after the non-member's handover, want nothing", n.ID, got)
+		}
+	}
+
+	if _, err := c.Node(2).Transport.Request(ctx, "n1", registry.KindLeases, registry.LeaseHandoff(fake, 0)); err != nil {
+		t.Fatalf("lease handover from member n3: %v", err)
+	}
+	c.Settle()
+	if got := ipsOn(t, c.Node(0), "orders"); !slices.Equal(got, []string{fake.IP}) {
+		t.Fatalf("n1 holds %v after a member's handover, want %s", got, fake.IP)
 	}
 }
