@@ -151,9 +151,14 @@ func (w testLogWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
+// testDeployment is the DeploymentID of the tests' clusters.
+const testDeployment = 0x6d75737465
+
 func testConfig(t testing.TB, dir string, id uint64, addr string) Config {
 	cfg := DefaultConfig()
 	cfg.ReplicaID = id
+	cfg.DeploymentID = testDeployment
+	cfg.Insecure = true // Dragonboat's TCP transport on loopback; security tests turn it off
 	cfg.RaftAddress = addr
 	cfg.Dir = dir
 	cfg.RTTMillisecond = 10

@@ -37,6 +37,7 @@ type Node struct {
 	// Set by Start, read-only afterwards.
 	nh     *dragonboat.NodeHost
 	sm     *stateMachine
+	guard  *guard // checks inbound Raft traffic over Config.Transport; nil without
 	queue  chan *proposal
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -109,7 +110,7 @@ func badgerOptions(dir string, log *slog.Logger) badger.Options {
 func (n *Node) nodeHostConfig() config.NodeHostConfig {
 	logdb := config.GetTinyMemLogDBConfig()
 	logdb.Shards = 1
-	return config.NodeHostConfig{
+	nhc := config.NodeHostConfig{
 		DeploymentID:   n.cfg.DeploymentID,
 		NodeHostDir:    filepath.Join(n.cfg.Dir, "raft"),
 		RTTMillisecond: n.cfg.RTTMillisecond,
@@ -120,13 +121,20 @@ func (n *Node) nodeHostConfig() config.NodeHostConfig {
 			TransportFactory: n.transportFactory(),
 		},
 	}
+	if n.guard != nil {
+		nhc.SystemEventListener = guardEvents{n.guard}
+	}
+	if t := n.cfg.TLS; t != nil && n.cfg.Transport == nil {
+		nhc.MutualTLS, nhc.CAFile, nhc.CertFile, nhc.KeyFile = true, t.CAFile, t.CertFile, t.KeyFile
+	}
+	return nhc
 }
 
 // transportFactory returns the factory of Dragonboat's transport: nil for
 // its own TCP transport.
 func (n *Node) transportFactory() config.TransportFactory {
 	if n.cfg.Transport != nil {
-		return muxFactory{t: n.cfg.Transport}
+		return muxFactory{t: n.cfg.Transport, guard: n.guard}
 	}
 	return n.cfg.transport
 }
@@ -172,9 +180,15 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			_ = db.Close()
 		}
 	}()
+	if n.cfg.Transport != nil {
+		n.guard = newGuard(n.cfg.DeploymentID, n.cfg.ShardID, n.cfg.ReplicaID)
+	}
 	nh, err := dragonboat.NewNodeHost(n.nodeHostConfig())
 	if err != nil {
 		return fmt.Errorf("raftstore: start nodehost: %w", err)
+	}
+	if n.guard != nil {
+		n.guard.setNodeHost(nh)
 	}
 	defer func() {
 		if err != nil {
@@ -401,6 +415,19 @@ func (n *Node) Leader() (replicaID uint64, ok bool) {
 func (n *Node) IsLeader() bool {
 	id, ok := n.Leader()
 	return ok && id == n.cfg.ReplicaID
+}
+
+// InboundStats reports the Raft traffic received over Config.Transport:
+// what was handed to Dragonboat and what the inbound checks dropped (see
+// InboundStats). Zero without Config.Transport.
+func (n *Node) InboundStats() InboundStats {
+	n.mu.Lock()
+	g := n.guard
+	n.mu.Unlock()
+	if g == nil {
+		return InboundStats{}
+	}
+	return g.stats()
 }
 
 // ReplicaID returns this node's replica ID.

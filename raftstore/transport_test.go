@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lni/dragonboat/v4/config"
+	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/transport"
@@ -242,7 +243,7 @@ func TestMuxTransportCloseWaitsForHandlers(t *testing.T) {
 	defer b.Close()
 	entered, release := make(chan struct{}), make(chan struct{})
 	var handled atomic.Bool
-	recv := muxFactory{t: b}.Create(config.NodeHostConfig{}, func(pb.MessageBatch) {
+	recv := muxFactory{t: b, guard: newGuard(testDeployment, 1, 2)}.Create(config.NodeHostConfig{}, func(pb.MessageBatch) {
 		close(entered)
 		<-release
 		handled.Store(true)
@@ -250,12 +251,14 @@ func TestMuxTransportCloseWaitsForHandlers(t *testing.T) {
 	if err := recv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	send := muxFactory{t: a}.Create(config.NodeHostConfig{}, nil, nil)
+	send := muxFactory{t: a, guard: newGuard(testDeployment, 1, 1)}.Create(config.NodeHostConfig{}, nil, nil)
 	conn, err := send.GetConnection(context.Background(), "b")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := conn.SendMessageBatch(pb.MessageBatch{Requests: []pb.Message{{Type: pb.Heartbeat}}}); err != nil {
+	hb := pb.MessageBatch{DeploymentId: testDeployment, BinVer: raftio.TransportBinVersion, SourceAddress: "a",
+		Requests: []pb.Message{{Type: pb.Heartbeat, ShardID: 1, From: 1, To: 2}}}
+	if err := conn.SendMessageBatch(hb); err != nil {
 		t.Fatal(err)
 	}
 	<-entered
