@@ -33,7 +33,7 @@ func memCluster(t *testing.T, mem *transport.MemNetwork, ids []string, tweak fun
 	})
 }
 
-func memTransport(t *testing.T, mem *transport.MemNetwork, cfg *Config) {
+func memTransport(t testing.TB, mem *transport.MemNetwork, cfg *Config) {
 	t.Helper()
 	tr, err := mem.Node(cfg.RaftAddress)
 	if err != nil {
