@@ -109,20 +109,6 @@ func (l *recListener) state() State {
 	return st
 }
 
-// testSeed returns the seed of a randomized test: RAFTSTORE_SEED if set
-// (to replay a failure), else the time. It is logged.
-func testSeed(t testing.TB) uint64 {
-	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("RAFTSTORE_SEED"); v != "" {
-		if _, err := fmt.Sscan(v, &seed); err != nil {
-			t.Fatalf("RAFTSTORE_SEED: %v", err)
-		}
-	}
-	t.Logf("seed: %d (replay with RAFTSTORE_SEED=%d)", seed, seed)
-	return seed
-}
-
 func freePort(t testing.TB) string {
 	t.Helper()
 	for {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	sm "github.com/lni/dragonboat/v4/statemachine"
+	"github.com/muster-io/muster/internal/testutil"
 	"github.com/muster-io/muster/model"
 )
 
@@ -358,7 +359,10 @@ func TestDedupeReproposal(t *testing.T) {
 // same state, the same results and the same snapshot bytes (determinism
 // across replicas, which see different batch boundaries).
 func TestApplyDeterministic(t *testing.T) {
-	seed := testSeed(t)
+	testutil.Seeds(t, 0, 1, testApplyDeterministic)
+}
+
+func testApplyDeterministic(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	var ents []sm.Entry
 	svc := func() string { return "svc" + strconv.Itoa(rng.IntN(3)) }
