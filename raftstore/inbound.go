@@ -275,23 +275,40 @@ func (g *guard) stats() InboundStats {
 	return s
 }
 
-// guardEvents marks the guard's membership stale when Dragonboat reports a
-// change. Dragonboat calls it on its event goroutine; it does not block.
-type guardEvents struct{ g *guard }
+// nodeEvents receives Dragonboat's system events: membership changes
+// mark the guard's membership stale (guard may be nil); the end of a
+// snapshot stream (completed or aborted) goes to retention. Dragonboat
+// calls it on its event goroutine; it does not block.
+type nodeEvents struct {
+	guard *guard
+	sm    *stateMachine
+}
 
-func (e guardEvents) MembershipChanged(raftio.NodeInfo)         { e.g.stale.Store(true) }
-func (e guardEvents) NodeReady(raftio.NodeInfo)                 { e.g.stale.Store(true) }
-func (e guardEvents) SnapshotRecovered(raftio.SnapshotInfo)     { e.g.stale.Store(true) }
-func (guardEvents) NodeHostShuttingDown()                       {}
-func (guardEvents) NodeUnloaded(raftio.NodeInfo)                {}
-func (guardEvents) NodeDeleted(raftio.NodeInfo)                 {}
-func (guardEvents) ConnectionEstablished(raftio.ConnectionInfo) {}
-func (guardEvents) ConnectionFailed(raftio.ConnectionInfo)      {}
-func (guardEvents) SendSnapshotStarted(raftio.SnapshotInfo)     {}
-func (guardEvents) SendSnapshotCompleted(raftio.SnapshotInfo)   {}
-func (guardEvents) SendSnapshotAborted(raftio.SnapshotInfo)     {}
-func (guardEvents) SnapshotReceived(raftio.SnapshotInfo)        {}
-func (guardEvents) SnapshotCreated(raftio.SnapshotInfo)         {}
-func (guardEvents) SnapshotCompacted(raftio.SnapshotInfo)       {}
-func (guardEvents) LogCompacted(raftio.EntryInfo)               {}
-func (guardEvents) LogDBCompacted(raftio.EntryInfo)             {}
+func (e nodeEvents) stale() {
+	if e.guard != nil {
+		e.guard.stale.Store(true)
+	}
+}
+
+func (e nodeEvents) streamEnded() {
+	if e.sm != nil {
+		e.sm.retention.streamSent(e.sm.applied.Load())
+	}
+}
+
+func (e nodeEvents) MembershipChanged(raftio.NodeInfo)         { e.stale() }
+func (e nodeEvents) NodeReady(raftio.NodeInfo)                 { e.stale() }
+func (e nodeEvents) SnapshotRecovered(raftio.SnapshotInfo)     { e.stale() }
+func (e nodeEvents) SendSnapshotCompleted(raftio.SnapshotInfo) { e.streamEnded() }
+func (e nodeEvents) SendSnapshotAborted(raftio.SnapshotInfo)   { e.streamEnded() }
+func (nodeEvents) NodeHostShuttingDown()                       {}
+func (nodeEvents) NodeUnloaded(raftio.NodeInfo)                {}
+func (nodeEvents) NodeDeleted(raftio.NodeInfo)                 {}
+func (nodeEvents) ConnectionEstablished(raftio.ConnectionInfo) {}
+func (nodeEvents) ConnectionFailed(raftio.ConnectionInfo)      {}
+func (nodeEvents) SendSnapshotStarted(raftio.SnapshotInfo)     {}
+func (nodeEvents) SnapshotReceived(raftio.SnapshotInfo)        {}
+func (nodeEvents) SnapshotCreated(raftio.SnapshotInfo)         {}
+func (nodeEvents) SnapshotCompacted(raftio.SnapshotInfo)       {}
+func (nodeEvents) LogCompacted(raftio.EntryInfo)               {}
+func (nodeEvents) LogDBCompacted(raftio.EntryInfo)             {}

@@ -121,9 +121,7 @@ func (n *Node) nodeHostConfig() config.NodeHostConfig {
 			TransportFactory: n.transportFactory(),
 		},
 	}
-	if n.guard != nil {
-		nhc.SystemEventListener = guardEvents{n.guard}
-	}
+	nhc.SystemEventListener = nodeEvents{guard: n.guard, sm: n.sm}
 	if t := n.cfg.TLS; t != nil && n.cfg.Transport == nil {
 		nhc.MutualTLS, nhc.CAFile, nhc.CertFile, nhc.KeyFile = true, t.CAFile, t.CertFile, t.KeyFile
 	}
@@ -147,7 +145,7 @@ func (n *Node) replicaConfig() config.Config {
 		PreVote:            true,
 		ElectionRTT:        n.cfg.ElectionRTT,
 		HeartbeatRTT:       n.cfg.HeartbeatRTT,
-		SnapshotEntries:    n.cfg.SnapshotEntries,
+		SnapshotEntries:    0, // the Node takes them: see snapshot.go
 		CompactionOverhead: n.cfg.CompactionOverhead,
 	}
 }
@@ -180,6 +178,8 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			_ = db.Close()
 		}
 	}()
+	n.sm = newStateMachine(db, n.cfg.Listener, n.log)
+	n.sm.snapEvery, n.sm.retention.overhead = n.cfg.SnapshotEntries, n.cfg.CompactionOverhead
 	if n.cfg.Transport != nil {
 		n.guard = newGuard(n.cfg.DeploymentID, n.cfg.ShardID, n.cfg.ReplicaID)
 	}
@@ -195,7 +195,6 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			nh.Close()
 		}
 	}()
-	n.sm = newStateMachine(db, n.cfg.Listener, n.log)
 	members := map[uint64]dragonboat.Target{}
 	join := n.cfg.Join
 	if nh.HasNodeInfo(n.cfg.ShardID, n.cfg.ReplicaID) {
@@ -226,6 +225,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	}
 	for range workers {
 		n.goFunc(n.batchLoop)
+	}
+	if n.cfg.SnapshotEntries > 0 {
+		n.goFunc(n.snapshotLoop)
 	}
 	n.started = true
 	n.state.Store(stateStarted)

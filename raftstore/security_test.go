@@ -235,7 +235,7 @@ func (rogueSM) Close() error { return nil }
 
 // rogueEvents counts the connections the rogue NodeHost made.
 type rogueEvents struct {
-	guardEvents
+	nodeEvents
 	mu   sync.Mutex
 	seen map[string]int
 }
@@ -259,7 +259,7 @@ func (e *rogueEvents) dialed(addr string) bool {
 func startRogue(t testing.TB, members map[uint64]string) (*dragonboat.NodeHost, *rogueEvents) {
 	t.Helper()
 	setDragonboatLogger()
-	ev := &rogueEvents{guardEvents: guardEvents{newGuard(0, 0, 0)}, seen: map[string]int{}}
+	ev := &rogueEvents{nodeEvents: nodeEvents{}, seen: map[string]int{}}
 	logdb := config.GetTinyMemLogDBConfig()
 	logdb.Shards = 1
 	nh, err := dragonboat.NewNodeHost(config.NodeHostConfig{

@@ -1,0 +1,147 @@
+package raftstore
+
+import (
+	"context"
+	"io/fs"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/transport"
+)
+
+// snapshotDirName matches Dragonboat's snapshot directories (the shard's
+// own directory is snapshot-<shard>-<replica>).
+var snapshotDirName = regexp.MustCompile(`^snapshot-[0-9A-F]{16}`)
+
+// snapshotDirs lists the snapshot directories under a node's Dir (final,
+// being received, being generated).
+func snapshotDirs(t testing.TB, dir string) []string {
+	t.Helper()
+	var out []string
+	_ = filepath.WalkDir(filepath.Join(dir, "raft"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && snapshotDirName.MatchString(d.Name()) {
+			out = append(out, d.Name())
+		}
+		return nil
+	})
+	return out
+}
+
+// chunkDelay is how long a snapshot chunk takes on the slow link of
+// TestRestartCatchUpUnderWrites.
+const chunkDelay = 700 * time.Millisecond
+
+// slowChunks delays every snapshot chunk it sends: a slow link (or a busy
+// sender) on which a snapshot takes seconds to stream.
+type slowChunks struct {
+	transport.Transport
+	delay time.Duration
+}
+
+func (s slowChunks) Request(ctx context.Context, to string, kind transport.Kind, body []byte) ([]byte, error) {
+	if kind == KindRaftChunk {
+		t := time.NewTimer(s.delay) // the fault: a slow link
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return s.Transport.Request(ctx, to, kind, body)
+}
+
+// A replica restarted while four writers keep writing catches up, with
+// the small snapshot settings of the field report (a snapshot every 16
+// entries, 8 kept behind it), a state of a few MiB and a link on which a
+// snapshot takes more than a second to stream, and the snapshots
+// it received do not pile up. Before the fix every snapshot it received
+// was stale by the time it was installed: the leader had compacted its
+// log past it, and sent another.
+func TestRestartCatchUpUnderWrites(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes a few MiB through Raft")
+	}
+	var mem transport.MemNetwork
+	c := memCluster(t, &mem, []string{"r1", "r2", "r3"}, func(cfg *Config) {
+		cfg.SnapshotEntries, cfg.CompactionOverhead = 16, 8
+		cfg.Transport = slowChunks{cfg.Transport, chunkDelay}
+	})
+	leader := c.waitLeader()
+	md := model.NewMetadata(map[string]string{"blob": strings.Repeat("m", 1000)})
+	put := func(n *Node, port int) error {
+		in := persistent("catchup", "10.8.0.1", port)
+		in.Metadata = md
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := n.Propose(ctx, Command{Op: OpPutInstance, Instance: in})
+		return err
+	}
+	// A state of about 4 MiB: two snapshot chunks.
+	var wg sync.WaitGroup
+	for w := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := w; p < 4000; p += 32 {
+				if err := put(c.nodes[leader], 1+p); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	var lagging uint64 = 1
+	if leader == 1 {
+		lagging = 2
+	}
+	c.stop(lagging)
+
+	// Four steady writers on the leader, until the end of the test.
+	stop := make(chan struct{})
+	var writes atomic.Int64
+	var writers sync.WaitGroup
+	for w := range 4 {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			for p := 0; ; p++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if put(c.nodes[leader], 10000+w*20000+p%20000) == nil {
+					writes.Add(1)
+				}
+			}
+		}()
+	}
+	defer func() {
+		close(stop)
+		writers.Wait()
+	}()
+	target := writes.Load() + 200
+	c.eventually(20*time.Second, "writes while the replica is down", func() bool { return writes.Load() >= target })
+
+	n := c.start(lagging)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := n.WaitReady(ctx); err != nil {
+		t.Fatalf("the restarted replica is not ready after 30 s of steady writes: %v (snapshot dirs %v)", err, snapshotDirs(t, c.cfgs[lagging].Dir))
+	}
+	t.Logf("ready; %d writes so far; %d resets; snapshot dirs %v", writes.Load(), c.lis[lagging].resets, snapshotDirs(t, c.cfgs[lagging].Dir))
+	c.eventually(10*time.Second, "received snapshots to be cleaned up", func() bool {
+		return len(snapshotDirs(t, c.cfgs[lagging].Dir)) <= 2
+	})
+}
