@@ -3,6 +3,7 @@ package raftstore
 import (
 	"context"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	pb "github.com/lni/dragonboat/v4/raftpb"
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/transport"
 )
@@ -71,6 +73,7 @@ func TestRestartCatchUpUnderWrites(t *testing.T) {
 	var mem transport.MemNetwork
 	c := memCluster(t, &mem, []string{"r1", "r2", "r3"}, func(cfg *Config) {
 		cfg.SnapshotEntries, cfg.CompactionOverhead = 16, 8
+		cfg.ProposeTimeout = 10 * time.Second // elections come and go on a loaded machine
 		cfg.Transport = slowChunks{cfg.Transport, chunkDelay}
 	})
 	leader := c.waitLeader()
@@ -78,7 +81,7 @@ func TestRestartCatchUpUnderWrites(t *testing.T) {
 	put := func(n *Node, port int) error {
 		in := persistent("catchup", "10.8.0.1", port)
 		in.Metadata = md
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		_, err := n.Propose(ctx, Command{Op: OpPutInstance, Instance: in})
 		return err
@@ -144,4 +147,63 @@ func TestRestartCatchUpUnderWrites(t *testing.T) {
 	c.eventually(10*time.Second, "received snapshots to be cleaned up", func() bool {
 		return len(snapshotDirs(t, c.cfgs[lagging].Dir)) <= 2
 	})
+}
+
+// retention keeps the log from a stream in flight, and after it was sent
+// for twice the entries written meanwhile (plus the overhead); the
+// compaction index never goes back.
+func TestRetention(t *testing.T) {
+	r := &retention{overhead: 8}
+	step := func(applied, want uint64, wantOK bool) {
+		t.Helper()
+		got, ok := r.compactTo(applied)
+		if got != want || ok != wantOK {
+			t.Fatalf("compactTo(%d) = %d, %v; want %d, %v", applied, got, ok, want, wantOK)
+		}
+	}
+	step(5, 0, false) // nothing to let go yet
+	step(16, 8, true)
+	step(32, 24, true)
+	r.streamStarted(40)
+	step(48, 32, true) // keeps from 40 - 8
+	step(64, 0, false) // still 32: never back, never past the stream
+	r.streamSent(100)  // 60 entries written during the stream: keep until 100 + 120 + 8
+	step(150, 0, false)
+	step(227, 0, false)
+	step(228, 220, true) // the window is over
+	step(230, 222, true)
+}
+
+// An abandoned snapshot stream's directory is removed when the next one
+// starts, and its later chunks never reach Dragonboat.
+func TestReceivesAbandoned(t *testing.T) {
+	root := t.TempDir()
+	dirA := filepath.Join(root, "host", "did", "snapshot-part-1", "snapshot-1-1", "snapshot-0000000000000064-2.receiving")
+	if err := os.MkdirAll(dirA, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := &receives{dir: root}
+	var handed []pb.Chunk
+	take := func(c pb.Chunk) bool { handed = append(handed, c); return true }
+	a0 := pb.Chunk{From: 2, Index: 100, ChunkId: 0}
+	a1 := pb.Chunk{From: 2, Index: 100, ChunkId: 1}
+	b0 := pb.Chunk{From: 3, Index: 120, ChunkId: 0}
+	if taken, ab := r.deliver(&a0, take); !taken || ab {
+		t.Fatal("the first chunk of a stream was not handed on")
+	}
+	if taken, ab := r.deliver(&b0, take); !taken || ab {
+		t.Fatal("the first chunk of a newer stream was not handed on")
+	}
+	if _, err := os.Stat(dirA); !os.IsNotExist(err) {
+		t.Fatalf("the abandoned stream's directory is still there: %v", err)
+	}
+	if taken, ab := r.deliver(&a1, take); taken || !ab {
+		t.Fatal("a chunk of the abandoned stream was handed on")
+	}
+	if len(handed) != 2 {
+		t.Fatalf("%d chunks handed to Dragonboat, want 2", len(handed))
+	}
+	if taken, _ := r.deliver(&a0, take); !taken { // sent again from the start
+		t.Fatal("a restarted stream was refused")
+	}
 }

@@ -61,8 +61,9 @@ type muxFactory struct {
 	guard *guard
 }
 
-func (f muxFactory) Create(_ config.NodeHostConfig, onMessages raftio.MessageHandler, onChunk raftio.ChunkHandler) raftio.ITransport {
-	return &muxTransport{t: f.t, guard: f.guard, limit: messageLimit(f.t), onMessages: onMessages, onChunk: onChunk}
+func (f muxFactory) Create(nhc config.NodeHostConfig, onMessages raftio.MessageHandler, onChunk raftio.ChunkHandler) raftio.ITransport {
+	return &muxTransport{t: f.t, guard: f.guard, limit: messageLimit(f.t), onMessages: onMessages, onChunk: onChunk,
+		receives: receives{dir: nhc.NodeHostDir}}
 }
 
 // Validate accepts any node ID.
@@ -78,6 +79,7 @@ type muxTransport struct {
 	limit      int
 	onMessages raftio.MessageHandler
 	onChunk    raftio.ChunkHandler
+	receives   receives // the snapshot streams being received
 
 	mu       sync.Mutex // guards closed and the Add of inflight
 	closed   bool
@@ -128,10 +130,14 @@ func (m *muxTransport) deliverChunk(peer string, body []byte) error {
 	if err := m.guard.checkChunk(&c, peer); err != nil {
 		return err
 	}
-	m.guard.chunks.Add(1)
-	if !m.onChunk(c) {
+	taken, abandoned := m.receives.deliver(&c, m.onChunk)
+	switch {
+	case abandoned:
+		return m.guard.drop(dropChunk, "chunk %d of an abandoned stream (index %d from %d)", c.ChunkId, c.Index, c.From)
+	case !taken:
 		return errChunkRefused
 	}
+	m.guard.chunks.Add(1)
 	return nil
 }
 
