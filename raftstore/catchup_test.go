@@ -109,6 +109,7 @@ func TestRestartCatchUpUnderWrites(t *testing.T) {
 		lagging = 2
 	}
 	c.stop(lagging)
+	leaderNode := c.nodes[leader] // the writers' node: c.nodes changes below
 
 	// Four steady writers on the leader, until the end of the test.
 	stop := make(chan struct{})
@@ -124,7 +125,7 @@ func TestRestartCatchUpUnderWrites(t *testing.T) {
 					return
 				default:
 				}
-				if put(c.nodes[leader], 10000+w*20000+p%20000) == nil {
+				if put(leaderNode, 10000+w*20000+p%20000) == nil {
 					writes.Add(1)
 				}
 			}
@@ -143,7 +144,11 @@ func TestRestartCatchUpUnderWrites(t *testing.T) {
 	if err := n.WaitReady(ctx); err != nil {
 		t.Fatalf("the restarted replica is not ready after 30 s of steady writes: %v (snapshot dirs %v)", err, snapshotDirs(t, c.cfgs[lagging].Dir))
 	}
-	t.Logf("ready; %d writes so far; %d resets; snapshot dirs %v", writes.Load(), c.lis[lagging].resets, snapshotDirs(t, c.cfgs[lagging].Dir))
+	l := c.lis[lagging]
+	l.mu.Lock()
+	resets := l.resets
+	l.mu.Unlock()
+	t.Logf("ready; %d writes so far; %d listener resets; snapshot dirs %v", writes.Load(), resets, snapshotDirs(t, c.cfgs[lagging].Dir))
 	c.eventually(10*time.Second, "received snapshots to be cleaned up", func() bool {
 		return len(snapshotDirs(t, c.cfgs[lagging].Dir)) <= 2
 	})

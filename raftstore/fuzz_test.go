@@ -204,14 +204,16 @@ func wantChunk(c *pb.Chunk, peer string) bool {
 // Dragonboat (which would panic on most of them: the node is real, a panic
 // fails the target). Bodies that keep to the rules are sent only if they
 // replay a batch the member sent (a Raft message from a member is trusted
-// with Raft's semantics).
+// with Raft's semantics). The seeds are batches captured from the running
+// cluster, and a few made by hand.
 func FuzzInbound(f *testing.F) {
 	var mem transport.MemNetwork
-	tap := &tapTransport{to: "r1"}
+	// Whoever leads, r2 or r3 (or both) send to r1.
+	taps := map[string]*tapTransport{"r2": {to: "r1"}, "r3": {to: "r1"}}
 	members := map[uint64]string{1: "r1", 2: "r2", 3: "r3"}
 	c := newClusterAt(f, members, func(cfg *Config) {
 		memTransport(f, &mem, cfg)
-		if cfg.ReplicaID == 2 {
+		if tap := taps[cfg.RaftAddress]; tap != nil {
 			tap.Transport = cfg.Transport
 			cfg.Transport = tap
 		}
@@ -220,13 +222,15 @@ func FuzzInbound(f *testing.F) {
 	for p := range 10 {
 		mustPropose(f, c.nodes[2], Command{Op: OpPutInstance, Instance: persistent("svc", "10.0.0.1", p+1)})
 	}
-	replays := map[string]bool{}
-	for _, b := range tap.captured() {
-		replays[string(b)] = true
-		f.Add(b, uint8(0), false)
+	replays := map[string]string{} // body → the member that sent it
+	for i, peer := range fuzzPeers[:2] {
+		for _, b := range taps[peer].captured() {
+			replays[string(b)] = peer
+			f.Add(b, uint8(i), false)
+		}
 	}
 	if len(replays) == 0 {
-		f.Fatal("captured no batch from r2 to r1")
+		f.Fatal("captured no batch from r2 or r3 to r1")
 	}
 	hb := raftBatch("r2", 2, pb.Heartbeat)
 	hb.Requests[0].To = 0
@@ -261,7 +265,7 @@ func FuzzInbound(f *testing.F) {
 				valid = wantBatch(&b, peer)
 			}
 		}
-		if valid && (isChunk || !replays[string(body)] || peer != "r2") {
+		if valid && (isChunk || replays[string(body)] != peer) {
 			return // keeps to the rules: a member's own message, trusted
 		}
 		before := n1.InboundStats()
@@ -271,7 +275,7 @@ func FuzzInbound(f *testing.F) {
 		after := n1.InboundStats()
 		if valid {
 			if err != nil || after.Batches <= before.Batches {
-				t.Fatalf("a replayed batch of r2 was refused: %v (%+v)", err, after)
+				t.Fatalf("a replayed batch of %s was refused: %v (%+v)", peer, err, after)
 			}
 			return
 		}
