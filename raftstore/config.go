@@ -51,7 +51,9 @@ type Config struct {
 	// snapshot every N applied entries, which lets the log be compacted
 	// and lagging or joining replicas catch up by a streamed snapshot
 	// (default 10000; 0 disables). CompactionOverhead entries are kept
-	// behind a snapshot (default 5000).
+	// behind a snapshot (default 5000), and more while a snapshot is being
+	// streamed to a replica and for a while after, so that it can go on
+	// from the log (see doc.go, Snapshots).
 	SnapshotEntries    uint64
 	CompactionOverhead uint64
 	// ProposeTimeout bounds how long Propose waits for its command to be
