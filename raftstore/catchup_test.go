@@ -159,9 +159,10 @@ func TestRestartCatchUpUnderWrites(t *testing.T) {
 // compaction index never goes back.
 func TestRetention(t *testing.T) {
 	r := &retention{overhead: 8}
+	floor := uint64(0)
 	step := func(applied, want uint64, wantOK bool) {
 		t.Helper()
-		got, ok := r.compactTo(applied)
+		got, ok := r.compactTo(applied, floor)
 		if got != want || ok != wantOK {
 			t.Fatalf("compactTo(%d) = %d, %v; want %d, %v", applied, got, ok, want, wantOK)
 		}
@@ -177,6 +178,9 @@ func TestRetention(t *testing.T) {
 	step(227, 0, false)
 	step(228, 220, true) // the window is over
 	step(230, 222, true)
+	floor = 300 // recovered from a snapshot, Dragonboat compacted to 300
+	step(304, 0, false)
+	step(309, 301, true)
 }
 
 // An abandoned snapshot stream's directory is removed when the next one

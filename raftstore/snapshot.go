@@ -80,14 +80,16 @@ func (r *retention) endLocked(applied uint64) {
 }
 
 // compactTo returns the index up to which a snapshot at applied may
-// compact the log; false if that would not let any more of it go than
-// before. The index never goes back (Dragonboat panics when a compaction
-// goes below one still pending), so it is recorded here as soon as it is
-// handed out, whether or not the snapshot then succeeds.
-func (r *retention) compactTo(applied uint64) (uint64, bool) {
+// compact the log, whose entries up to floor are gone already; false if
+// that would not let any more of it go. The index never goes back
+// (Dragonboat panics when a compaction goes below one still pending), so
+// it is recorded here as soon as it is handed out, whether or not the
+// snapshot then succeeds.
+func (r *retention) compactTo(applied, floor uint64) (uint64, bool) {
 	keep := r.keepBehind(applied)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.compacted = max(r.compacted, floor)
 	if applied <= keep || applied-keep <= r.compacted {
 		return 0, false
 	}
@@ -136,7 +138,16 @@ func (n *Node) snapshotLoop() {
 
 func (n *Node) takeSnapshot() {
 	applied := n.sm.applied.Load()
-	to, ok := n.sm.retention.compactTo(applied)
+	// Dragonboat compacts by itself too: to CompactionOverhead behind a
+	// snapshot this replica recovered from. Never ask for less than what
+	// its log already let go.
+	var floor uint64
+	if lr, err := n.nh.GetLogReader(n.cfg.ShardID); err == nil {
+		if first, _ := lr.GetRange(); first > 0 {
+			floor = first - 1
+		}
+	}
+	to, ok := n.sm.retention.compactTo(applied, floor)
 	if !ok {
 		return // the log must stay as it is: a snapshot would not let any of it go
 	}
