@@ -183,7 +183,8 @@ func wantChunk(c *pb.Chunk, peer string) bool {
 	if c.DeploymentId != testDeployment || c.BinVer != raftio.TransportBinVersion || c.ShardID != 1 || c.ReplicaID != 1 ||
 		c.From == 1 || nodes[c.From] != peer || c.Index == 0 || c.Filepath != fmt.Sprintf("snapshot-%016X.gbsnap", c.Index) ||
 		c.HasFileInfo || c.FileInfo.Filepath != "" || c.Witness || c.FileChunkId != c.ChunkId ||
-		c.ChunkCount == pb.PoisonChunkCount || (c.ChunkCount != 0 && c.ChunkCount != pb.LastChunkCount && c.ChunkId >= c.ChunkCount) {
+		c.ChunkCount == pb.PoisonChunkCount || (c.ChunkCount != 0 && c.ChunkCount != pb.LastChunkCount && c.ChunkId >= c.ChunkCount) ||
+		c.ChunkSize != uint64(len(c.Data)) || c.FileSize != 0 || c.OnDiskIndex > c.Index {
 		return false
 	}
 	for _, set := range []map[uint64]string{c.Membership.Addresses, c.Membership.NonVotings, c.Membership.Witnesses} {

@@ -213,7 +213,8 @@ func snapshotFilename(index uint64) string { return fmt.Sprintf("snapshot-%016X.
 
 // checkChunk checks a snapshot chunk from the authenticated peer. An
 // on-disk state machine's snapshot is streamed: one file, named after its
-// index, no external files, no witness.
+// index, no external files, no witness, each chunk's size its data's, no
+// file size (a stream has none).
 func (g *guard) checkChunk(c *pb.Chunk, peer string) error {
 	switch {
 	case c.DeploymentId != g.did:
@@ -234,6 +235,10 @@ func (g *guard) checkChunk(c *pb.Chunk, peer string) error {
 		return g.drop(dropChunk, "chunk %d (file chunk %d) of %d", c.ChunkId, c.FileChunkId, c.ChunkCount)
 	case c.ChunkCount != 0 && c.ChunkCount != pb.LastChunkCount && c.ChunkId >= c.ChunkCount:
 		return g.drop(dropChunk, "chunk %d of %d", c.ChunkId, c.ChunkCount)
+	case c.ChunkSize != uint64(len(c.Data)) || c.FileSize != 0:
+		return g.drop(dropChunk, "chunk size %d for %d bytes, file size %d", c.ChunkSize, len(c.Data), c.FileSize)
+	case c.OnDiskIndex > c.Index:
+		return g.drop(dropChunk, "on-disk index %d past index %d", c.OnDiskIndex, c.Index)
 	}
 	if err := g.checkSender(c.From, peer); err != nil {
 		return err

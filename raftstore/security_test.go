@@ -56,7 +56,7 @@ func raftBatch(src string, from uint64, typ pb.MessageType) pb.MessageBatch {
 // stream it to replica 1 of shard 1.
 func raftChunk(from uint64) pb.Chunk {
 	return pb.Chunk{DeploymentId: testDeployment, BinVer: raftio.TransportBinVersion, ShardID: 1, ReplicaID: 1,
-		From: from, Index: 900, Term: 3, Filepath: snapshotFilename(900), Data: []byte("not a snapshot"),
+		From: from, Index: 900, Term: 3, Filepath: snapshotFilename(900), Data: []byte("not a snapshot"), ChunkSize: 14,
 		Membership: pb.Membership{Addresses: map[uint64]string{1: "r1", 2: "r2", 3: "r3"}}}
 }
 
@@ -135,6 +135,9 @@ func TestInboundAttacksOverTCP(t *testing.T) {
 		{"chunk: poison count", member, chunks, chunk(func(c *pb.Chunk) { c.ChunkCount = pb.PoisonChunkCount }), func(s InboundStats) uint64 { return s.Chunk }},
 		{"chunk: id past its count", member, chunks, chunk(func(c *pb.Chunk) { c.ChunkId, c.FileChunkId, c.ChunkCount = 5, 5, 2 }), func(s InboundStats) uint64 { return s.Chunk }},
 		{"chunk: index 0", member, chunks, chunk(func(c *pb.Chunk) { c.Index, c.Filepath = 0, snapshotFilename(0) }), func(s InboundStats) uint64 { return s.Chunk }},
+		{"chunk: size not its data's", member, chunks, chunk(func(c *pb.Chunk) { c.ChunkSize = 1 << 40 }), func(s InboundStats) uint64 { return s.Chunk }},
+		{"chunk: a file size", member, chunks, chunk(func(c *pb.Chunk) { c.FileSize = 1 << 40 }), func(s InboundStats) uint64 { return s.Chunk }},
+		{"chunk: on-disk index past the index", member, chunks, chunk(func(c *pb.Chunk) { c.OnDiskIndex = 901 }), func(s InboundStats) uint64 { return s.Chunk }},
 		{"chunk: membership moving a replica", member, chunks, chunk(func(c *pb.Chunk) { c.Membership.Addresses[3] = "evil" }), func(s InboundStats) uint64 { return s.Chunk }},
 		{"chunk: to another replica", member, chunks, chunk(func(c *pb.Chunk) { c.ReplicaID = 0 }), func(s InboundStats) uint64 { return s.Target }},
 		{"chunk: a shard not hosted here", member, chunks, chunk(func(c *pb.Chunk) { c.ShardID = 99 }), func(s InboundStats) uint64 { return s.Shard }},
