@@ -20,6 +20,10 @@ import (
 	"github.com/muster-io/muster/transport"
 )
 
+// raftDeployment is the demo cluster's Raft DeploymentID: set on every
+// member, unique to the cluster.
+const raftDeployment = 0x64656d6f
+
 // timings are the knobs of the demo cluster. The defaults are short so that
 // the whole scenario fits in about 30 s; production values are the
 // packages' DefaultConfig ones (memberlist's LAN profile, Nacos's timings).
@@ -211,8 +215,9 @@ func (c *cluster) start(ctx context.Context, i int) (*node, error) {
 	dc.SyncDelay, dc.VerifyInterval, dc.OrphanTimeout = c.t.SyncDelay, c.t.Verify, c.t.Orphan
 	dc.TombstoneTTL, dc.LoadTimeout, dc.RequestTimeout = 10*c.t.Verify, c.t.Load, time.Second
 
-	rc := raftstore.DefaultConfig()
+	rc := raftstore.DefaultConfig() // Raft over tr, Muster's transport: its checks and authentication
 	rc.ReplicaID, rc.Transport, rc.Dir, rc.InitialMembers, rc.Logger = n.replica, tr, n.dir, c.initial, log
+	rc.DeploymentID = raftDeployment
 	rc.RTTMillisecond = uint64(max(c.t.RaftRTT.Milliseconds(), 1))
 	rc.ProposeTimeout, rc.ReadTimeout = 2*time.Second, 2*time.Second
 
