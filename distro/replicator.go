@@ -64,7 +64,7 @@ type Replicator struct {
 }
 
 type storeEvent struct {
-	op      uint8 // evApply, evAdopt, evMembers
+	op      uint8 // evApply, evAdopt, evMembers, evRemove
 	rec     Record
 	renewed time.Time
 	members []string
@@ -74,6 +74,10 @@ const (
 	evApply uint8 = iota + 1
 	evAdopt
 	evMembers
+	// evRemove is an Apply of a tombstone carrying the version of a foreign record that a record
+	// the Store never sees (this node's own, from a previous incarnation) replaced. It is never
+	// stale: whatever replaced the removed version, the Store must not keep it.
+	evRemove
 )
 
 // New validates cfg and returns a Replicator. It starts nothing.
@@ -381,11 +385,11 @@ func (r *Replicator) drain() {
 		r.events = nil
 		r.mu.Unlock()
 		for _, ev := range evs {
-			if ev.op != evMembers && r.stale(ev) {
+			if (ev.op == evApply || ev.op == evAdopt) && r.stale(ev) {
 				continue
 			}
 			switch ev.op {
-			case evApply:
+			case evApply, evRemove:
 				r.cfg.Store.Apply(ev.rec)
 			case evAdopt:
 				r.cfg.Store.Adopt(ev.rec, ev.renewed)
@@ -421,27 +425,51 @@ func (r *Replicator) offerLocked(rec Record, now time.Time) bool {
 	if !r.tab.accepts(rec) {
 		return false
 	}
+	if rec.Owner == r.self {
+		return r.offerOwnLocked(rec, now)
+	}
 	prev, had := r.tab.install(rec, now)
-	if rec.Owner != r.self {
-		if !rec.Deleted || (had && prev.live()) {
-			r.emitLocked(storeEvent{op: evApply, rec: rec})
+	if !rec.Deleted || (had && prev.live()) {
+		r.emitLocked(storeEvent{op: evApply, rec: rec})
+	}
+	if _, alive := r.memberSet[rec.Owner]; !alive {
+		if _, ok := r.leftAt[rec.Owner]; !ok {
+			r.leftAt[rec.Owner] = now
 		}
+	}
+	// A beat record whose HRW owner is this node, written by a node that left: take it over
+	// at once. (One written by a live node that still thinks it owns the key is taken over
+	// by the scan of the next verify tick: views that disagree for a moment, as when a join
+	// is not yet known everywhere, do not bounce the key at network speed.)
+	if r.ready && rec.Kind == KindBeat && !rec.Deleted {
 		if _, alive := r.memberSet[rec.Owner]; !alive {
-			if _, ok := r.leftAt[rec.Owner]; !ok {
-				r.leftAt[rec.Owner] = now
-			}
+			r.adoptScanKeyLocked(rec.Key)
+		} else if hrwOwner(r.members, rec.Key) == r.self {
+			r.adoptLater[rec.Key] = struct{}{}
 		}
-		// A beat record whose HRW owner is this node, written by a node that left: take it over
-		// at once. (One written by a live node that still thinks it owns the key is taken over
-		// by the scan of the next verify tick: views that disagree for a moment, as when a join
-		// is not yet known everywhere, do not bounce the key at network speed.)
-		if r.ready && rec.Kind == KindBeat && !rec.Deleted {
-			if _, alive := r.memberSet[rec.Owner]; !alive {
-				r.adoptScanKeyLocked(rec.Key)
-			} else if hrwOwner(r.members, rec.Key) == r.self {
-				r.adoptLater[rec.Key] = struct{}{}
-			}
-		}
+	}
+	return true
+}
+
+// offerOwnLocked installs a record of this node's previous incarnation, found in a peer's
+// snapshot while loading (peers accept only records their sender owns, so no other path brings
+// one). The Store never sees this node's own records through Apply, but it must hear of every
+// replacement: a foreign live record it was given (from another snapshot page or peer) is
+// removed from it; finishLoad later adopts or tombstones what is left. A record this incarnation
+// already wrote (a Put before ready) is the Store's own newest state: it stays and moves past
+// the loaded version, so it wins everywhere.
+func (r *Replicator) offerOwnLocked(rec Record, now time.Time) bool {
+	if e := r.tab.get(rec.Key); e != nil && e.local {
+		nr := e.rec
+		nr.Revision = rec.Revision + 1
+		r.installOwnLocked(nr)
+		return true
+	}
+	prev, had := r.tab.install(rec, now)
+	if had && prev.live() && prev.rec.Owner != r.self {
+		gone := prev.rec
+		gone.Deleted, gone.Payload = true, nil
+		r.emitLocked(storeEvent{op: evRemove, rec: gone})
 	}
 	return true
 }
