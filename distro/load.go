@@ -16,13 +16,16 @@ const snapshotPage = 4096
 
 // load pulls snapshots from every reachable peer, merging them by version, then makes the node
 // ready. It retries unreachable peers until one answers or LoadTimeout passes; with none it
-// declares this node the first one.
+// declares this node the first one. A peer that refused because its membership does not list
+// this node yet (ErrNotMember: this node has just joined) is retried until it answers or
+// LoadTimeout passes, even once another peer answered: it is reachable and holds state.
 func (r *Replicator) load() {
 	start := r.clk.Now()
 	deadline := start.Add(r.cfg.LoadTimeout)
 	answered := map[string]bool{}
 	retry := min(r.cfg.LoadTimeout/10, 100*time.Millisecond)
 	for {
+		notYet := 0 // peers that refused this round because they do not list this node yet
 		r.mu.Lock()
 		var peers []string
 		for _, p := range r.members {
@@ -43,6 +46,11 @@ func (r *Replicator) load() {
 					if r.ctx.Err() == nil {
 						r.log.Info("distro: load from peer failed", "peer", p, "err", err)
 					}
+					if errors.Is(err, ErrNotMember) {
+						mu.Lock()
+						notYet++
+						mu.Unlock()
+					}
 					return
 				}
 				mu.Lock()
@@ -54,7 +62,7 @@ func (r *Replicator) load() {
 		if r.ctx.Err() != nil {
 			return
 		}
-		if len(answered) > 0 {
+		if len(answered) > 0 && notYet == 0 {
 			break // every peer known now was tried, at least one answered
 		}
 		if !r.clk.Now().Before(deadline) {
@@ -87,6 +95,9 @@ func (r *Replicator) loadFrom(peer string) error {
 		var re *transport.RemoteError
 		if errors.As(err, &re) && re.Msg == ErrNotReady.Error() {
 			return fmt.Errorf("%w: %s is loading too", ErrNotReady, peer)
+		}
+		if errors.As(err, &re) && re.Msg == ErrNotMember.Error() {
+			return fmt.Errorf("%w: %s does not list this node yet", ErrNotMember, peer)
 		}
 		if err != nil {
 			return err
@@ -161,6 +172,9 @@ func (r *Replicator) finishLoad(peers int, took time.Duration) {
 // handleSnapshot serves one page of every record this node holds (tombstones included), whole
 // buckets from req.From on.
 func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte) ([]byte, error) {
+	if err := r.admit("snapshot", from); err != nil {
+		return nil, err
+	}
 	req, err := decodeSnapReq(body)
 	if err != nil {
 		r.log.Warn("distro: bad snapshot request", "from", from, "err", err)
@@ -168,9 +182,9 @@ func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte)
 	}
 	budget := int(min(max(req.Max, 1), snapshotPage))
 	r.mu.Lock()
-	if r.closed {
+	if err := r.admitLocked("snapshot", from); err != nil {
 		r.mu.Unlock()
-		return nil, ErrClosed
+		return nil, err
 	}
 	if !r.ready {
 		r.mu.Unlock()

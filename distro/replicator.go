@@ -53,6 +53,8 @@ type Replicator struct {
 	events     []storeEvent
 	draining   bool
 	refused    int // records refused because the sender was not their owner (tests assert 0)
+	// nonMember counts messages refused because their sender was not a current member.
+	nonMember int
 
 	kick chan struct{}
 	// flushed holds Flush calls waiting for the sync queue to go quiet.
@@ -714,16 +716,40 @@ func (r *Replicator) sendSync(peer string, keys []string, recs []Record) {
 	r.poke()
 }
 
+// admit checks, before a handler decodes anything, that the sender may act: this replicator is
+// open and from (the node ID the transport authenticated) is a current member. Messages from
+// anyone else are refused with ErrNotMember and counted; their bodies are never decoded.
+func (r *Replicator) admit(kind string, from string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.admitLocked(kind, from)
+}
+
+func (r *Replicator) admitLocked(kind string, from string) error {
+	if r.closed {
+		return ErrClosed
+	}
+	if _, ok := r.memberSet[from]; !ok || from == "" {
+		r.nonMember++
+		r.log.Debug("distro: refused a message from a node that is not a member", "kind", kind, "from", from)
+		return ErrNotMember
+	}
+	return nil
+}
+
 func (r *Replicator) handleSync(_ context.Context, from string, body []byte) ([]byte, error) {
+	if err := r.admit("sync", from); err != nil {
+		return nil, err
+	}
 	recs, err := decodeSync(body)
 	if err != nil {
 		r.log.Warn("distro: bad sync message", "from", from, "err", err)
 		return nil, err
 	}
 	r.mu.Lock()
-	if r.closed {
+	if err := r.admitLocked("sync", from); err != nil { // membership may have changed while decoding
 		r.mu.Unlock()
-		return nil, ErrClosed
+		return nil, err
 	}
 	r.offerFromLocked(from, recs, r.clk.Now())
 	r.mu.Unlock()

@@ -140,6 +140,9 @@ func (r *Replicator) sendRepair(ctx context.Context, peer string, recs []Record,
 // handleVerify answers an owner's digest: the buckets where this node's copies of that owner's
 // records differ, with their versions. It also renews those copies (the owner is alive).
 func (r *Replicator) handleVerify(_ context.Context, from string, body []byte) ([]byte, error) {
+	if err := r.admit("verify", from); err != nil {
+		return nil, err
+	}
 	nb := r.cfg.Buckets
 	sums, err := decodeVerifyReq(body, nb)
 	if err != nil {
@@ -147,9 +150,9 @@ func (r *Replicator) handleVerify(_ context.Context, from string, body []byte) (
 		return nil, err
 	}
 	r.mu.Lock()
-	if r.closed {
+	if err := r.admitLocked("verify", from); err != nil {
 		r.mu.Unlock()
-		return nil, ErrClosed
+		return nil, err
 	}
 	if !r.ready {
 		r.mu.Unlock()
@@ -186,15 +189,18 @@ func (r *Replicator) handleVerify(_ context.Context, from string, body []byte) (
 // handleRepair installs the records an owner sent after verify and drops the live copies it no
 // longer holds (turned into orphan markers, so a stale copy of them is refused for a while).
 func (r *Replicator) handleRepair(_ context.Context, from string, body []byte) ([]byte, error) {
+	if err := r.admit("repair", from); err != nil {
+		return nil, err
+	}
 	recs, drops, err := decodeRepair(body)
 	if err != nil {
 		r.log.Warn("distro: bad repair message", "from", from, "err", err)
 		return nil, err
 	}
 	r.mu.Lock()
-	if r.closed {
+	if err := r.admitLocked("repair", from); err != nil {
 		r.mu.Unlock()
-		return nil, ErrClosed
+		return nil, err
 	}
 	now := r.clk.Now()
 	r.offerFromLocked(from, recs, now)
