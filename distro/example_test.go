@@ -129,7 +129,7 @@ func ExampleNewMemberlist() {
 	mc.NodeID, mc.BindAddr, mc.BindPort = "node-1", "127.0.0.1", 7946
 	mc.SecretKey = []byte("the cluster's 32-byte gossip key") // required; rotate with ml.AddKey, UseKey, RemoveKey
 	mc.TransportAddr = tcp.Addr()                             // published in the node meta
-	mc.Seeds = []string{"127.0.0.1:7947", "127.0.0.1:7948"} // other nodes' gossip addresses
+	mc.Seeds = []string{"127.0.0.1:7947", "127.0.0.1:7948"}   // other nodes' gossip addresses
 	ml, err = distro.NewMemberlist(mc)
 	if err != nil {
 		panic(err)
