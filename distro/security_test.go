@@ -1,6 +1,7 @@
 package distro
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"log"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -283,5 +285,171 @@ func TestMemberlistDefaultBindIsLoopback(t *testing.T) {
 	}
 	if !strings.HasPrefix(DefaultMemberlistConfig().BindAddr, "127.") {
 		t.Fatalf("DefaultMemberlistConfig().BindAddr = %q", DefaultMemberlistConfig().BindAddr)
+	}
+}
+
+// Gossip key rotation on a running 3-node cluster on loopback: add the new key everywhere,
+// switch every node to it, remove the old one. No member is ever lost (every membership change
+// is watched), every record written before and during the rotation reaches every node, none is
+// removed, and afterwards a node holding only the old key can no longer join while one with the
+// new key can.
+func TestMemberlistKeyRotation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real sockets")
+	}
+	leaks := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, leaks) })
+	nodes := secureCluster(t)
+	var lostMu sync.Mutex
+	var lost []string
+	for _, n := range nodes {
+		id := n.id
+		cancel := n.ml.Subscribe(func(ms []Member) {
+			if len(ms) < 3 {
+				lostMu.Lock()
+				lost = append(lost, fmt.Sprintf("%s saw %v", id, ms))
+				lostMu.Unlock()
+			}
+		})
+		t.Cleanup(cancel)
+	}
+	var keys []string
+	write := func(step string) {
+		t.Helper()
+		for _, n := range nodes {
+			k := "s-" + step + "-" + n.id
+			if _, err := n.r.Put(KindSession, k, []byte(step)); err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, k)
+		}
+		pollUntil(t, 5*time.Second, "records of step "+step+" everywhere", func() bool {
+			for _, n := range nodes {
+				for _, k := range keys {
+					if r, ok := n.r.Get(k); !ok || r.Deleted {
+						return false
+					}
+				}
+			}
+			return true
+		})
+	}
+	// watch lets several probe and push-pull rounds run on the current keys.
+	watch := func(step string) {
+		t.Helper()
+		for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			for _, n := range nodes {
+				if len(n.r.Members()) != 3 {
+					t.Fatalf("after %s: %s lost a member: %v", step, n.id, n.r.Members())
+				}
+			}
+		}
+	}
+	oldKey, newKey := testGossipKey, []byte("distro-test-gossip-key-rotated!!")
+	write("before")
+	for _, n := range nodes {
+		if err := n.ml.AddKey(newKey); err != nil {
+			t.Fatal(err)
+		}
+	}
+	watch("add")
+	write("added")
+	for _, n := range nodes {
+		if err := n.ml.UseKey(newKey); err != nil {
+			t.Fatal(err)
+		}
+	}
+	watch("use")
+	write("switched")
+	for _, n := range nodes {
+		if err := n.ml.RemoveKey(oldKey); err != nil {
+			t.Fatal(err)
+		}
+		if ks := n.ml.Keys(); len(ks) != 1 || !bytes.Equal(ks[0], newKey) {
+			t.Fatalf("%s keyring after the rotation: %d keys", n.id, len(ks))
+		}
+	}
+	watch("remove")
+	write("removed")
+	lostMu.Lock()
+	if len(lost) > 0 {
+		t.Fatalf("members lost during the rotation: %v", lost)
+	}
+	lostMu.Unlock()
+	for _, n := range nodes {
+		for _, k := range keys {
+			n.store.mu.Lock()
+			for _, rec := range n.store.applied[k] {
+				if rec.Deleted {
+					t.Errorf("%s: %s removed during the rotation", n.id, k)
+				}
+			}
+			n.store.mu.Unlock()
+		}
+	}
+
+	join := func(id string, key []byte) *Memberlist {
+		c := fastMemberlist(id, "", []string{nodes[0].ml.BindAddr()})
+		c.SecretKey, c.RejoinInterval = key, 0
+		m, err := NewMemberlist(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	if old := join("old-key", oldKey); len(old.Members()) != 1 {
+		t.Fatalf("a node with the removed key joined: %v", old.Members())
+	}
+	if fresh := join("new-key", newKey); len(fresh.Members()) < 2 {
+		t.Fatalf("a node with the new key did not join: %v", fresh.Members())
+	}
+}
+
+// Key rotation calls check their input and state.
+func TestMemberlistKeyRotationErrors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real sockets")
+	}
+	c := fastMemberlist("kr", "", nil)
+	m, err := NewMemberlist(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.AddKey(testGossipKey); !errors.Is(err, ErrNotStarted) {
+		t.Fatalf("AddKey before Start: %v", err)
+	}
+	if err := m.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.AddKey([]byte("short")); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("AddKey of 5 bytes: %v", err)
+	}
+	if err := m.UseKey([]byte("not-in-the-ring!")); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("UseKey of an unknown key: %v", err)
+	}
+	if err := m.RemoveKey(testGossipKey); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("RemoveKey of the key in use: %v", err)
+	}
+	m.Close()
+	if err := m.AddKey(testGossipKey); !errors.Is(err, ErrClosed) {
+		t.Fatalf("AddKey after Close: %v", err)
+	}
+
+	ic := fastMemberlist("insecure", "", nil)
+	ic.SecretKey, ic.Insecure = nil, true
+	im, err := NewMemberlist(ic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := im.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer im.Close()
+	if err := im.AddKey(testGossipKey); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("AddKey on an Insecure node: %v", err)
 	}
 }
