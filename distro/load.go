@@ -193,6 +193,7 @@ func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte)
 	var resp snapResp
 	b, size := int(req.From), 0
 	for b < r.cfg.Buckets && len(resp.Records) < budget && size < maxBatchBytes {
+		start := len(resp.Records)
 		r.tab.each(b, func(e *entry) bool {
 			if e.held() {
 				resp.Records = append(resp.Records, toWire(e.rec))
@@ -200,6 +201,15 @@ func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte)
 			}
 			return true
 		})
+		if len(resp.Records) > budget && start > 0 {
+			resp.Records = resp.Records[:start] // whole buckets only: this one opens the next page
+			break
+		}
+		if len(resp.Records) > maxSnapshotRecords { // one bucket alone beyond what a loader accepts
+			r.mu.Unlock()
+			r.log.Error("distro: a snapshot bucket holds more records than a page may carry: raise Buckets", "bucket", b, "records", len(resp.Records), "max", maxSnapshotRecords)
+			return nil, fmt.Errorf("%w: bucket %d holds %d records, more than a snapshot page's %d (raise Config.Buckets)", ErrInvalidConfig, b, len(resp.Records), maxSnapshotRecords)
+		}
 		b++
 	}
 	resp.Next = uint32(b)

@@ -169,7 +169,7 @@ func (r *Replicator) handleVerify(_ context.Context, from string, body []byte) (
 		if m == sums[b] {
 			continue
 		}
-		resp.Buckets = append(resp.Buckets, uint32(b))
+		start := len(resp.Versions)
 		r.tab.each(b, func(e *entry) bool {
 			// Orphan markers count as deletions here: an owner that restarted without them
 			// must move past their versions (it bumps), or its new writes would be refused.
@@ -181,6 +181,16 @@ func (r *Replicator) handleVerify(_ context.Context, from string, body []byte) (
 			}
 			return true
 		})
+		if len(resp.Versions) > maxVerifyVersions {
+			if len(resp.Buckets) > 0 {
+				resp.Versions = resp.Versions[:start] // whole buckets: this one waits for the next round
+				break
+			}
+			// One bucket alone beyond the cap: the owner sends the records whose versions are cut
+			// off (as if this node lacked them; it refuses those that are not newer).
+			resp.Versions = resp.Versions[:maxVerifyVersions]
+		}
+		resp.Buckets = append(resp.Buckets, uint32(b))
 	}
 	r.mu.Unlock()
 	return model.Marshal(resp)
