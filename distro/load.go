@@ -109,7 +109,7 @@ func (r *Replicator) loadFrom(peer string) error {
 		r.mu.Lock()
 		now := r.clk.Now()
 		for _, rec := range recs {
-			r.offerLocked(rec, now)
+			r.offerLoadedLocked(rec, now)
 		}
 		r.mu.Unlock()
 		r.drain()
@@ -124,6 +124,25 @@ func (r *Replicator) loadFrom(peer string) error {
 // previous incarnation (sessions died with it: tombstoned; beats: adopted if HRW still names
 // this node), owners that are not members (orphan clocks start now), beats to adopt.
 func (r *Replicator) finishLoad(peers int, took time.Duration) {
+	// First the Store gets the merged result of the snapshots (each loaded foreign record, once,
+	// at its final version), before the node is ready: a ready node's Store holds what it loaded.
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.tab.all(func(e *entry) bool {
+		if e.loaded {
+			e.loaded = false
+			if e.live() && e.rec.Owner != r.self { // this node's own: settled below
+				r.emitLocked(storeEvent{op: evApply, rec: e.rec})
+			}
+		}
+		return true
+	})
+	r.mu.Unlock()
+	r.drain()
+
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()

@@ -76,9 +76,10 @@ const (
 	evApply uint8 = iota + 1
 	evAdopt
 	evMembers
-	// evRemove is an Apply of a tombstone carrying the version of a foreign record that a record
-	// the Store never sees (this node's own, from a previous incarnation) replaced. It is never
-	// stale: whatever replaced the removed version, the Store must not keep it.
+	// evRemove is an Apply of a tombstone carrying the version of a foreign record the Store was
+	// given, replaced during the load by a record it will not be given (a tombstone, or this
+	// node's own from a previous incarnation). It is never stale: whatever replaced the removed
+	// version, the Store must not keep it.
 	evRemove
 )
 
@@ -424,11 +425,8 @@ func (r *Replicator) stale(ev storeEvent) bool {
 // offerLocked installs a record received from a peer if it is newer than what is held, and
 // queues the Store call. It reports whether it was installed.
 func (r *Replicator) offerLocked(rec Record, now time.Time) bool {
-	if !r.tab.accepts(rec) {
-		return false
-	}
-	if rec.Owner == r.self {
-		return r.offerOwnLocked(rec, now)
+	if rec.Owner == r.self || !r.tab.accepts(rec) {
+		return false // this node's own records come only from its load (offerLoadedLocked)
 	}
 	prev, had := r.tab.install(rec, now)
 	if !rec.Deleted || (had && prev.live()) {
@@ -453,27 +451,32 @@ func (r *Replicator) offerLocked(rec Record, now time.Time) bool {
 	return true
 }
 
-// offerOwnLocked installs a record of this node's previous incarnation, found in a peer's
-// snapshot while loading (peers accept only records their sender owns, so no other path brings
-// one). The Store never sees this node's own records through Apply, but it must hear of every
-// replacement: a foreign live record it was given (from another snapshot page or peer) is
-// removed from it; finishLoad later adopts or tombstones what is left. A record this incarnation
-// already wrote (a Put before ready) is the Store's own newest state: it stays and moves past
-// the loaded version, so it wins everywhere.
-func (r *Replicator) offerOwnLocked(rec Record, now time.Time) bool {
+// offerLoadedLocked installs a record from a peer's snapshot during the startup load if it is
+// newer than what is held. The Store hears of it only in finishLoad, from the merged result of
+// all snapshots: an intermediate version (a peer's stale copy that another peer's newer record,
+// perhaps a tombstone of this node's previous incarnation, replaces) never reaches it. A record
+// the Store was already given (applied from a sync during the load) is removed from it if the
+// loaded one will not replace it there (a tombstone, or a record of this node's own). A record
+// this incarnation already wrote (a Put before ready) is the Store's own newest state: it stays
+// and moves past the loaded version, so it wins everywhere.
+func (r *Replicator) offerLoadedLocked(rec Record, now time.Time) {
+	if !r.tab.accepts(rec) {
+		return
+	}
 	if e := r.tab.get(rec.Key); e != nil && e.local {
 		nr := e.rec
 		nr.Revision = rec.Revision + 1
 		r.installOwnLocked(nr)
-		return true
+		return
 	}
 	prev, had := r.tab.install(rec, now)
-	if had && prev.live() && prev.rec.Owner != r.self {
+	r.tab.get(rec.Key).loaded = true
+	told := had && !prev.loaded && prev.live() && prev.rec.Owner != r.self
+	if told && (rec.Deleted || rec.Owner == r.self) {
 		gone := prev.rec
 		gone.Deleted, gone.Payload = true, nil
 		r.emitLocked(storeEvent{op: evRemove, rec: gone})
 	}
-	return true
 }
 
 // renewedLocked is the last time this node knew e alive: its receipt or the owner's last verify.

@@ -30,16 +30,14 @@ func waitSnapshotReqs(t *testing.T, c *cluster, ctx context.Context, from string
 	}
 }
 
-// Issue 11.2: a restarting node loads a peer's live record of a key from one peer, then, from
-// another, its own previous incarnation's newer tombstone of that key. The Store was handed the
-// live record; the tombstone replaces it, and the Store must be told (before the fix it served
-// the instance for ever: "store has K@n2#1, replicator nothing").
-func TestRestartLoadsOwnTombstoneOverForeignRecord(t *testing.T) {
+// issue112Cluster builds the scenario of issue 11.2: K is n2's by HRW among n1, n2, n3; n1, not
+// seeing n2, adopted K and deleted it (n1#3, a tombstone n3 holds); n2 still holds its live
+// n2#1. Then n1 restarts, in manual delivery mode; the snapshot requests of its load are
+// returned by peer.
+func issue112Cluster(t *testing.T, ctx context.Context) (c *cluster, k string, del Record, reqs map[string]transport.Envelope) {
 	all := []string{"n1", "n2", "n3"}
-	c := newCluster(t, func(cfg *Config) { cfg.SyncDelay = 0 }, all...)
+	c = newCluster(t, func(cfg *Config) { cfg.SyncDelay = 0 }, all...)
 	c.mod = func(cfg *Config) { cfg.SyncDelay = 0; cfg.LoadTimeout = time.Minute } // for the restarted node
-	// K is n2's by HRW among all three, n1's while n1 does not see n2.
-	var k string
 	for i := 0; ; i++ {
 		k = fmt.Sprintf("10.7.0.%d:80", i)
 		if hrwOwner(all, k) == "n2" && hrwOwner([]string{"n1", "n3"}, k) == "n1" {
@@ -50,9 +48,6 @@ func TestRestartLoadsOwnTombstoneOverForeignRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.eventually(time.Second, "n2's record everywhere", c.converged)
-
-	// n1 loses sight of n2, adopts K (the test store Puts n1#2 at once) and deletes it: n3 gets
-	// the tombstone, n2 (not in n1's view) keeps its live n2#1.
 	c.nodes["n1"].mem.Set(Member{ID: "n1"}, Member{ID: "n3"})
 	c.eventually(0, "n1 adopted K", func() bool { r, _ := c.nodes["n1"].r.Get(k); return r.Owner == "n1" })
 	del, err := c.nodes["n1"].r.Delete(k)
@@ -63,23 +58,19 @@ func TestRestartLoadsOwnTombstoneOverForeignRecord(t *testing.T) {
 	if r, _ := c.nodes["n2"].r.Get(k); r.Owner != "n2" || r.Deleted {
 		t.Fatalf("n2 holds %v, want its live record", r)
 	}
-
-	// n1 restarts; it loads n2's snapshot first (n2#1 live), then n3's (n1#3 deleted).
 	c.stop("n1")
-	n1 := c.add("n1")
+	c.add("n1")
 	c.setMembers(all...)
 	c.net.SetManual(true)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	c.startNode("n1")
-	reqs := waitSnapshotReqs(t, c, ctx, "n1", "n2", "n3")
-	if err := c.net.Deliver(reqs["n2"].ID); err != nil {
-		t.Fatal(err)
-	}
-	c.eventually(0, "n2's live record applied on n1", func() bool { r, ok := n1.store.get(k); return ok && r.Owner == "n2" })
-	if err := c.net.Deliver(reqs["n3"].ID); err != nil {
-		t.Fatal(err)
-	}
+	return c, k, del, waitSnapshotReqs(t, c, ctx, "n1", "n2", "n3")
+}
+
+// checkIssue112 checks n1 after its load: it holds its previous incarnation's tombstone and its
+// Store serves nothing for K; then the cluster converges.
+func checkIssue112(t *testing.T, c *cluster, k string, del Record) {
+	t.Helper()
+	n1 := c.nodes["n1"]
 	c.eventually(0, "n1 ready", n1.r.Ready)
 	c.settle()
 	if r, _ := n1.r.Get(k); !r.sameVersion(del) || !r.Deleted {
@@ -95,6 +86,62 @@ func TestRestartLoadsOwnTombstoneOverForeignRecord(t *testing.T) {
 	c.net.DeliverAll()
 	c.eventually(3*time.Second, "converged", c.converged)
 	c.checkInvariants()
+}
+
+// Issue 11.2: a restarting node loads a peer's live record of a key from one snapshot, then,
+// from another, its own previous incarnation's newer tombstone of that key. Before the fix the
+// Store was handed the live record and never told of the tombstone ("store has K@n2#1,
+// replicator nothing"): it served the instance for ever. Now the Store gets the merged result
+// of the load only: it never sees the intermediate live record.
+func TestRestartLoadsOwnTombstoneOverForeignRecord(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, k, del, reqs := issue112Cluster(t, ctx)
+	n1 := c.nodes["n1"]
+	if err := c.net.Deliver(reqs["n2"].ID); err != nil {
+		t.Fatal(err)
+	}
+	c.eventually(0, "n2's live record loaded on n1", func() bool { r, _ := n1.r.Get(k); return r.Owner == "n2" })
+	if err := c.net.Deliver(reqs["n3"].ID); err != nil {
+		t.Fatal(err)
+	}
+	checkIssue112(t, c, k, del)
+	n1.store.mu.Lock()
+	applied := n1.store.applied[k]
+	n1.store.mu.Unlock()
+	for _, a := range applied {
+		if !a.Deleted && !a.Newer(del) { // later versions are n2's bump past the tombstone
+			t.Fatalf("n1's store was shown the intermediate %v during the load", a)
+		}
+	}
+}
+
+// The same with the live record arriving in a sync during the load (so the Store is given it at
+// once): the loaded tombstone that replaces it removes it from the Store.
+func TestRestartLoadsOwnTombstoneOverSyncedRecord(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, k, del, reqs := issue112Cluster(t, ctx)
+	n1 := c.nodes["n1"]
+	rec, err := c.nodes["n2"].r.Put(KindBeat, k, []byte("v2")) // n2#2, still older than n1#3
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Newer(del) {
+		t.Fatalf("%v is newer than the tombstone %v", rec, del)
+	}
+	sync := waitSync(t, c, ctx, "n2", "n1")
+	if err := c.net.Deliver(sync.ID); err != nil {
+		t.Fatal(err)
+	}
+	c.eventually(0, "n2#2 applied on n1 during its load", func() bool { r, ok := n1.store.get(k); return ok && r.sameVersion(rec) })
+	if err := c.net.Deliver(reqs["n3"].ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.net.Deliver(reqs["n2"].ID); err != nil {
+		t.Fatal(err)
+	}
+	checkIssue112(t, c, k, del)
 }
 
 // A Put made before ready (this incarnation's write) is never replaced by a newer version of its
