@@ -144,16 +144,19 @@ func structLen(d *msgpack.Decoder, what string) (int, error) {
 }
 
 // DecodeMsgpack decodes a record without reflection; unknown fields are skipped.
-func (w *wireRecord) DecodeMsgpack(d *msgpack.Decoder) error {
+func (w *wireRecord) DecodeMsgpack(d *msgpack.Decoder) error { return w.decode(d, new([16]byte)) }
+
+// decode decodes a record; buf is scratch space for field names (it escapes through the
+// decoder's reader: a list decoder allocates one for all its elements).
+func (w *wireRecord) decode(d *msgpack.Decoder, buf *[16]byte) error {
 	n, err := structLen(d, "record")
 	if err != nil {
 		return err
 	}
-	var buf [16]byte
 	for i := 0; i < n; i++ {
 		var f int
 		{
-			name, err := fieldName(d, &buf)
+			name, err := fieldName(d, buf)
 			if err != nil {
 				return err
 			}
@@ -198,16 +201,18 @@ func (w *wireRecord) DecodeMsgpack(d *msgpack.Decoder) error {
 }
 
 // DecodeMsgpack decodes a version without reflection; unknown fields are skipped.
-func (v *version) DecodeMsgpack(d *msgpack.Decoder) error {
+func (v *version) DecodeMsgpack(d *msgpack.Decoder) error { return v.decode(d, new([16]byte)) }
+
+// decode decodes a version; buf is scratch space for field names (see wireRecord.decode).
+func (v *version) decode(d *msgpack.Decoder, buf *[16]byte) error {
 	n, err := structLen(d, "version")
 	if err != nil {
 		return err
 	}
-	var buf [16]byte
 	for i := 0; i < n; i++ {
 		var f int
 		{
-			name, err := fieldName(d, &buf)
+			name, err := fieldName(d, buf)
 			if err != nil {
 				return err
 			}
@@ -254,12 +259,13 @@ func (l *recordList) decode(d *msgpack.Decoder, limit int) error {
 		return err
 	}
 	out := make([]wireRecord, 0, min(n, preallocElems))
+	buf := new([16]byte)
 	for i := 0; i < n; i++ {
 		if err := element(d, "record", i, 4); err != nil {
 			return err
 		}
 		out = grow(out, n)
-		if err := out[i].DecodeMsgpack(d); err != nil {
+		if err := out[i].decode(d, buf); err != nil {
 			return err
 		}
 		if err := out[i].record().validate(); err != nil { // before the next element is read
@@ -293,12 +299,13 @@ func (l *versionList) DecodeMsgpack(d *msgpack.Decoder) error {
 		return err
 	}
 	out := make([]version, 0, min(n, preallocElems))
+	buf := new([16]byte)
 	for i := 0; i < n; i++ {
 		if err := element(d, "version", i, 2); err != nil {
 			return err
 		}
 		out = grow(out, n)
-		if err := out[i].DecodeMsgpack(d); err != nil {
+		if err := out[i].decode(d, buf); err != nil {
 			return err
 		}
 		if err := validVersion(i, out[i]); err != nil {
