@@ -191,6 +191,7 @@ func (c *cluster) start(ctx context.Context, i int) (*node, error) {
 	mc := distro.DefaultMemberlistConfig()
 	mc.NodeID, mc.BindAddr, mc.TransportAddr, mc.Seeds, mc.Logger = n.id, host, tcp.Addr(), c.seeds, log
 	mc.BindPort, _ = strconv.Atoi(port)
+	mc.SecretKey = []byte("muster-demo-gossip-key-32-bytes!") // every node the same 32-byte key
 	mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = c.t.Probe, c.t.Probe/2, 2
 	mc.GossipInterval, mc.PushPullInterval = c.t.Probe/5, 5*c.t.Probe
 	mc.TCPTimeout, mc.GossipToTheDeadTime = c.t.Probe, 5*c.t.Probe
