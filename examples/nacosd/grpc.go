@@ -315,12 +315,11 @@ type conn struct {
 	sendMu     sync.Mutex
 	reqSeq     atomic.Uint64
 
-	mu        sync.Mutex
-	pending   map[string]chan *pb.Payload
-	published map[model.ServiceKey]map[model.InstanceKey]bool
-	subs      map[subKey]*subscription
-	closed    bool
-	wg        sync.WaitGroup
+	mu      sync.Mutex
+	pending map[string]chan *pb.Payload
+	subs    map[subKey]*subscription
+	closed  bool
+	wg      sync.WaitGroup
 }
 
 type subKey struct {
@@ -342,8 +341,8 @@ func newConn(g *grpcAPI, stream pb.BiRequestStream_RequestBiStreamServer, addr, 
 		g: g, id: fmt.Sprintf("%d_%s_%d", time.Now().UnixMilli(), addr, g.seq.Add(1)), addr: addr,
 		clientIP: clientIP, version: setup.ClientVersion, labels: setup.Labels,
 		log: g.log, stream: stream, sess: sess, ctx: ctx, cancel: cancel,
-		pending: map[string]chan *pb.Payload{}, published: map[model.ServiceKey]map[model.InstanceKey]bool{},
-		subs: map[subKey]*subscription{},
+		pending: map[string]chan *pb.Payload{},
+		subs:    map[subKey]*subscription{},
 	}
 	c.touch()
 	return c
@@ -441,6 +440,7 @@ func (c *conn) onResponse(p *pb.Payload) {
 func (c *conn) instance(ctx context.Context, req *nRequest, clientIP string, ephemeral bool) *pb.Payload {
 	typ := "InstanceResponse"
 	svc := serviceKey(req.Namespace, req.GroupName, req.ServiceName)
+	c.g.s.metrics.namespace(svc.Namespace)
 	inst := toModel(svc, req.Instance)
 	inst.Ephemeral = ephemeral
 	var err error
@@ -508,56 +508,14 @@ func (c *conn) batch(ctx context.Context, req *nRequest) *pb.Payload {
 }
 
 // replace makes insts the connection's instances of svc, as Nacos 2.x
-// does for a registration (one publication per connection and service). It
-// validates every instance first, registers them, then removes the
-// connection's others. It is not one revision: a subscriber may see the new
-// instances before the old ones leave, never a moment with neither.
+// does for a registration (one publication per connection and service), in
+// one step: subscribers never see a mix of the old and the new set.
 func (c *conn) replace(ctx context.Context, svc model.ServiceKey, insts []model.Instance) error {
-	lim := c.g.s.limits
-	keep := map[model.InstanceKey]bool{}
-	for i := range insts {
-		insts[i] = insts[i].WithDefaults()
-		if err := insts[i].Validate(lim); err != nil {
-			return err
-		}
-		keep[insts[i].Key()] = true
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, inst := range insts {
-		if err := c.sess.Register(ctx, inst); err != nil {
-			return err
-		}
-	}
-	for k := range c.published[svc.WithDefaults()] {
-		if !keep[k] {
-			if err := c.sess.Deregister(ctx, k); err != nil {
-				return err
-			}
-		}
-	}
-	if len(keep) == 0 {
-		delete(c.published, svc.WithDefaults())
-	} else {
-		c.published[svc.WithDefaults()] = keep
-	}
-	return nil
+	return c.sess.ReplaceService(ctx, svc, insts)
 }
 
 func (c *conn) deregister(ctx context.Context, key model.InstanceKey) error {
-	key = key.WithDefaults()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err := c.sess.Deregister(ctx, key); err != nil {
-		return err
-	}
-	if m := c.published[key.Service]; m != nil {
-		delete(m, key)
-		if len(m) == 0 {
-			delete(c.published, key.Service)
-		}
-	}
-	return nil
+	return c.sess.Deregister(ctx, key)
 }
 
 func (c *conn) query(ctx context.Context, req *nRequest) *pb.Payload {

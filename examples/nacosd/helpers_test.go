@@ -124,7 +124,7 @@ func newClient(t testing.TB, addrs ...string) naming_client.INamingClient {
 	for _, a := range addrs {
 		sc = append(sc, *constant.NewServerConfig("127.0.0.1", httpPort(t, a)))
 	}
-	dir := t.TempDir()
+	dir := clientDir(t)
 	cc := constant.NewClientConfig(
 		constant.WithNamespaceId(""),
 		constant.WithTimeoutMs(3000),
@@ -165,3 +165,14 @@ func register(t testing.TB, c naming_client.INamingClient, svc, cluster, ip stri
 	}
 }
 
+// clientDir returns a directory for a client's logs and cache, removed at
+// cleanup as far as possible: the SDKs keep writing to it after they close.
+func clientDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "nacosd-client-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}

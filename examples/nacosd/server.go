@@ -165,7 +165,6 @@ type Server struct {
 	httpSrv *http.Server
 	api     *grpcAPI
 	udp     *udpPusher
-	beats   *beatTracker
 
 	ref     refClock
 	subs    limiter
@@ -200,6 +199,9 @@ type metrics struct {
 	failures int64
 	lat      []time.Duration // a ring of the last push latencies
 	next     int
+
+	nsMu sync.Mutex
+	ns   map[string]bool
 }
 
 func (m *metrics) push(d time.Duration) {
@@ -302,7 +304,6 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if s.udp, err = newUDPPusher(s); err != nil {
 		return err
 	}
-	s.beats = newBeatTracker()
 	s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
 
 	s.goFunc(func() { _ = s.grpcSrv.Serve(s.grpcLn) })
