@@ -15,14 +15,20 @@ import (
 )
 
 // served returns the instances the server holds for a service of the
-// default group and namespace.
+// default group and namespace, with their real health (not the health
+// served under the protection threshold).
 func served(t testing.TB, s *Server, svc string) []mmodel.Instance {
 	t.Helper()
 	v, err := s.Registry().Query(context.Background(), mmodel.Query{Service: mmodel.ServiceKey{Name: svc}, IncludeDisabled: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return v.Instances
+	out := make([]mmodel.Instance, len(v.Instances))
+	for i, in := range v.Instances {
+		in.Healthy = v.RealHealthy(i)
+		out[i] = in
+	}
+	return out
 }
 
 func TestRegisterDeregister(t *testing.T) {

@@ -165,14 +165,28 @@ func register(t testing.TB, c naming_client.INamingClient, svc, cluster, ip stri
 	}
 }
 
-// clientDir returns a directory for a client's logs and cache, removed at
-// cleanup as far as possible: the SDKs keep writing to it after they close.
+// clientsDir holds the clients' logs and caches. The SDKs keep writing to
+// them after they close (v1.0.8 clients cannot be closed at all), so it is
+// removed when the test binary ends, not when a test does.
+var clientsDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "nacosd-clients-")
+	if err != nil {
+		panic(err)
+	}
+	clientsDir = dir
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// clientDir returns a new directory for one client's logs and cache.
 func clientDir(t testing.TB) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "nacosd-client-")
+	dir, err := os.MkdirTemp(clientsDir, "client-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	return dir
 }

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"runtime"
 	"strconv"
 	"strings"
@@ -29,7 +31,27 @@ func (s *Server) httpHandler() http.Handler {
 	mux.HandleFunc("/nacos/v1/ns/service/list", s.hServiceList)
 	mux.HandleFunc("/nacos/v1/ns/catalog/services", s.hCatalog)
 	mux.HandleFunc("/nacos/v1/ns/operator/metrics", s.hMetrics)
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+		if err := r.ParseForm(); err != nil {
+			http.Error(w, "caused: malformed parameters: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		// Go parses a form body for POST, PUT and PATCH only; Nacos reads
+		// one on DELETE too.
+		if r.Method == http.MethodDelete && strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
+			b, err := io.ReadAll(r.Body)
+			vals, err2 := url.ParseQuery(string(b))
+			if err = errors.Join(err, err2); err != nil {
+				http.Error(w, "caused: malformed parameters: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			for k, vs := range vals {
+				r.Form[k] = append(r.Form[k], vs...)
+			}
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // params reads a request's parameters.

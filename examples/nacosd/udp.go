@@ -25,7 +25,7 @@ type udpPusher struct {
 
 	mu   sync.Mutex
 	subs map[udpKey]*udpSub
-	acks map[string]chan struct{} // "addr/lastRefTime" → waiting push
+	acks map[string]chan struct{} // lastRefTime → waiting push
 	wg   sync.WaitGroup
 }
 
@@ -75,8 +75,9 @@ func (u *udpPusher) run(ctx context.Context) {
 			if json.Unmarshal(buf[:n], &ack) != nil {
 				continue
 			}
+			u.s.log.Debug("udp ack", "from", from.String(), "ack", string(buf[:n]))
 			u.mu.Lock()
-			ch := u.acks[from.String()+"/"+ack.LastRefTime]
+			ch := u.acks[ack.LastRefTime] // lastRefTime values are unique on this node
 			u.mu.Unlock()
 			if ch != nil {
 				select {
@@ -166,7 +167,7 @@ func (u *udpPusher) loop(ctx context.Context, s *udpSub, w *registry.Watcher) {
 		si := serviceInfo(up.View, s.name, s.key.svc.Group, s.key.clusters, ref)
 		data, _ := json.Marshal(si)
 		msg, _ := json.Marshal(map[string]any{"type": "dom", "data": string(data), "lastRefTime": ref})
-		ackKey := s.addr.String() + "/" + strconv.FormatInt(ref, 10)
+		ackKey := strconv.FormatInt(ref, 10)
 		ch := make(chan struct{}, 1)
 		u.mu.Lock()
 		u.acks[ackKey] = ch
