@@ -9,6 +9,7 @@ require (
 	github.com/muster-io/muster v0.0.0-00010101000000-000000000000
 	github.com/nacos-group/nacos-sdk-go v1.0.8
 	github.com/nacos-group/nacos-sdk-go/v2 v2.3.2
+	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.56.3
 )
 

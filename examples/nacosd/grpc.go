@@ -196,13 +196,13 @@ func (g *grpcAPI) RequestBiStream(stream pb.BiRequestStream_RequestBiStreamServe
 		c.id = id
 		delete(g.checked, addr)
 	}
+	c.log = c.log.With("conn", c.id) // before unary requests can see c
 	old := g.conns[addr]
 	g.conns[addr] = c
 	g.mu.Unlock()
 	if old != nil {
 		old.kill()
 	}
-	c.log = c.log.With("conn", c.id)
 	c.log.Info("connection set up", "clientIp", c.clientIP, "version", setup.ClientVersion, "labels", setup.Labels)
 
 	recvErr := make(chan error, 1)

@@ -215,6 +215,7 @@ func TestSubscribePushWithin100ms(t *testing.T) {
 // TestKilledClientLeaves runs a client in a child process, kills it with
 // SIGKILL, and checks that its instances leave when the connection drops.
 func TestKilledClientLeaves(t *testing.T) {
+	skipUnderRace(t) // the child drives an SDK
 	s := startServer(t, nil)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestChildClient$")
 	cmd.Env = append(os.Environ(), "NACOSD_CHILD_ADDR="+s.HTTPAddr())

@@ -120,6 +120,7 @@ func httpPort(t testing.TB, addr string) uint64 {
 // (HTTP addresses), closed at cleanup.
 func newClient(t testing.TB, addrs ...string) naming_client.INamingClient {
 	t.Helper()
+	skipUnderRace(t)
 	var sc []constant.ServerConfig
 	for _, a := range addrs {
 		sc = append(sc, *constant.NewServerConfig("127.0.0.1", httpPort(t, a)))
@@ -189,4 +190,13 @@ func clientDir(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// skipUnderRace skips tests that drive the real SDKs under the race
+// detector: the SDKs race with themselves (see race_test.go).
+func skipUnderRace(t testing.TB) {
+	t.Helper()
+	if raceEnabled {
+		t.Skip("the Nacos SDKs have data races of their own; wire_test.go covers the server under -race")
+	}
 }

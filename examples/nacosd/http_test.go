@@ -17,8 +17,8 @@ import (
 	v1naming "github.com/nacos-group/nacos-sdk-go/clients/naming_client"
 	v1constant "github.com/nacos-group/nacos-sdk-go/common/constant"
 	v1model "github.com/nacos-group/nacos-sdk-go/model"
-	v1vo "github.com/nacos-group/nacos-sdk-go/vo"
 	"github.com/nacos-group/nacos-sdk-go/v2/vo"
+	v1vo "github.com/nacos-group/nacos-sdk-go/vo"
 )
 
 // newV1Client returns a nacos-sdk-go v1.0.8 (HTTP) naming client. That
@@ -26,6 +26,7 @@ import (
 // process ends, so tests give each client services of their own.
 func newV1Client(t testing.TB, addr string) v1naming.INamingClient {
 	t.Helper()
+	skipUnderRace(t)
 	dir := clientDir(t)
 	c, err := v1clients.NewNamingClient(v1vo.NacosClientParam{
 		ClientConfig: &v1constant.ClientConfig{
@@ -144,6 +145,7 @@ func TestV1SubscribeUDPPush(t *testing.T) {
 // its instance turns unhealthy after the beat timeout and leaves after the
 // delete timeout (shortened through the preserved metadata keys).
 func TestV1KilledClientExpires(t *testing.T) {
+	skipUnderRace(t) // the child drives an SDK
 	s := startServer(t, nil)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestChildV1Client$")
 	cmd.Env = append(os.Environ(), "NACOSD_CHILD_V1_ADDR="+s.HTTPAddr())
