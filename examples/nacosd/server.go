@@ -149,6 +149,7 @@ func (c *Config) Validate() error {
 // HTTP APIs.
 type Server struct {
 	cfg    Config
+	base   *slog.Logger // the packages of Muster add the node ID themselves
 	log    *slog.Logger
 	limits model.Limits
 
@@ -250,7 +251,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.NodeID == "" {
 		cfg.NodeID = "nacosd"
 	}
-	s := &Server{cfg: cfg, log: log.With("node", cfg.NodeID)}
+	s := &Server{cfg: cfg, base: log, log: log.With("node", cfg.NodeID)}
 	s.subs.max = int64(cfg.MaxSubscriptions)
 	return s, nil
 }
@@ -337,7 +338,7 @@ func (s *Server) WaitReady(ctx context.Context) error { return s.reg.WaitReady(c
 // Raft replica in DataDir over an in-process network) or a cluster node.
 func (s *Server) registryConfig(ctx context.Context) (registry.Config, error) {
 	cfg := registry.DefaultConfig()
-	cfg.NodeID, cfg.Logger = s.cfg.NodeID, s.log
+	cfg.NodeID, cfg.Logger = s.cfg.NodeID, s.base
 	if s.cfg.Fast {
 		hc := *cfg.HealthChecks
 		hc.FirstIntervalMin, hc.FirstIntervalMax = 50*time.Millisecond, 100*time.Millisecond
@@ -356,7 +357,7 @@ func (s *Server) registryConfig(ctx context.Context) (registry.Config, error) {
 		}
 		s.memTr = tr
 		rc := raftstore.DefaultConfig()
-		rc.ReplicaID, rc.Transport, rc.Dir, rc.Logger = 1, tr, s.cfg.DataDir, s.log
+		rc.ReplicaID, rc.Transport, rc.Dir, rc.Logger = 1, tr, s.cfg.DataDir, s.base
 		rc.InitialMembers = map[uint64]string{1: s.cfg.NodeID}
 		rc.RTTMillisecond = 10
 		cfg.Raft = &rc
