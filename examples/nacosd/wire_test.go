@@ -26,9 +26,9 @@ type wireClient struct {
 	ack    atomic.Bool      // answer server requests
 }
 
-func dialWire(t testing.TB, s *Server, setup bool) *wireClient {
+func dialWire(t testing.TB, grpcAddr string, setup bool) *wireClient {
 	t.Helper()
-	cc, err := grpc.Dial(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.Dial(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,13 +143,13 @@ func TestWire(t *testing.T) {
 
 	// A unary request on a connection without a stream: 301, which makes
 	// a client switch servers.
-	stray := dialWire(t, s, false)
+	stray := dialWire(t, s.GRPCAddr(), false)
 	var r response
 	if typ := stray.call("InstanceRequest", map[string]any{"serviceName": "w", "type": "registerInstance", "instance": inst("10.0.0.1", 80)}, &r); typ != "ErrorResponse" || r.ErrorCode != 301 {
 		t.Fatalf("request of an unknown connection: %s %+v", typ, r)
 	}
 
-	pub := dialWire(t, s, true)
+	pub := dialWire(t, s.GRPCAddr(), true)
 	if typ := pub.call("InstanceRequest", map[string]any{"namespace": "public", "serviceName": "w", "groupName": "DEFAULT_GROUP",
 		"type": "registerInstance", "instance": inst("10.0.0.1", 80)}, &r); typ != "InstanceResponse" || !r.Success {
 		t.Fatalf("register: %s %+v", typ, r)
@@ -161,7 +161,7 @@ func TestWire(t *testing.T) {
 		t.Fatalf("unknown type: %s %+v", typ, r)
 	}
 
-	sub := dialWire(t, s, true)
+	sub := dialWire(t, s.GRPCAddr(), true)
 	var sr subscribeServiceResponse
 	if typ := sub.call("SubscribeServiceRequest", map[string]any{"namespace": "public", "serviceName": "w", "groupName": "DEFAULT_GROUP",
 		"subscribe": true, "clusters": ""}, &sr); typ != "SubscribeServiceResponse" || !sr.Success || len(sr.ServiceInfo.Hosts) != 1 || sr.ServiceInfo.Name != "w" {
@@ -229,7 +229,7 @@ func TestWire(t *testing.T) {
 // it does not answer.
 func TestWireSilentClientDropped(t *testing.T) {
 	s := startServer(t, func(c *Config) { c.IdleTimeout, c.DetectTimeout = 200*time.Millisecond, 200*time.Millisecond })
-	w := dialWire(t, s, true)
+	w := dialWire(t, s.GRPCAddr(), true)
 	var r response
 	w.call("InstanceRequest", map[string]any{"serviceName": "silent", "type": "registerInstance", "instance": inst("10.0.0.1", 80)}, &r)
 	if !r.Success {
