@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muster-io/muster/internal/testutil"
 	"github.com/muster-io/muster/model"
 )
 
@@ -136,13 +137,11 @@ func TestCoreDampingSuppressesFlipToHealthy(t *testing.T) {
 // TestCoreRandomOps runs random operations on a core and checks its invariants after each:
 // every probed target that is not running has exactly one live heap element at its due
 // time; running ones have none and are never dispatched twice; the running count matches.
+// It runs a fresh seed, or MUSTER_SEEDS seeds from MUSTER_SEED (see internal/testutil).
 func TestCoreRandomOps(t *testing.T) {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = rand.Uint64()
-	}
-	t.Logf("seed: %d (replay with -health.seed=%d)", seed, seed)
-	runCoreOps(t, rand.New(rand.NewPCG(seed, seed)), 5000)
+	testutil.Seeds(t, 0, 1, func(t *testing.T, seed uint64) {
+		runCoreOps(t, rand.New(rand.NewPCG(seed, seed)), 5000)
+	})
 }
 
 // FuzzCoreOps drives the same checks from fuzzed bytes.

@@ -14,7 +14,7 @@
 //	var l health.Leases[string]
 //	_ = l.Put("10.0.0.7:8848", now, health.Timeouts{Unhealthy: 15 * time.Second, Expire: 30 * time.Second})
 //	l.Touch("10.0.0.7:8848", now) // on every beat
-//	l.Expire(now, func(id string, ev health.Event) { ... }) // when Next says so
+//	l.Expire(now, func(id string, ev health.Event) { ... }) // when Next says so (ExpireAt also names each threshold)
 //
 // Leases is a pure core: it starts no goroutines and never reads a clock. Every call takes the
 // current time from the caller, and [Leases.Next] tells the caller's driver when to call Expire

@@ -320,6 +320,17 @@ func (l *Leases[K]) Next() (at time.Time, ok bool) {
 // that caused them; ties in any order. fn must not call methods of l; it may be nil. Expire
 // returns the number of events.
 func (l *Leases[K]) Expire(now time.Time, fn func(id K, ev Event)) int {
+	if fn == nil {
+		return l.ExpireAt(now, nil)
+	}
+	return l.ExpireAt(now, func(id K, ev Event, _ time.Time) { fn(id, ev) })
+}
+
+// ExpireAt is [Leases.Expire] that also tells fn the threshold that caused each event: the
+// lease's last touch plus its Unhealthy or Expire timeout, at or before now. A caller that
+// derives deadlines from an event (a clean-up due some time after an expiry) counts from at,
+// so that processing late (a stall, a clock moved in one big step) does not move them.
+func (l *Leases[K]) ExpireAt(now time.Time, fn func(id K, ev Event, at time.Time)) int {
 	t := now.UnixNano()
 	n := 0
 	for len(l.heap) > 0 {
@@ -342,7 +353,7 @@ func (l *Leases[K]) Expire(now time.Time, fn func(id K, ev Event)) int {
 // step handles the live element on top of the heap, which is due at t, and reports whether it
 // called fn. It fires an event only when the element is at the lease's true threshold, so
 // events come in threshold order.
-func (l *Leases[K]) step(top deadline, t int64, fn func(K, Event)) bool {
+func (l *Leases[K]) step(top deadline, t int64, fn func(K, Event, time.Time)) bool {
 	i := int(l.slots[top.slot].pos)
 	c := &l.cells[i]
 	next := l.next(c)
@@ -362,15 +373,16 @@ func (l *Leases[K]) step(top deadline, t int64, fn func(K, Event)) bool {
 			return false
 		}
 		if fn != nil {
-			fn(c.key, EventUnhealthy)
+			fn(c.key, EventUnhealthy, time.Unix(0, addSat(c.last, int64(to.Unhealthy))))
 		}
 		return true
 	}
 	id := c.key
+	at := time.Unix(0, addSat(c.last, int64(to.Expire)))
 	l.heap.pop()
 	l.release(i)
 	if fn != nil {
-		fn(id, EventExpired)
+		fn(id, EventExpired, at)
 	}
 	return true
 }

@@ -2,7 +2,6 @@ package health
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -10,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/muster-io/muster/internal/testutil"
 )
 
 var t0 = time.Unix(1_700_000_000, 0)
@@ -716,18 +717,14 @@ func collide(id string) uint64 {
 	return math.MaxUint64 - h%3
 }
 
-var seedFlag = flag.Uint64("health.seed", 0, "seed for TestLeasesAgainstModel (0: random)")
-
 // TestLeasesAgainstModel runs random operations against the model: on 6 ids, as the fuzz test
 // does, and on 200 ids in a phase of mostly Puts and then one of mostly Removes, so that the
 // table grows and shrinks; each with maphash and with colliding hashes, which make every
 // Remove shift cells back across the end of the table.
-func TestLeasesAgainstModel(t *testing.T) {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = rand.Uint64()
-	}
-	t.Logf("seed: %d (replay with -health.seed=%d)", seed, seed)
+// It runs a fresh seed, or MUSTER_SEEDS seeds from MUSTER_SEED (see internal/testutil).
+func TestLeasesAgainstModel(t *testing.T) { testutil.Seeds(t, 0, 1, leasesAgainstModel) }
+
+func leasesAgainstModel(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	runs := 300
 	if testing.Short() {
@@ -805,4 +802,35 @@ func FuzzLeases(f *testing.F) {
 	f.Add([]byte{0x10, 1, 6, 0, 0x00, 0, 5, 0, 0x03, 2, 0x11, 0, 0x03, 7, 0x02, 0x03, 7})
 	f.Add([]byte{0x00, 5, 5, 1, 0x04, 0x03, 5, 0x04, 0x03, 5})
 	f.Fuzz(checkOps)
+}
+
+// TestExpireAtReportsThresholds: ExpireAt names each event's threshold (last touch plus the
+// timeout that passed), not the time of the call, however late the call is.
+func TestExpireAtReportsThresholds(t *testing.T) {
+	type ev struct {
+		id string
+		ev Event
+		at time.Time
+	}
+	var l Leases[string]
+	mustPut(t, &l, "a", t0, Timeouts{Unhealthy: 15 * time.Second, Expire: 30 * time.Second})
+	mustPut(t, &l, "b", at(5*time.Second), Timeouts{Expire: 10 * time.Second})
+	l.Touch("a", at(2*time.Second))
+	var got []ev
+	collect := func(id string, e Event, when time.Time) { got = append(got, ev{id, e, when}) }
+	l.ExpireAt(at(20*time.Second), collect) // late for b (due at 15 s), on time past a's 17 s
+	l.ExpireAt(at(90*time.Second), collect) // a expires at 32 s
+	want := []ev{
+		{"b", EventExpired, at(15 * time.Second)},
+		{"a", EventUnhealthy, at(17 * time.Second)},
+		{"a", EventExpired, at(32 * time.Second)},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("events %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i].id != want[i].id || got[i].ev != want[i].ev || !got[i].at.Equal(want[i].at) {
+			t.Fatalf("event %d: %v, want %v", i, got[i], want[i])
+		}
+	}
 }

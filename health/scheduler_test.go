@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/muster-io/muster/internal/testutil"
 	"github.com/muster-io/muster/model"
 	"go.uber.org/goleak"
 )
@@ -112,11 +113,8 @@ type harness struct {
 
 func newHarness(t *testing.T, edit func(*Config)) *harness {
 	t.Helper()
-	seed := *seedFlag // the flag of leases_test.go
-	if seed == 0 {
-		seed = rand.Uint64()
-	}
-	t.Logf("seed: %d (replay with -health.seed=%d)", seed, seed)
+	seed, _ := testutil.SeedRange(t, 0, 1) // MUSTER_SEED, else a fresh one
+	t.Logf("seed: %d (replay with %s=%d)", seed, testutil.SeedEnv, seed)
 	h := &harness{t: t, clock: clockwork.NewFakeClockAt(time.Unix(1_800_000_000, 0)), stub: newStub()}
 	cfg := DefaultConfig()
 	cfg.Clock = h.clock

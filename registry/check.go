@@ -137,5 +137,39 @@ func (r *Registry) CheckConsistency() error {
 			bad("patch of %s indexed under %s", p.Key, key)
 		}
 	}
+	r.checkQuotas(bad)
 	return errors.Join(errs...)
+}
+
+// checkQuotas checks the counts the limits are enforced on against the
+// index. The caller holds mu.
+func (r *Registry) checkQuotas(bad func(string, ...any)) {
+	instances := 0
+	ns := map[string]int{}
+	for key, s := range r.services {
+		instances += len(s.slots)
+		ns[key.Namespace]++
+	}
+	if instances != r.quota.instances {
+		bad("%d instances counted for %d in the index", r.quota.instances, instances)
+	}
+	if len(ns) != len(r.quota.nsServices) {
+		bad("%d namespaces counted for %d in the index", len(r.quota.nsServices), len(ns))
+	}
+	for name, n := range ns {
+		if r.quota.nsServices[name] != n {
+			bad("namespace %s: %d services counted for %d in the index", name, r.quota.nsServices[name], n)
+		}
+	}
+	watchers := 0
+	for _, g := range r.watch.groups {
+		for _, w := range g.watchers {
+			if w.closed.Load() == nil {
+				watchers++
+			}
+		}
+	}
+	if watchers != r.quota.watchers {
+		bad("%d watchers counted for %d open", r.quota.watchers, watchers)
+	}
 }

@@ -1,15 +1,13 @@
 package registry_test
 
 import (
-	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/muster-io/muster/distro"
+	"github.com/muster-io/muster/internal/testutil"
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/registry"
 	"github.com/muster-io/muster/registry/registrytest"
@@ -20,20 +18,10 @@ import (
 // no node's record moves backwards (no rollback) and every index is
 // consistent, and after every heal that all nodes converge on exactly the
 // instances the clients keep alive (nothing live lost, nothing deleted
-// back). MUSTER_CLUSTER_SEEDS sets the number of seeds (default 6);
-// MUSTER_CLUSTER_SEED=n replays seed n alone. A failure prints its seed.
+// back). It runs seeds 1–6, or MUSTER_SEEDS seeds from MUSTER_SEED (see
+// internal/testutil); a failure names the seed that replays it.
 func TestClusterRandomized(t *testing.T) {
-	seeds := 6
-	if s, err := strconv.Atoi(os.Getenv("MUSTER_CLUSTER_SEEDS")); err == nil && s > 0 {
-		seeds = s
-	}
-	first := uint64(1)
-	if s, err := strconv.ParseUint(os.Getenv("MUSTER_CLUSTER_SEED"), 10, 64); err == nil {
-		first, seeds = s, 1 // replay one seed
-	}
-	for seed := first; seed < first+uint64(seeds); seed++ {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runRandomCluster(t, seed) })
-	}
+	testutil.Seeds(t, 1, 6, runRandomCluster)
 }
 
 type beatClient struct {

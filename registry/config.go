@@ -10,7 +10,6 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/muster-io/muster/distro"
 	"github.com/muster-io/muster/health"
-	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/raftstore"
 )
 
@@ -31,8 +30,10 @@ type Config struct {
 	// any rand.Source works.
 	Rand rand.Source
 
-	// Limits are the validation limits (the metadata size cap).
-	Limits model.Limits
+	// Limits bound what the registry holds: sessions, instances, services,
+	// namespaces, watchers and metadata (see Limits). Zero fields mean their
+	// defaults.
+	Limits Limits
 
 	// EmptyServiceTTL is how long a service with neither instances nor a
 	// stored definition lives before it is removed (Nacos: 60 s).
@@ -95,6 +96,7 @@ func DefaultConfig() Config {
 	hc := health.DefaultConfig()
 	return Config{
 		NodeID:          "local",
+		Limits:          DefaultLimits(),
 		EmptyServiceTTL: 60 * time.Second,
 		PatchTTL:        60 * time.Second,
 		SweepInterval:   5 * time.Second,
@@ -141,9 +143,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("ForwardTimeout must be positive (got %v)", c.ForwardTimeout))
 		}
 	}
-	if c.Limits.MaxMetadataSize < 0 {
-		errs = append(errs, fmt.Errorf("Limits.MaxMetadataSize must not be negative (got %d)", c.Limits.MaxMetadataSize))
-	}
+	errs = append(errs, c.Limits.validate()...)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

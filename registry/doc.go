@@ -32,7 +32,12 @@
 // (HandoverTimeout). When a node dies its sessions' instances are removed
 // from the others after the orphan timeout,
 // and its beat publishers are adopted by their new owners, which continue
-// their leases from the last renewal they knew. A node that starts loads
+// their leases from the last renewal they knew. When a key moves because the
+// membership changed (a partition heals and the key returns to its owner),
+// the node that ran its lease until then hands it to the new owner, which
+// keeps the newer last beat of the two: an instance its client kept beating
+// on the other side stays, healthy (one deregistered on the new owner within
+// a lease period stays gone). A node that starts loads
 // the records of its peers first: until then Query and Watch fail with
 // ErrNotReady (Config.ServeBeforeReady lifts that), so a restarting node
 // never serves empty lists; beat writes that reach it as the owner fail
@@ -130,6 +135,25 @@
 // delivery. Delivery never blocks the registry: a slow watcher skips
 // intermediate views. A watcher ends when its context ends, when it is
 // closed, or when the registry closes.
+//
+// # Limits
+//
+// Config.Limits bounds what the clients of the embedding host can make the
+// registry hold: open sessions, instances per session, per beat ip:port,
+// per service and in all, services per namespace, namespaces, open
+// watchers, and the entries and characters of each metadata set (whose
+// limits have hard ceilings that Validate enforces). The defaults
+// (DefaultLimits) are far above what real deployments use. A write past a
+// limit fails with an error matching ErrLimit that names the limit and its
+// value, and changes nothing; a write that only replaces what is held
+// (a re-registration, a beat) is never refused. In a cluster, every node
+// checks the writes it takes against its index, which holds the whole
+// cluster's data, and a publisher record from a peer with more instances
+// than the per-publisher caps is refused whole before it is decoded; the
+// nodes must share one Limits. See Limits for the cost of each unit.
+//
+// Only current members of the Distro membership may forward writes: the
+// owner refuses any other transport peer with ErrNotMember.
 //
 // # Time
 //

@@ -39,4 +39,14 @@ var (
 	ErrInvalidConfig = errors.New("registry: invalid config")
 	// ErrWatchClosed: the watcher was closed.
 	ErrWatchClosed = errors.New("registry: watch closed")
+	// ErrLimit: the write would take the registry past one of its Limits;
+	// nothing was changed. The message names the limit and its value, as
+	// in "registry: limit reached: MaxInstancesPerService (10000): ...".
+	// A metadata set over its limit also matches model.ErrInvalid.
+	ErrLimit = errors.New("registry: limit reached")
+	// ErrNotMember: a node that is not a current member of the cluster (in
+	// the owner's view) forwarded a write; the owner applied nothing. A
+	// member the owner does not know yet retries, as when ownership moves,
+	// and then fails with ErrUnavailable, which wraps ErrNotMember.
+	ErrNotMember = errors.New("registry: sender is not a member")
 )

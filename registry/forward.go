@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/muster-io/muster/model"
@@ -18,7 +19,9 @@ import (
 // number of times. An owner that cannot be reached fails the call at once
 // with ErrUnavailable (unless the membership has meanwhile named another
 // owner): waiting would not help before the membership declares it dead,
-// and the client retries, as Nacos clients do.
+// and the client retries, as Nacos clients do. Only current members may
+// forward: the owner refuses any other sender (ErrNotMember), and a member
+// it does not know yet retries as when ownership moves.
 
 // kindForward is the transport message kind of forwarded beat writes.
 const kindForward transport.Kind = 64
@@ -50,6 +53,8 @@ const (
 	codeNotReady
 	codeClosed
 	codeOther
+	codeLimit
+	codeNotMember
 )
 
 // fwdResponse answers a forwarded write.
@@ -79,6 +84,10 @@ func codeOf(err error) fwdCode {
 		return codeNotReady
 	case errors.Is(err, ErrClosed):
 		return codeClosed
+	case errors.Is(err, ErrLimit):
+		return codeLimit
+	case errors.Is(err, ErrNotMember):
+		return codeNotMember
 	}
 	return codeOther
 }
@@ -102,6 +111,10 @@ func (resp *fwdResponse) err(owner string) error {
 		base = ErrNotReady
 	case codeClosed:
 		base = ErrUnavailable
+	case codeLimit:
+		base = ErrLimit
+	case codeNotMember:
+		base = ErrNotMember
 	default:
 		return fmt.Errorf("registry: owner %s: %s", owner, resp.Msg)
 	}
@@ -157,7 +170,9 @@ func (r *Registry) forward(ctx context.Context, ip string, port int, req *fwdReq
 				err = resp.err(owner)
 			}
 		}
-		if err == nil || !errors.Is(err, errNotOwner) && !errors.Is(err, transport.ErrUnreachable) {
+		// An owner that does not count this node as a member yet (it has
+		// just joined) is a membership view that differs too: retry.
+		if err == nil || !errors.Is(err, errNotOwner) && !errors.Is(err, ErrNotMember) && !errors.Is(err, transport.ErrUnreachable) {
 			return resp, false, err
 		}
 		if attempt >= r.cfg.ForwardAttempts {
@@ -184,12 +199,18 @@ func (r *Registry) forward(ctx context.Context, ip string, port int, req *fwdReq
 	}
 }
 
-// serveForward handles a write forwarded by another node.
+// serveForward handles a write forwarded by another node. Only a current
+// member may forward: from is the peer's node ID as the transport
+// authenticated it, and a node outside the membership (a rogue transport
+// peer, or a member that has left) is refused before its body is read.
 func (r *Registry) serveForward(ctx context.Context, from string, body []byte) ([]byte, error) {
 	var req fwdRequest
 	var resp fwdResponse
-	err := model.Unmarshal(body, &req)
-	if err == nil {
+	var err error
+	if !r.isMember(from) {
+		r.log.Warn("refusing a forwarded write from a non-member", "from", from)
+		err = fmt.Errorf("%w: %q may not forward writes to %s", ErrNotMember, from, r.cfg.NodeID)
+	} else if err = model.Unmarshal(body, &req); err == nil {
 		resp.Interval, err = r.forwarded(ctx, &req)
 	}
 	resp.Code = codeOf(err)
@@ -214,7 +235,7 @@ func (r *Registry) forwarded(ctx context.Context, req *fwdRequest) (time.Duratio
 		if !inst.Ephemeral {
 			return 0, &model.ValidationError{Field: "instance.ephemeral", Rule: "must be true for a beat instance"}
 		}
-		if err := inst.Validate(r.cfg.Limits); err != nil {
+		if err := r.validInstance(&inst); err != nil {
 			return 0, err
 		}
 		return 0, r.registerEphemeral(ctx, inst)
@@ -226,4 +247,10 @@ func (r *Registry) forwarded(ctx context.Context, req *fwdRequest) (time.Duratio
 		return 0, r.deregisterEphemeral(ctx, req.Key)
 	}
 	return 0, &model.ValidationError{Field: "forward.op", Rule: "must be a known operation", Value: fmt.Sprint(req.Op)}
+}
+
+// isMember reports whether node is a current member of the cluster, other
+// than this node, in the replicator's view (the one ownership follows).
+func (r *Registry) isMember(node string) bool {
+	return node != r.cfg.NodeID && slices.Contains(r.dist.Members(), node)
 }

@@ -98,7 +98,14 @@ func (r *Registry) slotFor(s *service, inst *rec) *slot {
 	if ok {
 		return s.slots[i]
 	}
+	return r.insertSlot(s, i)
+}
+
+// insertSlot inserts a new slot (not yet live) at index i of s.slots, where
+// findSlot placed its key, and returns it.
+func (r *Registry) insertSlot(s *service, i int) *slot {
 	sl := &slot{svc: s}
+	r.quota.instances++
 	s.slots = append(s.slots, nil)
 	copy(s.slots[i+1:], s.slots[i:])
 	s.slots[i] = sl
@@ -144,6 +151,7 @@ func (r *Registry) dropSlotIfDead(sl *slot, last *rec) {
 	s := sl.svc
 	if i, ok := s.findSlotOf(sl, last); ok {
 		s.slots = slices.Delete(s.slots, i, i+1)
+		r.quota.instances--
 	}
 	r.slotDied(sl)
 }
@@ -206,13 +214,19 @@ func (r *Registry) ensureService(key model.ServiceKey, ephemeral bool) (*service
 // addService puts s in the index. The caller holds mu.
 func (r *Registry) addService(s *service) {
 	r.services[s.key] = s
+	r.quota.nsServices[s.key.Namespace]++
 	r.svcGen.Add(1)
 }
 
 // dropService takes the service of key out of the index. The caller holds
 // mu.
 func (r *Registry) dropService(key model.ServiceKey) {
-	delete(r.services, key)
+	if _, ok := r.services[key]; ok {
+		delete(r.services, key)
+		if r.quota.nsServices[key.Namespace]--; r.quota.nsServices[key.Namespace] == 0 {
+			delete(r.quota.nsServices, key.Namespace)
+		}
+	}
 	r.svcGen.Add(1)
 }
 

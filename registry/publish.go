@@ -102,18 +102,40 @@ type pubInst struct {
 }
 
 // publish adds or replaces pub's publication of inst, which is valid and has
-// its defaults. The caller holds mu and bumps pub.rev.
-func (r *Registry) publish(pub *publisher, inst model.Instance) (*pubInst, error) {
-	s, err := r.ensureService(inst.Service, true)
-	if err != nil {
-		return nil, err
+// its defaults. With limited (a write taken here, not a peer's record), a
+// new publication must fit in the limits (see admitNew), or nothing
+// changes. The caller holds mu and bumps pub.rev.
+func (r *Registry) publish(pub *publisher, inst model.Instance, limited bool) (*pubInst, error) {
+	s := r.services[inst.Service]
+	if s != nil && !s.ephemeral {
+		return nil, kindMismatch(s)
+	}
+	i, found := 0, false
+	if s != nil {
+		i, found = s.findSlot(inst.Cluster, inst.IP, inst.Port)
+	}
+	if found {
+		if pi := s.slots[i].publication(pub); pi != nil {
+			pi.inst = newRec(&inst)
+			r.changed(s)
+			return pi, nil
+		}
+	}
+	if limited {
+		if err := r.admitNew(pub, s, found, &inst); err != nil {
+			return nil, err
+		}
+	}
+	if s == nil {
+		s = &service{key: inst.Service, ephemeral: true}
+		r.addService(s)
 	}
 	stored := newRec(&inst)
-	sl := r.slotFor(s, stored)
-	if pi := sl.publication(pub); pi != nil {
-		pi.inst = stored
-		r.changed(s)
-		return pi, nil
+	var sl *slot
+	if found {
+		sl = s.slots[i]
+	} else {
+		sl = r.insertSlot(s, i)
 	}
 	born := !sl.live()
 	pi := &pubInst{pub: pub, slot: sl, inst: stored}
@@ -180,7 +202,7 @@ func (r *Registry) Register(ctx context.Context, inst model.Instance) error {
 		return err
 	}
 	inst = inst.WithDefaults()
-	if err := inst.Validate(r.cfg.Limits); err != nil {
+	if err := r.validInstance(&inst); err != nil {
 		return err
 	}
 	if !inst.Ephemeral {
@@ -230,6 +252,10 @@ func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
 	if pub == nil && r.dist != nil {
 		// A copy of another node's publisher: this node owns it now.
 		if rp := r.remote[beatRecordKey(inst.IP, inst.Port)]; rp != nil {
+			// Checked first: a refused write leaves the copy as it is.
+			if err := r.admitPublication(rp, &inst); err != nil {
+				return nil, err
+			}
 			r.promote(rp, r.now())
 			pub = rp
 		}
@@ -243,7 +269,7 @@ func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
 			pub.id = model.Endpoint(inst.IP, inst.Port)
 		}
 	}
-	pi, err := r.publish(pub, inst)
+	pi, err := r.publish(pub, inst, true)
 	if err != nil {
 		return nil, err
 	}
@@ -345,7 +371,7 @@ func (r *Registry) heartbeatInstanceLocal(ctx context.Context, inst model.Instan
 	if !inst.Ephemeral {
 		return 0, fmt.Errorf("%w: heartbeats keep ephemeral instances alive; %s is persistent", ErrKindMismatch, inst.Key())
 	}
-	if err := inst.Validate(r.cfg.Limits); err != nil {
+	if err := r.validInstance(&inst); err != nil {
 		return 0, err
 	}
 	r.mu.Lock()
@@ -449,7 +475,9 @@ func (r *Registry) deregisterEphemeral(ctx context.Context, key model.InstanceKe
 	if err := r.checkWrite(); err != nil {
 		return err
 	}
-	if pi := r.beatPubInst(key.IP, key.Port, key.Cluster, key.Service); pi != nil {
+	pi := r.beatPubInst(key.IP, key.Port, key.Cluster, key.Service)
+	r.noteDeregistered(key, pi)
+	if pi != nil {
 		r.beatLeases.Remove(pi)
 		r.dropBeat(pi)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muster-io/muster/internal/testutil"
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/registry"
 	"github.com/muster-io/muster/registry/registrytest"
@@ -16,16 +17,15 @@ import (
 // TestRandomOperations drives the registry with random registrations,
 // beats, sessions, deregistrations and clock moves, and after every step
 // checks the index's invariants and compares every service's instances with
-// a plain model of what should be there. A failure names its seed; rerun
-// one with -run 'TestRandomOperations/seed=N$'.
+// a plain model of what should be there. It runs seeds 1–40 (1–8 with
+// -short), or MUSTER_SEEDS seeds from MUSTER_SEED (see internal/testutil);
+// a failure names the seed that replays it.
 func TestRandomOperations(t *testing.T) {
 	seeds := 40
 	if testing.Short() {
 		seeds = 8
 	}
-	for seed := range seeds {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { randomRun(t, uint64(seed)) })
-	}
+	testutil.Seeds(t, 1, seeds, randomRun)
 }
 
 // modelBeat is the model of one beat instance.

@@ -32,6 +32,7 @@ const (
 // the lease and clean-up timers. See the package documentation.
 type Registry struct {
 	cfg   Config
+	lim   Limits // cfg.Limits with its defaults
 	clock clockwork.Clock
 	log   *slog.Logger
 	store store
@@ -67,13 +68,19 @@ type Registry struct {
 	remote   map[string]*publisher // replicas of other nodes' publishers, by record key
 	patches  map[model.InstanceKey]*model.InstancePatch
 	rev      uint64 // last revision handed out; revisions are unique across services
+	quota    quotas // what the limits count (see limits.go)
 
 	beatLeases    health.Leases[*pubInst]
 	sessionLeases health.Leases[*publisher]
 	emptySvcs     health.Leases[model.ServiceKey]
 	patchGone     health.Leases[model.InstanceKey]
-	timer         clockwork.Timer // wakes the housekeeper; nil before Start
-	timerAt       time.Time       // when timer fires
+	beatDeregs    health.Leases[model.InstanceKey] // beat instances deregistered here lately (see noteDeregistered)
+	timer         clockwork.Timer                  // wakes the housekeeper; nil before Start
+	timerAt       time.Time                        // when timer fires
+	// due is the deadline whose expiry runDue is handling, zero otherwise:
+	// what that expiry starts (a patch's or an empty service's countdown)
+	// runs from it, not from when the housekeeper got to it (see leaseStart).
+	due time.Time
 
 	watch watchState
 
@@ -82,6 +89,7 @@ type Registry struct {
 	runCtx   context.Context // cancelled by Close, right after stop: bounds the background work
 	runStop  context.CancelFunc
 	ticks    chan chan struct{} // Tick's requests to the housekeeper
+	sends    pending            // lease handovers being sent (see takeover.go)
 	wg       sync.WaitGroup
 	closeErr error
 	closeMu  sync.Mutex
@@ -94,6 +102,7 @@ func New(cfg Config) (*Registry, error) {
 	}
 	r := &Registry{
 		cfg:      cfg,
+		lim:      cfg.Limits.withDefaults(),
 		clock:    cfg.Clock,
 		log:      cfg.Logger,
 		services: make(map[model.ServiceKey]*service),
@@ -119,6 +128,7 @@ func New(cfg Config) (*Registry, error) {
 		src = rand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:]))
 	}
 	r.rand = rand.New(src)
+	r.quota.nsServices = make(map[string]int)
 	r.store = &memStore{r: r}
 	r.watch.init()
 	if cfg.Distro != nil {
@@ -153,7 +163,7 @@ func New(cfg Config) (*Registry, error) {
 		rc := *cfg.Raft
 		rc.Listener = raftListener{r}
 		rc.Logger = r.log
-		rc.Limits = cfg.Limits
+		rc.Limits = r.lim.model()
 		node, err := raftstore.New(rc)
 		if err != nil {
 			return nil, fmt.Errorf("registry: %w", err)
@@ -212,6 +222,7 @@ func (r *Registry) Start(ctx context.Context) error {
 	}
 	if r.dist != nil {
 		r.trans.Handle(kindForward, r.serveForward)
+		r.trans.Handle(kindLeases, r.serveLeases)
 		if err := r.dist.Start(ctx); err != nil {
 			_ = r.Close()
 			return fmt.Errorf("registry: starting replication: %w", err)
@@ -412,9 +423,20 @@ func (r *Registry) randUint64() uint64 {
 // putLease (re)starts a single-threshold lease of ttl on id and makes sure
 // the housekeeper wakes for it. The caller holds mu.
 func putLease[K comparable](r *Registry, l *health.Leases[K], id K, ttl time.Duration) {
-	now := r.now()
-	_ = l.Put(id, now, health.Timeouts{Expire: ttl}) // ttl > 0: checked by Config.Validate
-	r.wakeAt(now.Add(ttl))
+	start := r.leaseStart()
+	_ = l.Put(id, start, health.Timeouts{Expire: ttl}) // ttl > 0: checked by Config.Validate
+	r.wakeAt(start.Add(ttl))
+}
+
+// leaseStart is when a lease started now starts: the deadline being
+// handled, when an expiry starts it, so that a chain of deadlines (a beat
+// lease's expiry, then its patch's countdown) adds up exactly however late
+// the housekeeper runs; else now. The caller holds mu.
+func (r *Registry) leaseStart() time.Time {
+	if !r.due.IsZero() {
+		return r.due
+	}
+	return r.now()
 }
 
 // wakeAt makes the housekeeper wake no later than t. The caller holds mu, so
@@ -470,9 +492,10 @@ func (r *Registry) housekeep() {
 
 // Tick makes the registry handle, now, every deadline that has passed on its
 // clock (beat leases, session keep-alives, clean-ups) and returns once that
-// is done. The registry does this by itself as time passes; a test that
-// moves a fake clock calls Tick to see the effects at once (registrytest's
-// Advance does).
+// is done, and once the messages it has started sending in the background
+// (leases handed to a key's new owner) have been answered. The registry
+// does this by itself as time passes; a test that moves a fake clock calls
+// Tick to see the effects at once (registrytest's Advance does).
 func (r *Registry) Tick(ctx context.Context) error {
 	if err := r.checkWrite(); err != nil {
 		return err
@@ -491,6 +514,9 @@ func (r *Registry) Tick(ctx context.Context) error {
 		return ErrClosed
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+	if err := r.sends.wait(ctx, r.stop); err != nil {
+		return err
 	}
 	if r.checks != nil {
 		if err := r.checks.Settle(ctx); err != nil {
@@ -511,16 +537,27 @@ func (r *Registry) runDue() []model.InstanceKey {
 	}
 	r.timerAt = time.Time{} // until rearm, writers leave the timer alone
 	now := r.now()
-	r.beatLeases.Expire(now, r.beatEvent)
-	r.sessionLeases.Expire(now, func(p *publisher, _ health.Event) {
+	// Each expiry runs with r.due at its own deadline, and the countdowns it
+	// starts land in the lease sets handled after it, so that one run (a
+	// clock moved in one big step) ends where many small ones would.
+	defer func() { r.due = time.Time{} }()
+	r.beatLeases.ExpireAt(now, func(pi *pubInst, ev health.Event, at time.Time) {
+		r.due = at
+		r.beatEvent(pi, ev)
+	})
+	r.sessionLeases.ExpireAt(now, func(p *publisher, _ health.Event, at time.Time) {
+		r.due = at
 		r.log.Info("session keep-alive lapsed", "session", p.id)
 		r.closeSessionLocked(p)
 	})
-	r.emptySvcs.Expire(now, func(key model.ServiceKey, _ health.Event) {
+	r.emptySvcs.ExpireAt(now, func(key model.ServiceKey, _ health.Event, at time.Time) {
+		r.due = at
 		if s := r.services[key]; s != nil && s.empty() && s.def == nil {
 			r.dropService(key)
 		}
 	})
+	r.due = time.Time{}
+	r.beatDeregs.Expire(now, nil)
 	var orphans []model.InstanceKey
 	r.patchGone.Expire(now, func(key model.InstanceKey, _ health.Event) {
 		orphans = append(orphans, key)
@@ -537,7 +574,7 @@ func (r *Registry) rearm() {
 	}
 	now := r.now()
 	next := now.Add(r.cfg.SweepInterval)
-	for _, at := range [...]func() (time.Time, bool){r.beatLeases.Next, r.sessionLeases.Next, r.emptySvcs.Next, r.patchGone.Next} {
+	for _, at := range [...]func() (time.Time, bool){r.beatLeases.Next, r.sessionLeases.Next, r.emptySvcs.Next, r.patchGone.Next, r.beatDeregs.Next} {
 		if t, ok := at(); ok && t.Before(next) {
 			next = t
 		}

@@ -90,12 +90,14 @@ func (p *publisher) encode() []byte {
 // record's ip:port.
 func (r *Registry) decodePayload(rec distro.Record) ([]model.Instance, error) {
 	var pl pubPayload
-	if err := model.Unmarshal(rec.Payload, &pl); err != nil {
+	var err error
+	capN, capName := r.payloadCap(rec.Kind)
+	if pl.Instances, err = decodeInstances(rec.Payload, capN, capName); err != nil {
 		return nil, err
 	}
 	for i := range pl.Instances {
 		inst := pl.Instances[i].WithDefaults()
-		if err := inst.Validate(r.cfg.Limits); err != nil {
+		if err := r.validInstance(&inst); err != nil {
 			return nil, err
 		}
 		if !inst.Ephemeral {
@@ -193,7 +195,12 @@ func (r *Registry) mergeIntoLocal(p *publisher, insts []model.Instance, last tim
 		if r.beatPubInst(insts[i].IP, insts[i].Port, insts[i].Cluster, insts[i].Service) != nil {
 			continue
 		}
-		if _, err := r.publish(p, insts[i]); err != nil {
+		if n := len(p.insts); n >= r.lim.MaxInstancesPerEndpoint { // the owner's cap holds
+			r.log.Warn("not merging instances past the endpoint's cap", "record", recordKey(p),
+				"unmerged", len(insts)-i, "err", limitError("MaxInstancesPerEndpoint", r.lim.MaxInstancesPerEndpoint, "endpoint publishes %d", n))
+			break
+		}
+		if _, err := r.publish(p, insts[i], false); err != nil {
 			r.log.Warn("a replicated instance conflicts with this node's index", "instance", insts[i].Key().String(), "err", err)
 		}
 	}
@@ -263,9 +270,15 @@ func (ds distroStore) MembersChanged(members []string) {
 			}
 		}
 	}
+	// The new owners take over the leases this node ran (see takeover.go).
+	handed := map[string][]handedLease{}
+	now := r.now()
 	for _, p := range moved {
+		owner := r.dist.Owner(recordKey(p))
+		handed[owner] = append(handed[owner], r.handedLeasesOf(p, now)...)
 		r.demote(p)
 	}
+	r.sendLeases(handed)
 	if len(moved) > 0 {
 		r.log.Info("beat publishers handed over", "count", len(moved), "members", len(members))
 	}
@@ -358,7 +371,7 @@ func (r *Registry) setPublications(p *publisher, insts []model.Instance) {
 		if want[insts[i].Key()] == nil {
 			continue
 		}
-		if _, err := r.publish(p, insts[i]); err != nil {
+		if _, err := r.publish(p, insts[i], false); err != nil {
 			r.log.Warn("a replicated instance conflicts with this node's index", "instance", insts[i].Key().String(), "err", err)
 		}
 	}

@@ -14,7 +14,7 @@ import (
 // already has a definition fails with ErrServiceExists.
 func (r *Registry) CreateService(ctx context.Context, def model.Service) error {
 	def = def.WithDefaults()
-	if err := def.Validate(r.cfg.Limits); err != nil {
+	if err := r.validService(&def); err != nil {
 		return err
 	}
 	return r.store.Apply(ctx, &command{op: opCreateService, service: def})
@@ -25,7 +25,7 @@ func (r *Registry) CreateService(ctx context.Context, def model.Service) error {
 // definition at once.
 func (r *Registry) UpdateService(ctx context.Context, def model.Service) error {
 	def = def.WithDefaults()
-	if err := def.Validate(r.cfg.Limits); err != nil {
+	if err := r.validService(&def); err != nil {
 		return err
 	}
 	return r.store.Apply(ctx, &command{op: opUpdateService, service: def})
@@ -147,7 +147,7 @@ func (r *Registry) ListServices(ctx context.Context, opts ListOptions) (ServiceL
 // instance must exist (ErrNotFound).
 func (r *Registry) PatchInstance(ctx context.Context, p model.InstancePatch) error {
 	p.Key = p.Key.WithDefaults()
-	if err := p.Validate(r.cfg.Limits); err != nil {
+	if err := r.validPatch(&p); err != nil {
 		return err
 	}
 	return r.store.Apply(ctx, &command{op: opPatchInstance, patch: p})

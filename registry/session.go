@@ -45,6 +45,9 @@ func (r *Registry) OpenSession(ctx context.Context, opts SessionOptions) (*Sessi
 	if err := r.checkWrite(); err != nil {
 		return nil, err
 	}
+	if n := len(r.sessions); n >= r.lim.MaxSessions {
+		return nil, limitError("MaxSessions", r.lim.MaxSessions, "%d sessions are open", n)
+	}
 	s.pub.id = fmt.Sprintf("%s-%016x", r.cfg.NodeID, r.randUint64())
 	for n := 1; r.sessions[s.pub.id] != nil; n++ { // a random source may repeat itself
 		s.pub.id = fmt.Sprintf("%s-%016x-%d", r.cfg.NodeID, r.randUint64(), n)
@@ -72,11 +75,11 @@ func (s *Session) Register(ctx context.Context, inst model.Instance) error {
 	if !inst.Ephemeral {
 		return &model.ValidationError{Field: "instance.ephemeral", Rule: "must be true for a session's instances"}
 	}
-	if err := inst.Validate(s.r.cfg.Limits); err != nil {
+	if err := s.r.validInstance(&inst); err != nil {
 		return err
 	}
 	return s.whileOpen(func(r *Registry) error {
-		if _, err := r.publish(s.pub, inst); err != nil {
+		if _, err := r.publish(s.pub, inst, true); err != nil {
 			return err
 		}
 		r.pubChanged(s.pub)

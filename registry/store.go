@@ -162,7 +162,7 @@ func (r *Registry) checkLocked(cmd *command) error {
 	default:
 		return fmt.Errorf("registry: unknown command %d", cmd.op)
 	}
-	return nil
+	return r.admitCommand(cmd)
 }
 
 // mirrorLocked applies cmd, which the state rules accepted, to the index.

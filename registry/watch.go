@@ -127,6 +127,11 @@ func (r *Registry) Watch(ctx context.Context, q model.Query) (*Watcher, error) {
 		r.mu.Unlock()
 		return nil, err
 	}
+	if n := r.quota.watchers; n >= r.lim.MaxWatchers {
+		r.mu.Unlock()
+		return nil, limitError("MaxWatchers", r.lim.MaxWatchers, "%d watchers are open", n)
+	}
+	r.quota.watchers++
 	g := r.watch.groups[q.Service]
 	if g == nil {
 		g = &watchGroup{}
@@ -221,6 +226,7 @@ func (w *Watcher) close(err error) {
 		r := w.r
 		r.mu.Lock()
 		w.closed.Store(&err)
+		r.quota.watchers--
 		stop := w.stopCtx
 		if g := r.watch.groups[w.key]; g != nil {
 			g.dead++

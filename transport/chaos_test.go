@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/muster-io/muster/internal/testutil"
 	"go.uber.org/goleak"
 )
 
@@ -72,24 +71,14 @@ func chaosCheck(t *testing.T, ids []string, node func(id string) Transport, dist
 	}
 }
 
-// testSeed returns TRANSPORT_SEED if set (to replay a failure), else a
-// fresh seed, and logs it.
-func testSeed(t *testing.T) uint64 {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("TRANSPORT_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("TRANSPORT_SEED: %v", err)
-		}
-		seed = v
-	}
-	t.Logf("seed: %d (replay with TRANSPORT_SEED=%d)", seed, seed)
-	return seed
-}
+// The chaos tests run a fresh seed each, or MUSTER_SEEDS seeds from
+// MUSTER_SEED (see internal/testutil).
+func TestChaosMem(t *testing.T) { testutil.Seeds(t, 0, 1, chaosMem) }
 
-func TestChaosMem(t *testing.T) {
+func TestChaosTCP(t *testing.T) { testutil.Seeds(t, 0, 1, chaosTCP) }
+
+func chaosMem(t *testing.T, seed uint64) {
 	defer goleak.VerifyNone(t)
-	seed := testSeed(t)
 	n := MemNetwork{Seed: seed}
 	ids := []string{"a", "b", "c"}
 	var mu sync.Mutex
@@ -147,9 +136,8 @@ func TestChaosMem(t *testing.T) {
 	}, seed)
 }
 
-func TestChaosTCP(t *testing.T) {
+func chaosTCP(t *testing.T, seed uint64) {
 	defer goleak.VerifyNone(t)
-	seed := testSeed(t)
 	c := newTCPCluster(t, 0, nil)
 	defer c.CloseAll()
 	ids := []string{"a", "b", "c"}

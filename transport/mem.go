@@ -79,6 +79,11 @@ type MemNetwork struct {
 	queue    []*memMsg
 	nextID   uint64
 	changed  chan struct{} // closed and replaced whenever the queue grows
+
+	// In flight: see InFlight. idle is closed while busy is 0.
+	busyMu sync.Mutex
+	busy   int
+	idle   chan struct{}
 }
 
 type memLink struct{ from, to string }
@@ -94,6 +99,32 @@ type memMsg struct {
 // result; later results (from duplicates) are discarded.
 type memCall struct {
 	done chan memResult
+
+	mu      sync.Mutex
+	counted bool // the caller counts as in flight (see MemNetwork.InFlight)
+	gone    bool // the caller has returned
+}
+
+// enter counts the waiting caller as in flight once its request reaches a
+// handler, unless it has returned already.
+func (c *memCall) enter(n *MemNetwork) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.gone && !c.counted {
+		c.counted = true
+		n.busyAdd(1)
+	}
+}
+
+// leave records that the caller has returned, with the response or not.
+func (c *memCall) leave(n *MemNetwork) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gone = true
+	if c.counted {
+		c.counted = false
+		n.busyAdd(-1)
+	}
 }
 
 type memResult struct {
@@ -252,6 +283,65 @@ func (n *MemNetwork) ResetStats() {
 	defer n.mu.Unlock()
 	n.initLocked()
 	clear(n.stats)
+}
+
+// InFlight returns how many messages are being handled: each message
+// handed to its receiver counts until its handler returns and, for a
+// request, until its caller has the response (or has given up). Messages
+// held by the network (a link delay on the clock, the manual-delivery
+// queue) do not count until they are delivered: they wait for the test, not
+// for the nodes. A test that must know when the nodes are done with what
+// was sent waits for 0 (WaitIdle) instead of for a quiet moment.
+func (n *MemNetwork) InFlight() int {
+	n.busyMu.Lock()
+	defer n.busyMu.Unlock()
+	return n.busy
+}
+
+// Held returns how many messages the network holds back: on a link delay,
+// waiting for the clock, or in the manual-delivery queue, waiting for the
+// test. Their senders may be waiting for them too.
+func (n *MemNetwork) Held() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	held := len(n.queue)
+	for _, t := range n.nodes { // lock order: n.mu, then t.mu
+		t.mu.Lock()
+		held += len(t.timers)
+		t.mu.Unlock()
+	}
+	return held
+}
+
+// WaitIdle blocks until InFlight is 0 or ctx ends.
+func (n *MemNetwork) WaitIdle(ctx context.Context) error {
+	for {
+		n.busyMu.Lock()
+		if n.busy == 0 {
+			n.busyMu.Unlock()
+			return nil
+		}
+		idle := n.idle
+		n.busyMu.Unlock()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// busyAdd changes the in-flight count by d.
+func (n *MemNetwork) busyAdd(d int) {
+	n.busyMu.Lock()
+	defer n.busyMu.Unlock()
+	if n.busy == 0 && d > 0 {
+		n.idle = make(chan struct{})
+	}
+	n.busy += d
+	if n.busy == 0 && d < 0 {
+		close(n.idle)
+	}
 }
 
 // SetManual turns manual-delivery mode on or off. While on, every request
@@ -565,6 +655,7 @@ func (t *MemTransport) Request(ctx context.Context, to string, kind Kind, body [
 	if err := t.net.send(t, to, kind, body, deadline, call); err != nil {
 		return nil, err
 	}
+	defer call.leave(t.net)
 	select {
 	case r := <-call.done:
 		if r.err != nil {
@@ -665,12 +756,19 @@ func (t *MemTransport) goFunc(f func()) bool {
 
 // dispatch runs m's handler in a goroutine owned by t.
 func (t *MemTransport) dispatch(m *memMsg) {
+	n := t.net
+	n.busyAdd(1) // the handler
+	if m.call != nil {
+		m.call.enter(n)
+	}
 	if !t.goFunc(func() { t.serve(m) }) {
+		n.busyAdd(-1)
 		m.fail(fmt.Errorf("%w: %s closed", ErrUnreachable, t.id))
 	}
 }
 
 func (t *MemTransport) serve(m *memMsg) {
+	defer t.net.busyAdd(-1)
 	h := t.handler(m.env.Kind)
 	if m.call == nil {
 		if h != nil {

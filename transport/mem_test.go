@@ -406,3 +406,114 @@ func TestMemStats(t *testing.T) {
 		t.Fatalf("after reset %+v", s)
 	}
 }
+
+// TestMemInFlight: a message counts from its delivery until its handler has
+// returned and, for a request, until the caller has the response; a message
+// held on a link delay or in the manual queue does not count until it is
+// delivered; WaitIdle returns once nothing is in flight.
+func TestMemInFlight(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	clk := clockwork.NewFakeClock()
+	n := &MemNetwork{Clock: clk}
+	ns := memNodes(t, n, "a", "b")
+	defer closeAll(ns)
+	a, b := ns[0], ns[1]
+	release := make(chan struct{})
+	entered := make(chan struct{}, 4)
+	b.Handle(1, func(ctx context.Context, _ string, body []byte) ([]byte, error) {
+		entered <- struct{}{}
+		<-release
+		return body, nil
+	})
+	ctx := context.Background()
+	idle := func(want bool) {
+		t.Helper()
+		if got := n.InFlight() == 0; got != want {
+			t.Fatalf("InFlight = %d, want idle %v", n.InFlight(), want)
+		}
+	}
+	idle(true)
+
+	// A one-way message counts while its handler runs.
+	if err := a.Send(ctx, "b", 1, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	idle(false)
+	release <- struct{}{}
+	if err := n.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A request counts until its caller returns.
+	done := make(chan error, 1)
+	go func() { _, err := a.Request(ctx, "b", 1, []byte("y")); done <- err }()
+	<-entered
+	if got := n.InFlight(); got != 2 {
+		t.Fatalf("InFlight = %d with a request's handler running, want 2 (handler and caller)", got)
+	}
+	release <- struct{}{}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := n.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Held on a link delay: not in flight until the clock delivers it.
+	n.SetLink("a", "b", LinkConfig{Delay: time.Second})
+	go func() { _, err := a.Request(ctx, "b", 1, []byte("z")); done <- err }()
+	if err := clk.BlockUntilContext(ctx, 1); err != nil { // the delay's timer
+		t.Fatal(err)
+	}
+	idle(true)
+	if got := n.Held(); got != 1 {
+		t.Fatalf("Held = %d with a message on a link delay, want 1", got)
+	}
+	clk.Advance(time.Second)
+	<-entered
+	idle(false)
+	release <- struct{}{}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := n.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n.SetLink("a", "b", LinkConfig{})
+
+	// Queued in manual mode: not in flight until delivered.
+	n.SetManual(true)
+	if err := a.Send(ctx, "b", 1, []byte("m")); err != nil {
+		t.Fatal(err)
+	}
+	idle(true)
+	if got := n.Held(); got != 1 {
+		t.Fatalf("Held = %d with a message queued, want 1", got)
+	}
+	if got := n.DeliverAll(); got != 1 {
+		t.Fatalf("DeliverAll = %d", got)
+	}
+	<-entered
+	idle(false)
+	release <- struct{}{}
+	if err := n.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// WaitIdle gives up with its context.
+	if err := a.Send(ctx, "b", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	n.DeliverAll()
+	<-entered
+	short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	if err := n.WaitIdle(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitIdle with a handler blocked: %v", err)
+	}
+	release <- struct{}{}
+	if err := n.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -390,33 +390,53 @@ func (c *Cluster) Advance(d time.Duration) {
 }
 
 // Settle waits until the nodes have handled every deadline that passed and
-// the network has been quiet for a moment. Message handling runs in
-// goroutines, so this polls: it returns once no message has been sent for
-// several consecutive polls (real time, a few milliseconds).
+// nothing is left in flight. Each round runs every node's Tick (its
+// deadlines, and what the registry sends in the background), then waits
+// until nothing is in flight on Net: no handler running, however long it
+// takes, and no caller waiting for a response it has not taken
+// (MemNetwork.WaitIdle). Settle returns after settleRounds rounds in a row
+// in which no message was sent, so that what a message set off (a write
+// that syncs, a sync that makes its receiver write) settles too. Messages
+// held on the network (a link delay on the clock, the manual queue) wait for
+// the test and do not keep Settle waiting.
+//
+// A replicator's own loop, between a wake-up (its timer, a poke) and the
+// messages it then sends, is not visible from outside distro: the rounds
+// leave it settleGap of real time each to show up.
 func (c *Cluster) Settle() {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	quiet := 0
 	last := c.Net.TotalStats().Messages
-	for quiet < 3 {
+	for quiet < settleRounds {
 		for _, n := range c.Live() {
 			if err := n.Tick(ctx); err != nil {
 				c.t.Fatalf("registrytest: node %s did not settle: %v", n.ID, err)
 			}
 		}
+		if err := c.Net.WaitIdle(ctx); err != nil {
+			c.t.Fatalf("registrytest: the cluster did not settle: %d messages still in flight: %v", c.Net.InFlight(), err)
+		}
 		select {
 		case <-ctx.Done():
 			c.t.Fatalf("registrytest: the cluster did not settle")
-		case <-time.After(time.Millisecond):
+		case <-time.After(settleGap):
 		}
-		if now := c.Net.TotalStats().Messages; now != last {
+		if now := c.Net.TotalStats().Messages; now != last || c.Net.InFlight() > 0 {
 			last, quiet = now, 0
 		} else {
 			quiet++
 		}
 	}
 }
+
+const (
+	// settleRounds is how many rounds in a row without a message end Settle.
+	settleRounds = 3
+	// settleGap is the real time each round leaves a replicator's loop.
+	settleGap = time.Millisecond
+)
 
 // Eventually advances the clock in steps until cond holds, for at most
 // limit of fake time, and fails the test otherwise.

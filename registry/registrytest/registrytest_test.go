@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muster-io/muster/distro"
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/registry/registrytest"
+	"github.com/muster-io/muster/transport"
 )
 
 // recorder is a testing.TB whose cleanups and errors the test inspects.
@@ -101,4 +103,29 @@ func TestClusterExample(t *testing.T) {
 		}
 	}
 	c.Heal()
+}
+
+// TestSettleWaitsForSlowHandler: Settle returns only once a handler that is
+// slow to run (a starved goroutine, here one that sleeps) has finished and
+// what it set off has spread: the write it makes is on every node.
+func TestSettleWaitsForSlowHandler(t *testing.T) {
+	dc := distro.DefaultConfig()
+	dc.SyncDelay = 0
+	c := registrytest.NewCluster(t, registrytest.ClusterOptions{Distro: &dc})
+	in := model.NewInstance(model.ServiceKey{Name: "slow"}, "10.0.0.9", 80)
+	const kindSlow transport.Kind = 200
+	c.Node(1).Transport.Handle(kindSlow, func(ctx context.Context, _ string, _ []byte) ([]byte, error) {
+		time.Sleep(30 * time.Millisecond) // the fault: a handler that gets no CPU for a while
+		return nil, c.Node(1).Register(ctx, in)
+	})
+	if err := c.Node(0).Transport.Send(context.Background(), c.Node(1).ID, kindSlow, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.Settle()
+	for _, n := range c.Live() {
+		v, err := n.Query(context.Background(), model.Query{Service: in.Service})
+		if err != nil || len(v.Instances) != 1 {
+			t.Fatalf("%s right after Settle: %v, %v; want the instance the slow handler registered", n.ID, v, err)
+		}
+	}
 }

@@ -1,0 +1,108 @@
+package registry_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/muster-io/muster/registry"
+	"github.com/muster-io/muster/registry/registrytest"
+	"github.com/muster-io/muster/transport"
+)
+
+// TestForwardRefusesNonMembers: a peer on the transport that is not a
+// member of the cluster sends forwarded writes straight to the owner of
+// their ip:port, as a member would: a register of a fake instance and a
+// deregister of a real one. The owner refuses both with ErrNotMember and
+// applies neither, on any node.
+func TestForwardRefusesNonMembers(t *testing.T) {
+	c := registrytest.NewCluster(t, clusterOpts())
+	rogue, err := c.Net.Node("rogue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rogue.Close() })
+
+	real := ownedBy(t, c, "n1", "orders")
+	mustRegister(t, c.Node(1), real) // forwarded by a member: applied
+	c.Settle()
+	fake := real
+	fake.IP = ""
+	for i := range 1000 { // a fake instance that n1 owns too
+		if in := inst("orders", 500+i); c.Node(0).Owner(in.IP, in.Port) == "n1" {
+			fake = in
+			break
+		}
+	}
+	if fake.IP == "" {
+		t.Fatal("no second address owned by n1")
+	}
+
+	for name, body := range map[string][]byte{
+		"register":   registry.ForwardRegister(fake),
+		"deregister": registry.ForwardDeregister(real.Key()),
+	} {
+		out, err := rogue.Request(ctx, "n1", registry.KindForward, body)
+		if err == nil {
+			err = registry.ForwardResult("n1", out)
+		}
+		if !errors.Is(err, registry.ErrNotMember) {
+			t.Errorf("forwarded %s from a non-member: %v, want ErrNotMember", name, err)
+		}
+	}
+	c.Settle()
+	for _, n := range c.Nodes() {
+		if got := ipsOn(t, n, "orders"); !slices.Equal(got, []string{real.IP}) {
+			t.Fatalf("%s holds %v after the non-member's writes, want only the real %s", n.ID, got, real.IP)
+		}
+	}
+
+	// The same requests from a member are served: the refusal is about the
+	// sender, not the request.
+	out, err := c.Node(2).Transport.Request(ctx, "n1", registry.KindForward, registry.ForwardRegister(fake))
+	if err == nil {
+		err = registry.ForwardResult("n1", out)
+	}
+	if err != nil {
+		t.Fatalf("forwarded register from member n3: %v", err)
+	}
+	c.Settle()
+	if got := ipsOn(t, c.Node(0), "orders"); len(got) != 2 {
+		t.Fatalf("n1 holds %v after a member's forwarded register, want 2 instances", got)
+	}
+}
+
+// TestLeaseHandoverRefusesNonMembers: a peer on the transport that is not a
+// member hands n1 the "lease" of a fake instance whose key n1 owns, as a
+// member leaving the key would. n1 refuses it and no node serves the fake;
+// the same handover from a member is taken.
+func TestLeaseHandoverRefusesNonMembers(t *testing.T) {
+	c := registrytest.NewCluster(t, clusterOpts())
+	rogue, err := c.Net.Node("rogue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rogue.Close() })
+	fake := ownedBy(t, c, "n1", "orders")
+
+	_, err = rogue.Request(ctx, "n1", registry.KindLeases, registry.LeaseHandoff(fake, 0))
+	var re *transport.RemoteError
+	if !errors.As(err, &re) || !strings.Contains(err.Error(), "may not hand beat leases") {
+		t.Fatalf("lease handover from a non-member: %v, want a refusal", err)
+	}
+	c.Settle()
+	for _, n := range c.Nodes() {
+		if got := ipsOn(t, n, "orders"); len(got) != 0 {
+			t.Fatalf("%s holds %v after the non-member's handover, want nothing", n.ID, got)
+		}
+	}
+
+	if _, err := c.Node(2).Transport.Request(ctx, "n1", registry.KindLeases, registry.LeaseHandoff(fake, 0)); err != nil {
+		t.Fatalf("lease handover from member n3: %v", err)
+	}
+	c.Settle()
+	if got := ipsOn(t, c.Node(0), "orders"); !slices.Equal(got, []string{fake.IP}) {
+		t.Fatalf("n1 holds %v after a member's handover, want %s", got, fake.IP)
+	}
+}

@@ -1,0 +1,243 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/transport"
+)
+
+// Lease takeover. A beat lease is renewed only where it runs, on the owner:
+// a light beat changes no record. So when a key comes back to a node after
+// the membership views differed (a partition heals: its owner was cut off
+// while the other side adopted the key and went on taking the client's
+// beats), the returning owner's copy is as old as the last change it saw,
+// and its lease as old as the last beat it took: without more, it would
+// serve the instance unhealthy, or delete it, although the client never
+// stopped beating. So the node that loses a key sends the key's new owner
+// the leases it ran, each with the age of its last beat, and the new owner
+// takes whichever last beat is newer, its own or the one handed over. The
+// new owner then writes a new revision, as for any change, so the single
+// writer rule holds; an instance deregistered on it within a lease period,
+// or whose handed lease has lapsed, stays gone.
+
+// kindLeases is the transport message kind of handed-over beat leases.
+const kindLeases transport.Kind = 65
+
+// maxHandedLeases bounds the leases in one message.
+const maxHandedLeases = 1000
+
+// leaseHandoff carries beat leases to the new owner of their keys. Tags are
+// part of the wire format.
+type leaseHandoff struct {
+	Leases []handedLease `msgpack:"l"`
+}
+
+// handedLease is one beat lease: the instance, and how long ago its last
+// beat was on the sender's clock (an age, not a time, so that clock skew
+// between nodes does not matter).
+type handedLease struct {
+	Inst model.Instance `msgpack:"i"`
+	Age  time.Duration  `msgpack:"a"`
+}
+
+// handedLeasesOf returns the leases of own beat publisher p, before it is
+// demoted. The caller holds mu.
+func (r *Registry) handedLeasesOf(p *publisher, now time.Time) []handedLease {
+	out := make([]handedLease, 0, len(p.insts))
+	for _, pi := range p.insts {
+		st, ok := r.beatLeases.Get(pi)
+		if !ok {
+			continue
+		}
+		out = append(out, handedLease{Inst: pi.inst.instance(pi.slot.svc), Age: max(now.Sub(st.LastTouch), 0)})
+	}
+	return out
+}
+
+// sendLeases hands leases over to their keys' new owners, in the
+// background: a handover that does not arrive leaves the new owner with
+// what it knew. The caller holds mu.
+func (r *Registry) sendLeases(byOwner map[string][]handedLease) {
+	for owner, leases := range byOwner {
+		for len(leases) > 0 {
+			n := min(len(leases), maxHandedLeases)
+			body, err := model.Marshal(&leaseHandoff{Leases: leases[:n]})
+			leases = leases[n:]
+			if err != nil { // plain structs of validated values always encode
+				r.log.Warn("encoding a lease handover", "err", err)
+				continue
+			}
+			r.sends.add()
+			r.goFunc(func() {
+				defer r.sends.done()
+				ctx, cancel := context.WithTimeout(r.runCtx, r.cfg.ForwardTimeout) // real time: the network's
+				defer cancel()
+				if _, err := r.trans.Request(ctx, owner, kindLeases, body); err != nil {
+					r.log.Debug("handing beat leases over failed", "to", owner, "err", err)
+				}
+			})
+		}
+	}
+}
+
+// serveLeases takes over the beat leases another node handed over.
+func (r *Registry) serveLeases(_ context.Context, from string, body []byte) ([]byte, error) {
+	if r.dist == nil || !r.isMember(from) {
+		return nil, fmt.Errorf("%w: %q may not hand beat leases to %s", ErrNotMember, from, r.cfg.NodeID)
+	}
+	var msg leaseHandoff
+	if err := model.Unmarshal(body, &msg); err != nil {
+		return nil, err
+	}
+	insts := make([]model.Instance, 0, len(msg.Leases))
+	ages := make([]time.Duration, 0, len(msg.Leases))
+	for _, l := range msg.Leases {
+		inst := l.Inst.WithDefaults()
+		if err := inst.Validate(r.cfg.Limits.model()); err != nil || !inst.Ephemeral || l.Age < 0 {
+			r.log.Warn("ignoring a malformed lease handover", "from", from, "err", err)
+			continue
+		}
+		insts = append(insts, inst)
+		ages = append(ages, l.Age)
+	}
+	if !r.dist.Ready() {
+		return nil, nil // loading: the peers' records, when adopted, carry the leases
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state.Load() != stateRunning {
+		return nil, ErrClosed
+	}
+	now := r.now()
+	var changed []*publisher // in the order of the message: deterministic
+	seen := make(map[*publisher]bool)
+	for i := range insts {
+		if !r.ownsKey(beatRecordKey(insts[i].IP, insts[i].Port)) {
+			continue // moved on again: its owner's records will tell
+		}
+		if p := r.takeLease(insts[i], now.Add(-ages[i]), now); p != nil && !seen[p] {
+			seen[p] = true
+			changed = append(changed, p)
+		}
+	}
+	for _, p := range changed {
+		r.pubChanged(p)
+	}
+	return nil, nil
+}
+
+// takeLease makes this node's lease of inst, whose key it owns, run from
+// last if that is newer than its own last beat, and returns the publisher
+// it changed, or nil. The caller holds mu and calls pubChanged.
+func (r *Registry) takeLease(inst model.Instance, last, now time.Time) *publisher {
+	t := inst.BeatTimings()
+	if !last.Add(t.Delete).After(now) {
+		return nil // lapsed: this node would have expired it too
+	}
+	to := beatTimeouts(t)
+	healthy := to.Unhealthy == 0 || last.Add(to.Unhealthy).After(now)
+	if pi := r.beatPubInst(inst.IP, inst.Port, inst.Cluster, inst.Service); pi != nil {
+		if st, ok := r.beatLeases.Get(pi); ok && !last.After(st.LastTouch) {
+			return nil // this node's own lease is as new
+		}
+		r.leaseFrom(pi, last)
+		if pi.inst.healthy != healthy {
+			pi.inst = pi.inst.withHealth(healthy)
+			r.changed(pi.slot.svc)
+		}
+		return pi.pub
+	}
+	if _, ok := r.beatDeregs.Get(inst.Key()); ok {
+		// Deregistered here within a lease period. The handed beat may be
+		// older or newer (an age only says how old it was when sent, not how
+		// long it travelled): the deregistration wins, and a client that
+		// beats on registers again.
+		return nil
+	}
+	p := r.beatPub(inst.IP, inst.Port)
+	if p == nil {
+		if rp := r.remote[beatRecordKey(inst.IP, inst.Port)]; rp != nil {
+			r.promote(rp, now)
+			p = rp
+		}
+	}
+	fresh := p == nil
+	if fresh {
+		p = &publisher{kind: pubBeat, port: uint16(inst.Port), id: model.Endpoint(inst.IP, inst.Port)}
+	}
+	inst.Healthy = healthy
+	pi, err := r.publish(p, inst, fresh) // a fresh publisher counts against the limits
+	if err != nil {
+		r.log.Warn("a handed-over instance conflicts with this node's index", "instance", inst.Key().String(), "err", err)
+		return nil
+	}
+	if fresh {
+		r.addBeatPub(inst.IP, p)
+	}
+	r.leaseFrom(pi, last)
+	return p
+}
+
+// noteDeregistered remembers, for as long as its lease would have run, that
+// the beat instance with key (published by pi, or not held here: nil) was
+// deregistered on this node, so that a lease handed over later does not
+// bring it back. The caller holds mu.
+func (r *Registry) noteDeregistered(key model.InstanceKey, pi *pubInst) {
+	if r.dist == nil {
+		return
+	}
+	ttl := model.DefaultIPDeleteTimeout
+	if pi != nil {
+		ttl = pi.inst.instance(pi.slot.svc).BeatTimings().Delete
+	}
+	putLease(r, &r.beatDeregs, key, ttl)
+}
+
+// pending counts background work, so that Tick can wait for it. Its zero
+// value is ready to use.
+type pending struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0; nil while n is 0
+}
+
+func (p *pending) add() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n == 0 {
+		p.idle = make(chan struct{})
+	}
+	p.n++
+}
+
+func (p *pending) done() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.n--
+	if p.n == 0 {
+		close(p.idle)
+		p.idle = nil
+	}
+}
+
+// wait blocks until nothing is pending, ctx ends or stop is closed.
+func (p *pending) wait(ctx context.Context, stop <-chan struct{}) error {
+	p.mu.Lock()
+	idle := p.idle
+	p.mu.Unlock()
+	if idle == nil {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-stop:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
