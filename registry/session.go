@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -95,7 +96,10 @@ func (s *Session) Register(ctx context.Context, inst model.Instance) error {
 // service (a second registration, or a BatchInstanceRequest, replaces the
 // first). Every instance must be ephemeral and belong to svc; an empty
 // insts removes the session's instances of svc. When an instance is
-// invalid, or the service is persistent (ErrKindMismatch), nothing changes.
+// invalid, or the service is persistent (ErrKindMismatch), nothing changes;
+// when the new set would pass a limit (ErrLimit), the session keeps its
+// instances (the instances that leave make room first, so a set of the
+// same size always fits), though the service's revision may move.
 func (s *Session) ReplaceService(ctx context.Context, svc model.ServiceKey, insts []model.Instance) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -114,7 +118,7 @@ func (s *Session) ReplaceService(ctx context.Context, svc model.ServiceKey, inst
 		if inst.Service != svc {
 			return &model.ValidationError{Field: "instance.service", Rule: "must be the replaced service " + svc.String(), Value: inst.Service.String()}
 		}
-		if err := inst.Validate(s.r.cfg.Limits); err != nil {
+		if err := s.r.validInstance(&inst); err != nil {
 			return err
 		}
 		next[i], keep[inst.Key()] = inst, true
@@ -124,8 +128,21 @@ func (s *Session) ReplaceService(ctx context.Context, svc model.ServiceKey, inst
 		if sv != nil && !sv.ephemeral {
 			return kindMismatch(sv)
 		}
-		// Publish first and undo on failure (a limit), so that an error
-		// leaves the session as it was.
+		// The instances that leave go first, so that they make room under
+		// the limits for those that come; on a failure (a limit) everything
+		// is put back, so that an error leaves the session as it was.
+		type gone struct {
+			inst *rec
+			svc  *service
+		}
+		var left []gone
+		for _, pi := range slices.Clone(s.pub.insts) {
+			if pi.slot.svc.key == svc && !keep[pi.slot.key()] {
+				left = append(left, gone{pi.inst, pi.slot.svc})
+				r.unpublish(pi, true)
+				r.changed(pi.slot.svc)
+			}
+		}
 		type undo struct {
 			pi   *pubInst
 			prev *rec // nil: the publication is new
@@ -138,7 +155,7 @@ func (s *Session) ReplaceService(ctx context.Context, svc model.ServiceKey, inst
 					prev = pi.inst
 				}
 			}
-			pi, err := r.publish(s.pub, next[i])
+			pi, err := r.publish(s.pub, next[i], true)
 			if err != nil {
 				for j := len(done) - 1; j >= 0; j-- {
 					if u := done[j]; u.prev != nil {
@@ -149,20 +166,13 @@ func (s *Session) ReplaceService(ctx context.Context, svc model.ServiceKey, inst
 						r.changed(u.pi.slot.svc)
 					}
 				}
+				for _, g := range left {
+					// Unlimited: this only restores what the session held.
+					_, _ = r.publish(s.pub, g.inst.instance(g.svc), false)
+				}
 				return err
 			}
 			done = append(done, undo{pi, prev})
-		}
-		var gone []*pubInst
-		for _, pi := range s.pub.insts {
-			if pi.slot.svc.key == svc && !keep[pi.slot.key()] {
-				gone = append(gone, pi)
-			}
-		}
-		for _, pi := range gone {
-			svc := pi.slot.svc
-			r.unpublish(pi, true)
-			r.changed(svc)
 		}
 		r.pubChanged(s.pub)
 		return nil

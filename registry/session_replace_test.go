@@ -8,6 +8,7 @@ import (
 
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/registry"
+	"github.com/muster-io/muster/registry/registrytest"
 )
 
 // TestSessionReplaceService: ReplaceService swaps a session's instances of
@@ -84,5 +85,36 @@ func TestSessionReplaceService(t *testing.T) {
 	_ = s.Close()
 	if err := s.ReplaceService(ctx, svcKey("a"), nil); !errors.Is(err, registry.ErrSessionClosed) {
 		t.Fatalf("on a closed session: %v", err)
+	}
+}
+
+// TestSessionReplaceServiceLimits: the instances that leave make room for
+// those that come, and a replacement past a limit changes nothing.
+func TestSessionReplaceServiceLimits(t *testing.T) {
+	cfg := registry.DefaultConfig()
+	cfg.Limits.MaxInstancesPerSession = 2
+	r := registrytest.New(t, registrytest.Options{Config: &cfg})
+	s, err := r.OpenSession(ctx, registry.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRegister(t, s, inst("a", 0), inst("a", 1))
+	if err := s.ReplaceService(ctx, svcKey("a"), []model.Instance{inst("a", 2), inst("a", 3)}); err != nil {
+		t.Fatalf("a replacement at the limit: %v", err)
+	}
+	before := all(t, r, "a")
+	err = s.ReplaceService(ctx, svcKey("a"), []model.Instance{inst("a", 4), inst("a", 5), inst("a", 6)})
+	if !errors.Is(err, registry.ErrLimit) {
+		t.Fatalf("a replacement past the limit: %v", err)
+	}
+	after := all(t, r, "a")
+	if !slices.Equal(ips(after), ips(before)) {
+		t.Fatalf("a refused replacement changed the service: %v → %v", ips(before), ips(after))
+	}
+	if len(s.Instances()) != 2 {
+		t.Fatalf("the session holds %d instances after a refused replacement", len(s.Instances()))
+	}
+	if err := r.CheckConsistency(); err != nil {
+		t.Fatal(err)
 	}
 }
