@@ -151,7 +151,6 @@ type Server struct {
 	cfg    Config
 	base   *slog.Logger // the packages of Muster add the node ID themselves
 	log    *slog.Logger
-	limits model.Limits
 
 	reg     *registry.Registry
 	tcp     *transport.TCP
@@ -256,6 +255,10 @@ func NewServer(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// standaloneDeployment is the Raft deployment ID of a durable standalone
+// node ("nacosd" in ASCII).
+const standaloneDeployment = 0x6e61636f7364
+
 // derive returns a key for purpose from the shared secret.
 func derive(secret []byte, purpose string) []byte {
 	h := sha256.New()
@@ -285,7 +288,6 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	s.limits = rcfg.Limits
 	if s.reg, err = registry.New(rcfg); err != nil {
 		return err
 	}
@@ -363,6 +365,9 @@ func (s *Server) registryConfig(ctx context.Context) (registry.Config, error) {
 		rc := raftstore.DefaultConfig()
 		rc.ReplicaID, rc.Transport, rc.Dir, rc.Logger = 1, tr, s.cfg.DataDir, s.base
 		rc.InitialMembers = map[uint64]string{1: s.cfg.NodeID}
+		// The only replica talks to no one (an in-process network), so no
+		// other deployment can reach it: a fixed ID serves.
+		rc.DeploymentID = standaloneDeployment
 		rc.RTTMillisecond = 10
 		cfg.Raft = &rc
 		return cfg, nil
