@@ -440,7 +440,6 @@ func (c *conn) onResponse(p *pb.Payload) {
 func (c *conn) instance(ctx context.Context, req *nRequest, clientIP string, ephemeral bool) *pb.Payload {
 	typ := "InstanceResponse"
 	svc := serviceKey(req.Namespace, req.GroupName, req.ServiceName)
-	c.g.s.metrics.namespace(svc.Namespace)
 	inst := toModel(svc, req.Instance)
 	inst.Ephemeral = ephemeral
 	var err error

@@ -221,7 +221,6 @@ func (s *Server) hInstance(w http.ResponseWriter, r *http.Request) {
 	case http.MethodPost: // register
 		inst, err := p.instance()
 		if err == nil {
-			s.metrics.namespace(inst.Service.Namespace)
 			err = s.reg.Register(ctx, inst)
 		}
 		if err != nil {
@@ -404,7 +403,6 @@ func (s *Server) hService(w http.ResponseWriter, r *http.Request) {
 	case http.MethodPost:
 		d, err := def()
 		if err == nil {
-			s.metrics.namespace(svc.Namespace)
 			err = s.reg.CreateService(ctx, d)
 		}
 		if err != nil {
@@ -562,19 +560,7 @@ func (s *Server) hCatalog(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) hMetrics(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	services, instances := 0, 0
-	for _, ns := range s.metrics.namespaces() {
-		all, err := s.allServices(ctx, ns, "")
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		services += len(all)
-		for _, sv := range all {
-			instances += sv.Instances
-		}
-	}
+	c := s.reg.Counts()
 	status := "UP"
 	if !s.reg.Ready() {
 		status = "DOWN"
@@ -587,34 +573,11 @@ func (s *Server) hMetrics(w http.ResponseWriter, r *http.Request) {
 	conns := len(s.api.snapshot())
 	p50, p99, pushes := s.metrics.percentiles()
 	writeJSON(w, map[string]any{
-		"status": status, "serviceCount": services, "instanceCount": instances,
+		"status": status, "serviceCount": c.Services, "instanceCount": c.Instances, "watcherCount": c.Watchers,
 		"subscribeCount": s.subs.n.Load() + int64(s.udp.count()), "clientCount": conns + s.udp.count(),
 		"connectionBasedClientCount": conns, "responsibleClientCount": conns,
 		"pushCount": pushes, "pushP50Ms": p50.Milliseconds(), "pushP99Ms": p99.Milliseconds(),
 		"mem": float64(ms.HeapInuse) / float64(max(ms.Sys, 1)), "cpu": 0, "load": 0,
 		"heapInuseBytes": ms.HeapInuse, "goroutines": runtime.NumGoroutine(),
 	})
-}
-
-// namespaces tracks the namespaces written to through this node, which
-// operator/metrics counts.
-func (m *metrics) namespace(ns string) {
-	m.nsMu.Lock()
-	defer m.nsMu.Unlock()
-	if m.ns == nil {
-		m.ns = map[string]bool{}
-	}
-	m.ns[namespaceOf(ns)] = true
-}
-
-func (m *metrics) namespaces() []string {
-	m.nsMu.Lock()
-	defer m.nsMu.Unlock()
-	out := []string{model.DefaultNamespace}
-	for ns := range m.ns {
-		if ns != model.DefaultNamespace {
-			out = append(out, ns)
-		}
-	}
-	return out
 }

@@ -148,9 +148,9 @@ func (c *Config) Validate() error {
 // Server is one nacosd node: a Muster registry behind Nacos's gRPC and
 // HTTP APIs.
 type Server struct {
-	cfg    Config
-	base   *slog.Logger // the packages of Muster add the node ID themselves
-	log    *slog.Logger
+	cfg  Config
+	base *slog.Logger // the packages of Muster add the node ID themselves
+	log  *slog.Logger
 
 	reg     *registry.Registry
 	tcp     *transport.TCP
@@ -199,9 +199,6 @@ type metrics struct {
 	failures int64
 	lat      []time.Duration // a ring of the last push latencies
 	next     int
-
-	nsMu sync.Mutex
-	ns   map[string]bool
 }
 
 func (m *metrics) push(d time.Duration) {
