@@ -215,3 +215,66 @@ func TestClusterFailover(t *testing.T) {
 func mQuery(svc string) mmodel.Query {
 	return mmodel.Query{Service: mmodel.ServiceKey{Name: svc}, IncludeDisabled: true}
 }
+
+// TestClusterGracefulShutdown: a node shut down gracefully tells its client
+// to move (ConnectResetRequest); the client reconnects to another node and
+// registers there, and its instance never leaves the survivors.
+func TestClusterGracefulShutdown(t *testing.T) {
+	skipUnderRace(t)
+	nodes := startCluster(t, 3)
+	var addrs []string
+	for _, s := range nodes {
+		addrs = append(addrs, s.HTTPAddr())
+	}
+	c := newClient(t, addrs...)
+	register(t, c, "moved", "", "10.9.0.1", 80, 1)
+	victim := -1
+	eventually(t, 5*time.Second, "the client's connection is found", func() bool {
+		for i, s := range nodes {
+			if len(s.api.snapshot()) == 1 {
+				victim = i
+				return true
+			}
+		}
+		return false
+	})
+	survivor := nodes[(victim+1)%3]
+	eventually(t, 5*time.Second, "the instance replicates", func() bool { return len(served(t, survivor, "moved")) == 1 })
+	missing := make(chan bool, 1)
+	stop := make(chan struct{})
+	go func() {
+		gone := false
+		for {
+			select {
+			case <-stop:
+				missing <- gone
+				return
+			default:
+			}
+			if v, err := survivor.Registry().Query(context.Background(), mQuery("moved")); err == nil && len(v.Instances) == 0 {
+				gone = true
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	if err := nodes[victim].Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the client is connected to a survivor", func() bool {
+		for i, s := range nodes {
+			if i != victim && len(s.api.snapshot()) == 1 {
+				return true
+			}
+		}
+		return false
+	})
+	close(stop)
+	if <-missing {
+		t.Fatal("the instance left the survivors during a graceful shutdown")
+	}
+	for i, s := range nodes {
+		if i != victim && len(served(t, s, "moved")) != 1 {
+			t.Fatalf("node %d does not serve the moved instance", i+1)
+		}
+	}
+}

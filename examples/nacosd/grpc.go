@@ -122,6 +122,14 @@ func (g *grpcAPI) Request(ctx context.Context, p *pb.Payload) (*pb.Payload, erro
 	c.touch()
 	switch typ {
 	case "HealthCheckRequest":
+		g.mu.Lock()
+		closing := g.closing
+		g.mu.Unlock()
+		if closing {
+			// A client told to reconnect first checks whether its server
+			// still answers, and stays if it does.
+			return nil, status.Error(codes.Unavailable, "nacosd is shutting down")
+		}
 		return payload("HealthCheckResponse", ok(req.RequestID)), nil
 	case "InstanceRequest":
 		return c.instance(ctx, &req, p.GetMetadata().GetClientIp(), true), nil
@@ -226,10 +234,28 @@ func (g *grpcAPI) RequestBiStream(stream pb.BiRequestStream_RequestBiStreamServe
 	if g.conns[addr] == c {
 		delete(g.conns, addr)
 	}
+	// After a ConnectResetRequest the client moves to another node and
+	// registers there again; its session here stays until the registry
+	// closes (after a grace period), so that its instances never leave in
+	// between.
+	handover := g.closing && len(g.s.cfg.Peers) > 1
 	g.mu.Unlock()
-	c.close()
-	c.log.Info("connection closed", "reason", err)
+	c.close(!handover)
+	c.log.Info("connection closed", "reason", err, "sessionKept", handover)
 	return nil
+}
+
+// drain waits until every connection has ended, or ctx ends.
+func (g *grpcAPI) drain(ctx context.Context) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for len(g.snapshot()) > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // snapshot returns the live connections.
@@ -259,14 +285,14 @@ func (g *grpcAPI) detect(ctx context.Context, idle, timeout time.Duration) {
 			if time.Since(time.UnixMilli(c.lastActive.Load())) < idle {
 				continue
 			}
-			go func() {
+			g.s.goFunc(func() { // counted: detect itself is, so this Add precedes the Wait
 				rctx, cancel := context.WithTimeout(ctx, timeout)
 				defer cancel()
 				if _, err := c.call(rctx, "ClientDetectionRequest", map[string]any{"module": "internal"}); err != nil && ctx.Err() == nil {
 					c.log.Warn("client does not answer ClientDetectionRequest; closing its connection", "err", err)
 					c.kill()
 				}
-			}()
+			})
 		}
 	}
 }
@@ -353,9 +379,9 @@ func (c *conn) touch() { c.lastActive.Store(time.Now().UnixMilli()) }
 // kill ends the connection from the server's side.
 func (c *conn) kill() { c.cancel() }
 
-// close ends the session (its instances leave) and the subscriptions, and
-// waits for the push loops.
-func (c *conn) close() {
+// close ends the subscriptions and, with endSession, the session (its
+// instances leave), and waits for the push loops.
+func (c *conn) close(endSession bool) {
 	c.cancel()
 	c.mu.Lock()
 	c.closed = true
@@ -365,7 +391,9 @@ func (c *conn) close() {
 	}
 	c.subs = map[subKey]*subscription{}
 	c.mu.Unlock()
-	_ = c.sess.Close()
+	if endSession {
+		_ = c.sess.Close()
+	}
 	c.wg.Wait()
 }
 

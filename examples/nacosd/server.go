@@ -65,6 +65,12 @@ type Config struct {
 	// does not answer within DetectTimeout.
 	IdleTimeout   time.Duration
 	DetectTimeout time.Duration
+	// DrainTimeout bounds how long a graceful shutdown waits for clients
+	// told to reconnect elsewhere to leave; ResetGrace is how long their
+	// sessions outlive their connections, while they register again on
+	// another node.
+	DrainTimeout time.Duration
+	ResetGrace   time.Duration
 	// MaxSubscriptions caps the subscriptions (watches) of all clients.
 	MaxSubscriptions int
 	// UDPPushRetries and UDPAckTimeout govern UDP pushes to 1.x clients.
@@ -86,6 +92,8 @@ func DefaultConfig() Config {
 		PushRetries:      5,
 		IdleTimeout:      20 * time.Second,
 		DetectTimeout:    3 * time.Second,
+		DrainTimeout:     3 * time.Second,
+		ResetGrace:       500 * time.Millisecond,
 		MaxSubscriptions: 1 << 20,
 		UDPPushRetries:   3,
 		UDPAckTimeout:    time.Second,
@@ -139,7 +147,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("-node-id %q is not in the peer list", c.NodeID))
 		}
 	}
-	if c.PushTimeout <= 0 || c.PushRetries < 1 || c.IdleTimeout <= 0 || c.DetectTimeout <= 0 {
+	if c.PushTimeout <= 0 || c.PushRetries < 1 || c.IdleTimeout <= 0 || c.DetectTimeout <= 0 || c.DrainTimeout < 0 || c.ResetGrace < 0 {
 		errs = append(errs, errors.New("push and detection timings must be positive"))
 	}
 	return errors.Join(errs...)
@@ -314,6 +322,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.goFunc(func() { _ = s.httpSrv.Serve(s.httpLn) })
 	s.goFunc(func() { s.api.detect(s.ctx, s.cfg.IdleTimeout, s.cfg.DetectTimeout) })
 	s.goFunc(func() { s.udp.run(s.ctx) })
+	s.goFunc(s.udp.readAcks)
 	s.log.Info("nacosd started", "http", s.httpLn.Addr().String(), "grpc", s.grpcLn.Addr().String(),
 		"cluster", len(s.cfg.Peers) > 0, "durable", s.cfg.DataDir != "")
 	return nil
@@ -487,9 +496,19 @@ func (s *Server) Kill() {
 
 func (s *Server) shutdown(graceful bool) {
 	if s.api != nil && graceful {
+		// Clients are told to move, then given time to: their connections
+		// end as they reconnect elsewhere, and their sessions here stay a
+		// grace period longer, while they register again on their new node.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		s.api.reset(ctx)
 		cancel()
+		if len(s.cfg.Peers) > 1 { // standalone, there is nowhere to go
+			ctx, cancel = context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+			s.api.drain(ctx)
+			cancel()
+			t := time.NewTimer(s.cfg.ResetGrace)
+			<-t.C
+		}
 	}
 	if s.httpSrv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -23,10 +23,11 @@ type udpPusher struct {
 	s    *Server
 	conn *net.UDPConn
 
-	mu   sync.Mutex
-	subs map[udpKey]*udpSub
-	acks map[string]chan struct{} // lastRefTime → waiting push
-	wg   sync.WaitGroup
+	mu     sync.Mutex
+	subs   map[udpKey]*udpSub
+	acks   map[string]chan struct{} // lastRefTime → waiting push
+	closed bool
+	wg     sync.WaitGroup // push loops
 }
 
 const subscriberTTL = 30 * time.Second
@@ -57,36 +58,35 @@ func newUDPPusher(s *Server) (*udpPusher, error) {
 	return &udpPusher{s: s, conn: c, subs: map[udpKey]*udpSub{}, acks: map[string]chan struct{}{}}, nil
 }
 
-// run reads acknowledgements and expires silent subscribers until ctx ends.
-func (u *udpPusher) run(ctx context.Context) {
-	u.wg.Add(1)
-	go func() {
-		defer u.wg.Done()
-		buf := make([]byte, 64<<10)
-		for {
-			n, from, err := u.conn.ReadFromUDP(buf)
-			if err != nil {
-				return // closed
-			}
-			var ack struct {
-				Type        string `json:"type"`
-				LastRefTime string `json:"lastRefTime"`
-			}
-			if json.Unmarshal(buf[:n], &ack) != nil {
-				continue
-			}
-			u.s.log.Debug("udp ack", "from", from.String(), "ack", string(buf[:n]))
-			u.mu.Lock()
-			ch := u.acks[ack.LastRefTime] // lastRefTime values are unique on this node
-			u.mu.Unlock()
-			if ch != nil {
-				select {
-				case ch <- struct{}{}:
-				default:
-				}
+// readAcks reads the clients' acknowledgements until the socket closes.
+func (u *udpPusher) readAcks() {
+	buf := make([]byte, 64<<10)
+	for {
+		n, _, err := u.conn.ReadFromUDP(buf)
+		if err != nil {
+			return // closed
+		}
+		var ack struct {
+			Type        string `json:"type"`
+			LastRefTime string `json:"lastRefTime"`
+		}
+		if json.Unmarshal(buf[:n], &ack) != nil {
+			continue
+		}
+		u.mu.Lock()
+		ch := u.acks[ack.LastRefTime] // lastRefTime values are unique on this node
+		u.mu.Unlock()
+		if ch != nil {
+			select {
+			case ch <- struct{}{}:
+			default:
 			}
 		}
-	}()
+	}
+}
+
+// run expires silent subscribers until ctx ends.
+func (u *udpPusher) run(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -111,7 +111,12 @@ func (u *udpPusher) run(ctx context.Context) {
 	}
 }
 
+// close closes the socket and waits for the push loops; no subscriber is
+// added afterwards.
 func (u *udpPusher) close() {
+	u.mu.Lock()
+	u.closed = true
+	u.mu.Unlock()
 	_ = u.conn.Close()
 	u.wg.Wait()
 }
@@ -135,7 +140,7 @@ func (u *udpPusher) subscribe(addr string, q model.Query, name, clusters string)
 		s.lastSeen = time.Now()
 		return
 	}
-	if u.s.ctx.Err() != nil {
+	if u.closed || u.s.ctx.Err() != nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(u.s.ctx)
