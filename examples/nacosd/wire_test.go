@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -238,4 +239,42 @@ func TestWireSilentClientDropped(t *testing.T) {
 	w.ack.Store(false) // from now on the client reads but never answers
 	w.next("ClientDetectionRequest", 2*time.Second)
 	eventually(t, 3*time.Second, "the silent client's instances leave", func() bool { return len(served(t, s, "silent")) == 0 })
+}
+
+// TestClusterWire: a 3-node cluster driven by hand-written clients: a
+// registration on n1 is pushed to a subscriber on n2, and when the nodes
+// close, no goroutine of theirs (transport, memberlist, Distro, Raft,
+// health checks, gRPC, UDP) is left. It runs under -race too.
+func TestClusterWire(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	nodes := startCluster(t, 3)
+	sub := dialWire(t, nodes[1].GRPCAddr(), true)
+	var sr subscribeServiceResponse
+	sub.call("SubscribeServiceRequest", map[string]any{"serviceName": "cw", "subscribe": true, "clusters": ""}, &sr)
+	if !sr.Success {
+		t.Fatalf("subscribe: %+v", sr)
+	}
+	pub := dialWire(t, nodes[0].GRPCAddr(), true)
+	var r response
+	pub.call("InstanceRequest", map[string]any{"serviceName": "cw", "type": "registerInstance", "instance": inst("10.0.0.1", 80)}, &r)
+	if !r.Success {
+		t.Fatalf("register: %+v", r)
+	}
+	var push struct {
+		ServiceInfo nServiceInfo `json:"serviceInfo"`
+	}
+	if err := json.Unmarshal(sub.next("NotifySubscriberRequest", 5*time.Second).GetBody().GetValue(), &push); err != nil {
+		t.Fatal(err)
+	}
+	if len(push.ServiceInfo.Hosts) != 1 {
+		t.Fatalf("push on n2 of a registration on n1: %+v", push.ServiceInfo)
+	}
+	pub.close()
+	sub.close()
+	var wg sync.WaitGroup
+	for _, s := range nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = s.Close() }()
+	}
+	wg.Wait()
 }
