@@ -305,10 +305,10 @@ func (s *Server) hInstanceList(w http.ResponseWriter, r *http.Request) {
 	}
 	name := p.str("serviceName") // echoed verbatim: the client's cache key
 	if udpPort, _ := p.integer("udpPort", 0); udpPort > 0 && udpPort <= 65535 {
-		ip := p.str("clientIP")
-		if net.ParseIP(ip) == nil {
-			ip, _, _ = net.SplitHostPort(r.RemoteAddr)
-		}
+		// Pushes go to the host the request came from, not to the
+		// clientIP parameter (Nacos's choice), which anyone could set to
+		// make this node send UDP to a third party.
+		ip, _, _ := net.SplitHostPort(r.RemoteAddr)
 		s.udp.subscribe(net.JoinHostPort(ip, strconv.Itoa(udpPort)), model.Query{Service: svc, Clusters: q.Clusters}, name, clusters)
 	}
 	si := serviceInfo(v, name, svc.Group, clusters, s.ref.next())
