@@ -22,7 +22,7 @@ func TestFlags(t *testing.T) {
 	conf := filepath.Join(t.TempDir(), "cluster.conf")
 	_ = os.WriteFile(conf, []byte("# nodes\nn1=127.0.0.1:8848\nn2=127.0.0.1:8858 # second\n"), 0o600)
 
-	cfg, _, err := parseFlags([]string{"-addr", "127.0.0.1:9000", "-node-id", "n1", "-cluster-conf", conf, "-secret-file", secret}, io.Discard)
+	cfg, _, err := parseFlags([]string{"-addr", "127.0.0.1:8848", "-node-id", "n1", "-cluster-conf", conf, "-secret-file", secret}, io.Discard)
 	if err != nil || len(cfg.Peers) != 2 || cfg.Peers[1].Addr != "127.0.0.1:8858" || string(cfg.Secret) != "0123456789abcdef0123" {
 		t.Fatalf("good flags: %+v %v", cfg, err)
 	}
@@ -37,8 +37,9 @@ func TestFlags(t *testing.T) {
 		{[]string{"-peers", "n1=127.0.0.1:8848", "-node-id", "n1", "-secret-file", short}, "at least 16 bytes"},
 		{[]string{"-peers", "n1=127.0.0.1:8848", "-node-id", "n9", "-secret-file", secret}, "not in the peer list"},
 		{[]string{"-peers", "127.0.0.1:8848"}, "want id=host:port"},
-		{[]string{"-peers", "n1=127.0.0.1:500", "-node-id", "n1", "-secret-file", secret}, "out of range"},
+		{[]string{"-addr", "127.0.0.1:500", "-peers", "n1=127.0.0.1:500", "-node-id", "n1", "-secret-file", secret}, "out of range"},
 		{[]string{"-node-id", "n1"}, "need -peers"},
+		{[]string{"-addr", "127.0.0.1:9000", "-peers", "n1=127.0.0.1:8848", "-node-id", "n1", "-secret-file", secret}, "own entry must be its -addr"},
 		{[]string{"-log-level", "loud"}, "-log-level"},
 		{[]string{"-bogus"}, "bogus"},
 		{[]string{"extra"}, "unexpected arguments"},

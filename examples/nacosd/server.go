@@ -141,7 +141,12 @@ func (c *Config) Validate() error {
 					break
 				}
 			}
-			self = self || p.ID == c.NodeID
+			if p.ID == c.NodeID {
+				self = true
+				if p.Addr != c.HTTPAddr {
+					errs = append(errs, fmt.Errorf("peer %s is %s but -addr is %s: a node's own entry must be its -addr", p.ID, p.Addr, c.HTTPAddr))
+				}
+			}
 		}
 		if c.NodeID != "" && !self {
 			errs = append(errs, fmt.Errorf("-node-id %q is not in the peer list", c.NodeID))
@@ -316,7 +321,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if s.udp, err = newUDPPusher(s); err != nil {
 		return err
 	}
-	s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 
 	s.goFunc(func() { _ = s.grpcSrv.Serve(s.grpcLn) })
 	s.goFunc(func() { _ = s.httpSrv.Serve(s.httpLn) })
