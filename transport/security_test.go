@@ -357,7 +357,10 @@ func TestDefaultVerifyPeerID(t *testing.T) {
 // closed by the handshake deadline.
 func TestSecurityIdleConnectionFlood(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	for _, hosts := range []int{1, 10} {
+	// 20 and 300 hosts can fill MaxHandshakes (16 x 16 = 256) although each
+	// stays under MaxHandshakesPerIP; the real peer's handshake then takes
+	// the slot of the oldest pending one of the busiest address.
+	for _, hosts := range []int{1, 10, 20, 300} {
 		t.Run(fmt.Sprintf("%d hosts", hosts), func(t *testing.T) {
 			c := newTCPCluster(t, 0, func(cfg *TCPConfig) { cfg.HandshakeTimeout = 3 * time.Second })
 			defer c.CloseAll()
@@ -371,13 +374,15 @@ func TestSecurityIdleConnectionFlood(t *testing.T) {
 				}
 			}()
 			for i := range total {
-				nc, err := dialFrom(fmt.Sprintf("127.0.1.%d", 1+i%hosts), b.Addr())
+				h := i % hosts // 127.0.1.1 ... 127.0.2.50
+				nc, err := dialFrom(fmt.Sprintf("127.0.%d.%d", 1+h/250, 1+h%250), b.Addr())
 				if err != nil {
 					t.Fatalf("attacker dial %d: %v", i, err)
 				}
 				conns = append(conns, nc)
 			}
-			held := min(total, hosts*DefaultTCPConfig().MaxHandshakesPerIP)
+			cfg := DefaultTCPConfig()
+			held := min(total, hosts*cfg.MaxHandshakesPerIP, cfg.MaxHandshakes)
 			eventually(t, "the surplus closed at once", func() bool { return b.Stats().Limited == total-uint64(held) })
 			// The real peer, from 127.0.0.1, is served while the held
 			// connections still wait for their deadline.
@@ -385,18 +390,25 @@ func TestSecurityIdleConnectionFlood(t *testing.T) {
 			if got, err := a.Request(testCtx(t), "b", 1, []byte("hi")); err != nil || string(got) != "a:hi" {
 				t.Fatalf("real peer during the flood: %q %v", got, err)
 			}
+			evicted := 0
+			if held == cfg.MaxHandshakes {
+				evicted = 1 // the real peer's handshake took one slot
+			}
+			if l := b.Stats().Limited; l != total-uint64(held)+uint64(evicted) {
+				t.Fatalf("Limited = %d, want %d", l, total-held+evicted)
+			}
 			b.hmu.Lock()
 			still := b.hsTotal
 			b.hmu.Unlock()
-			if still < held { // (the real peer's own slot may not be released yet)
-				t.Fatalf("%d of the flood's %d handshakes still held when the real peer was served: the test did not overlap them", still, held)
+			if still < held-evicted {
+				t.Fatalf("%d of the flood's %d handshakes still held when the real peer was served: the test did not overlap them", still, held-evicted)
 			}
 			// Every attacker connection ends: the surplus at once, the rest
 			// at the handshake deadline.
 			for _, nc := range conns {
 				expectClosed(t, nc)
 			}
-			eventually(t, "held ones refused at the deadline", func() bool { return b.Stats().Refused == uint64(held) })
+			eventually(t, "held ones refused at the deadline", func() bool { return b.Stats().Refused == uint64(held-evicted) })
 			b.hmu.Lock()
 			left := b.hsTotal
 			b.hmu.Unlock()

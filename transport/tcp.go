@@ -41,10 +41,13 @@ type TCP struct {
 	// dialContext connects; tests replace it (a self-connection).
 	dialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
-	hmu      sync.Mutex     // guards hsTotal and hsByIP
-	hsTotal  int            // inbound handshakes in progress
-	hsByIP   map[string]int // the same per source IP
-	limitLog atomic.Uint64  // spaces the logs of refusals at the limits
+	hmu      sync.Mutex                     // guards hsTotal, hsByIP and hsSeq
+	hsTotal  int                            // inbound handshakes in progress
+	hsByIP   map[string][]*pendingHandshake // the same per source IP, oldest first
+	hsSeq    uint64                         // admission order of pending handshakes
+	limitLog atomic.Uint64                  // spaces the logs of refusals at the limits
+	keptLog  atomic.Uint64                  // spaces the logs of inbound connections refused as duplicate
+	dupLog   atomic.Uint64                  // spaces the logs of our dials refused as duplicate
 
 	stats struct {
 		dials, dialFailures, refused, shed     atomic.Uint64
@@ -100,7 +103,7 @@ func NewTCP(cfg TCPConfig) (*TCP, error) {
 		maxBody: cfg.MaxFrameSize,
 		peers:   make(map[string]*peer),
 		conns:   make(map[*conn]struct{}),
-		hsByIP:  make(map[string]int),
+		hsByIP:  make(map[string][]*pendingHandshake),
 	}
 	if cfg.TLS != nil {
 		t.tlsCfg.Store(cfg.TLS)
@@ -672,23 +675,37 @@ func (t *TCP) acceptLoop(ln net.Listener) {
 			continue
 		}
 		ip := remoteIP(nc)
-		if reason := t.admit(ip); reason != "" {
+		ph, evicted, reason := t.admit(ip, nc)
+		if evicted != nil {
+			// Closing it fails its handshake; its goroutine ends and its
+			// release is a no-op (the slot went to ph).
+			_ = evicted.nc.Close()
+			t.stats.limited.Add(1)
+			t.logLimit("closed the oldest pending handshake of the address holding the most slots: handshake slots full", evicted.ip)
+		}
+		if ph == nil {
 			_ = nc.Close()
 			t.stats.limited.Add(1)
-			if n := t.limitLog.Add(1); n&(n-1) == 0 { // 1st, 2nd, 4th, ...: a flood must not flood the log
-				t.log.Warn("refused inbound connection: "+reason, "remote", ip, "refused_total", n,
-					"max_handshakes", t.cfg.MaxHandshakes, "max_handshakes_per_ip", t.cfg.MaxHandshakesPerIP)
-			}
+			t.logLimit(reason, ip)
 			continue
 		}
 		if !t.goFunc(func() {
-			defer t.release(ip)
-			t.accept(nc)
+			defer t.release(ph)
+			t.accept(nc, ph)
 		}) {
-			t.release(ip)
+			t.release(ph)
 			_ = nc.Close()
 			return
 		}
+	}
+}
+
+// logLimit logs a connection closed at the handshake limits, with
+// exponential spacing (1st, 2nd, 4th, ...): a flood must not flood the log.
+func (t *TCP) logLimit(reason, ip string) {
+	if n := t.limitLog.Add(1); n&(n-1) == 0 {
+		t.log.Warn("refused inbound connection: "+reason, "remote", ip, "refused_total", n,
+			"max_handshakes", t.cfg.MaxHandshakes, "max_handshakes_per_ip", t.cfg.MaxHandshakesPerIP)
 	}
 }
 
@@ -709,37 +726,88 @@ func remoteIP(nc net.Conn) string {
 	return host
 }
 
-// admit takes a handshake slot for a connection from ip, or returns why
-// not.
-func (t *TCP) admit(ip string) string {
-	t.hmu.Lock()
-	defer t.hmu.Unlock()
-	switch {
-	case t.hsTotal >= t.cfg.MaxHandshakes:
-		return "too many handshakes in progress"
-	case t.hsByIP[ip] >= t.cfg.MaxHandshakesPerIP:
-		return "too many handshakes in progress from this address"
-	}
-	t.hsTotal++
-	t.hsByIP[ip]++
-	return ""
+// pendingHandshake is an inbound connection holding a handshake slot.
+type pendingHandshake struct {
+	ip      string
+	nc      net.Conn
+	seq     uint64 // admission order
+	evicted bool   // its slot was given to a newer connection; guarded by hmu
+	done    bool   // released; guarded by hmu
 }
 
-// release returns the slot admit took.
-func (t *TCP) release(ip string) {
+// admit takes a handshake slot for nc, from ip. When every slot is taken
+// and ip holds fewer than the address holding the most, the oldest pending
+// handshake of that address (the oldest among several with as many) loses
+// its slot to nc and is returned as evicted, for the caller to close: an
+// attacker with many addresses can then delay a member's handshake only by
+// opening connections faster than the member completes one round trip,
+// never lock it out by holding slots idle. Otherwise ph is nil and reason
+// says why nc is refused.
+func (t *TCP) admit(ip string, nc net.Conn) (ph, evicted *pendingHandshake, reason string) {
 	t.hmu.Lock()
 	defer t.hmu.Unlock()
-	t.hsTotal--
-	if t.hsByIP[ip]--; t.hsByIP[ip] <= 0 {
-		delete(t.hsByIP, ip)
+	mine := len(t.hsByIP[ip])
+	if mine >= t.cfg.MaxHandshakesPerIP {
+		return nil, nil, "too many handshakes in progress from this address"
 	}
+	if t.hsTotal >= t.cfg.MaxHandshakes {
+		var victim []*pendingHandshake
+		for _, l := range t.hsByIP {
+			if len(l) > len(victim) || (len(l) == len(victim) && len(l) > 0 && l[0].seq < victim[0].seq) {
+				victim = l
+			}
+		}
+		if len(victim) <= mine {
+			return nil, nil, "too many handshakes in progress"
+		}
+		evicted = victim[0]
+		evicted.evicted = true
+		t.dropLocked(evicted)
+	}
+	t.hsSeq++
+	ph = &pendingHandshake{ip: ip, nc: nc, seq: t.hsSeq}
+	t.hsTotal++
+	t.hsByIP[ip] = append(t.hsByIP[ip], ph)
+	return ph, evicted, ""
+}
+
+// dropLocked removes ph from the pending handshakes.
+func (t *TCP) dropLocked(ph *pendingHandshake) {
+	t.hsTotal--
+	l := t.hsByIP[ph.ip]
+	if i := slices.Index(l, ph); i >= 0 {
+		l = slices.Delete(l, i, i+1)
+	}
+	if len(l) == 0 {
+		delete(t.hsByIP, ph.ip)
+	} else {
+		t.hsByIP[ph.ip] = l
+	}
+}
+
+// release returns the slot admit took, unless it was given away.
+func (t *TCP) release(ph *pendingHandshake) {
+	t.hmu.Lock()
+	defer t.hmu.Unlock()
+	if !ph.evicted && !ph.done {
+		t.dropLocked(ph)
+	}
+	ph.done = true
+}
+
+// wasEvicted reports whether ph lost its slot to a newer connection.
+func (t *TCP) wasEvicted(ph *pendingHandshake) bool {
+	t.hmu.Lock()
+	defer t.hmu.Unlock()
+	return ph.evicted
 }
 
 // accept runs the server handshake on an inbound connection.
-func (t *TCP) accept(nc net.Conn) {
+func (t *TCP) accept(nc net.Conn, ph *pendingHandshake) {
 	remote := nc.RemoteAddr().String()
 	ctx, done := t.handshakeCtx(t.ctx, nc)
 	c, status, err := t.serverHandshake(ctx, nc)
+	t.release(ph) // authenticated (or refused): the slot is free, and no longer to be evicted
 	if !done() && err == nil {
 		err = fmt.Errorf("%w: timed out", ErrHandshake)
 	}
@@ -748,7 +816,7 @@ func (t *TCP) accept(nc net.Conn) {
 		if c != nil {
 			c.close("handshake failed")
 		}
-		if t.ctx.Err() == nil {
+		if t.ctx.Err() == nil && !t.wasEvicted(ph) { // an eviction is counted in Limited
 			t.stats.refused.Add(1)
 			t.log.Warn("refused inbound connection", "remote", remote, "err", err)
 		}
