@@ -39,7 +39,7 @@ func handshakeAs(nc net.Conn, id, to string, secret []byte) (uint8, error) {
 	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
 	defer nc.SetDeadline(time.Time{})
 	cn := newNonce()
-	if err := writeHello(nc, hello{Magic: helloMagic, Version: helloVersion, Node: id, To: to, Nonce: cn}); err != nil {
+	if err := writeHello(nc, hello{Magic: helloMagic, Version: helloVersion, Max: protoVersion, Node: id, To: to, Nonce: cn}); err != nil {
 		return 0, err
 	}
 	sh, err := readHello(nc)
@@ -758,7 +758,7 @@ func TestTCPReloadTLS(t *testing.T) {
 
 // A restarted node whose previous connection the peer still holds (its
 // host's reset is what reveals it as dead) gets through on its first dial:
-// the held connection is probed, and once it closes the new one is
+// the held connection is probed (a ping), and once it closes the new one is
 // installed, with no failed call.
 func TestTCPInboundAfterStaleConn(t *testing.T) {
 	defer goleak.VerifyNone(t)
@@ -780,8 +780,8 @@ func TestTCPInboundAfterStaleConn(t *testing.T) {
 			buf := make([]byte, binary.BigEndian.Uint32(lb[:]))
 			if _, err = io.ReadFull(old, buf); err == nil {
 				var h header
-				if h, _, err = decodeFrame(buf, 0); err == nil && (h.flags != flagResponse || h.id != 0) {
-					err = fmt.Errorf("first frame %+v, want the probe", h)
+				if h, _, err = decodeFrame(buf, 0); err == nil && h.flags != flagPing {
+					err = fmt.Errorf("first frame %+v, want the probe's ping", h)
 				}
 			}
 		}
@@ -877,5 +877,80 @@ func TestTCPGetCertificateRotation(t *testing.T) {
 	}
 	if after := serial(); after == before || after != leaf.SerialNumber.String() {
 		t.Fatalf("b's certificate serial %s before, %s after the rotation", before, after)
+	}
+}
+
+// Fault: a node restarts on a new address while its peer still holds its
+// old connection, which nothing will ever reset (simulated by a raw peer
+// that completed the handshake and then went silent). The new
+// incarnation's first request gets through within about a second: the
+// takeover probe's ping gets no answer in 250 ms, so the held connection
+// is closed and the new one installed.
+func TestSecurityRestartOnNewAddress(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	c := newTCPCluster(t, 0, nil)
+	defer c.CloseAll()
+	b := c.Node(t, "b").(*TCP)
+	b.Handle(1, echo)
+	old := rawPeer(t, b.Addr(), "a", "b") // the old incarnation of a, now silent
+	defer old.Close()
+	eventually(t, "b holds the old connection", func() bool { n, slot := connCount(b, "a"); return n == 1 && slot != "" })
+	a := c.Node(t, "a") // the new incarnation, on a new port
+	a.Handle(1, echo)
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	if got, err := a.Request(ctx, "b", 1, []byte("new")); err != nil || string(got) != "a:new" {
+		t.Fatalf("the restarted node's first request: %q %v", got, err)
+	}
+	expectClosed(t, old)
+	if st := b.Stats(); st.Kept != 0 {
+		t.Fatalf("the new connection was refused: %+v", st)
+	}
+	// b's requests now reach the new a.
+	if got, err := b.Request(testCtx(t), "a", 1, nil); err != nil || string(got) != "b:" {
+		t.Fatalf("b -> new a: %q %v", got, err)
+	}
+}
+
+// A refusal kept as duplicate (an impostor with the secret, while the real
+// node's connection answers the probe) is logged at Warn by both sides.
+func TestSecurityDuplicateLoggedBothSides(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var logs syncBuffer
+	c := newTCPCluster(t, 0, func(cfg *TCPConfig) { cfg.Logger = bufLogger(&logs).With("test-node", cfg.NodeID) })
+	defer c.CloseAll()
+	n1 := c.Node(t, "n1").(*TCP)
+	n2 := c.Node(t, "n2").(*TCP)
+	n2.Handle(1, echo)
+	ctx := testCtx(t)
+	if _, err := n1.Request(ctx, "n2", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.config(t, "n1") // the impostor: the secret, n1's ID, another port
+	cfg.Logger = bufLogger(&logs).With("test-node", "impostor")
+	imp, err := NewTCP(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := imp.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer imp.Close()
+	ictx, cancel := context.WithTimeout(ctx, time.Second) // it would wait HandshakeTimeout for n2's dial
+	defer cancel()
+	if _, err := imp.Request(ictx, "n2", 1, nil); err == nil {
+		t.Fatal("the impostor's request reached n2")
+	}
+	if k := n2.Stats().Kept; k != 1 {
+		t.Fatalf("Kept = %d, want 1", k)
+	}
+	out := logs.String()
+	for _, want := range []string{
+		"level=WARN msg=\"refused inbound connection as duplicate",
+		"level=WARN msg=\"peer refused our connection as duplicate",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in the logs:\n%s", want, out)
+		}
 	}
 }

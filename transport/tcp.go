@@ -591,6 +591,9 @@ func (t *TCP) dial(ctx context.Context, to string) error {
 		}
 		if !errors.Is(err, errDuplicate) {
 			t.log.Warn("handshake failed", "peer", to, "addr", addr, "err", err)
+		} else if n := t.dupLog.Add(1); n&(n-1) == 0 { // 1st, 2nd, 4th, ...
+			t.log.Warn("peer refused our connection as duplicate: it holds a live connection from this node's ID (if this node restarted, that one is a stale connection or an impostor's)",
+				"peer", to, "addr", addr, "refused_total", n)
 		}
 		return err
 	}
@@ -622,7 +625,7 @@ func (t *TCP) clientHandshake(ctx context.Context, nc net.Conn, to, addr string)
 	}
 	self := t.cfg.NodeID
 	cn := newNonce()
-	if err := writeHello(rw, hello{Magic: helloMagic, Version: helloVersion, Node: self, To: to, Nonce: cn}); err != nil {
+	if err := writeHello(rw, hello{Magic: helloMagic, Version: helloVersion, Max: protoVersion, Node: self, To: to, Nonce: cn}); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrHandshake, err)
 	}
 	h, err := readHello(rw)
@@ -656,7 +659,7 @@ func (t *TCP) clientHandshake(ctx context.Context, nc net.Conn, to, addr string)
 	default:
 		return nil, fmt.Errorf("%w: unknown status %d", ErrHandshake, st.Status)
 	}
-	return t.newConn(rw, to, self), nil
+	return t.newConn(rw, to, self, negotiate(h)), nil
 }
 
 func (t *TCP) acceptLoop(ln net.Listener) {
@@ -861,7 +864,7 @@ func (t *TCP) serverHandshake(ctx context.Context, nc net.Conn) (*conn, uint8, e
 	if len(t.cfg.Secret) > 0 {
 		p = proof(t.cfg.Secret, "server", h.Nonce, sn, h.Node, self)
 	}
-	if err := writeHello(rw, hello{Magic: helloMagic, Version: helloVersion, Node: self, Nonce: sn, Proof: p}); err != nil {
+	if err := writeHello(rw, hello{Magic: helloMagic, Version: helloVersion, Max: protoVersion, Node: self, Nonce: sn, Proof: p}); err != nil {
 		return nil, 0, fmt.Errorf("%w: %w", ErrHandshake, err)
 	}
 	a, err := readHello(rw)
@@ -871,7 +874,7 @@ func (t *TCP) serverHandshake(ctx context.Context, nc net.Conn) (*conn, uint8, e
 	if err := verifyProof(t.cfg.Secret, a.Proof, "client", h.Nonce, sn, h.Node, self); err != nil {
 		return nil, 0, fmt.Errorf("peer %q: %w", h.Node, err)
 	}
-	c := t.newConn(rw, h.Node, h.Node)
+	c := t.newConn(rw, h.Node, h.Node, negotiate(h))
 	status := uint8(statusOK)
 	if !t.installInbound(ctx, c) {
 		status = statusDuplicate
@@ -927,13 +930,20 @@ func (t *TCP) addLocked(p *peer, c *conn) {
 
 // installInbound makes c, a connection the peer dialled, the connection to
 // its peer if the peer has none. An inbound connection never takes over a
-// held one: whoever dialled it proved the Secret (or a certificate) but,
+// live one: whoever dialled it proved the Secret (or a certificate) but,
 // with a Secret alone, not that it is the node it claims, and the held
 // connection may be the real node's. If one is held, installInbound probes
-// it (a no-op frame: if the peer restarted, its host resets the stale
-// connection, which then closes) and waits at most takeoverWait (and ctx)
-// for it to go; if it stays, c is refused and false returned (the client
-// is told "duplicate" and uses the held connection, counted in
+// it and waits at most takeoverWait (and ctx):
+//
+//   - version 2 (see negotiate): a ping, which a live peer answers at once.
+//     If nothing arrives on the held connection in time it is closed as
+//     dead (the node restarted, maybe elsewhere, and nothing will reset
+//     it) and c installed.
+//   - version 1: a no-op frame; if the peer restarted on the same host, its
+//     host resets the stale connection, which then closes.
+//
+// If the held connection stays, c is refused and false returned (the
+// client is told "duplicate" and uses the held connection, counted in
 // TCPStats.Kept). It also returns false if the transport is closed.
 func (t *TCP) installInbound(ctx context.Context, c *conn) bool {
 	for probed := false; ; probed = true {
@@ -957,16 +967,32 @@ func (t *TCP) installInbound(ctx context.Context, c *conn) bool {
 		if probed {
 			break
 		}
-		old.probe()
 		wctx, cancel := context.WithTimeout(ctx, takeoverWait) // real time: bounds a network event
-		select {
-		case <-changed:
-		case <-wctx.Done():
+		if old.pings {
+			heard := old.demandLiveness(wctx)
+			select {
+			case <-changed:
+			case <-heard:
+			case <-wctx.Done():
+				if ctx.Err() == nil {
+					t.log.Info("closing a held connection that did not answer the takeover probe", "peer", c.peer, "wait", takeoverWait)
+					old.close("no answer to the takeover probe")
+				}
+			}
+		} else {
+			old.probe()
+			select {
+			case <-changed:
+			case <-wctx.Done():
+			}
 		}
 		cancel()
 	}
 	t.stats.kept.Add(1)
-	t.log.Info("refused inbound connection: this node holds a live connection to the node it claims", "peer", c.peer)
+	if n := t.keptLog.Add(1); n&(n-1) == 0 { // 1st, 2nd, 4th, ...: a flood must not flood the log
+		t.log.Warn("refused inbound connection as duplicate: this node holds a live connection to the node it claims (an impostor, or a simultaneous dial)",
+			"peer", c.peer, "kept_total", n)
+	}
 	return false
 }
 

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,12 +24,18 @@ type conn struct {
 	nc     net.Conn
 	peer   string
 	dialer string          // the node that dialled it
+	pings  bool            // protocol version 2 or later: the peer answers pings
 	ctx    context.Context // cancelled on close; parent of handler contexts
 	cancel context.CancelFunc
 	wq     chan []byte   // frames for the writer; nil means flush and close
 	send1  chan struct{} // one token: orders request and one-way frames against the go-away
 
+	// listening is set while a takeover probe waits for a frame: the
+	// reader then closes heard at the next frame.
+	listening atomic.Bool
+
 	mu        sync.Mutex
+	heard     chan struct{} // see listening
 	pending   map[uint64]chan memResult
 	nextID    uint64
 	handlers  int // handler slots in use (serveLoop goroutines)
@@ -39,13 +46,14 @@ type conn struct {
 	finishing bool // the close marker is queued
 }
 
-func (t *TCP) newConn(nc net.Conn, peer, dialer string) *conn {
+func (t *TCP) newConn(nc net.Conn, peer, dialer string, version uint8) *conn {
 	ctx, cancel := context.WithCancel(t.ctx)
 	return &conn{
 		t:       t,
 		nc:      nc,
 		peer:    peer,
 		dialer:  dialer,
+		pings:   version >= 2,
 		ctx:     ctx,
 		cancel:  cancel,
 		wq:      make(chan []byte, t.cfg.WriteQueue),
@@ -139,6 +147,33 @@ func (c *conn) probe() {
 	case c.wq <- encodeFrame(header{flags: flagResponse}, nil):
 	default:
 	}
+}
+
+// demandLiveness sends a ping (waiting for room in the write queue up to
+// ctx) and returns a channel closed when the next frame arrives on c, a
+// pong or anything else: proof that the peer is alive. Only for a peer that
+// answers pings.
+func (c *conn) demandLiveness(ctx context.Context) <-chan struct{} {
+	c.mu.Lock()
+	if c.heard == nil {
+		c.heard = make(chan struct{})
+	}
+	heard := c.heard
+	c.mu.Unlock()
+	c.listening.Store(true)
+	_ = c.enqueue(ctx, encodeFrame(header{flags: flagPing}, nil))
+	return heard
+}
+
+// heardFrame closes heard for a waiting takeover probe.
+func (c *conn) heardFrame() {
+	c.mu.Lock()
+	if c.heard != nil {
+		close(c.heard)
+		c.heard = nil
+	}
+	c.listening.Store(false)
+	c.mu.Unlock()
 }
 
 // request sends one request and waits for its response.
@@ -294,6 +329,9 @@ type idleReader struct {
 }
 
 func (r *idleReader) arm() {
+	if !r.c.pings {
+		return // a version-1 peer cannot answer a ping: no idle deadline, as in version 1
+	}
 	_ = r.c.nc.SetReadDeadline(time.Now().Add(r.idle)) // real time: a socket deadline
 }
 
@@ -380,6 +418,9 @@ func (c *conn) readLoop() {
 		}
 		c.t.stats.framesIn.Add(1)
 		c.t.stats.bytesIn.Add(uint64(4 + n))
+		if c.listening.Load() {
+			c.heardFrame()
+		}
 		h, body, err := decodeFrame(buf, c.t.maxBody)
 		if err != nil {
 			c.t.log.Warn("closing connection: bad frame", "peer", c.peer, "err", err)
