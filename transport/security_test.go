@@ -954,3 +954,56 @@ func TestSecurityDuplicateLoggedBothSides(t *testing.T) {
 		}
 	}
 }
+
+// Attack: a member floods 1 MiB one-way messages at a handler that does
+// not return. Without a byte budget, MaxQueued (16,384) such messages
+// would be held (16 GiB); the receiver holds about MaxQueuedBytes (64 MiB),
+// sheds the rest (counted in ShedBytes) and answers a request with ErrBusy.
+func TestSecurityQueuedBytesFlood(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	c := newTCPCluster(t, 0, func(cfg *TCPConfig) { cfg.MaxInflight = 1 })
+	defer c.CloseAll()
+	a := c.Node(t, "a").(*TCP)
+	b := c.Node(t, "b").(*TCP)
+	release := make(chan struct{})
+	b.Handle(1, func(hctx context.Context, _ string, _ []byte) ([]byte, error) {
+		select {
+		case <-release:
+		case <-hctx.Done():
+		}
+		return nil, nil
+	})
+	ctx := testCtx(t)
+	if err := a.Send(ctx, "b", 2, nil); err != nil { // connect: the base heap includes the connection
+		t.Fatal(err)
+	}
+	eventually(t, "connected", func() bool { return b.Stats().FramesIn >= 1 })
+	base := heapInuse()
+	const n, size = 200, 1 << 20 // 200 MiB
+	body := make([]byte, size)
+	in := b.Stats().FramesIn
+	for i := range n {
+		if err := a.Send(ctx, "b", 1, body); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	eventually(t, "every frame received", func() bool { return b.Stats().FramesIn >= in+n })
+	grew := int64(heapInuse()) - int64(base)
+	budget := DefaultTCPConfig().MaxQueuedBytes
+	t.Logf("heap +%.1f MiB holding the flood (budget %d MiB)", float64(grew)/(1<<20), budget>>20)
+	if grew > int64(budget)+24<<20 {
+		t.Fatalf("heap grew by %d MiB, budget %d MiB", grew>>20, budget>>20)
+	}
+	st := b.Stats()
+	if held := n - int(st.ShedBytes); st.ShedBytes != st.Shed || held > budget/size || held < budget/size-1 {
+		t.Fatalf("shed %d (for bytes %d) of %d: want all but the %d MiB budget", st.Shed, st.ShedBytes, n, budget>>20)
+	}
+	if _, err := a.Request(ctx, "b", 1, []byte("x")); !errors.Is(err, ErrBusy) {
+		t.Fatalf("request over the budget: %v, want ErrBusy", err)
+	}
+	close(release)
+	eventually(t, "the backlog drains", func() bool {
+		_, err := a.Request(ctx, "b", 2, nil) // no handler: answered at once once admitted
+		return errors.Is(err, ErrNoHandler)
+	})
+}

@@ -51,6 +51,7 @@ type TCP struct {
 
 	stats struct {
 		dials, dialFailures, refused, shed     atomic.Uint64
+		shedBytes                              atomic.Uint64
 		limited, kept                          atomic.Uint64
 		framesIn, framesOut, bytesIn, bytesOut atomic.Uint64
 	}
@@ -1017,7 +1018,8 @@ type TCPStats struct {
 	Refused      uint64 // inbound connections refused in the handshake
 	Limited      uint64 // inbound connections closed unread: MaxHandshakes or MaxHandshakesPerIP was reached
 	Kept         uint64 // inbound connections refused because a live connection to the node they claim was held
-	Shed         uint64 // inbound messages refused (ErrBusy) or dropped (one-way) because the handler queue was full
+	Shed         uint64 // inbound messages refused (ErrBusy) or dropped (one-way) because the handler queue (MaxQueued or MaxQueuedBytes) was full
+	ShedBytes    uint64 // of Shed, those refused for MaxQueuedBytes
 	FramesIn     uint64 // frames received after handshakes
 	FramesOut    uint64 // frames sent after handshakes
 	BytesIn      uint64 // their bytes, framing included
@@ -1037,6 +1039,7 @@ func (t *TCP) Stats() TCPStats {
 		Limited:      t.stats.limited.Load(),
 		Kept:         t.stats.kept.Load(),
 		Shed:         t.stats.shed.Load(),
+		ShedBytes:    t.stats.shedBytes.Load(),
 		FramesIn:     t.stats.framesIn.Load(),
 		FramesOut:    t.stats.framesOut.Load(),
 		BytesIn:      t.stats.bytesIn.Load(),

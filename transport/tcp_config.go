@@ -98,6 +98,13 @@ type TCPConfig struct {
 	// beyond it a request is answered with ErrBusy and a one-way message is
 	// dropped and logged. 0 means no queue. Default 16384.
 	MaxQueued int
+	// MaxQueuedBytes bounds the bytes of message bodies per connection held
+	// by running and queued handlers, from receipt until the handler
+	// returns; beyond it, as beyond MaxQueued, a request is answered with
+	// ErrBusy and a one-way message is dropped and logged (counted in
+	// TCPStats.Shed and TCPStats.ShedBytes). A message is always accepted
+	// when the connection holds none, however large. Default 64 MiB.
+	MaxQueuedBytes int
 	// WriteQueue is the number of frames queued per connection before
 	// senders block. Default 1024.
 	WriteQueue int
@@ -129,6 +136,7 @@ func DefaultTCPConfig() TCPConfig {
 		ReconnectMax:       10 * time.Second,
 		MaxInflight:        1024,
 		MaxQueued:          16384,
+		MaxQueuedBytes:     64 << 20,
 		WriteQueue:         1024,
 	}
 }
@@ -174,6 +182,8 @@ func (c TCPConfig) Validate() error {
 		return bad("MaxInflight must be > 0, got %d", c.MaxInflight)
 	case c.MaxQueued < 0:
 		return bad("MaxQueued must be >= 0, got %d", c.MaxQueued)
+	case c.MaxQueuedBytes <= 0:
+		return bad("MaxQueuedBytes must be > 0, got %d", c.MaxQueuedBytes)
 	case c.WriteQueue <= 0:
 		return bad("WriteQueue must be > 0, got %d", c.WriteQueue)
 	}

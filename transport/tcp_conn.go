@@ -40,6 +40,7 @@ type conn struct {
 	nextID    uint64
 	handlers  int // handler slots in use (serveLoop goroutines)
 	backlog   []inbound
+	held      int  // body bytes of the messages running or in backlog (MaxQueuedBytes)
 	closed    bool // close ran
 	retired   bool // no new outbound calls; go-away sent
 	goaway    bool // the peer sent go-away
@@ -451,29 +452,33 @@ func (c *conn) handle(h header, body []byte) {
 			// derived from the caller's ctx, so real time.
 			m.deadline = time.Now().Add(time.Duration(min(h.timeout, uint64(1<<62)/1000)) * time.Microsecond) // real time
 		}
+		size := len(body)
 		c.mu.Lock()
 		switch {
+		case c.held > 0 && c.held+size > c.t.cfg.MaxQueuedBytes:
+			held := c.held
+			c.mu.Unlock()
+			c.t.stats.shedBytes.Add(1)
+			c.shed(h, "handler byte budget full: refusing requests with ErrBusy and dropping one-way messages",
+				fmt.Sprintf("%d bytes held by handlers, limit %d", held, c.t.cfg.MaxQueuedBytes), "held_bytes", held, "bytes", size)
 		case c.handlers < c.t.cfg.MaxInflight:
 			c.handlers++
+			c.held += size
 			c.mu.Unlock()
 			if !c.t.goFunc(func() { c.serveLoop(m) }) {
 				c.mu.Lock()
 				c.handlers--
+				c.held -= size
 				c.mu.Unlock()
 			}
 		case len(c.backlog) < c.t.cfg.MaxQueued:
 			c.backlog = append(c.backlog, m)
+			c.held += size
 			c.mu.Unlock()
 		default:
 			c.mu.Unlock()
-			n := c.t.stats.shed.Add(1)
-			if n&(n-1) == 0 { // log the 1st, 2nd, 4th, 8th... to bound the noise of an overload
-				c.t.log.Warn("handler queue full: refusing requests with ErrBusy and dropping one-way messages",
-					"peer", c.peer, "kind", h.kind, "shed_total", n)
-			}
-			if h.flags == flagRequest {
-				c.respondErr(h.id, codeBusy, fmt.Sprintf("%d handlers running and %d messages queued", c.t.cfg.MaxInflight, c.t.cfg.MaxQueued))
-			}
+			c.shed(h, "handler queue full: refusing requests with ErrBusy and dropping one-way messages",
+				fmt.Sprintf("%d handlers running and %d messages queued", c.t.cfg.MaxInflight, c.t.cfg.MaxQueued))
 		}
 	case flagResponse, flagResponse | flagError:
 		c.mu.Lock()
@@ -498,6 +503,18 @@ func (c *conn) handle(h header, body []byte) {
 		case c.wq <- encodeFrame(header{flags: flagPong}, nil):
 		default:
 		}
+	}
+}
+
+// shed refuses (ErrBusy) or drops (one-way) a message the handler limits
+// leave no room for, counted and logged with exponential spacing (1st,
+// 2nd, 4th, ...) to bound the noise of an overload.
+func (c *conn) shed(h header, logMsg, busyMsg string, attrs ...any) {
+	if n := c.t.stats.shed.Add(1); n&(n-1) == 0 {
+		c.t.log.Warn(logMsg, append([]any{"peer", c.peer, "kind", h.kind, "shed_total", n}, attrs...)...)
+	}
+	if h.flags == flagRequest {
+		c.respondErr(h.id, codeBusy, busyMsg)
 	}
 }
 
@@ -533,6 +550,7 @@ func (c *conn) serveLoop(m inbound) {
 	for {
 		c.serve(m)
 		c.mu.Lock()
+		c.held -= len(m.body)
 		if len(c.backlog) == 0 || c.closed {
 			c.handlers--
 			c.mu.Unlock()

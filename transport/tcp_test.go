@@ -71,6 +71,7 @@ func TestTCPConfigValidate(t *testing.T) {
 		{"MaxInflight", func(c *TCPConfig) { c.MaxInflight = 0 }},
 		{"WriteQueue", func(c *TCPConfig) { c.WriteQueue = 0 }},
 		{"MaxQueued", func(c *TCPConfig) { c.MaxQueued = -1 }},
+		{"MaxQueuedBytes", func(c *TCPConfig) { c.MaxQueuedBytes = 0 }},
 		{"MaxHandshakes", func(c *TCPConfig) { c.MaxHandshakes = 0 }},
 		{"MaxHandshakesPerIP", func(c *TCPConfig) { c.MaxHandshakesPerIP = 0 }},
 		{"MaxHandshakesPerIP", func(c *TCPConfig) { c.MaxHandshakesPerIP = c.MaxHandshakes + 1 }},
