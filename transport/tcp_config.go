@@ -68,8 +68,11 @@ type TCPConfig struct {
 	// does not complete the handshake in time is disconnected. Default 5 s.
 	HandshakeTimeout time.Duration
 	// MaxHandshakes bounds the inbound connections that have not finished
-	// the handshake (unauthenticated), in total; beyond it new connections
-	// are closed at once and counted in TCPStats.Refused. Default 256.
+	// the handshake (unauthenticated), in total. When it is reached, a new
+	// connection from an address holding fewer handshakes than the address
+	// holding the most takes the slot of that address's oldest pending
+	// handshake (closed); other new connections are closed at once. Both
+	// are counted in TCPStats.Limited. Default 256.
 	MaxHandshakes int
 	// MaxHandshakesPerIP bounds them per source address (an IPv4 address,
 	// or an IPv6 /64 prefix), so that one host cannot fill MaxHandshakes.
@@ -81,7 +84,10 @@ type TCPConfig struct {
 	// another IdleTimeout passes without a byte, the connection is closed
 	// (pending requests fail with ErrUnreachable, the next call dials
 	// again). A peer that stalls, in a frame or between frames, is thus
-	// disconnected after at most three IdleTimeouts. Default 30 s.
+	// disconnected after at most three IdleTimeouts. Only on connections
+	// to peers of protocol version 2 or later: a version-1 peer cannot
+	// answer a ping, so its connections get neither pings nor the idle
+	// deadline. Default 30 s.
 	IdleTimeout time.Duration
 	// ReconnectMin and ReconnectMax bound the wait after a failed dial
 	// before the next attempt to the same peer: it doubles from ReconnectMin
