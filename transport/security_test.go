@@ -723,23 +723,28 @@ func TestTCPReloadTLS(t *testing.T) {
 	if n := failed.Load(); n != 0 {
 		t.Fatalf("%d requests failed (%d succeeded); first: %v", n, ok.Load(), firstErr.Load())
 	}
-	// The connections now in use present certificates from the new CA.
-	for _, id := range ids {
-		n := nodes[id]
-		n.mu.Lock()
-		for cn := range n.conns {
-			tc, isTLS := cn.nc.(*tls.Conn)
-			if !isTLS {
-				t.Errorf("%s: plain connection", id)
-				continue
+	// The connections now open present certificates from the new CA, once
+	// the retired ones (n.conns holds them while they drain) have closed.
+	eventually(t, "only connections with new certificates", func() bool {
+		for _, id := range ids {
+			n := nodes[id]
+			n.mu.Lock()
+			for cn := range n.conns {
+				tc, isTLS := cn.nc.(*tls.Conn)
+				if !isTLS {
+					n.mu.Unlock()
+					t.Fatalf("%s: plain connection", id)
+				}
+				st := tc.ConnectionState()
+				if len(st.PeerCertificates) == 0 || st.PeerCertificates[0].Issuer.CommonName != "new CA" {
+					n.mu.Unlock()
+					return false
+				}
 			}
-			st := tc.ConnectionState()
-			if len(st.PeerCertificates) == 0 || st.PeerCertificates[0].Issuer.CommonName != "new CA" {
-				t.Errorf("%s: a connection to %s still uses an old certificate", id, cn.peer)
-			}
+			n.mu.Unlock()
 		}
-		n.mu.Unlock()
-	}
+		return true
+	})
 	t.Logf("%d requests succeeded over three reloads", ok.Load())
 	// Without TLS there is nothing to reload.
 	plain := c.config(t, "p")
