@@ -766,13 +766,22 @@ func TestTCPReloadTLS(t *testing.T) {
 // the held connection is probed (a ping), and once it closes the new one is
 // installed, with no failed call.
 func TestTCPInboundAfterStaleConn(t *testing.T) {
+	for _, version := range []uint8{1, protoVersion} {
+		t.Run(fmt.Sprintf("version %d", version), func(t *testing.T) { inboundAfterStaleConn(t, version) })
+	}
+}
+
+// inboundAfterStaleConn: the held connection is of the given protocol
+// version; version 1 gets the version-1 probe (a no-op frame), never a
+// ping.
+func inboundAfterStaleConn(t *testing.T, version uint8) {
 	defer goleak.VerifyNone(t)
 	c := newTCPCluster(t, 0, nil)
 	defer c.CloseAll()
 	b := c.Node(t, "b").(*TCP)
 	b.Handle(1, echo)
 	// The old incarnation of a: a connection b holds.
-	old := rawPeer(t, b.Addr(), "a", "b")
+	old := rawPeerVersion(t, b.Addr(), "a", "b", version)
 	defer old.Close()
 	eventually(t, "b holds the old connection", func() bool { n, slot := connCount(b, "a"); return n == 1 && slot != "" })
 	// When the probe arrives on it, the old connection dies, as a
@@ -785,8 +794,12 @@ func TestTCPInboundAfterStaleConn(t *testing.T) {
 			buf := make([]byte, binary.BigEndian.Uint32(lb[:]))
 			if _, err = io.ReadFull(old, buf); err == nil {
 				var h header
-				if h, _, err = decodeFrame(buf, 0); err == nil && h.flags != flagPing {
-					err = fmt.Errorf("first frame %+v, want the probe's ping", h)
+				want := header{flags: flagPing}
+				if version == 1 {
+					want = header{flags: flagResponse} // to request 0: ignored
+				}
+				if h, _, err = decodeFrame(buf, 0); err == nil && h != want {
+					err = fmt.Errorf("first frame %+v, want the probe %+v", h, want)
 				}
 			}
 		}
