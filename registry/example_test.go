@@ -81,8 +81,8 @@ func ExampleRegistry_Heartbeat() {
 
 	web := model.ServiceKey{Name: "web"}
 	inst := model.NewInstance(web, "10.0.0.7", 80)
-	interval, _ := reg.HeartbeatInstance(ctx, inst) // registers it: the registry did not hold it
-	fmt.Println("beat every", interval)
+	res, _ := reg.HeartbeatInstance(ctx, inst) // registers it: the registry did not hold it
+	fmt.Println("registered:", res.Registered, "beat every", res.Interval)
 
 	w, _ := reg.Watch(ctx, model.Query{Service: web, IncludeDisabled: true})
 	defer w.Close()
@@ -94,7 +94,7 @@ func ExampleRegistry_Heartbeat() {
 	u, _ = w.Next(ctx)
 	fmt.Println("after 31 s: instances:", len(u.View.Instances), "removed:", len(u.Delta.Removed))
 	// Output:
-	// beat every 5s
+	// registered: true beat every 5s
 	// after 16 s: really healthy: false
 	// after 31 s: instances: 0 removed: 1
 }

@@ -361,7 +361,14 @@ func (s *Server) hBeat(w http.ResponseWriter, r *http.Request) {
 		if len(b.Metadata) > 0 {
 			inst.Metadata = model.NewMetadata(b.Metadata)
 		}
-		interval, err = s.reg.HeartbeatInstance(ctx, inst)
+		var res registry.BeatResult
+		res, err = s.reg.HeartbeatInstance(ctx, inst)
+		interval = res.Interval
+		if err == nil && res.Registered {
+			// Nacos registers a full beat's instance again (its lease had
+			// lapsed, or the node it was on died): worth a debug line.
+			s.log.Debug("beat registered its instance again", "instance", key.String())
+		}
 	} else {
 		interval, err = s.reg.Heartbeat(ctx, key)
 		if errors.Is(err, registry.ErrNotFound) {
