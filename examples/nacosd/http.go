@@ -262,23 +262,20 @@ func (s *Server) hInstance(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
-		v, err := s.reg.Query(ctx, model.Query{Service: k.Service, Clusters: []string{k.Cluster}, IncludeDisabled: true})
+		inst, err := s.reg.GetInstance(ctx, k)
+		if errors.Is(err, registry.ErrNotFound) {
+			err = fmt.Errorf("%w: no matched ip found! %s", registry.ErrNotFound, k)
+		}
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		for _, inst := range v.Instances {
-			if inst.Key() == k {
-				n := fromModel(inst, inst.Healthy)
-				writeJSON(w, map[string]any{
-					"service": k.Service.GroupedName(), "ip": n.IP, "port": n.Port, "clusterName": n.ClusterName,
-					"weight": n.Weight, "healthy": n.Healthy, "enabled": n.Enabled, "ephemeral": n.Ephemeral,
-					"instanceId": n.InstanceID, "metadata": n.Metadata,
-				})
-				return
-			}
-		}
-		s.fail(w, r, fmt.Errorf("%w: no matched ip found! %s", registry.ErrNotFound, k))
+		n := fromModel(inst, inst.Healthy)
+		writeJSON(w, map[string]any{
+			"service": k.Service.GroupedName(), "ip": n.IP, "port": n.Port, "clusterName": n.ClusterName,
+			"weight": n.Weight, "healthy": n.Healthy, "enabled": n.Enabled, "ephemeral": n.Ephemeral,
+			"instanceId": n.InstanceID, "metadata": n.Metadata,
+		})
 	default:
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 	}
