@@ -51,8 +51,9 @@ type Limits struct {
 	MaxMetadataEntries int
 
 	// MaxSessions caps the sessions open on this node (default 100,000;
-	// 0.3 KiB each, empty, without a TTL). Sessions of other nodes,
-	// replicated here, count on their own node.
+	// 0.3 KiB each, empty, without a TTL or labels; its labels add up to
+	// one metadata set's worth). Sessions of other nodes, replicated here,
+	// count on their own node.
 	MaxSessions int
 	// MaxInstancesPerSession caps the instances one session publishes
 	// (default 1,000). It also bounds a replicated session record: one from
