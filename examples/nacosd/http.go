@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -502,21 +501,6 @@ func (s *Server) hServiceList(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]any{"count": l.Total, "doms": doms})
 }
 
-// allServices lists every service of a namespace (and group, if given).
-func (s *Server) allServices(ctx context.Context, ns, group string) ([]registry.ServiceSummary, error) {
-	var out []registry.ServiceSummary
-	for page := 1; ; page++ {
-		l, err := s.reg.ListServices(ctx, registry.ListOptions{Namespace: ns, Group: group, Page: page, PageSize: 1000})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, l.Services...)
-		if len(l.Services) == 0 || len(out) >= l.Total {
-			return out, nil
-		}
-	}
-}
-
 // hCatalog serves the console's catalog: services with their counts,
 // filtered by a substring of the name and of the group.
 func (s *Server) hCatalog(w http.ResponseWriter, r *http.Request) {
@@ -531,21 +515,16 @@ func (s *Server) hCatalog(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	all, err := s.allServices(ctx, namespaceOf(p.str("namespaceId")), "")
+	l, err := s.reg.ListServices(ctx, registry.ListOptions{
+		Namespace: namespaceOf(p.str("namespaceId")), Page: page, PageSize: size,
+		NameContains: p.str("serviceNameParam"), GroupContains: p.str("groupNameParam"),
+	})
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	nameLike, groupLike := p.str("serviceNameParam"), p.str("groupNameParam")
-	var match []registry.ServiceSummary
-	for _, sv := range all {
-		if strings.Contains(sv.Key.Name, nameLike) && strings.Contains(sv.Key.Group, groupLike) {
-			match = append(match, sv)
-		}
-	}
 	list := []map[string]any{}
-	for i := (page - 1) * size; i < len(match) && i < page*size; i++ {
-		sv := match[i]
+	for _, sv := range l.Services {
 		v, err := s.reg.Query(ctx, model.Query{Service: sv.Key, IncludeDisabled: true})
 		if err != nil {
 			s.fail(w, r, err)
@@ -560,7 +539,7 @@ func (s *Server) hCatalog(w http.ResponseWriter, r *http.Request) {
 			"ipCount": len(v.Instances), "healthyInstanceCount": v.HealthyCount(), "triggerFlag": fmt.Sprint(v.Protected),
 		})
 	}
-	writeJSON(w, map[string]any{"count": len(match), "serviceList": list})
+	writeJSON(w, map[string]any{"count": l.Total, "serviceList": list})
 }
 
 func (s *Server) hMetrics(w http.ResponseWriter, r *http.Request) {
