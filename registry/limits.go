@@ -82,9 +82,9 @@ type Limits struct {
 	// MaxNamespaces caps the namespaces that hold services (default
 	// 1,000).
 	MaxNamespaces int
-	// MaxWatchers caps the open watchers of this node (default 100,000;
-	// 1.6 KiB each, each on a service of its own with every name at its
-	// limit). Watchers of one query share their views: a host that serves
+	// MaxWatchers caps the open watchers of this node, of Watch and
+	// WatchServices together (default 100,000; 1.6 KiB each, each on a
+	// service of its own with every name at its limit). Watchers of one query share their views: a host that serves
 	// many subscribers of one service can give them one watcher.
 	MaxWatchers int
 }
