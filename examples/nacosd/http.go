@@ -30,6 +30,7 @@ func (s *Server) httpHandler() http.Handler {
 	mux.HandleFunc("/nacos/v1/ns/service/list", s.hServiceList)
 	mux.HandleFunc("/nacos/v1/ns/catalog/services", s.hCatalog)
 	mux.HandleFunc("/nacos/v1/ns/operator/metrics", s.hMetrics)
+	mux.HandleFunc("/nacos/v1/core/loader/current", s.hLoaderCurrent)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
 		if err := r.ParseForm(); err != nil {
@@ -563,4 +564,47 @@ func (s *Server) hMetrics(w http.ResponseWriter, r *http.Request) {
 		"mem": float64(ms.HeapInuse) / float64(max(ms.Sys, 1)), "cpu": 0, "load": 0,
 		"heapInuseBytes": ms.HeapInuse, "goroutines": runtime.NumGoroutine(),
 	})
+}
+
+// hLoaderCurrent lists this node's gRPC connections, as Nacos's
+// /v1/core/loader/current does: by connection ID, with the client's IP,
+// SDK version and labels (its session's labels, see sessionLabels), when it
+// connected, when it was last heard from, and nacosd's own session ID and
+// count of the connection's instances.
+func (s *Server) hLoaderCurrent(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	sessions, err := s.reg.Sessions(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	conns := map[string]*conn{}
+	if s.api != nil {
+		for _, c := range s.api.snapshot() {
+			conns[c.sess.ID()] = c
+		}
+	}
+	out := map[string]any{}
+	for _, si := range sessions {
+		c := conns[si.ID]
+		if c == nil {
+			continue // its connection has just ended
+		}
+		labels := si.Labels
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		out[c.id] = map[string]any{
+			"metaInfo": map[string]any{
+				"connectType": "GRPC", "connectionId": c.id, "clientIp": labels["clientIp"], "version": labels["clientVersion"],
+				"appName": labels["AppName"], "labels": labels,
+				"createTime": si.Opened.UnixMilli(), "lastActiveTime": c.lastActive.Load(),
+			},
+			"sessionId": si.ID, "instanceCount": si.Instances,
+		}
+	}
+	writeJSON(w, out)
 }
