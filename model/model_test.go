@@ -435,3 +435,26 @@ func TestRealHealthyShortSlice(t *testing.T) {
 		t.Fatal("RealHealthy with a short RealHealth")
 	}
 }
+
+// TestMetadataValidate: a metadata set on its own follows the rules that
+// instances' metadata follows, and the error names the given field.
+func TestMetadataValidate(t *testing.T) {
+	for _, tc := range []struct {
+		m  map[string]string
+		ok bool
+	}{
+		{nil, true},
+		{map[string]string{"app": "a\tb"}, true},
+		{map[string]string{"": "x"}, false},
+		{map[string]string{"a\x7f": "x"}, false},
+		{map[string]string{"a": "\u0085"}, false},
+		{map[string]string{"a": "\xff"}, false},
+		{map[string]string{"a": strings.Repeat("x", 15)}, true},
+		{map[string]string{"a": strings.Repeat("x", 16)}, false},
+	} {
+		err := NewMetadata(tc.m).Validate("session.labels", Limits{MaxMetadataSize: 16})
+		if (err == nil) != tc.ok || err != nil && (!errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "session.labels")) {
+			t.Errorf("Validate(%q) = %v, want ok %v", tc.m, err, tc.ok)
+		}
+	}
+}

@@ -371,6 +371,15 @@ func checkPrintable(field, s string, max int) error {
 	return nil
 }
 
+// Validate checks m by the rules of every metadata set (see the package
+// documentation): keys and values in valid UTF-8, non-empty keys without
+// control characters, values without control characters other than tab,
+// and at most l's MaxMetadataSize characters in all. The error matches
+// ErrInvalid and names field. Instance, Service and InstancePatch check
+// their metadata with it; a host uses it for string maps of its own (the
+// registry's session labels).
+func (m Metadata) Validate(field string, l Limits) error { return checkMetadata(field, m, l) }
+
 func checkMetadata(field string, m Metadata, l Limits) error {
 	if size, max := m.Size(), l.maxMetadata(); size > max {
 		return invalid(field, "keys and values must total at most "+strconv.Itoa(max)+" characters", strconv.Itoa(size)+" characters")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/registry"
+	"github.com/muster-io/muster/registry/registrytest"
 )
 
 // TestBeatTimeline: healthy → unhealthy just after 15 s (watchers see it) →
@@ -110,12 +111,24 @@ func TestHeartbeatReregisters(t *testing.T) {
 	if _, err := r.Heartbeat(ctx, in.Key()); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("light beat of an unknown instance: %v, want ErrNotFound", err)
 	}
-	if _, err := r.HeartbeatInstance(ctx, in); err != nil {
-		t.Fatal(err)
+	res, err := r.HeartbeatInstance(ctx, in)
+	if err != nil || !res.Registered || res.Interval != 5*time.Second {
+		t.Fatalf("first beat = %+v, %v; want Registered, 5s", res, err)
 	}
 	v := all(t, r, "orders")
 	if len(v.Instances) != 1 || v.Instances[0].Metadata.Value("v") != "2" {
 		t.Fatalf("beat did not register: %+v", v.Instances)
+	}
+	if res, err := r.HeartbeatInstance(ctx, in); err != nil || res.Registered {
+		t.Fatalf("beat of a held instance = %+v, %v; want a renewal", res, err)
+	}
+	// Expired, the instance is registered again by the next beat.
+	r.Advance(31 * time.Second)
+	if n := len(all(t, r, "orders").Instances); n != 0 {
+		t.Fatalf("%d instances after 31 s without beats", n)
+	}
+	if res, err := r.HeartbeatInstance(ctx, in); err != nil || !res.Registered {
+		t.Fatalf("beat after expiry = %+v, %v; want Registered", res, err)
 	}
 	bad := in
 	bad.Ephemeral = false
@@ -144,8 +157,8 @@ func TestDeregisterBeatInstance(t *testing.T) {
 	if got := ips(all(t, r, "orders")); len(got) != 1 || got[0] != b.IP {
 		t.Fatalf("after deregister: %v", got)
 	}
-	if _, err := r.HeartbeatInstance(ctx, a); err != nil { // re-registers
-		t.Fatal(err)
+	if res, err := r.HeartbeatInstance(ctx, a); err != nil || !res.Registered { // re-registers
+		t.Fatalf("beat after deregister = %+v, %v; want Registered", res, err)
 	}
 	r.Advance(40 * time.Second)
 	if got := all(t, r, "orders"); len(got.Instances) != 0 {
@@ -193,5 +206,22 @@ func TestBeatPublishersShareAnIP(t *testing.T) {
 	}
 	if v := all(t, r, "multi"); len(v.Instances) != 1 || v.Instances[0].Port != 8003 || !v.Instances[0].Healthy {
 		t.Fatalf("survivor after 40 s of beats: %+v", v.Instances)
+	}
+}
+
+// TestHeartbeatInstanceRegisteredForwarded: a beat sent to a node that does
+// not own the instance's ip:port carries the owner's answer back, Registered
+// included.
+func TestHeartbeatInstanceRegisteredForwarded(t *testing.T) {
+	c := registrytest.NewCluster(t, clusterOpts())
+	in := ownedBy(t, c, c.Node(1).ID, "fwd")
+	via := c.Node(0)
+	res, err := via.HeartbeatInstance(ctx, in)
+	if err != nil || !res.Registered || res.Interval != 5*time.Second {
+		t.Fatalf("first forwarded beat = %+v, %v; want Registered, 5s", res, err)
+	}
+	res, err = via.HeartbeatInstance(ctx, in)
+	if err != nil || res.Registered || res.Interval != 5*time.Second {
+		t.Fatalf("second forwarded beat = %+v, %v; want a renewal, 5s", res, err)
 	}
 }

@@ -15,7 +15,8 @@ type Counts struct {
 	// Sessions counts the sessions open on this node (those of other
 	// nodes, replicated here, count on their own node).
 	Sessions int
-	// Watchers counts the open watchers of this node.
+	// Watchers counts the open watchers of this node (Watch and
+	// WatchServices).
 	Watchers int
 }
 

@@ -82,7 +82,9 @@
 //   - A Session (OpenSession) stands for a connection the host manages. Its
 //     instances live until the host closes it, or until its optional TTL
 //     lapses without KeepAlive. Closing it removes all of its instances at
-//     once, with one revision change per affected service.
+//     once, with one revision change per affected service. Its labels
+//     (client IP, SDK version, application: the host's choice) and those
+//     of the node's other sessions are listed by Sessions.
 //   - Without a session, Register publishes the instance through the beat
 //     publisher of its ip:port, and heartbeats keep it alive, as Nacos 1.x
 //     clients do: unhealthy after 15 s without a beat, deleted after 30 s,
@@ -91,8 +93,8 @@
 //     an unhealthy instance healthy again. Heartbeat takes the instance's
 //     key and fails with ErrNotFound when the registry no longer holds it
 //     (Nacos's "not found" that makes a client register again);
-//     HeartbeatInstance carries the whole instance and registers it again
-//     itself.
+//     HeartbeatInstance carries the whole instance, registers it again
+//     itself, and says whether it did (BeatResult.Registered).
 //
 // Several publishers may publish the same instance key: the instance stays
 // while any of them does (a client that reconnects before its old session
@@ -129,12 +131,20 @@
 //
 // SelectOne picks one instance at random, weighted by Weight, among those
 // served healthy, enabled and with a positive weight.
+
+// GetInstance returns one instance by its key, as the unfiltered view
+// (disabled instances included) serves it. ListServices pages through a
+// namespace's services, filtered by group and by substrings of the name and
+// the group (Nacos's catalog search).
 //
 // Watch returns a Watcher whose Next delivers the newest view of a query and
 // the typed delta (added, removed, updated instances) against the previous
 // delivery. Delivery never blocks the registry: a slow watcher skips
 // intermediate views. A watcher ends when its context ends, when it is
-// closed, or when the registry closes.
+// closed, or when the registry closes. WatchServices watches the list of the services
+// of a namespace in the same way: the newest sorted list, and the services
+// added and removed since the previous delivery. Both kinds count against
+// Limits.MaxWatchers.
 //
 // # Limits
 //

@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -81,8 +82,8 @@ func ExampleRegistry_Heartbeat() {
 
 	web := model.ServiceKey{Name: "web"}
 	inst := model.NewInstance(web, "10.0.0.7", 80)
-	interval, _ := reg.HeartbeatInstance(ctx, inst) // registers it: the registry did not hold it
-	fmt.Println("beat every", interval)
+	res, _ := reg.HeartbeatInstance(ctx, inst) // registers it: the registry did not hold it
+	fmt.Println("registered:", res.Registered, "beat every", res.Interval)
 
 	w, _ := reg.Watch(ctx, model.Query{Service: web, IncludeDisabled: true})
 	defer w.Close()
@@ -94,7 +95,7 @@ func ExampleRegistry_Heartbeat() {
 	u, _ = w.Next(ctx)
 	fmt.Println("after 31 s: instances:", len(u.View.Instances), "removed:", len(u.Delta.Removed))
 	// Output:
-	// beat every 5s
+	// registered: true beat every 5s
 	// after 16 s: really healthy: false
 	// after 31 s: instances: 0 removed: 1
 }
@@ -122,4 +123,64 @@ func ExampleRegistry_SelectOne() {
 	fmt.Println("about twice as often:", counts["10.0.0.2"] > counts["10.0.0.1"]*3/2)
 	// Output:
 	// about twice as often: true
+}
+
+// One instance by its key, with an operator's patch applied.
+func ExampleRegistry_GetInstance() {
+	ctx := context.Background()
+	reg, _ := registry.New(registry.DefaultConfig())
+	_ = reg.Start(ctx)
+	defer reg.Close()
+
+	inst := model.NewInstance(model.ServiceKey{Name: "web"}, "10.0.0.7", 80)
+	_ = reg.Register(ctx, inst)
+	w := 2.5
+	_ = reg.PatchInstance(ctx, model.InstancePatch{Key: inst.Key(), Weight: &w})
+	got, _ := reg.GetInstance(ctx, inst.Key())
+	fmt.Println(got.IP, got.Weight, got.Healthy)
+	_, err := reg.GetInstance(ctx, model.NewInstance(inst.Service, "10.0.0.8", 80).Key())
+	fmt.Println(errors.Is(err, registry.ErrNotFound))
+	// Output:
+	// 10.0.0.7 2.5 true
+	// true
+}
+
+// Sessions carry labels that a listing of the node's sessions shows.
+func ExampleRegistry_Sessions() {
+	ctx := context.Background()
+	reg, _ := registry.New(registry.DefaultConfig())
+	_ = reg.Start(ctx)
+	defer reg.Close()
+
+	sess, _ := reg.OpenSession(ctx, registry.SessionOptions{Labels: map[string]string{"clientIp": "10.0.0.7", "app": "orders"}})
+	_ = sess.Register(ctx, model.NewInstance(model.ServiceKey{Name: "orders"}, "10.0.0.7", 8080))
+	list, _ := reg.Sessions(ctx)
+	for _, s := range list {
+		fmt.Println(s.Labels["app"], s.Labels["clientIp"], s.Instances)
+	}
+	// Output:
+	// orders 10.0.0.7 1
+}
+
+// A catalog watch sees services appear and leave in a namespace.
+func ExampleRegistry_WatchServices() {
+	ctx := context.Background()
+	reg, _ := registry.New(registry.DefaultConfig())
+	_ = reg.Start(ctx)
+	defer reg.Close()
+
+	w, _ := reg.WatchServices(ctx, "") // the default namespace
+	defer w.Close()
+	u, _ := w.Next(ctx)
+	fmt.Println("services:", len(u.Catalog.Services))
+	_ = reg.CreateService(ctx, model.Service{Key: model.ServiceKey{Name: "pay"}})
+	u, _ = w.Next(ctx)
+	fmt.Println("added:", u.Added[0].Name)
+	_ = reg.DeleteService(ctx, model.ServiceKey{Name: "pay"})
+	u, _ = w.Next(ctx)
+	fmt.Println("removed:", u.Removed[0].Name, "services:", len(u.Catalog.Services))
+	// Output:
+	// services: 0
+	// added: pay
+	// removed: pay services: 0
 }

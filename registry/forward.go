@@ -62,6 +62,9 @@ type fwdResponse struct {
 	Code     fwdCode       `msgpack:"c"`
 	Msg      string        `msgpack:"m,omitempty"`
 	Interval time.Duration `msgpack:"iv,omitempty"`
+	// Registered is BeatResult.Registered (HeartbeatInstance); absent,
+	// hence false, from owners that predate it.
+	Registered bool `msgpack:"rg,omitempty"`
 }
 
 // errNotOwner is the handler's answer when this node does not own the key.
@@ -211,7 +214,9 @@ func (r *Registry) serveForward(ctx context.Context, from string, body []byte) (
 		r.log.Warn("refusing a forwarded write from a non-member", "from", from)
 		err = fmt.Errorf("%w: %q may not forward writes to %s", ErrNotMember, from, r.cfg.NodeID)
 	} else if err = model.Unmarshal(body, &req); err == nil {
-		resp.Interval, err = r.forwarded(ctx, &req)
+		var res BeatResult
+		res, err = r.forwarded(ctx, &req)
+		resp.Interval, resp.Registered = res.Interval, res.Registered
 	}
 	resp.Code = codeOf(err)
 	if err != nil {
@@ -221,32 +226,33 @@ func (r *Registry) serveForward(ctx context.Context, from string, body []byte) (
 }
 
 // forwarded serves one forwarded write, if this node owns its key.
-func (r *Registry) forwarded(ctx context.Context, req *fwdRequest) (time.Duration, error) {
+func (r *Registry) forwarded(ctx context.Context, req *fwdRequest) (BeatResult, error) {
 	ip, port := req.Key.IP, req.Key.Port
 	if req.Op == fwdRegister || req.Op == fwdHeartbeatInstance {
 		ip, port = req.Inst.IP, req.Inst.Port
 	}
 	if _, mine := r.beatOwner(ip, port); !mine {
-		return 0, errNotOwner
+		return BeatResult{}, errNotOwner
 	}
 	switch req.Op {
 	case fwdRegister:
 		inst := req.Inst.WithDefaults()
 		if !inst.Ephemeral {
-			return 0, &model.ValidationError{Field: "instance.ephemeral", Rule: "must be true for a beat instance"}
+			return BeatResult{}, &model.ValidationError{Field: "instance.ephemeral", Rule: "must be true for a beat instance"}
 		}
 		if err := r.validInstance(&inst); err != nil {
-			return 0, err
+			return BeatResult{}, err
 		}
-		return 0, r.registerEphemeral(ctx, inst)
+		return BeatResult{}, r.registerEphemeral(ctx, inst)
 	case fwdHeartbeat:
-		return r.heartbeatLocal(ctx, req.Key)
+		iv, err := r.heartbeatLocal(ctx, req.Key)
+		return BeatResult{Interval: iv}, err
 	case fwdHeartbeatInstance:
 		return r.heartbeatInstanceLocal(ctx, req.Inst)
 	case fwdDeregister:
-		return 0, r.deregisterEphemeral(ctx, req.Key)
+		return BeatResult{}, r.deregisterEphemeral(ctx, req.Key)
 	}
-	return 0, &model.ValidationError{Field: "forward.op", Rule: "must be a known operation", Value: fmt.Sprint(req.Op)}
+	return BeatResult{}, &model.ValidationError{Field: "forward.op", Rule: "must be a known operation", Value: fmt.Sprint(req.Op)}
 }
 
 // isMember reports whether node is a current member of the cluster, other

@@ -216,6 +216,7 @@ func (r *Registry) addService(s *service) {
 	r.services[s.key] = s
 	r.quota.nsServices[s.key.Namespace]++
 	r.svcGen.Add(1)
+	r.catalogChanged(s.key.Namespace)
 }
 
 // dropService takes the service of key out of the index. The caller holds
@@ -226,6 +227,7 @@ func (r *Registry) dropService(key model.ServiceKey) {
 		if r.quota.nsServices[key.Namespace]--; r.quota.nsServices[key.Namespace] == 0 {
 			delete(r.quota.nsServices, key.Namespace)
 		}
+		r.catalogChanged(key.Namespace)
 	}
 	r.svcGen.Add(1)
 }

@@ -51,8 +51,9 @@ type Limits struct {
 	MaxMetadataEntries int
 
 	// MaxSessions caps the sessions open on this node (default 100,000;
-	// 0.3 KiB each, empty, without a TTL). Sessions of other nodes,
-	// replicated here, count on their own node.
+	// 0.3 KiB each, empty, without a TTL or labels; its labels add up to
+	// one metadata set's worth). Sessions of other nodes, replicated here,
+	// count on their own node.
 	MaxSessions int
 	// MaxInstancesPerSession caps the instances one session publishes
 	// (default 1,000). It also bounds a replicated session record: one from
@@ -81,9 +82,9 @@ type Limits struct {
 	// MaxNamespaces caps the namespaces that hold services (default
 	// 1,000).
 	MaxNamespaces int
-	// MaxWatchers caps the open watchers of this node (default 100,000;
-	// 1.6 KiB each, each on a service of its own with every name at its
-	// limit). Watchers of one query share their views: a host that serves
+	// MaxWatchers caps the open watchers of this node, of Watch and
+	// WatchServices together (default 100,000; 1.6 KiB each, each on a
+	// service of its own with every name at its limit). Watchers of one query share their views: a host that serves
 	// many subscribers of one service can give them one watcher.
 	MaxWatchers int
 }

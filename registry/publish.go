@@ -333,57 +333,77 @@ func (r *Registry) heartbeatLocal(ctx context.Context, key model.InstanceKey) (t
 	return pi.interval, nil
 }
 
+// BeatResult is HeartbeatInstance's answer.
+type BeatResult struct {
+	// Interval is the interval to beat at (the
+	// preserved.heart.beat.interval metadata, default 5 s).
+	Interval time.Duration
+	// Registered is true when the registry did not hold the instance and
+	// the beat registered it again (it had expired, was deregistered, or
+	// was never registered); false when the beat renewed a lease. In a
+	// cluster it is the owner's answer; an owner older than this field
+	// always answers false.
+	Registered bool
+}
+
 // HeartbeatInstance is a heartbeat that carries its instance, as Nacos 1.x
 // beats do: it renews the lease like Heartbeat, and when the registry no
-// longer holds the instance, it registers inst.
-func (r *Registry) HeartbeatInstance(ctx context.Context, inst model.Instance) (time.Duration, error) {
+// longer holds the instance, it registers inst and says so in
+// BeatResult.Registered. A beat that registers is a write like Register:
+// it fails with ErrKindMismatch for a persistent instance, with an error
+// matching model.ErrInvalid for an invalid one, and with ErrLimit past a
+// limit; a beat that renews a lease is never refused by the limits.
+func (r *Registry) HeartbeatInstance(ctx context.Context, inst model.Instance) (BeatResult, error) {
 	if r.dist != nil {
 		resp, local, err := r.forward(ctx, inst.IP, inst.Port, &fwdRequest{Op: fwdHeartbeatInstance, Inst: inst})
 		if !local {
-			return resp.Interval, err
+			return BeatResult{Interval: resp.Interval, Registered: resp.Registered}, err
 		}
 	}
 	return r.heartbeatInstanceLocal(ctx, inst)
 }
 
 // heartbeatInstanceLocal is HeartbeatInstance on the owner.
-func (r *Registry) heartbeatInstanceLocal(ctx context.Context, inst model.Instance) (time.Duration, error) {
+func (r *Registry) heartbeatInstanceLocal(ctx context.Context, inst model.Instance) (BeatResult, error) {
 	if err := r.checkBeatWrite(); err != nil {
-		return 0, err
+		return BeatResult{}, err
 	}
 	inst = inst.WithDefaults()
 	r.mu.Lock()
 	if err := r.checkWrite(); err != nil {
 		r.mu.Unlock()
-		return 0, err
+		return BeatResult{}, err
 	}
 	if pi := r.beatPubInst(inst.IP, inst.Port, inst.Cluster, inst.Service); pi != nil {
 		r.touchBeat(pi)
 		interval := pi.interval
 		r.mu.Unlock()
-		return interval, nil
+		return BeatResult{Interval: interval}, nil
 	}
 	r.mu.Unlock()
 
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return BeatResult{}, err
 	}
 	if !inst.Ephemeral {
-		return 0, fmt.Errorf("%w: heartbeats keep ephemeral instances alive; %s is persistent", ErrKindMismatch, inst.Key())
+		return BeatResult{}, fmt.Errorf("%w: heartbeats keep ephemeral instances alive; %s is persistent", ErrKindMismatch, inst.Key())
 	}
 	if err := r.validInstance(&inst); err != nil {
-		return 0, err
+		return BeatResult{}, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.checkWrite(); err != nil {
-		return 0, err
+		return BeatResult{}, err
 	}
+	// Another beat may have registered it while the lock was released: then
+	// this one replaces it, and did not register it.
+	held := r.beatPubInst(inst.IP, inst.Port, inst.Cluster, inst.Service) != nil
 	pi, err := r.registerBeatLocked(inst)
 	if err != nil {
-		return 0, err
+		return BeatResult{}, err
 	}
-	return pi.interval, nil
+	return BeatResult{Interval: pi.interval, Registered: !held}, nil
 }
 
 // beatPubInst returns the beat publication of (ip, port, cluster, service),

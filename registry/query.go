@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -265,3 +266,38 @@ func (r *Registry) SelectOne(ctx context.Context, q model.Query) (model.Instance
 }
 
 func selectable(i *model.Instance) bool { return i.Healthy && i.Enabled && i.Weight > 0 }
+
+// GetInstance returns the instance with key as Query serves it in the view
+// of Query{Service: key.Service, IncludeDisabled: true}: with its patch
+// applied, disabled or not, and with its served health, so that under the
+// service's protection threshold it is healthy whatever its real health
+// (as every instance of that view is; see Query). It fails with ErrNotFound
+// when the registry does not hold the instance, with ErrNotReady before the
+// registry serves (as Query does), and with an error matching
+// model.ErrInvalid when key is invalid. It costs a map lookup and a binary
+// search over the service's instances, on the same cached view as Query.
+func (r *Registry) GetInstance(ctx context.Context, key model.InstanceKey) (model.Instance, error) {
+	if err := ctx.Err(); err != nil {
+		return model.Instance{}, err
+	}
+	key = key.WithDefaults()
+	if err := key.Validate(); err != nil {
+		return model.Instance{}, err
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if err := r.checkRead(); err != nil {
+		return model.Instance{}, err
+	}
+	if s := r.services[key.Service]; s != nil {
+		if i, ok := s.findSlot(key.Cluster, key.IP, key.Port); ok {
+			// Without a cluster filter and with disabled instances, the view
+			// keeps every instance in slot order: i indexes it.
+			v := viewOf(s, &model.Query{Service: key.Service, IncludeDisabled: true})
+			if i < len(v.Instances) && v.Instances[i].Key() == key {
+				return v.Instances[i], nil
+			}
+		}
+	}
+	return model.Instance{}, fmt.Errorf("%w: instance %s", ErrNotFound, key)
+}

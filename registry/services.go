@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/muster-io/muster/model"
 )
@@ -72,6 +73,12 @@ type ListOptions struct {
 	Namespace string
 	// Group to list; empty means every group.
 	Group string
+	// NameContains, when set, keeps only the services whose name contains
+	// it: a case-sensitive substring match, as Nacos's catalog applies its
+	// serviceNameParam. GroupContains does the same with group names
+	// (Nacos's groupNameParam). Paging and Total apply to what matches.
+	NameContains  string
+	GroupContains string
 	// Page is 1-based; 0 means 1.
 	Page int
 	// PageSize is the number of services per page; 0 means 100.
@@ -95,7 +102,8 @@ type ServiceList struct {
 }
 
 // ListServices returns a page of the services of a namespace, sorted by
-// group and name.
+// group and name, optionally filtered by group and by substrings of the
+// name and the group (see ListOptions).
 func (r *Registry) ListServices(ctx context.Context, opts ListOptions) (ServiceList, error) {
 	if err := ctx.Err(); err != nil {
 		return ServiceList{}, err
@@ -123,7 +131,8 @@ func (r *Registry) ListServices(ctx context.Context, opts ListOptions) (ServiceL
 	}
 	var all []ServiceSummary
 	for key, s := range r.services {
-		if key.Namespace != ns.Namespace || (opts.Group != "" && key.Group != opts.Group) {
+		if key.Namespace != ns.Namespace || (opts.Group != "" && key.Group != opts.Group) ||
+			!strings.Contains(key.Name, opts.NameContains) || !strings.Contains(key.Group, opts.GroupContains) {
 			continue
 		}
 		all = append(all, ServiceSummary{Key: key, Ephemeral: s.ephemeral, Defined: s.def != nil, Instances: len(s.slots)})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +16,15 @@ type SessionOptions struct {
 	// TTL, when positive, ends the session unless KeepAlive is called at
 	// least every TTL. Zero means the session lives until Close.
 	TTL time.Duration
+	// Labels describe the session for the host's operators: the client's
+	// IP, SDK version, application name, as Nacos 2.x's connection labels
+	// do. The registry keeps a copy, checks it by the rules and limits of
+	// metadata (an invalid set fails OpenSession with an error matching
+	// model.ErrInvalid, one past Limits.MaxMetadataEntries or
+	// MaxMetadataSize with ErrLimit too, and field "session.labels"), and
+	// shows it in Sessions and Session.Labels. Labels are local to this
+	// node: they are not replicated, and mean nothing to the registry.
+	Labels map[string]string
 }
 
 // Session publishes ephemeral instances on behalf of one connection the host
@@ -23,11 +33,13 @@ type SessionOptions struct {
 // registry closes. A session may publish any number of instances, several
 // per service among them. Its methods are safe for concurrent use.
 type Session struct {
-	r    *Registry
-	pub  *publisher
-	ttl  time.Duration
-	once sync.Once
-	done chan struct{}
+	r      *Registry
+	pub    *publisher
+	ttl    time.Duration
+	labels model.Metadata // immutable
+	opened time.Time
+	once   sync.Once
+	done   chan struct{}
 }
 
 // OpenSession opens a session owned by this node.
@@ -38,7 +50,14 @@ func (r *Registry) OpenSession(ctx context.Context, opts SessionOptions) (*Sessi
 	if opts.TTL < 0 {
 		return nil, &model.ValidationError{Field: "session.ttl", Rule: "must not be negative", Value: opts.TTL.String()}
 	}
-	s := &Session{r: r, ttl: opts.TTL, done: make(chan struct{})}
+	labels := model.NewMetadata(opts.Labels)
+	if err := r.lim.checkMetadata("session.labels", labels); err != nil {
+		return nil, err
+	}
+	if err := labels.Validate("session.labels", r.lim.model()); err != nil {
+		return nil, err
+	}
+	s := &Session{r: r, ttl: opts.TTL, labels: labels, done: make(chan struct{})}
 	s.pub = &publisher{kind: pubSession, session: s}
 
 	r.mu.Lock()
@@ -53,6 +72,7 @@ func (r *Registry) OpenSession(ctx context.Context, opts SessionOptions) (*Sessi
 	for n := 1; r.sessions[s.pub.id] != nil; n++ { // a random source may repeat itself
 		s.pub.id = fmt.Sprintf("%s-%016x-%d", r.cfg.NodeID, r.randUint64(), n)
 	}
+	s.opened = r.now()
 	r.sessions[s.pub.id] = s.pub
 	if opts.TTL > 0 {
 		putLease(r, &r.sessionLeases, s.pub, opts.TTL)
@@ -62,6 +82,10 @@ func (r *Registry) OpenSession(ctx context.Context, opts SessionOptions) (*Sessi
 
 // ID returns the session's ID, unique within the registry.
 func (s *Session) ID() string { return s.pub.id }
+
+// Labels returns a copy of the labels the session was opened with (nil when
+// it has none).
+func (s *Session) Labels() map[string]string { return s.labels.Map() }
 
 // Done is closed when the session ends.
 func (s *Session) Done() <-chan struct{} { return s.done }
@@ -285,4 +309,47 @@ func (r *Registry) closeSessionLocked(p *publisher) {
 	if p.session != nil {
 		p.session.end()
 	}
+}
+
+// SessionInfo describes one session in Sessions.
+type SessionInfo struct {
+	ID string
+	// Labels is a copy of SessionOptions.Labels (nil when none).
+	Labels map[string]string
+	// Instances counts the instances the session publishes.
+	Instances int
+	// Opened is when OpenSession returned, on the registry's clock.
+	Opened time.Time
+}
+
+// Sessions lists the sessions open on this node, oldest first (ties by
+// ID). Sessions of other nodes, whose instances are replicated here, are
+// not listed: a session is its node's, as a connection is in Nacos. A
+// session leaves the list once it has ended (closed, or its keep-alive
+// lapsed). It costs a walk of this node's sessions under the registry's
+// read lock. It fails with ErrClosed once the registry is closed.
+func (r *Registry) Sessions(ctx context.Context) ([]SessionInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r.mu.RLock()
+	if r.state.Load() == stateClosed {
+		r.mu.RUnlock()
+		return nil, ErrClosed
+	}
+	out := make([]SessionInfo, 0, len(r.sessions))
+	for _, p := range r.sessions {
+		if p.closed || p.session == nil {
+			continue
+		}
+		out = append(out, SessionInfo{ID: p.id, Labels: p.session.labels.Map(), Instances: len(p.insts), Opened: p.session.opened})
+	}
+	r.mu.RUnlock()
+	slices.SortFunc(out, func(a, b SessionInfo) int {
+		if c := a.Opened.Compare(b.Opened); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out, nil
 }

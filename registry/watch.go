@@ -69,6 +69,12 @@ type watchState struct {
 	spare  map[model.ServiceKey]struct{}
 	signal chan struct{} // capacity 1: wakes the notifier
 
+	// Catalog watchers (see catalog.go), guarded by Registry.mu like groups.
+	catalogs map[string]*catalogGroup // by namespace
+	catDirty map[string]struct{}      // namespaces whose list changed since the notifier last ran
+	catSpare map[string]struct{}
+	catRev   uint64 // the last catalog revision handed out
+
 	buf []delivery // the notifier's scratch space
 }
 
@@ -93,6 +99,9 @@ func (ws *watchState) init() {
 	ws.dirty = make(map[model.ServiceKey]struct{})
 	ws.spare = make(map[model.ServiceKey]struct{})
 	ws.signal = make(chan struct{}, 1)
+	ws.catalogs = make(map[string]*catalogGroup)
+	ws.catDirty = make(map[string]struct{})
+	ws.catSpare = make(map[string]struct{})
 }
 
 // markDirty tells the notifier that key changed. The caller holds mu.
@@ -261,8 +270,15 @@ func (ws *watchState) closeAll(r *Registry, err error) {
 			}
 		}
 	}
+	var cats []*CatalogWatcher
+	for _, g := range ws.catalogs {
+		cats = append(cats, g.watchers...)
+	}
 	r.mu.Unlock()
 	for _, w := range all {
+		w.close(err)
+	}
+	for _, w := range cats {
 		w.close(err)
 	}
 }
@@ -281,6 +297,8 @@ func (r *Registry) notifier() {
 		r.mu.Lock()
 		dirty := r.watch.dirty
 		r.watch.dirty, r.watch.spare = r.watch.spare, dirty
+		catDirty := r.watch.catDirty
+		r.watch.catDirty, r.watch.catSpare = r.watch.catSpare, catDirty
 		r.mu.Unlock()
 
 		for key := range dirty {
@@ -311,6 +329,8 @@ func (r *Registry) notifier() {
 			r.watch.buf = buf[:0]
 		}
 		clear(dirty)
+		r.notifyCatalogs(catDirty)
+		clear(catDirty)
 	}
 }
 

@@ -188,11 +188,18 @@ func (g *grpcAPI) RequestBiStream(stream pb.BiRequestStream_RequestBiStreamServe
 	if err := json.Unmarshal(first.GetBody().GetValue(), &setup); err != nil {
 		return status.Errorf(codes.InvalidArgument, "malformed ConnectionSetupRequest: %v", err)
 	}
-	sess, err := g.s.reg.OpenSession(ctx, registry.SessionOptions{})
+	clientIP := first.GetMetadata().GetClientIp()
+	sess, err := g.s.reg.OpenSession(ctx, registry.SessionOptions{Labels: sessionLabels(&setup, clientIP)})
+	if errors.Is(err, model.ErrInvalid) {
+		// The labels are the client's own: labels the registry refuses (too
+		// many, control characters) do not cost it its connection.
+		g.log.Warn("connection labels refused; the session goes without", "clientIp", clientIP, "err", err)
+		sess, err = g.s.reg.OpenSession(ctx, registry.SessionOptions{})
+	}
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "cannot open a session: %v", err)
 	}
-	c := newConn(g, stream, addr, first.GetMetadata().GetClientIp(), &setup, sess)
+	c := newConn(g, stream, addr, clientIP, &setup, sess)
 
 	g.mu.Lock()
 	if g.closing {
@@ -320,6 +327,23 @@ func (g *grpcAPI) killAll() {
 	for _, c := range g.snapshot() {
 		c.kill()
 	}
+}
+
+// sessionLabels are the labels of a connection's session: the client's
+// own (Nacos's SDKs send "source", "module", "AppName" among them), its IP
+// and its SDK version, as Nacos keeps them in a connection's meta.
+func sessionLabels(setup *nRequest, clientIP string) map[string]string {
+	labels := make(map[string]string, len(setup.Labels)+2)
+	for k, v := range setup.Labels {
+		labels[k] = v
+	}
+	if clientIP != "" {
+		labels["clientIp"] = clientIP
+	}
+	if setup.ClientVersion != "" {
+		labels["clientVersion"] = setup.ClientVersion
+	}
+	return labels
 }
 
 // conn is one client connection.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,6 +30,7 @@ func (s *Server) httpHandler() http.Handler {
 	mux.HandleFunc("/nacos/v1/ns/service/list", s.hServiceList)
 	mux.HandleFunc("/nacos/v1/ns/catalog/services", s.hCatalog)
 	mux.HandleFunc("/nacos/v1/ns/operator/metrics", s.hMetrics)
+	mux.HandleFunc("/nacos/v1/core/loader/current", s.hLoaderCurrent)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
 		if err := r.ParseForm(); err != nil {
@@ -262,23 +262,20 @@ func (s *Server) hInstance(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
-		v, err := s.reg.Query(ctx, model.Query{Service: k.Service, Clusters: []string{k.Cluster}, IncludeDisabled: true})
+		inst, err := s.reg.GetInstance(ctx, k)
+		if errors.Is(err, registry.ErrNotFound) {
+			err = fmt.Errorf("%w: no matched ip found! %s", registry.ErrNotFound, k)
+		}
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		for _, inst := range v.Instances {
-			if inst.Key() == k {
-				n := fromModel(inst, inst.Healthy)
-				writeJSON(w, map[string]any{
-					"service": k.Service.GroupedName(), "ip": n.IP, "port": n.Port, "clusterName": n.ClusterName,
-					"weight": n.Weight, "healthy": n.Healthy, "enabled": n.Enabled, "ephemeral": n.Ephemeral,
-					"instanceId": n.InstanceID, "metadata": n.Metadata,
-				})
-				return
-			}
-		}
-		s.fail(w, r, fmt.Errorf("%w: no matched ip found! %s", registry.ErrNotFound, k))
+		n := fromModel(inst, inst.Healthy)
+		writeJSON(w, map[string]any{
+			"service": k.Service.GroupedName(), "ip": n.IP, "port": n.Port, "clusterName": n.ClusterName,
+			"weight": n.Weight, "healthy": n.Healthy, "enabled": n.Enabled, "ephemeral": n.Ephemeral,
+			"instanceId": n.InstanceID, "metadata": n.Metadata,
+		})
 	default:
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 	}
@@ -361,7 +358,14 @@ func (s *Server) hBeat(w http.ResponseWriter, r *http.Request) {
 		if len(b.Metadata) > 0 {
 			inst.Metadata = model.NewMetadata(b.Metadata)
 		}
-		interval, err = s.reg.HeartbeatInstance(ctx, inst)
+		var res registry.BeatResult
+		res, err = s.reg.HeartbeatInstance(ctx, inst)
+		interval = res.Interval
+		if err == nil && res.Registered {
+			// Nacos registers a full beat's instance again (its lease had
+			// lapsed, or the node it was on died): worth a debug line.
+			s.log.Debug("beat registered its instance again", "instance", key.String())
+		}
 	} else {
 		interval, err = s.reg.Heartbeat(ctx, key)
 		if errors.Is(err, registry.ErrNotFound) {
@@ -498,21 +502,6 @@ func (s *Server) hServiceList(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]any{"count": l.Total, "doms": doms})
 }
 
-// allServices lists every service of a namespace (and group, if given).
-func (s *Server) allServices(ctx context.Context, ns, group string) ([]registry.ServiceSummary, error) {
-	var out []registry.ServiceSummary
-	for page := 1; ; page++ {
-		l, err := s.reg.ListServices(ctx, registry.ListOptions{Namespace: ns, Group: group, Page: page, PageSize: 1000})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, l.Services...)
-		if len(l.Services) == 0 || len(out) >= l.Total {
-			return out, nil
-		}
-	}
-}
-
 // hCatalog serves the console's catalog: services with their counts,
 // filtered by a substring of the name and of the group.
 func (s *Server) hCatalog(w http.ResponseWriter, r *http.Request) {
@@ -527,21 +516,16 @@ func (s *Server) hCatalog(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	all, err := s.allServices(ctx, namespaceOf(p.str("namespaceId")), "")
+	l, err := s.reg.ListServices(ctx, registry.ListOptions{
+		Namespace: namespaceOf(p.str("namespaceId")), Page: page, PageSize: size,
+		NameContains: p.str("serviceNameParam"), GroupContains: p.str("groupNameParam"),
+	})
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	nameLike, groupLike := p.str("serviceNameParam"), p.str("groupNameParam")
-	var match []registry.ServiceSummary
-	for _, sv := range all {
-		if strings.Contains(sv.Key.Name, nameLike) && strings.Contains(sv.Key.Group, groupLike) {
-			match = append(match, sv)
-		}
-	}
 	list := []map[string]any{}
-	for i := (page - 1) * size; i < len(match) && i < page*size; i++ {
-		sv := match[i]
+	for _, sv := range l.Services {
 		v, err := s.reg.Query(ctx, model.Query{Service: sv.Key, IncludeDisabled: true})
 		if err != nil {
 			s.fail(w, r, err)
@@ -556,7 +540,7 @@ func (s *Server) hCatalog(w http.ResponseWriter, r *http.Request) {
 			"ipCount": len(v.Instances), "healthyInstanceCount": v.HealthyCount(), "triggerFlag": fmt.Sprint(v.Protected),
 		})
 	}
-	writeJSON(w, map[string]any{"count": len(match), "serviceList": list})
+	writeJSON(w, map[string]any{"count": l.Total, "serviceList": list})
 }
 
 func (s *Server) hMetrics(w http.ResponseWriter, r *http.Request) {
@@ -580,4 +564,47 @@ func (s *Server) hMetrics(w http.ResponseWriter, r *http.Request) {
 		"mem": float64(ms.HeapInuse) / float64(max(ms.Sys, 1)), "cpu": 0, "load": 0,
 		"heapInuseBytes": ms.HeapInuse, "goroutines": runtime.NumGoroutine(),
 	})
+}
+
+// hLoaderCurrent lists this node's gRPC connections, as Nacos's
+// /v1/core/loader/current does: by connection ID, with the client's IP,
+// SDK version and labels (its session's labels, see sessionLabels), when it
+// connected, when it was last heard from, and nacosd's own session ID and
+// count of the connection's instances.
+func (s *Server) hLoaderCurrent(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	sessions, err := s.reg.Sessions(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	conns := map[string]*conn{}
+	if s.api != nil {
+		for _, c := range s.api.snapshot() {
+			conns[c.sess.ID()] = c
+		}
+	}
+	out := map[string]any{}
+	for _, si := range sessions {
+		c := conns[si.ID]
+		if c == nil {
+			continue // its connection has just ended
+		}
+		labels := si.Labels
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		out[c.id] = map[string]any{
+			"metaInfo": map[string]any{
+				"connectType": "GRPC", "connectionId": c.id, "clientIp": labels["clientIp"], "version": labels["clientVersion"],
+				"appName": labels["AppName"], "labels": labels,
+				"createTime": si.Opened.UnixMilli(), "lastActiveTime": c.lastActive.Load(),
+			},
+			"sessionId": si.ID, "instanceCount": si.Instances,
+		}
+	}
+	writeJSON(w, out)
 }

@@ -51,12 +51,12 @@ func main() {
 
 	// An instance without a session is kept alive by heartbeats.
 	beat := model.NewInstance(orders, "10.0.0.9", 8080)
-	interval, err := reg.HeartbeatInstance(ctx, beat) // a beat that carries its instance registers it
+	res, err := reg.HeartbeatInstance(ctx, beat) // a beat that carries its instance registers it
 	if err != nil {
 		log.Fatal(err)
 	}
 	u, _ = w.Next(ctx)
-	fmt.Printf("revision %d: added %s, beat every %v\n", u.Revision, u.Delta.Added[0].IP, interval)
+	fmt.Printf("revision %d: added %s, beat every %v\n", u.Revision, u.Delta.Added[0].IP, res.Interval)
 
 	// Weighted selection: 10.0.0.2 (weight 3) comes up about three times as
 	// often as 10.0.0.1 (weight 1).
