@@ -3,6 +3,7 @@ package distro
 import (
 	"context"
 	"fmt"
+	"github.com/muster-io/muster/internal/logx"
 	"io"
 	"log"
 	"log/slog"
@@ -154,7 +155,7 @@ func NewMemberlist(cfg MemberlistConfig) (*Memberlist, error) {
 	if m.log == nil {
 		m.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	m.log = m.log.With("node", cfg.NodeID)
+	m.log = logx.WithNode(m.log, cfg.NodeID)
 	m.members[cfg.NodeID] = Member{ID: cfg.NodeID, Addr: cfg.TransportAddr}
 	return m, nil
 }
