@@ -47,7 +47,7 @@ type Config struct {
 	// Buckets is the number of digest buckets. A verify round sends 8 bytes per bucket to each
 	// peer; a differing bucket costs its records' versions. 1024 keeps a round near 8 KiB.
 	Buckets int
-	// MaxBatch caps the records of one sync, repair or snapshot message.
+	// MaxBatch caps the records of one sync or repair message (at most MaxMessageRecords).
 	MaxBatch int
 }
 
@@ -103,8 +103,8 @@ func (c *Config) Validate() error {
 		return bad("LoadTimeout", "must be > 0")
 	case c.Buckets < 1 || c.Buckets > 1<<16:
 		return bad("Buckets", "must be 1–65536")
-	case c.MaxBatch < 1:
-		return bad("MaxBatch", "must be >= 1")
+	case c.MaxBatch < 1 || c.MaxBatch > MaxMessageRecords:
+		return bad("MaxBatch", fmt.Sprintf("must be 1–%d (MaxMessageRecords: peers refuse larger messages)", MaxMessageRecords))
 	}
 	return nil
 }

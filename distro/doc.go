@@ -22,6 +22,25 @@
 // synchronous), Memberlist runs hashicorp/memberlist and carries each node's transport address
 // in its node meta (Memberlist.Addr plugs into transport.TCPConfig.Resolve).
 //
+// # Security
+//
+// Only members act. Every handler (sync, repair, verify, snapshot) checks, before decoding
+// anything, that the sender the transport authenticated (the handler's from argument) is a
+// current member; others get ErrNotMember and nothing else, and are counted. HRW ownership is
+// computed over the same members. ErrNotMember is retryable: a node that has just joined may
+// reach a peer before the peer lists it, so syncs retry with backoff, verify runs again, and the
+// loader asks such a peer again until it answers or LoadTimeout passes.
+//
+// Memberlist requires a gossip key (MemberlistConfig.SecretKey; Validate refuses a config without
+// one unless Insecure is set): a node without it cannot join, so it is never a member and never
+// owns a key. It binds 127.0.0.1 unless BindAddr says otherwise. Keys rotate on a running cluster
+// with Memberlist.AddKey (everywhere), UseKey (everywhere), RemoveKey (everywhere).
+//
+// Every list in a message has a per-type cap checked at its header before anything is
+// allocated (MaxMessageRecords records per sync or repair, 65,536 per snapshot page, 16,384
+// versions or drops, at most Buckets buckets), nil and hollow elements are refused, and lists
+// grow with the elements that arrive.
+//
 // # Invariants
 //
 //  1. Single writer. Put and Delete fail with ErrNotOwner unless this node owns the key; a
@@ -62,14 +81,18 @@
 //
 // Load: Start pulls a paged snapshot (whole buckets, up to 4,096 records a page) from every
 // member in parallel and merges by version, then reports ready once every member it knows was
-// tried and at least one answered. Nodes never serve snapshots or verify answers before their
+// tried and at least one answered (and none answered ErrNotMember, which is asked again). Nodes never serve snapshots or verify answers before their
 // own load (Nacos #8436): a peer that is itself loading answers ErrNotReady, which does not count
 // as an answer, so nodes restarting together wait for a survivor rather than take each other's
 // empty state. Unanswered peers are retried until one answers; if none does within LoadTimeout
 // (a whole cluster starting cold, or no peer reachable), the node is ready as the first one and
 // logs it. Records of this node's previous incarnation found in the
 // snapshots are settled: its sessions died with it and are tombstoned, its beats are adopted if
-// HRW still names it.
+// HRW still names it. The Store is given the merged result of the load (each loaded foreign
+// record once, at its final version, before the node is ready), never an intermediate version
+// another snapshot replaced; a record it was given during the load (by a sync) and that a
+// loaded tombstone or own record replaces is removed from it; a Put made before ready moves
+// past its previous incarnation's version instead of being replaced by it.
 //
 // Orphans and adoption: when membership drops a node, its beat records whose HRW owner is now
 // this node are handed to Store.Adopt at once (the store resumes the lease from the last renewal
@@ -135,5 +158,8 @@
 //     most once per verify period while views disagree.
 //   - Records' payloads are shared, never copied: callers must not modify them.
 //   - A single bucket is never split across snapshot pages: with the default 1024 buckets and
-//     small payloads a page stays far below the 4 MiB transport frame.
+//     small payloads a page stays far below the 4 MiB transport frame. A bucket holding more
+//     than 65,536 records cannot be served (the page fails, saying to raise Buckets).
+//   - Messages from non-members are refused, not dropped silently: the error tells a node that
+//     has just joined to retry.
 package distro

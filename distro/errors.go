@@ -19,8 +19,15 @@ var (
 	ErrInvalidConfig = errors.New("distro: invalid config")
 	// ErrInvalidRecord is wrapped by errors about malformed records and messages.
 	ErrInvalidRecord = errors.New("distro: invalid record")
+	// ErrNotStarted is returned by Memberlist key rotation calls before Start.
+	ErrNotStarted = errors.New("distro: not started")
 	// ErrStarted is returned by a second Start.
 	ErrStarted = errors.New("distro: already started")
+	// ErrNotMember is answered to a sync, repair, verify or snapshot request whose sender (the
+	// node ID the transport authenticated) is not a current member here. It is retryable: a node
+	// that has just joined may reach a peer before the peer's membership lists it (the loader
+	// retries within LoadTimeout, syncs retry with backoff, verify runs again next round).
+	ErrNotMember = errors.New("distro: sender is not a member")
 	// ErrUnknownMember is returned by Memberlist.Addr for an ID that is not a live member.
 	ErrUnknownMember = errors.New("distro: unknown member")
 )

@@ -114,7 +114,7 @@ func ExampleNewMemberlist() {
 	var ml *distro.Memberlist
 	tc := transport.DefaultTCPConfig()
 	tc.NodeID, tc.ListenAddr = "node-1", "127.0.0.1:0"
-	tc.Secret = []byte("a secret every node shares, >=16 bytes") // or TLS; Validate refuses neither
+	tc.Secret = []byte("the cluster's transport secret") // shared by every node (or TLS)
 	tc.Resolve = func(id string) (string, error) { return ml.Addr(id) }
 	tcp, err := transport.NewTCP(tc)
 	if err != nil {
@@ -127,8 +127,9 @@ func ExampleNewMemberlist() {
 
 	mc := distro.DefaultMemberlistConfig()
 	mc.NodeID, mc.BindAddr, mc.BindPort = "node-1", "127.0.0.1", 7946
-	mc.TransportAddr = tcp.Addr()                           // published in the node meta
-	mc.Seeds = []string{"127.0.0.1:7947", "127.0.0.1:7948"} // other nodes' gossip addresses
+	mc.SecretKey = []byte("the cluster's 32-byte gossip key") // required; rotate with ml.AddKey, UseKey, RemoveKey
+	mc.TransportAddr = tcp.Addr()                             // published in the node meta
+	mc.Seeds = []string{"127.0.0.1:7947", "127.0.0.1:7948"}   // other nodes' gossip addresses
 	ml, err = distro.NewMemberlist(mc)
 	if err != nil {
 		panic(err)

@@ -1,7 +1,10 @@
 package distro
 
 import (
+	"encoding/binary"
 	"errors"
+	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/muster-io/muster/model"
@@ -36,6 +39,9 @@ func FuzzDecodeSync(f *testing.F) {
 			}
 			return
 		}
+		if len(recs) > MaxMessageRecords {
+			t.Fatalf("%d records accepted, cap %d", len(recs), MaxMessageRecords)
+		}
 		for _, r := range recs {
 			if err := r.validate(); err != nil {
 				t.Fatalf("accepted an invalid record: %v", err)
@@ -65,6 +71,9 @@ func FuzzDecodeVerify(f *testing.F) {
 				t.Fatalf("bucket %d accepted", b)
 			}
 		}
+		if len(m.Buckets) > 8 || len(m.Versions) > maxWireVersions {
+			t.Fatalf("%d buckets and %d versions accepted, caps 8 and %d", len(m.Buckets), len(m.Versions), maxWireVersions)
+		}
 	})
 }
 
@@ -83,6 +92,9 @@ func FuzzDecodeRepair(f *testing.F) {
 			if r.validate() != nil {
 				t.Fatal("invalid record accepted")
 			}
+		}
+		if len(recs) > MaxMessageRecords || len(drops) > maxWireVersions {
+			t.Fatalf("%d records and %d drops accepted, caps %d and %d", len(recs), len(drops), MaxMessageRecords, maxWireVersions)
 		}
 		if validVersions(drops) != nil {
 			t.Fatal("invalid drop accepted")
@@ -103,6 +115,9 @@ func FuzzDecodeSnapshot(f *testing.F) {
 				t.Fatal(err)
 			}
 			return
+		}
+		if len(recs) > maxSnapshotRecords {
+			t.Fatalf("%d records accepted, cap %d", len(recs), maxSnapshotRecords)
 		}
 		for _, r := range recs {
 			if r.validate() != nil {
@@ -142,5 +157,106 @@ func TestWireRoundTrip(t *testing.T) {
 		if _, err := decodeSync(b); !errors.Is(err, ErrInvalidRecord) {
 			t.Errorf("decodeSync accepted %+v: %v", r, err)
 		}
+	}
+}
+
+// hostileList encodes a one-field message {field: [n × elem]} with an array32 header, as an
+// attacker would: n declared elements of a few bytes each.
+func hostileList(field string, n int, elem []byte) []byte {
+	b := []byte{0x81, 0xa0 | byte(len(field))}
+	b = append(b, field...)
+	b = append(b, 0xdd, 0, 0, 0, 0)
+	binary.BigEndian.PutUint32(b[len(b)-4:], uint32(n))
+	for i := 0; i < n; i++ {
+		b = append(b, elem...)
+	}
+	return b
+}
+
+// hostileRecord is a record map of 6 fields with empty keys and nil values (13 bytes).
+var hostileRecord = []byte{0x86, 0xa0, 0xc0, 0xa0, 0xc0, 0xa0, 0xc0, 0xa0, 0xc0, 0xa0, 0xc0, 0xa0, 0xc0}
+
+// Issue 12.6: every list of every message has an element cap and refuses nil and hollow
+// elements, with an error naming the list and the cap, before it allocates the list.
+func TestWireElementCaps(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		decode func([]byte) error
+		body   []byte
+		want   string
+	}{
+		{"sync records over the cap", func(b []byte) error { _, err := decodeSync(b); return err },
+			hostileList("Records", MaxMessageRecords+1, hostileRecord), "4097 records in one message, at most 4096"},
+		{"sync nil record", func(b []byte) error { _, err := decodeSync(b); return err },
+			hostileList("Records", 3, []byte{0xc0}), "record 0 is nil"},
+		{"sync hollow record", func(b []byte) error { _, err := decodeSync(b); return err },
+			hostileList("Records", 3, []byte{0x80}), "record 0 has 0 fields, want at least 4"},
+		{"repair records over the cap", func(b []byte) error { _, _, err := decodeRepair(b); return err },
+			hostileList("Records", MaxMessageRecords+1, hostileRecord), "records in one message, at most 4096"},
+		{"repair drops over the cap", func(b []byte) error { _, _, err := decodeRepair(b); return err },
+			hostileList("Drop", maxWireVersions+1, []byte{0x84, 0xa0, 0xc0, 0xa0, 0xc0, 0xa0, 0xc0, 0xa0, 0xc0}), "versions in one message, at most 16384"},
+		{"repair nil drop", func(b []byte) error { _, _, err := decodeRepair(b); return err },
+			hostileList("Drop", 2, []byte{0xc0}), "version 0 is nil"},
+		{"snapshot records over the cap", func(b []byte) error { _, _, err := decodeSnapResp(b); return err },
+			hostileList("Records", maxSnapshotRecords+1, hostileRecord), "records in one message, at most 65536"},
+		{"verify versions over the cap", func(b []byte) error { _, err := decodeVerifyResp(b, 64); return err },
+			hostileList("Versions", maxWireVersions+1, []byte{0x84, 0xa0, 0xc0, 0xa0, 0xc0, 0xa0, 0xc0, 0xa0, 0xc0}), "versions in one message, at most 16384"},
+		{"verify buckets over the receiver's Buckets", func(b []byte) error { _, err := decodeVerifyResp(b, 64); return err },
+			hostileList("Buckets", 65, []byte{0x01}), "65 buckets in one message, at most 64"},
+		{"verify buckets over the cap", func(b []byte) error { _, err := decodeVerifyResp(b, 64); return err },
+			hostileList("Buckets", maxWireBuckets+1, []byte{0x01}), "buckets in one message, at most 65536"},
+		{"verify nil bucket", func(b []byte) error { _, err := decodeVerifyResp(b, 64); return err },
+			hostileList("Buckets", 2, []byte{0xc0}), "bucket 0 is nil"},
+	} {
+		err := tc.decode(tc.body)
+		if !errors.Is(err, ErrInvalidRecord) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an ErrInvalidRecord saying %q", tc.name, err, tc.want)
+		}
+	}
+	// At the caps, well-formed messages pass (the senders' limits fit the receivers').
+	full := make([]Record, MaxMessageRecords)
+	for i := range full {
+		full[i] = Record{Key: "k", Kind: KindSession, Owner: "a", Revision: 1}
+	}
+	b, _ := model.Marshal(syncMsg{Records: wires(full)})
+	if recs, err := decodeSync(b); err != nil || len(recs) != MaxMessageRecords {
+		t.Fatalf("a sync of MaxMessageRecords records: %d, %v", len(recs), err)
+	}
+}
+
+// minimalRecord is the smallest valid record (4 fields: Key "k", Kind 1, Owner "a", Revision 1).
+var minimalRecord = []byte{0x84, 0xa3, 'K', 'e', 'y', 0xa1, 'k', 0xa4, 'K', 'i', 'n', 'd', 0x01,
+	0xa5, 'O', 'w', 'n', 'e', 'r', 0xa1, 'a', 0xa8, 'R', 'e', 'v', 'i', 's', 'i', 'o', 'n', 0x01}
+
+// Decoding allocates at most 16× its input, whatever the input declares: a hostile list is
+// refused at its header (over the cap) or at its first bad element, and a list of the smallest
+// valid elements grows with them.
+func TestWireHostileAllocation(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		body  []byte
+		valid bool
+	}{
+		{"1 MiB of nil records", hostileList("Records", 1<<20, []byte{0xc0}), false},
+		{"1 MiB of hollow records", hostileList("Records", 1<<20, []byte{0x80}), false},
+		{"1 MiB of nil versions", hostileList("Drop", 1<<20, []byte{0xc0}), false},
+		{"4096 hollow records", hostileList("Records", MaxMessageRecords, []byte{0x80}), false},
+		{"4096 six-field records with empty names", hostileList("Records", MaxMessageRecords, hostileRecord), false},
+		{"4096 smallest valid records", hostileList("Records", MaxMessageRecords, minimalRecord), true},
+		{"16384 smallest valid drops", hostileList("Drop", maxWireVersions, []byte{0x82, 0xa3, 'K', 'e', 'y', 0xa1, 'k', 0xa3, 'R', 'e', 'v', 0x01}), true},
+	} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		_, _, err := decodeRepair(tc.body)
+		runtime.ReadMemStats(&after)
+		if (err == nil) != tc.valid {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got := after.TotalAlloc - before.TotalAlloc
+		if got > 16*uint64(len(tc.body))+64<<10 {
+			t.Errorf("%s: %d bytes of input allocated %d bytes (over 16×)", tc.name, len(tc.body), got)
+		}
+		t.Logf("%s: %d bytes of input, %d allocated", tc.name, len(tc.body), got)
 	}
 }

@@ -16,13 +16,16 @@ const snapshotPage = 4096
 
 // load pulls snapshots from every reachable peer, merging them by version, then makes the node
 // ready. It retries unreachable peers until one answers or LoadTimeout passes; with none it
-// declares this node the first one.
+// declares this node the first one. A peer that refused because its membership does not list
+// this node yet (ErrNotMember: this node has just joined) is retried until it answers or
+// LoadTimeout passes, even once another peer answered: it is reachable and holds state.
 func (r *Replicator) load() {
 	start := r.clk.Now()
 	deadline := start.Add(r.cfg.LoadTimeout)
 	answered := map[string]bool{}
 	retry := min(r.cfg.LoadTimeout/10, 100*time.Millisecond)
 	for {
+		notYet := 0 // peers that refused this round because they do not list this node yet
 		r.mu.Lock()
 		var peers []string
 		for _, p := range r.members {
@@ -43,6 +46,11 @@ func (r *Replicator) load() {
 					if r.ctx.Err() == nil {
 						r.log.Info("distro: load from peer failed", "peer", p, "err", err)
 					}
+					if errors.Is(err, ErrNotMember) {
+						mu.Lock()
+						notYet++
+						mu.Unlock()
+					}
 					return
 				}
 				mu.Lock()
@@ -54,7 +62,7 @@ func (r *Replicator) load() {
 		if r.ctx.Err() != nil {
 			return
 		}
-		if len(answered) > 0 {
+		if len(answered) > 0 && notYet == 0 {
 			break // every peer known now was tried, at least one answered
 		}
 		if !r.clk.Now().Before(deadline) {
@@ -88,6 +96,9 @@ func (r *Replicator) loadFrom(peer string) error {
 		if errors.As(err, &re) && re.Msg == ErrNotReady.Error() {
 			return fmt.Errorf("%w: %s is loading too", ErrNotReady, peer)
 		}
+		if errors.As(err, &re) && re.Msg == ErrNotMember.Error() {
+			return fmt.Errorf("%w: %s does not list this node yet", ErrNotMember, peer)
+		}
 		if err != nil {
 			return err
 		}
@@ -98,7 +109,7 @@ func (r *Replicator) loadFrom(peer string) error {
 		r.mu.Lock()
 		now := r.clk.Now()
 		for _, rec := range recs {
-			r.offerLocked(rec, now)
+			r.offerLoadedLocked(rec, now)
 		}
 		r.mu.Unlock()
 		r.drain()
@@ -113,6 +124,25 @@ func (r *Replicator) loadFrom(peer string) error {
 // previous incarnation (sessions died with it: tombstoned; beats: adopted if HRW still names
 // this node), owners that are not members (orphan clocks start now), beats to adopt.
 func (r *Replicator) finishLoad(peers int, took time.Duration) {
+	// First the Store gets the merged result of the snapshots (each loaded foreign record, once,
+	// at its final version), before the node is ready: a ready node's Store holds what it loaded.
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.tab.all(func(e *entry) bool {
+		if e.loaded {
+			e.loaded = false
+			if e.live() && e.rec.Owner != r.self { // this node's own: settled below
+				r.emitLocked(storeEvent{op: evApply, rec: e.rec})
+			}
+		}
+		return true
+	})
+	r.mu.Unlock()
+	r.drain()
+
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -161,6 +191,9 @@ func (r *Replicator) finishLoad(peers int, took time.Duration) {
 // handleSnapshot serves one page of every record this node holds (tombstones included), whole
 // buckets from req.From on.
 func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte) ([]byte, error) {
+	if err := r.admit("snapshot", from); err != nil {
+		return nil, err
+	}
 	req, err := decodeSnapReq(body)
 	if err != nil {
 		r.log.Warn("distro: bad snapshot request", "from", from, "err", err)
@@ -168,9 +201,9 @@ func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte)
 	}
 	budget := int(min(max(req.Max, 1), snapshotPage))
 	r.mu.Lock()
-	if r.closed {
+	if err := r.admitLocked("snapshot", from); err != nil {
 		r.mu.Unlock()
-		return nil, ErrClosed
+		return nil, err
 	}
 	if !r.ready {
 		r.mu.Unlock()
@@ -179,6 +212,7 @@ func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte)
 	var resp snapResp
 	b, size := int(req.From), 0
 	for b < r.cfg.Buckets && len(resp.Records) < budget && size < maxBatchBytes {
+		start := len(resp.Records)
 		r.tab.each(b, func(e *entry) bool {
 			if e.held() {
 				resp.Records = append(resp.Records, toWire(e.rec))
@@ -186,6 +220,15 @@ func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte)
 			}
 			return true
 		})
+		if len(resp.Records) > budget && start > 0 {
+			resp.Records = resp.Records[:start] // whole buckets only: this one opens the next page
+			break
+		}
+		if len(resp.Records) > maxSnapshotRecords { // one bucket alone beyond what a loader accepts
+			r.mu.Unlock()
+			r.log.Error("distro: a snapshot bucket holds more records than a page may carry: raise Buckets", "bucket", b, "records", len(resp.Records), "max", maxSnapshotRecords)
+			return nil, fmt.Errorf("%w: bucket %d holds %d records, more than a snapshot page's %d (raise Config.Buckets)", ErrInvalidConfig, b, len(resp.Records), maxSnapshotRecords)
+		}
 		b++
 	}
 	resp.Next = uint32(b)

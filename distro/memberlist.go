@@ -21,7 +21,7 @@ import (
 // MemberlistConfig configures a Memberlist membership. Start from DefaultMemberlistConfig.
 type MemberlistConfig struct {
 	NodeID        string   // required: unique node name (memberlist's Name)
-	BindAddr      string   // address to bind gossip to; default "0.0.0.0"
+	BindAddr      string   // address to bind gossip to; default (and when empty) "127.0.0.1", never a wildcard unless set so
 	BindPort      int      // gossip port (UDP and TCP); 0 picks a free one (see Memberlist.BindAddr)
 	AdvertiseAddr string   // address peers should use, if not the bound one
 	AdvertisePort int      // port peers should use with AdvertiseAddr (0: the bound port)
@@ -31,9 +31,18 @@ type MemberlistConfig struct {
 	// partitions longer than GossipToTheDeadTime, which memberlist never heals by itself. 0
 	// disables it.
 	RejoinInterval time.Duration
-	// SecretKey enables memberlist's gossip encryption (AES, 16, 24 or 32 bytes); every node needs
-	// the same key.
+	// SecretKey is the gossip key (AES-GCM; 16, 24 or 32 bytes): memberlist encrypts and
+	// authenticates every gossip packet and stream with it, and drops what is not sealed with a
+	// key of the keyring, so a node without it cannot join, probe or be gossiped about. Required
+	// unless Insecure is set. It is the keyring's primary key (the one that encrypts).
 	SecretKey []byte
+	// ExtraKeys are further keyring keys accepted for decryption but not used to encrypt: a node
+	// started during a rotation lists the other key here. Rotate a running node's keys with
+	// Memberlist.AddKey, UseKey and RemoveKey.
+	ExtraKeys [][]byte
+	// Insecure allows a memberlist without SecretKey: anyone who can reach the gossip port joins
+	// the cluster, becomes the HRW owner of beat keys and learns every member. Tests only.
+	Insecure bool
 	// Label isolates clusters sharing a network: packets with another label are dropped.
 	Label string
 
@@ -58,12 +67,13 @@ type MemberlistConfig struct {
 	Logger *slog.Logger    // memberlist's own log lines are bridged to it at their level; nil discards
 }
 
-// DefaultMemberlistConfig returns memberlist's LAN timings, BindAddr "0.0.0.0", port 7946, a
-// 10 s re-join and a 1 s leave timeout.
+// DefaultMemberlistConfig returns memberlist's LAN timings, BindAddr "127.0.0.1" (loopback: set a
+// reachable address to form a cluster across hosts), port 7946, a 10 s re-join and a 1 s leave
+// timeout. SecretKey has no default: Validate refuses a config without it unless Insecure is set.
 func DefaultMemberlistConfig() MemberlistConfig {
 	d := memberlist.DefaultLANConfig()
 	return MemberlistConfig{
-		BindAddr:            d.BindAddr,
+		BindAddr:            defaultBindAddr,
 		BindPort:            d.BindPort,
 		RejoinInterval:      10 * time.Second,
 		ProbeInterval:       d.ProbeInterval,
@@ -76,6 +86,12 @@ func DefaultMemberlistConfig() MemberlistConfig {
 		LeaveTimeout:        time.Second,
 	}
 }
+
+// defaultBindAddr is the gossip bind address when none is set: loopback, never a wildcard.
+const defaultBindAddr = "127.0.0.1"
+
+// validGossipKey reports whether key has an AES key size.
+func validGossipKey(key []byte) bool { return len(key) == 16 || len(key) == 24 || len(key) == 32 }
 
 // Validate reports an error wrapping ErrInvalidConfig and naming the field and the rule.
 func (c *MemberlistConfig) Validate() error {
@@ -93,8 +109,12 @@ func (c *MemberlistConfig) Validate() error {
 		return bad("TransportAddr", fmt.Sprintf("must be at most %d bytes", memberlist.MetaMaxSize))
 	case c.RejoinInterval < 0:
 		return bad("RejoinInterval", "must be >= 0 (0 disables)")
-	case len(c.SecretKey) != 0 && len(c.SecretKey) != 16 && len(c.SecretKey) != 24 && len(c.SecretKey) != 32:
-		return bad("SecretKey", "must be 16, 24 or 32 bytes")
+	case len(c.SecretKey) == 0 && !c.Insecure:
+		return bad("SecretKey", "is required (16, 24 or 32 bytes): without a gossip key anyone who can reach the gossip port joins the cluster; set Insecure: true to run without one")
+	case len(c.SecretKey) != 0 && !validGossipKey(c.SecretKey):
+		return bad("SecretKey", fmt.Sprintf("must be 16, 24 or 32 bytes, got %d", len(c.SecretKey)))
+	case len(c.ExtraKeys) != 0 && len(c.SecretKey) == 0:
+		return bad("ExtraKeys", "need a SecretKey (the primary key)")
 	case c.ProbeInterval <= 0 || c.ProbeTimeout <= 0 || c.ProbeTimeout >= c.ProbeInterval:
 		return bad("ProbeTimeout", "must be > 0 and below ProbeInterval")
 	case c.SuspicionMult < 1:
@@ -103,6 +123,11 @@ func (c *MemberlistConfig) Validate() error {
 		return bad("GossipInterval, PushPullInterval, TCPTimeout and GossipToTheDeadTime", "must be > 0")
 	case c.LeaveTimeout <= 0:
 		return bad("LeaveTimeout", "must be > 0")
+	}
+	for i, k := range c.ExtraKeys {
+		if !validGossipKey(k) {
+			return bad("ExtraKeys["+strconv.Itoa(i)+"]", fmt.Sprintf("must be 16, 24 or 32 bytes, got %d", len(k)))
+		}
 	}
 	for i, s := range c.Seeds {
 		if _, _, err := net.SplitHostPort(s); err != nil {
@@ -127,7 +152,9 @@ type Memberlist struct {
 	// (update) with its own node lock held.
 	mu      sync.Mutex
 	ml      *memberlist.Memberlist
-	self    string // the bound gossip address (host:port), set by Start
+	kr      *memberlist.Keyring // nil for an Insecure node
+	keyMu   sync.Mutex          // serializes key rotation calls (the keyring's slice is shared)
+	self    string              // the bound gossip address (host:port), set by Start
 	members map[string]Member
 	subs    map[int]func([]Member)
 	nextSub int
@@ -148,6 +175,14 @@ func NewMemberlist(cfg MemberlistConfig) (*Memberlist, error) {
 	}
 	cfg.Seeds = slices.Clone(cfg.Seeds)
 	cfg.SecretKey = slices.Clone(cfg.SecretKey)
+	extra := make([][]byte, len(cfg.ExtraKeys))
+	for i, k := range cfg.ExtraKeys {
+		extra[i] = slices.Clone(k)
+	}
+	cfg.ExtraKeys = extra
+	if cfg.BindAddr == "" {
+		cfg.BindAddr = defaultBindAddr
+	}
 	m := &Memberlist{cfg: cfg, clk: cfg.Clock, log: cfg.Logger, members: map[string]Member{}, subs: map[int]func([]Member){}, changed: make(chan struct{}, 1)}
 	if m.clk == nil {
 		m.clk = clockwork.NewRealClock()
@@ -182,9 +217,7 @@ func (m *Memberlist) Start(ctx context.Context) error {
 	// A fresh *Config every time: memberlist.Create writes into it.
 	c := memberlist.DefaultLANConfig()
 	c.Name = m.cfg.NodeID
-	if m.cfg.BindAddr != "" {
-		c.BindAddr = m.cfg.BindAddr
-	}
+	c.BindAddr = m.cfg.BindAddr // never empty (NewMemberlist): memberlist's own default is a wildcard
 	c.BindPort = m.cfg.BindPort
 	c.AdvertiseAddr = m.cfg.AdvertiseAddr
 	c.AdvertisePort = m.cfg.AdvertisePort
@@ -192,7 +225,16 @@ func (m *Memberlist) Start(ctx context.Context) error {
 		c.AdvertisePort = m.cfg.BindPort
 	}
 	c.Label = m.cfg.Label
-	c.SecretKey = m.cfg.SecretKey
+	if len(m.cfg.SecretKey) > 0 {
+		kr, err := memberlist.NewKeyring(m.cfg.ExtraKeys, m.cfg.SecretKey)
+		if err != nil {
+			m.cancel()
+			return fmt.Errorf("distro: memberlist keyring: %w", err)
+		}
+		// Incoming packets and streams must be sealed with a keyring key (memberlist's default;
+		// set here so that a change of its default cannot open the cluster).
+		c.Keyring, c.GossipVerifyIncoming, c.GossipVerifyOutgoing = kr, true, true
+	}
 	c.ProbeInterval, c.ProbeTimeout = m.cfg.ProbeInterval, m.cfg.ProbeTimeout
 	c.SuspicionMult = m.cfg.SuspicionMult
 	c.GossipInterval, c.PushPullInterval = m.cfg.GossipInterval, m.cfg.PushPullInterval
@@ -229,7 +271,7 @@ func (m *Memberlist) Start(ctx context.Context) error {
 		_ = ml.Shutdown()
 		return ErrClosed
 	}
-	m.ml, m.self = ml, self
+	m.ml, m.self, m.kr = ml, self, c.Keyring
 	seeds := m.seedsToJoin()
 	m.goFunc(m.notifier) // under mu: stop's wg.Wait comes after it sees ml
 	if m.cfg.RejoinInterval > 0 && len(m.cfg.Seeds) > 0 {
@@ -328,6 +370,84 @@ func (m *Memberlist) stop(leave bool) error {
 		}
 	}
 	return ml.Shutdown()
+}
+
+// keyring returns the running memberlist's keyring, or an error naming why there is none.
+func (m *Memberlist) keyring() (*memberlist.Keyring, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.closed:
+		return nil, ErrClosed
+	case m.kr == nil && m.ml == nil:
+		return nil, fmt.Errorf("%w: memberlist not started", ErrNotStarted)
+	case m.kr == nil:
+		return nil, fmt.Errorf("%w: Memberlist has no gossip key (Insecure): it cannot rotate keys", ErrInvalidConfig)
+	}
+	return m.kr, nil
+}
+
+// AddKey adds key (16, 24 or 32 bytes) to the running node's keyring: it is accepted for
+// decryption at once, but not used to encrypt until UseKey. A rotation adds the new key on every
+// node, then switches every node to it with UseKey, then removes the old one with RemoveKey; at
+// every step each node can read what every other sends. Safe for concurrent use.
+func (m *Memberlist) AddKey(key []byte) error {
+	if !validGossipKey(key) {
+		return fmt.Errorf("%w: Memberlist AddKey key must be 16, 24 or 32 bytes, got %d", ErrInvalidConfig, len(key))
+	}
+	kr, err := m.keyring()
+	if err != nil {
+		return err
+	}
+	m.keyMu.Lock()
+	defer m.keyMu.Unlock()
+	return kr.AddKey(slices.Clone(key))
+}
+
+// UseKey makes key, already in the keyring (AddKey), the one this node encrypts with. Switch a
+// node only once every node has the key.
+func (m *Memberlist) UseKey(key []byte) error {
+	kr, err := m.keyring()
+	if err != nil {
+		return err
+	}
+	m.keyMu.Lock()
+	defer m.keyMu.Unlock()
+	if err := kr.UseKey(key); err != nil {
+		return fmt.Errorf("%w: Memberlist UseKey: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// RemoveKey removes key from the keyring; packets sealed with it are dropped from then on. The
+// key in use (UseKey) cannot be removed. Remove the old key only once every node has switched.
+func (m *Memberlist) RemoveKey(key []byte) error {
+	kr, err := m.keyring()
+	if err != nil {
+		return err
+	}
+	m.keyMu.Lock()
+	defer m.keyMu.Unlock()
+	if err := kr.RemoveKey(key); err != nil {
+		return fmt.Errorf("%w: Memberlist RemoveKey: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// Keys returns the keyring's keys, the one in use first (copies); nil for an Insecure node.
+func (m *Memberlist) Keys() [][]byte {
+	kr, err := m.keyring()
+	if err != nil {
+		return nil
+	}
+	m.keyMu.Lock()
+	defer m.keyMu.Unlock()
+	keys := kr.GetKeys() // memberlist lists the primary key first
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		out[i] = slices.Clone(k)
+	}
+	return out
 }
 
 // Members returns the live members, self included, sorted by ID.

@@ -46,6 +46,18 @@ func TestStaticNotifiesSynchronously(t *testing.T) {
 func TestMemberlistConfigValidate(t *testing.T) {
 	base := DefaultMemberlistConfig()
 	base.NodeID = "n1"
+	if err := base.Validate(); !errors.Is(err, ErrInvalidConfig) || !contains(err.Error(), "SecretKey is required") || !contains(err.Error(), "Insecure: true") {
+		t.Fatalf("the default config without a gossip key: %v, want SecretKey required unless Insecure: true", err)
+	}
+	if base.BindAddr != "127.0.0.1" {
+		t.Fatalf("default BindAddr %q, want loopback", base.BindAddr)
+	}
+	insecure := base
+	insecure.Insecure = true
+	if err := insecure.Validate(); err != nil {
+		t.Fatalf("Insecure without a key: %v", err)
+	}
+	base.SecretKey = testGossipKey
 	if err := base.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -53,6 +65,8 @@ func TestMemberlistConfigValidate(t *testing.T) {
 		"NodeID":         func(c *MemberlistConfig) { c.NodeID = "" },
 		"BindPort":       func(c *MemberlistConfig) { c.BindPort = 70000 },
 		"SecretKey":      func(c *MemberlistConfig) { c.SecretKey = []byte("short") },
+		"ExtraKeys[1]":   func(c *MemberlistConfig) { c.ExtraKeys = [][]byte{testGossipKey[:16], []byte("short")} },
+		"ExtraKeys need": func(c *MemberlistConfig) { c.SecretKey, c.Insecure, c.ExtraKeys = nil, true, [][]byte{testGossipKey} },
 		"ProbeTimeout":   func(c *MemberlistConfig) { c.ProbeTimeout = c.ProbeInterval },
 		"Seeds[0]":       func(c *MemberlistConfig) { c.Seeds = []string{"no-port"} },
 		"RejoinInterval": func(c *MemberlistConfig) { c.RejoinInterval = -time.Second },

@@ -1,21 +1,33 @@
 package distro
 
 import (
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
-)
 
-var randomSeeds = flag.Int("distro.seeds", 8, "seeds for TestRandomized")
+	"github.com/muster-io/muster/internal/testutil"
+)
 
 // TestRandomized runs random writes, deletes, partitions, heals and restarts over a 4-node
 // cluster, checking the invariants after every step and convergence after the faults stop.
-// A failure prints its seed; rerun one with -run 'TestRandomized/seed=N'.
+// Seeds 1–8 by default; MUSTER_SEED and MUSTER_SEEDS choose others (see internal/testutil):
+//
+//	MUSTER_SEED=900000 MUSTER_SEEDS=1000 go test -run TestRandomized ./distro
+//
+// A failure names its seed; MUSTER_SEED=N MUSTER_SEEDS=1 replays it.
 func TestRandomized(t *testing.T) {
-	for seed := uint64(1); seed <= uint64(*randomSeeds); seed++ {
+	testutil.Seeds(t, 1, 8, runRandomized)
+}
+
+// regressionSeeds are seeds that once failed, run on every test run (whatever MUSTER_SEED says).
+var regressionSeeds = []uint64{
+	901007, // a restarted node kept a record its previous run had deleted (issue 11.2)
+}
+
+func TestRandomizedRegressions(t *testing.T) {
+	for _, seed := range regressionSeeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runRandomized(t, seed) })
 	}
 }

@@ -21,10 +21,17 @@ type realNode struct {
 	r     *Replicator
 }
 
+// testGossipKey and testTransportSecret are the credentials of the test clusters on real sockets.
+var (
+	testGossipKey       = []byte("distro-test-gossip-key-32-bytes!")
+	testTransportSecret = []byte("distro-test-transport-secret")
+)
+
 // fastMemberlist is a memberlist profile for tests: crash detection well under a second.
 func fastMemberlist(id, tcpAddr string, seeds []string) MemberlistConfig {
 	c := DefaultMemberlistConfig()
 	c.NodeID, c.BindAddr, c.BindPort, c.TransportAddr, c.Seeds = id, "127.0.0.1", 0, tcpAddr, seeds
+	c.SecretKey = testGossipKey
 	c.ProbeInterval, c.ProbeTimeout, c.SuspicionMult = 100*time.Millisecond, 50*time.Millisecond, 2
 	c.GossipInterval, c.PushPullInterval, c.TCPTimeout, c.GossipToTheDeadTime = 20*time.Millisecond, time.Second, 200*time.Millisecond, time.Second
 	c.RejoinInterval = 500 * time.Millisecond
@@ -38,8 +45,7 @@ func startRealNode(tb testing.TB, id string, seeds []string, mod func(*Config)) 
 	n := &realNode{id: id, store: newTestStore(id)}
 	var ml atomic.Pointer[Memberlist]
 	tc := transport.DefaultTCPConfig()
-	tc.NodeID, tc.ListenAddr = id, "127.0.0.1:0"
-	tc.Secret = []byte("muster-test-secret-0123456789")
+	tc.NodeID, tc.ListenAddr, tc.Secret = id, "127.0.0.1:0", testTransportSecret
 	tc.ReconnectMin, tc.ReconnectMax = 20*time.Millisecond, 200*time.Millisecond
 	tc.Resolve = func(node string) (string, error) {
 		if m := ml.Load(); m != nil {

@@ -39,6 +39,9 @@ const (
 	MaxOwnerLen = 256
 	// MaxPayloadLen is the largest payload (bytes).
 	MaxPayloadLen = 1 << 20
+	// MaxMessageRecords is the most records a sync or repair message may carry (Config.MaxBatch
+	// is at most this); a message declaring more is refused before anything is allocated.
+	MaxMessageRecords = 4096
 )
 
 // Record is the unit of replication: the whole state of one publisher, as encoded by the

@@ -54,6 +54,8 @@ type Replicator struct {
 	events     []storeEvent
 	draining   bool
 	refused    int // records refused because the sender was not their owner (tests assert 0)
+	// nonMember counts messages refused because their sender was not a current member.
+	nonMember int
 
 	kick chan struct{}
 	// flushed holds Flush calls waiting for the sync queue to go quiet.
@@ -65,7 +67,7 @@ type Replicator struct {
 }
 
 type storeEvent struct {
-	op      uint8 // evApply, evAdopt, evMembers
+	op      uint8 // evApply, evAdopt, evMembers, evRemove
 	rec     Record
 	renewed time.Time
 	members []string
@@ -75,6 +77,11 @@ const (
 	evApply uint8 = iota + 1
 	evAdopt
 	evMembers
+	// evRemove is an Apply of a tombstone carrying the version of a foreign record the Store was
+	// given, replaced during the load by a record it will not be given (a tombstone, or this
+	// node's own from a previous incarnation). It is never stale: whatever replaced the removed
+	// version, the Store must not keep it.
+	evRemove
 )
 
 // New validates cfg and returns a Replicator. It starts nothing.
@@ -382,11 +389,11 @@ func (r *Replicator) drain() {
 		r.events = nil
 		r.mu.Unlock()
 		for _, ev := range evs {
-			if ev.op != evMembers && r.stale(ev) {
+			if (ev.op == evApply || ev.op == evAdopt) && r.stale(ev) {
 				continue
 			}
 			switch ev.op {
-			case evApply:
+			case evApply, evRemove:
 				r.cfg.Store.Apply(ev.rec)
 			case evAdopt:
 				r.cfg.Store.Adopt(ev.rec, ev.renewed)
@@ -419,32 +426,58 @@ func (r *Replicator) stale(ev storeEvent) bool {
 // offerLocked installs a record received from a peer if it is newer than what is held, and
 // queues the Store call. It reports whether it was installed.
 func (r *Replicator) offerLocked(rec Record, now time.Time) bool {
-	if !r.tab.accepts(rec) {
-		return false
+	if rec.Owner == r.self || !r.tab.accepts(rec) {
+		return false // this node's own records come only from its load (offerLoadedLocked)
 	}
 	prev, had := r.tab.install(rec, now)
-	if rec.Owner != r.self {
-		if !rec.Deleted || (had && prev.live()) {
-			r.emitLocked(storeEvent{op: evApply, rec: rec})
+	if !rec.Deleted || (had && prev.live()) {
+		r.emitLocked(storeEvent{op: evApply, rec: rec})
+	}
+	if _, alive := r.memberSet[rec.Owner]; !alive {
+		if _, ok := r.leftAt[rec.Owner]; !ok {
+			r.leftAt[rec.Owner] = now
 		}
+	}
+	// A beat record whose HRW owner is this node, written by a node that left: take it over
+	// at once. (One written by a live node that still thinks it owns the key is taken over
+	// by the scan of the next verify tick: views that disagree for a moment, as when a join
+	// is not yet known everywhere, do not bounce the key at network speed.)
+	if r.ready && rec.Kind == KindBeat && !rec.Deleted {
 		if _, alive := r.memberSet[rec.Owner]; !alive {
-			if _, ok := r.leftAt[rec.Owner]; !ok {
-				r.leftAt[rec.Owner] = now
-			}
-		}
-		// A beat record whose HRW owner is this node, written by a node that left: take it over
-		// at once. (One written by a live node that still thinks it owns the key is taken over
-		// by the scan of the next verify tick: views that disagree for a moment, as when a join
-		// is not yet known everywhere, do not bounce the key at network speed.)
-		if r.ready && rec.Kind == KindBeat && !rec.Deleted {
-			if _, alive := r.memberSet[rec.Owner]; !alive {
-				r.adoptScanKeyLocked(rec.Key)
-			} else if hrwOwner(r.members, rec.Key) == r.self {
-				r.adoptLater[rec.Key] = struct{}{}
-			}
+			r.adoptScanKeyLocked(rec.Key)
+		} else if hrwOwner(r.members, rec.Key) == r.self {
+			r.adoptLater[rec.Key] = struct{}{}
 		}
 	}
 	return true
+}
+
+// offerLoadedLocked installs a record from a peer's snapshot during the startup load if it is
+// newer than what is held. The Store hears of it only in finishLoad, from the merged result of
+// all snapshots: an intermediate version (a peer's stale copy that another peer's newer record,
+// perhaps a tombstone of this node's previous incarnation, replaces) never reaches it. A record
+// the Store was already given (applied from a sync during the load) is removed from it if the
+// loaded one will not replace it there (a tombstone, or a record of this node's own). A record
+// this incarnation already wrote (a Put before ready) is the Store's own newest state: it stays
+// and moves past the loaded version, so it wins everywhere.
+func (r *Replicator) offerLoadedLocked(rec Record, now time.Time) {
+	if !r.tab.accepts(rec) {
+		return
+	}
+	if e := r.tab.get(rec.Key); e != nil && e.local {
+		nr := e.rec
+		nr.Revision = rec.Revision + 1
+		r.installOwnLocked(nr)
+		return
+	}
+	prev, had := r.tab.install(rec, now)
+	r.tab.get(rec.Key).loaded = true
+	told := had && !prev.loaded && prev.live() && prev.rec.Owner != r.self
+	if told && (rec.Deleted || rec.Owner == r.self) {
+		gone := prev.rec
+		gone.Deleted, gone.Payload = true, nil
+		r.emitLocked(storeEvent{op: evRemove, rec: gone})
+	}
 }
 
 // renewedLocked is the last time this node knew e alive: its receipt or the owner's last verify.
@@ -687,16 +720,40 @@ func (r *Replicator) sendSync(peer string, keys []string, recs []Record) {
 	r.poke()
 }
 
+// admit checks, before a handler decodes anything, that the sender may act: this replicator is
+// open and from (the node ID the transport authenticated) is a current member. Messages from
+// anyone else are refused with ErrNotMember and counted; their bodies are never decoded.
+func (r *Replicator) admit(kind string, from string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.admitLocked(kind, from)
+}
+
+func (r *Replicator) admitLocked(kind string, from string) error {
+	if r.closed {
+		return ErrClosed
+	}
+	if _, ok := r.memberSet[from]; !ok || from == "" {
+		r.nonMember++
+		r.log.Debug("distro: refused a message from a node that is not a member", "kind", kind, "from", from)
+		return ErrNotMember
+	}
+	return nil
+}
+
 func (r *Replicator) handleSync(_ context.Context, from string, body []byte) ([]byte, error) {
+	if err := r.admit("sync", from); err != nil {
+		return nil, err
+	}
 	recs, err := decodeSync(body)
 	if err != nil {
 		r.log.Warn("distro: bad sync message", "from", from, "err", err)
 		return nil, err
 	}
 	r.mu.Lock()
-	if r.closed {
+	if err := r.admitLocked("sync", from); err != nil { // membership may have changed while decoding
 		r.mu.Unlock()
-		return nil, ErrClosed
+		return nil, err
 	}
 	r.offerFromLocked(from, recs, r.clk.Now())
 	r.mu.Unlock()

@@ -19,8 +19,10 @@ import "time"
 type Store interface {
 	// Apply installs rec from another owner: it is newer than anything applied before for the
 	// key. rec.Deleted means remove the publisher and its instances: the owner's tombstone, an
-	// orphan removal after the owner left (same revision as the last record, Deleted set), or the
-	// owner saying in verify that it no longer holds the record. A record of a key this node owned
+	// orphan removal after the owner left (same revision as the last record, Deleted set), the
+	// owner saying in verify that it no longer holds the record, or, during the startup load, a
+	// newer record of this node's previous incarnation replacing it (same version as the record
+	// removed, Deleted set; the Store may receive it for a record it never got). A record of a key this node owned
 	// means another node took the key over (a newer version won): the Store stops its lease.
 	Apply(rec Record)
 

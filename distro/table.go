@@ -28,6 +28,10 @@ type entry struct {
 	// local is set on records this node wrote in this incarnation (Put, Delete), as opposed to
 	// its own records loaded from peers, written by a previous incarnation.
 	local bool
+	// loaded is set on records installed from a peer's snapshot during the startup load: the
+	// Store is told of them once, when the load has merged every peer's snapshot (finishLoad),
+	// never of an intermediate version another snapshot replaces.
+	loaded bool
 }
 
 // held reports whether the entry is a record this node holds (live or tombstone).

@@ -140,6 +140,9 @@ func (r *Replicator) sendRepair(ctx context.Context, peer string, recs []Record,
 // handleVerify answers an owner's digest: the buckets where this node's copies of that owner's
 // records differ, with their versions. It also renews those copies (the owner is alive).
 func (r *Replicator) handleVerify(_ context.Context, from string, body []byte) ([]byte, error) {
+	if err := r.admit("verify", from); err != nil {
+		return nil, err
+	}
 	nb := r.cfg.Buckets
 	sums, err := decodeVerifyReq(body, nb)
 	if err != nil {
@@ -147,9 +150,9 @@ func (r *Replicator) handleVerify(_ context.Context, from string, body []byte) (
 		return nil, err
 	}
 	r.mu.Lock()
-	if r.closed {
+	if err := r.admitLocked("verify", from); err != nil {
 		r.mu.Unlock()
-		return nil, ErrClosed
+		return nil, err
 	}
 	if !r.ready {
 		r.mu.Unlock()
@@ -166,7 +169,7 @@ func (r *Replicator) handleVerify(_ context.Context, from string, body []byte) (
 		if m == sums[b] {
 			continue
 		}
-		resp.Buckets = append(resp.Buckets, uint32(b))
+		start := len(resp.Versions)
 		r.tab.each(b, func(e *entry) bool {
 			// Orphan markers count as deletions here: an owner that restarted without them
 			// must move past their versions (it bumps), or its new writes would be refused.
@@ -178,6 +181,16 @@ func (r *Replicator) handleVerify(_ context.Context, from string, body []byte) (
 			}
 			return true
 		})
+		if len(resp.Versions) > maxVerifyVersions {
+			if len(resp.Buckets) > 0 {
+				resp.Versions = resp.Versions[:start] // whole buckets: this one waits for the next round
+				break
+			}
+			// One bucket alone beyond the cap: the owner sends the records whose versions are cut
+			// off (as if this node lacked them; it refuses those that are not newer).
+			resp.Versions = resp.Versions[:maxVerifyVersions]
+		}
+		resp.Buckets = append(resp.Buckets, uint32(b))
 	}
 	r.mu.Unlock()
 	return model.Marshal(resp)
@@ -186,15 +199,18 @@ func (r *Replicator) handleVerify(_ context.Context, from string, body []byte) (
 // handleRepair installs the records an owner sent after verify and drops the live copies it no
 // longer holds (turned into orphan markers, so a stale copy of them is refused for a while).
 func (r *Replicator) handleRepair(_ context.Context, from string, body []byte) ([]byte, error) {
+	if err := r.admit("repair", from); err != nil {
+		return nil, err
+	}
 	recs, drops, err := decodeRepair(body)
 	if err != nil {
 		r.log.Warn("distro: bad repair message", "from", from, "err", err)
 		return nil, err
 	}
 	r.mu.Lock()
-	if r.closed {
+	if err := r.admitLocked("repair", from); err != nil {
 		r.mu.Unlock()
-		return nil, ErrClosed
+		return nil, err
 	}
 	now := r.clk.Now()
 	r.offerFromLocked(from, recs, now)

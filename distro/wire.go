@@ -4,9 +4,86 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
+
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/transport"
 )
+
+// Element caps per message. Each list decoder checks the declared count against its cap, and
+// rejects nil elements, before it allocates anything: a hostile count costs one header. Senders
+// stay within them (Config.MaxBatch <= MaxMessageRecords; snapshot pages and verify answers are
+// cut at whole buckets below their caps).
+const (
+	// maxSnapshotRecords caps the records of one snapshot page: snapshotPage, or one bucket
+	// alone when a single bucket holds more (a page never splits a bucket).
+	maxSnapshotRecords = 1 << 16
+	// maxWireVersions caps the versions of a verify answer and the drops of a repair message.
+	maxWireVersions = maxVerifyVersions
+	// maxWireBuckets caps the buckets of a verify answer (Config.Buckets is at most 1<<16; the
+	// decoder then checks them against the receiver's own Buckets).
+	maxWireBuckets = 1 << 16
+)
+
+// preallocElems is the capacity a list decoder starts with: lists grow as elements arrive, so a
+// declared count the input does not back costs nothing (each element takes at least a few bytes
+// of input and a few dozen of memory: a small multiple).
+const preallocElems = 128
+
+// grow extends s by one zero element, doubling its capacity when full (append grows large slices
+// by a quarter, which costs a list decoded element by element several times its final size),
+// up to n.
+func grow[T any](s []T, n int) []T {
+	if len(s) == cap(s) {
+		ns := make([]T, len(s), min(max(2*cap(s), 1), n))
+		copy(ns, s)
+		s = ns
+	}
+	var zero T
+	return append(s, zero)
+}
+
+// errTooMany reports a list longer than its cap.
+func errTooMany(what string, n, limit int) error {
+	return fmt.Errorf("%w: %d %s in one message, at most %d", ErrInvalidRecord, n, what, limit)
+}
+
+// decodeListLen reads a list header: -1 for nil (an empty list), else a length within limit.
+func decodeListLen(d *msgpack.Decoder, what string, limit int) (int, error) {
+	n, err := d.DecodeArrayLen()
+	if err != nil {
+		return 0, err
+	}
+	if n > limit {
+		return 0, errTooMany(what, n, limit)
+	}
+	return n, nil
+}
+
+// element checks the header of list element i before it is decoded: not nil (no element type of
+// distro's messages has a nil value), and a struct of at least fields fields (every field
+// distro has ever sent), so that each element costs the input some bytes. Longer headers (map16,
+// array16 and up) carry more fields than any message type has and are let through to decoding.
+func element(d *msgpack.Decoder, what string, i, fields int) error {
+	c, err := d.PeekCode()
+	if err != nil {
+		return err
+	}
+	n := -1
+	switch {
+	case c == msgpcode.Nil:
+		return fmt.Errorf("%w: %s %d is nil", ErrInvalidRecord, what, i)
+	case msgpcode.IsFixedMap(c):
+		n = int(c & msgpcode.FixedMapMask)
+	case msgpcode.IsFixedArray(c):
+		n = int(c & msgpcode.FixedArrayMask)
+	}
+	if n >= 0 && n < fields {
+		return fmt.Errorf("%w: %s %d has %d fields, want at least %d", ErrInvalidRecord, what, i, n, fields)
+	}
+	return nil
+}
 
 // Message kinds distro registers on the transport (its reserved range is 1–63).
 const (
@@ -16,7 +93,11 @@ const (
 	kindSnapshot transport.Kind = 4 // loader → peer: one page of every held record (request)
 )
 
-// Wire format: msgpack arrays (compact and field-order stable). Add fields only at the end.
+// Wire format: msgpack maps keyed by field name. (The `_ struct{}` fields below carry an
+// as_array tag, but msgpack v5 reads that option only from a field named _msgpack, so every body
+// has always been encoded as a map; the decoders below read maps, skip unknown fields, and are
+// written by hand: no reflection, element caps checked before anything is allocated.) Fields may
+// be added; a field is never renamed or removed.
 
 type wireRecord struct {
 	_        struct{} `msgpack:",as_array"`
@@ -26,6 +107,239 @@ type wireRecord struct {
 	Revision uint64
 	Deleted  bool
 	Payload  []byte
+}
+
+// fieldName reads a struct field name into buf without allocating: the encoder writes structs as
+// maps keyed by field name (short fixstr). It returns nil, having consumed the key, for any other
+// key (a name too long, or not a string), whose value the caller skips.
+func fieldName(d *msgpack.Decoder, buf *[16]byte) ([]byte, error) {
+	c, err := d.PeekCode()
+	if err != nil {
+		return nil, err
+	}
+	if !msgpcode.IsFixedString(c) || int(c&msgpcode.FixedStrMask) > len(buf) {
+		return nil, d.Skip()
+	}
+	n := int(c & msgpcode.FixedStrMask)
+	if err := d.ReadFull(buf[:1]); err != nil { // the code byte
+		return nil, err
+	}
+	if err := d.ReadFull(buf[:n]); err != nil {
+		return nil, err
+	}
+	return buf[:n], nil
+}
+
+// structLen reads a wire struct's header: a map of fields by name, which is what the encoder
+// writes (see the wire format note above).
+func structLen(d *msgpack.Decoder, what string) (int, error) {
+	c, err := d.PeekCode()
+	if err != nil {
+		return 0, err
+	}
+	if !msgpcode.IsFixedMap(c) && c != msgpcode.Map16 && c != msgpcode.Map32 {
+		return 0, fmt.Errorf("%w: %s is not a map of fields (code %#x)", ErrInvalidRecord, what, c)
+	}
+	return d.DecodeMapLen()
+}
+
+// DecodeMsgpack decodes a record without reflection; unknown fields are skipped.
+func (w *wireRecord) DecodeMsgpack(d *msgpack.Decoder) error { return w.decode(d, new([16]byte)) }
+
+// decode decodes a record; buf is scratch space for field names (it escapes through the
+// decoder's reader: a list decoder allocates one for all its elements).
+func (w *wireRecord) decode(d *msgpack.Decoder, buf *[16]byte) error {
+	n, err := structLen(d, "record")
+	if err != nil {
+		return err
+	}
+	for i := 0; i < n; i++ {
+		var f int
+		{
+			name, err := fieldName(d, buf)
+			if err != nil {
+				return err
+			}
+			switch string(name) {
+			case "Key":
+				f = 0
+			case "Kind":
+				f = 1
+			case "Owner":
+				f = 2
+			case "Revision":
+				f = 3
+			case "Deleted":
+				f = 4
+			case "Payload":
+				f = 5
+			default:
+				f = -1
+			}
+		}
+		switch f {
+		case 0:
+			w.Key, err = d.DecodeString()
+		case 1:
+			w.Kind, err = d.DecodeUint8()
+		case 2:
+			w.Owner, err = d.DecodeString()
+		case 3:
+			w.Revision, err = d.DecodeUint64()
+		case 4:
+			w.Deleted, err = d.DecodeBool()
+		case 5:
+			w.Payload, err = d.DecodeBytes()
+		default:
+			err = d.Skip()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DecodeMsgpack decodes a version without reflection; unknown fields are skipped.
+func (v *version) DecodeMsgpack(d *msgpack.Decoder) error { return v.decode(d, new([16]byte)) }
+
+// decode decodes a version; buf is scratch space for field names (see wireRecord.decode).
+func (v *version) decode(d *msgpack.Decoder, buf *[16]byte) error {
+	n, err := structLen(d, "version")
+	if err != nil {
+		return err
+	}
+	for i := 0; i < n; i++ {
+		var f int
+		{
+			name, err := fieldName(d, buf)
+			if err != nil {
+				return err
+			}
+			switch string(name) {
+			case "Key":
+				f = 0
+			case "Rev":
+				f = 1
+			case "Deleted":
+				f = 2
+			case "Owner":
+				f = 3
+			default:
+				f = -1
+			}
+		}
+		switch f {
+		case 0:
+			v.Key, err = d.DecodeString()
+		case 1:
+			v.Rev, err = d.DecodeUint64()
+		case 2:
+			v.Deleted, err = d.DecodeBool()
+		case 3:
+			v.Owner, err = d.DecodeString()
+		default:
+			err = d.Skip()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recordList is a message's records: at most MaxMessageRecords (maxSnapshotRecords in snapshot
+// pages), none nil.
+type recordList []wireRecord
+
+func (l *recordList) decode(d *msgpack.Decoder, limit int) error {
+	n, err := decodeListLen(d, "records", limit)
+	if err != nil || n < 0 {
+		*l = nil
+		return err
+	}
+	out := make([]wireRecord, 0, min(n, preallocElems))
+	buf := new([16]byte)
+	for i := 0; i < n; i++ {
+		if err := element(d, "record", i, 4); err != nil {
+			return err
+		}
+		out = grow(out, n)
+		if err := out[i].decode(d, buf); err != nil {
+			return err
+		}
+		if err := out[i].record().validate(); err != nil { // before the next element is read
+			return fmt.Errorf("record %d: %w", i, err)
+		}
+	}
+	*l = out
+	return nil
+}
+
+// DecodeMsgpack decodes the records of a sync or repair message.
+func (l *recordList) DecodeMsgpack(d *msgpack.Decoder) error { return l.decode(d, MaxMessageRecords) }
+
+// pageRecords is the record list of a snapshot page.
+type pageRecords []wireRecord
+
+// DecodeMsgpack decodes the records of a snapshot page.
+func (l *pageRecords) DecodeMsgpack(d *msgpack.Decoder) error {
+	return (*recordList)(l).decode(d, maxSnapshotRecords)
+}
+
+// versionList is a verify answer's versions or a repair's drops: at most maxWireVersions, none
+// nil.
+type versionList []version
+
+// DecodeMsgpack decodes the list.
+func (l *versionList) DecodeMsgpack(d *msgpack.Decoder) error {
+	n, err := decodeListLen(d, "versions", maxWireVersions)
+	if err != nil || n < 0 {
+		*l = nil
+		return err
+	}
+	out := make([]version, 0, min(n, preallocElems))
+	buf := new([16]byte)
+	for i := 0; i < n; i++ {
+		if err := element(d, "version", i, 2); err != nil {
+			return err
+		}
+		out = grow(out, n)
+		if err := out[i].decode(d, buf); err != nil {
+			return err
+		}
+		if err := validVersion(i, out[i]); err != nil {
+			return err
+		}
+	}
+	*l = out
+	return nil
+}
+
+// bucketList is a verify answer's differing buckets: at most maxWireBuckets, none nil.
+type bucketList []uint32
+
+// DecodeMsgpack decodes the list.
+func (l *bucketList) DecodeMsgpack(d *msgpack.Decoder) error {
+	n, err := decodeListLen(d, "buckets", maxWireBuckets)
+	if err != nil || n < 0 {
+		*l = nil
+		return err
+	}
+	out := make([]uint32, 0, min(n, preallocElems))
+	for i := 0; i < n; i++ {
+		if err := element(d, "bucket", i, 0); err != nil {
+			return err
+		}
+		v, err := d.DecodeUint32()
+		if err != nil {
+			return err
+		}
+		out = grow(out, n)
+		out[i] = v
+	}
+	*l = out
+	return nil
 }
 
 func toWire(r Record) wireRecord {
@@ -47,7 +361,7 @@ type version struct {
 
 type syncMsg struct {
 	_       struct{} `msgpack:",as_array"`
-	Records []wireRecord
+	Records recordList
 }
 
 type verifyReq struct {
@@ -56,15 +370,15 @@ type verifyReq struct {
 }
 
 type verifyResp struct {
-	_        struct{}  `msgpack:",as_array"`
-	Buckets  []uint32  // buckets whose hashes differ (versions follow for each)
-	Versions []version // the receiver's versions of the sender's records in those buckets
+	_        struct{}    `msgpack:",as_array"`
+	Buckets  bucketList  // buckets whose hashes differ (versions follow for each)
+	Versions versionList // the receiver's versions of the sender's records in those buckets
 }
 
 type repairMsg struct {
 	_       struct{} `msgpack:",as_array"`
-	Records []wireRecord
-	Drop    []version // records of the sender it no longer holds: drop if still at that version
+	Records recordList
+	Drop    versionList // records of the sender it no longer holds: drop if still at that version
 }
 
 type snapReq struct {
@@ -75,7 +389,7 @@ type snapReq struct {
 
 type snapResp struct {
 	_       struct{} `msgpack:",as_array"`
-	Records []wireRecord
+	Records pageRecords
 	Next    uint32 // first bucket of the next page
 	Done    bool
 }
@@ -116,9 +430,16 @@ func decode(b []byte, v any) error {
 
 func validVersions(vs []version) error {
 	for i, v := range vs {
-		if v.Key == "" || len(v.Key) > MaxKeyLen || v.Rev == 0 || len(v.Owner) > MaxOwnerLen {
-			return fmt.Errorf("%w: version %d: key must be 1–%d bytes and revision > 0", ErrInvalidRecord, i, MaxKeyLen)
+		if err := validVersion(i, v); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+func validVersion(i int, v version) error {
+	if v.Key == "" || len(v.Key) > MaxKeyLen || v.Rev == 0 || len(v.Owner) > MaxOwnerLen {
+		return fmt.Errorf("%w: version %d: key must be 1–%d bytes, revision > 0 and owner at most %d bytes", ErrInvalidRecord, i, MaxKeyLen, MaxOwnerLen)
 	}
 	return nil
 }
@@ -138,7 +459,7 @@ func decodeVerifyReq(b []byte, nb int) ([]uint64, error) {
 	if err := decode(b, &m); err != nil {
 		return nil, err
 	}
-	if len(m.Digest) != 8*nb {
+	if len(m.Digest) != 8*nb { // the bin's bytes are within the input (model.Unmarshal checks)
 		return nil, fmt.Errorf("%w: digest of %d bytes, want %d (8 × Buckets; do the nodes' Buckets differ?)", ErrInvalidRecord, len(m.Digest), 8*nb)
 	}
 	sums := make([]uint64, nb)
@@ -153,6 +474,9 @@ func decodeVerifyResp(b []byte, nb int) (verifyResp, error) {
 	var m verifyResp
 	if err := decode(b, &m); err != nil {
 		return m, err
+	}
+	if len(m.Buckets) > nb {
+		return m, errTooMany("buckets", len(m.Buckets), nb)
 	}
 	for _, bk := range m.Buckets {
 		if int(bk) >= nb {

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	pb "github.com/lni/dragonboat/v4/raftpb"
 )
 
 // BenchmarkPersistentRegister: 3 replicas on loopback in one process,
@@ -191,4 +193,23 @@ func rssKiB(t testing.TB) int {
 	}
 	t.Fatal("no VmRSS")
 	return 0
+}
+
+// BenchmarkInboundCheck: the inbound checks of one Raft batch of eight
+// messages from a member over a Muster transport (membership cached).
+func BenchmarkInboundCheck(b *testing.B) {
+	g := newGuard(testDeployment, 1, 1)
+	members := map[uint64]string{1: "r1", 2: "r2", 3: "r3"}
+	load := func() (map[uint64]string, bool) { return members, true }
+	g.source.Store(&load)
+	batch := raftBatch("r2", 2, pb.Replicate)
+	for range 7 {
+		batch.Requests = append(batch.Requests, batch.Requests[0])
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := g.checkBatch(&batch, "r2"); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -146,6 +146,15 @@ const maxBatchCommands = 256
 // maxEntryBytes caps the size of one Raft entry (a batch).
 const maxEntryBytes = 256 << 10
 
+// committedDecode bounds the decoding of what Marshal wrote into a length
+// capped already (a Raft entry, a snapshot record): such input must decode
+// whenever it is well-formed, and model.Unmarshal's ratio bound holds for
+// every realistic value but not for all of Marshal's output (a service of
+// many clusters with one-letter names and no check expands about 23 times).
+// An absolute bound keeps a hostile entry or record from costing more than
+// this.
+var committedDecode = model.DecodeOptions{MaxLen: maxBatchCommands, MaxAlloc: 64 << 20}
+
 // encodeEntry packs already-encoded commands into one Raft entry.
 func encodeEntry(id entryID, cmds [][]byte) []byte {
 	n := entryHdrLen + 5
@@ -177,7 +186,7 @@ func decodeEntry(b []byte) (entryID, []Command, error) {
 	}
 	copy(id[:], b[1:entryHdrLen])
 	var cmds []Command
-	if err := model.Unmarshal(b[entryHdrLen:], &cmds); err != nil {
+	if err := model.UnmarshalWith(b[entryHdrLen:], &cmds, committedDecode); err != nil {
 		return id, nil, fmt.Errorf("%w: entry: %w", ErrCorrupt, err)
 	}
 	return id, cmds, nil

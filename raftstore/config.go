@@ -20,7 +20,12 @@ type Config struct {
 	ReplicaID uint64
 	// ShardID is the Raft shard (default 1).
 	ShardID uint64
-	// DeploymentID separates clusters sharing addresses (default 1).
+	// DeploymentID identifies the cluster: the same on every member, and
+	// different from every other Dragonboat cluster that can reach these
+	// addresses (Dragonboat drops traffic of another deployment). It must
+	// be set (≥ 1); there is no default, since 1 is what every deployment
+	// that left it unset shares. It is frozen into Dir: a restart must use
+	// the same value.
 	DeploymentID uint64
 	// RaftAddress is the host:port Dragonboat listens on, or with Transport
 	// set this node's ID on that transport. It is frozen into Dir: a restart
@@ -46,7 +51,9 @@ type Config struct {
 	// snapshot every N applied entries, which lets the log be compacted
 	// and lagging or joining replicas catch up by a streamed snapshot
 	// (default 10000; 0 disables). CompactionOverhead entries are kept
-	// behind a snapshot (default 5000).
+	// behind a snapshot (default 5000), and more while a snapshot is being
+	// streamed to a replica and for a while after, so that it can go on
+	// from the log (see doc.go, Snapshots).
 	SnapshotEntries    uint64
 	CompactionOverhead uint64
 	// ProposeTimeout bounds how long Propose waits for its command to be
@@ -71,26 +78,51 @@ type Config struct {
 	// on real time.
 	Clock clockwork.Clock
 
+	// TLS turns on Dragonboat's mutual TLS on its own TCP transport (used
+	// when Transport is nil): every node presents a certificate from the
+	// CA and checks its peer's; a client checks that the server's
+	// certificate names the host of the RaftAddress it dials (a SAN DNS
+	// name or IP). Any certificate from the CA is accepted as any replica:
+	// the CA must issue certificates only to members. Not allowed with
+	// Transport, whose own security then applies.
+	TLS *TLSFiles
+	// Insecure allows Raft over Dragonboat's own TCP transport with neither
+	// TLS nor Transport. Anyone who can reach RaftAddress can then join,
+	// read and crash the cluster (a rogue NodeHost claiming a member's
+	// replica ID makes the members panic). Tests and demos only.
+	Insecure bool
+
 	// Transport, if set, carries the Raft messages and snapshots over this
 	// Muster transport (kinds KindRaftMessages and KindRaftChunk) instead of
 	// Dragonboat's own TCP transport: they share the connection Distro
 	// uses, its shared-secret handshake or TLS, and whatever wraps it (a
 	// test's fault injector cuts Raft traffic too). RaftAddress and the
 	// addresses of InitialMembers and AddReplica are then the transport's
-	// node IDs; RaftAddress defaults to Transport.LocalID(). The Node does
-	// not close the transport.
+	// node IDs; RaftAddress defaults to Transport.LocalID(). Every inbound
+	// batch and snapshot chunk is checked before Dragonboat sees it
+	// (deployment, shard, target replica, a sender that is a member whose
+	// node is the authenticated peer, message types, chunk fields); what
+	// fails is dropped and counted (Node.InboundStats). This is the
+	// recommended setup. The Node does not close the transport.
 	Transport transport.Transport
 
 	// transport replaces Dragonboat's TCP transport (tests: partitions).
 	transport config.TransportFactory
 }
 
-// DefaultConfig returns the defaults; set ReplicaID, RaftAddress, Dir and
-// InitialMembers (or Join).
+// TLSFiles names the PEM files of Dragonboat's mutual TLS.
+type TLSFiles struct {
+	CAFile   string // the CA that issued every member's certificate
+	CertFile string // this node's certificate
+	KeyFile  string // its private key
+}
+
+// DefaultConfig returns the defaults; set ReplicaID, DeploymentID, Dir,
+// InitialMembers (or Join), and either Transport (recommended) or
+// RaftAddress with TLS.
 func DefaultConfig() Config {
 	return Config{
 		ShardID:            1,
-		DeploymentID:       1,
 		RTTMillisecond:     50,
 		ElectionRTT:        10,
 		HeartbeatRTT:       1,
@@ -114,6 +146,8 @@ func (c *Config) Validate() error {
 		return invalidConfig("ReplicaID", "must be ≥ 1")
 	case c.ShardID == 0:
 		return invalidConfig("ShardID", "must be ≥ 1")
+	case c.DeploymentID == 0:
+		return invalidConfig("DeploymentID", "must be set (≥ 1), the same on every member and unique to this cluster; there is no default, since Dragonboat's default 1 is shared by every deployment that left it unset")
 	case c.Dir == "":
 		return invalidConfig("Dir", "must be set")
 	case c.RTTMillisecond == 0:
@@ -139,10 +173,18 @@ func (c *Config) Validate() error {
 	switch {
 	case byNodeID && self != c.Transport.LocalID():
 		return invalidConfig("RaftAddress", fmt.Sprintf("must be empty or the transport's node ID %q with Transport set", c.Transport.LocalID()))
+	case byNodeID && c.TLS != nil:
+		return invalidConfig("TLS", "must be nil with Transport (Raft then uses the transport's TLS or secret)")
 	case byNodeID || c.transport != nil:
 	default:
 		if _, port, err := net.SplitHostPort(c.RaftAddress); err != nil || port == "" {
 			return invalidConfig("RaftAddress", "must be host:port")
+		}
+		if c.TLS == nil && !c.Insecure {
+			return invalidConfig("TLS", "must be set (CAFile, CertFile, KeyFile) for Raft over Dragonboat's own TCP transport, or set Transport to carry Raft over Muster's authenticated transport; without either anyone who can reach RaftAddress can join or crash the cluster, which only Insecure: true allows")
+		}
+		if t := c.TLS; t != nil && (t.CAFile == "" || t.CertFile == "" || t.KeyFile == "") {
+			return invalidConfig("TLS", "must name CAFile, CertFile and KeyFile")
 		}
 	}
 	if len(c.InitialMembers) > 0 {
@@ -179,5 +221,9 @@ func (c *Config) rtt() time.Duration { return time.Duration(c.RTTMillisecond) * 
 // clone returns a copy of c that shares no map with it.
 func (c Config) clone() Config {
 	c.InitialMembers = maps.Clone(c.InitialMembers)
+	if c.TLS != nil {
+		t := *c.TLS
+		c.TLS = &t
+	}
 	return c
 }

@@ -9,8 +9,9 @@
 // # Use
 //
 //	cfg := raftstore.DefaultConfig()
-//	cfg.ReplicaID, cfg.RaftAddress, cfg.Dir = 1, "10.0.0.1:7100", "/var/lib/muster/raft"
-//	cfg.InitialMembers = map[uint64]string{1: "10.0.0.1:7100", 2: "10.0.0.2:7100", 3: "10.0.0.3:7100"}
+//	cfg.ReplicaID, cfg.DeploymentID, cfg.Dir = 1, 4711, "/var/lib/muster/raft"
+//	cfg.Transport = tcp // Muster's transport (Secret or mutual TLS): node IDs are addresses
+//	cfg.InitialMembers = map[uint64]string{1: "n1", 2: "n2", 3: "n3"}
 //	cfg.Listener = myIndex
 //	n, err := raftstore.New(cfg)      // validates, starts nothing
 //	err = n.Start(ctx)                // opens Badger, starts Dragonboat
@@ -19,23 +20,60 @@
 //	// err: validation, ErrNoLeader, ErrClosed, ctx; res.Rejected: the state rules said no
 //	defer n.Close()
 //
-// A restart uses the same RaftAddress and Dir (Dragonboat freezes the
-// address into the directory); InitialMembers is then ignored.
+// A restart uses the same RaftAddress, DeploymentID and Dir (Dragonboat
+// freezes them into the directory); InitialMembers is then ignored.
 //
-// # Transport
+// # Transport and security
 //
-// By default Dragonboat carries Raft over its own TCP transport, listening
-// at RaftAddress. With Config.Transport set, Raft messages
+// Raft runs over one of two transports, and Validate refuses to start on
+// neither secured:
+//
+//   - Config.Transport (recommended): a Muster transport, authenticated by
+//     its Secret or mutual TLS, with every inbound Raft batch and snapshot
+//     chunk checked before Dragonboat sees it (below).
+//   - Dragonboat's own TCP transport at RaftAddress, with Config.TLS:
+//     Dragonboat's mutual TLS (CA, certificate, key files). Any certificate
+//     from the CA is accepted as any replica, and Dragonboat trusts the
+//     traffic of its peers (a peer with a certificate can still crash a
+//     member with a malformed message): the CA must issue certificates to
+//     members only.
+//
+// Config.Insecure allows Dragonboat's TCP transport with neither; anyone
+// who can reach RaftAddress can then join, read or crash the cluster (a
+// NodeHost of the same deployment claiming a member's replica ID from its
+// own address makes the members panic). There is no default DeploymentID:
+// Dragonboat drops traffic from other deployments, and a default would be
+// shared by every cluster that kept it.
+//
+// With Config.Transport set, Raft messages
 // (KindRaftMessages, one way) and snapshot chunks (KindRaftChunk, one
 // request per chunk, so chunks arrive in order) go over a Muster transport
 // instead: one connection per peer pair shared with Distro, with the
 // transport's shared-secret handshake or TLS, and any wrapper around it (a
 // test's fault injector cuts Raft like the rest). Addresses are then the
 // transport's node IDs: RaftAddress defaults to Transport.LocalID(), and
-// InitialMembers and AddReplica take node IDs. Dragonboat still checks the
-// DeploymentID of every batch. A new
-// replica joins with Join after a member called AddReplica for it; it
-// catches up by a streamed snapshot when the log was compacted.
+// InitialMembers and AddReplica take node IDs. A new replica joins with
+// Join after a member called AddReplica for it; it catches up by a
+// streamed snapshot when the log was compacted.
+//
+// Inbound checks (over Config.Transport). Dragonboat panics on some
+// malformed messages (To = 0, a source address other than the one it knows
+// for a replica) and writes snapshot chunks where their fields say. So
+// every batch must have this DeploymentID and Dragonboat's transport
+// version, name the authenticated peer as its source, carry only message
+// types that travel between nodes (no local types, no InstallSnapshot),
+// and each message must be for this shard, to this replica, from a current
+// member of the shard whose node is the authenticated peer. Membership is
+// Dragonboat's, cached and read again when Dragonboat reports a change;
+// until a replica knows it (joining, or starting from its directory) a
+// replica ID is pinned to the first authenticated peer that sends as it.
+// A snapshot chunk gets the same checks, and its file must be the one
+// Dragonboat names after the index (no path), with no external files, no
+// witness, sane counts, and a membership that moves no known replica to
+// another node. What fails is dropped, answered with an error, and counted
+// by rule (Node.InboundStats); it never reaches Dragonboat. A peer that
+// passes is trusted with Raft's semantics, as in any Raft: with a shared
+// secret, every holder of the secret can act as every node.
 //
 // # Commands and their rules
 //
@@ -121,6 +159,23 @@
 // writes the applied index last, syncs, and resets the Listener.
 // Applied entries also leave a small dedupe record (entry ID → index and
 // result codes), cleaned up once older than the window.
+//
+// # Snapshots and log compaction
+//
+// The Node takes the (metadata-only) snapshots itself, every
+// SnapshotEntries applied entries; Dragonboat's automatic ones are off. A
+// replica too far behind gets the state streamed at the leader's applied
+// index and continues from the log after it; with Dragonboat's automatic
+// compaction a stream slower than SnapshotEntries + CompactionOverhead
+// entries of writes was stale once installed, and a replica restarted
+// under steady writes never caught up. So the log is kept from a stream's
+// index while it is in flight and, once it was sent, until as many entries
+// again (twice over, plus CompactionOverhead) have been applied; the
+// compaction index never goes back. Over Config.Transport, a received
+// stream that was abandoned half-way has its directory removed when the
+// next one starts (Dragonboat would keep it for 15 minutes, up to 128 of
+// them); completed ones are removed by Dragonboat as newer snapshots are
+// taken.
 //
 // Registry-sized values stay inside Badger's LSM tree (below its value
 // threshold), so the value log does not grow and needs no garbage

@@ -3,12 +3,12 @@ package raftstore_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"time"
 
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/raftstore"
+	"github.com/muster-io/muster/transport"
 )
 
 type printer struct{}
@@ -23,18 +23,21 @@ func (printer) Applied(changes []raftstore.Change) {
 	}
 }
 
-// A single-replica shard on loopback: register a persistent instance, read
+// A single-replica shard: register a persistent instance, read
 // it back linearizably, and see a rejection.
 func Example() {
 	dir, _ := os.MkdirTemp("", "raftstore-example")
 	defer os.RemoveAll(dir)
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := l.Addr().String()
-	l.Close()
+	// Raft over a Muster transport (in production transport.NewTCP with
+	// a Secret or mutual TLS): replicas are addressed by node ID, and
+	// every inbound Raft message is checked before Dragonboat sees it.
+	var network transport.MemNetwork
+	tr, _ := network.Node("n1")
+	defer tr.Close()
 
 	cfg := raftstore.DefaultConfig()
-	cfg.ReplicaID, cfg.RaftAddress, cfg.Dir = 1, addr, dir
-	cfg.InitialMembers = map[uint64]string{1: addr}
+	cfg.ReplicaID, cfg.DeploymentID, cfg.Transport, cfg.Dir = 1, 4711, tr, dir
+	cfg.InitialMembers = map[uint64]string{1: "n1"}
 	cfg.RTTMillisecond = 10
 	cfg.Listener = printer{}
 	n, err := raftstore.New(cfg)

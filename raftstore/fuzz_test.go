@@ -3,10 +3,18 @@ package raftstore
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/lni/dragonboat/v4/raftio"
+	pb "github.com/lni/dragonboat/v4/raftpb"
 	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/transport"
 )
 
 func fuzzSeeds(f *testing.F) [][]byte {
@@ -106,6 +114,175 @@ func FuzzSnapshotRecords(f *testing.F) {
 				}
 				return
 			}
+		}
+	})
+}
+
+// tapTransport records the Raft batches its node sends to one peer.
+type tapTransport struct {
+	transport.Transport
+	to  string
+	mu  sync.Mutex
+	got [][]byte
+}
+
+func (t *tapTransport) record(to string, kind transport.Kind, body []byte) {
+	if kind != KindRaftMessages || to != t.to {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.got) < 64 {
+		t.got = append(t.got, bytes.Clone(body))
+	}
+}
+
+func (t *tapTransport) Send(ctx context.Context, to string, kind transport.Kind, body []byte) error {
+	t.record(to, kind, body)
+	return t.Transport.Send(ctx, to, kind, body)
+}
+
+func (t *tapTransport) Request(ctx context.Context, to string, kind transport.Kind, body []byte) ([]byte, error) {
+	t.record(to, kind, body)
+	return t.Transport.Request(ctx, to, kind, body)
+}
+
+func (t *tapTransport) captured() [][]byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.got)
+}
+
+// fuzzPeers are the authenticated peers a fuzzed body comes from: members
+// r2 and r3 (replicas 2 and 3) and a non-member holding the credentials.
+var fuzzPeers = []string{"r2", "r3", "evil"}
+
+// wantBatch is the rule for an inbound batch to replica 1 of shard 1 from
+// peer, written independently of the guard.
+func wantBatch(b *pb.MessageBatch, peer string) bool {
+	nodes := map[uint64]string{2: "r2", 3: "r3"}
+	travels := map[pb.MessageType]bool{pb.Propose: true, pb.Replicate: true, pb.ReplicateResp: true,
+		pb.RequestVote: true, pb.RequestVoteResp: true, pb.Heartbeat: true, pb.HeartbeatResp: true,
+		pb.ReadIndex: true, pb.ReadIndexResp: true, pb.SnapshotReceived: true, pb.LeaderTransfer: true,
+		pb.TimeoutNow: true, pb.RateLimit: true, pb.RequestPreVote: true, pb.RequestPreVoteResp: true}
+	if b.DeploymentId != testDeployment || b.BinVer != raftio.TransportBinVersion || b.SourceAddress != peer || len(b.Requests) == 0 {
+		return false
+	}
+	for _, m := range b.Requests {
+		if m.ShardID != 1 || m.To != 1 || nodes[m.From] != peer || !travels[m.Type] {
+			return false
+		}
+	}
+	return true
+}
+
+// wantChunk is the rule for an inbound snapshot chunk, written
+// independently of the guard.
+func wantChunk(c *pb.Chunk, peer string) bool {
+	nodes := map[uint64]string{1: "r1", 2: "r2", 3: "r3"}
+	if c.DeploymentId != testDeployment || c.BinVer != raftio.TransportBinVersion || c.ShardID != 1 || c.ReplicaID != 1 ||
+		c.From == 1 || nodes[c.From] != peer || c.Index == 0 || c.Filepath != fmt.Sprintf("snapshot-%016X.gbsnap", c.Index) ||
+		c.HasFileInfo || c.FileInfo.Filepath != "" || c.Witness || c.FileChunkId != c.ChunkId ||
+		c.ChunkCount == pb.PoisonChunkCount || (c.ChunkCount != 0 && c.ChunkCount != pb.LastChunkCount && c.ChunkId >= c.ChunkCount) ||
+		c.ChunkSize != uint64(len(c.Data)) || c.FileSize != 0 || c.OnDiskIndex > c.Index {
+		return false
+	}
+	for _, set := range []map[uint64]string{c.Membership.Addresses, c.Membership.NonVotings, c.Membership.Witnesses} {
+		for id, a := range set {
+			if k, ok := nodes[id]; id == 0 || a == "" || (ok && k != a) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// FuzzInbound feeds arbitrary bytes, and mutations of batches a member
+// really sent, to replica 1 of a running 3-replica cluster over a Muster
+// transport, from a member or from a non-member, as Raft batches and as
+// snapshot chunks. Whatever breaks the inbound rules (wantBatch,
+// wantChunk) must be refused and counted as dropped, and must never reach
+// Dragonboat (which would panic on most of them: the node is real, a panic
+// fails the target). Bodies that keep to the rules are sent only if they
+// replay a batch the member sent (a Raft message from a member is trusted
+// with Raft's semantics). The seeds are batches captured from the running
+// cluster, and a few made by hand.
+func FuzzInbound(f *testing.F) {
+	var mem transport.MemNetwork
+	// Whoever leads, r2 or r3 (or both) send to r1.
+	taps := map[string]*tapTransport{"r2": {to: "r1"}, "r3": {to: "r1"}}
+	members := map[uint64]string{1: "r1", 2: "r2", 3: "r3"}
+	c := newClusterAt(f, members, func(cfg *Config) {
+		memTransport(f, &mem, cfg)
+		if tap := taps[cfg.RaftAddress]; tap != nil {
+			tap.Transport = cfg.Transport
+			cfg.Transport = tap
+		}
+		cfg.Insecure = false
+	})
+	for p := range 10 {
+		mustPropose(f, c.nodes[2], Command{Op: OpPutInstance, Instance: persistent("svc", "10.0.0.1", p+1)})
+	}
+	replays := map[string]string{} // body → the member that sent it
+	for i, peer := range fuzzPeers[:2] {
+		for _, b := range taps[peer].captured() {
+			replays[string(b)] = peer
+			f.Add(b, uint8(i), false)
+		}
+	}
+	if len(replays) == 0 {
+		f.Fatal("captured no batch from r2 or r3 to r1")
+	}
+	hb := raftBatch("r2", 2, pb.Heartbeat)
+	hb.Requests[0].To = 0
+	f.Add(mustMarshal(f, &hb), uint8(0), false)
+	ch := raftChunk(2)
+	f.Add(mustMarshal(f, &ch), uint8(0), true)
+	ch.Filepath = "../x"
+	f.Add(mustMarshal(f, &ch), uint8(2), true)
+	f.Add([]byte{0x0a, 0x80}, uint8(1), false)
+
+	from := map[string]transport.Transport{"r2": c.cfgs[2].Transport, "r3": c.cfgs[3].Transport}
+	evil, err := mem.Node("evil")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { _ = evil.Close() })
+	from["evil"] = evil
+	n1 := c.nodes[1]
+
+	f.Fuzz(func(t *testing.T, body []byte, peerSel uint8, isChunk bool) {
+		peer := fuzzPeers[int(peerSel)%len(fuzzPeers)]
+		kind, valid := KindRaftMessages, false
+		if isChunk {
+			kind = KindRaftChunk
+			var ch pb.Chunk
+			if unmarshal(&ch, body) == nil {
+				valid = wantChunk(&ch, peer)
+			}
+		} else {
+			var b pb.MessageBatch
+			if unmarshal(&b, body) == nil {
+				valid = wantBatch(&b, peer)
+			}
+		}
+		if valid && (isChunk || replays[string(body)] != peer) {
+			return // keeps to the rules: a member's own message, trusted
+		}
+		before := n1.InboundStats()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := from[peer].Request(ctx, "r1", kind, body)
+		after := n1.InboundStats()
+		if valid {
+			if err != nil || after.Batches <= before.Batches {
+				t.Fatalf("a replayed batch of %s was refused: %v (%+v)", peer, err, after)
+			}
+			return
+		}
+		var re *transport.RemoteError
+		if !errors.As(err, &re) || after.Dropped <= before.Dropped {
+			t.Fatalf("a body against the rules was not refused: err %v, stats before %+v, after %+v", err, before, after)
 		}
 	})
 }

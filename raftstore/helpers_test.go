@@ -109,20 +109,6 @@ func (l *recListener) state() State {
 	return st
 }
 
-// testSeed returns the seed of a randomized test: RAFTSTORE_SEED if set
-// (to replay a failure), else the time. It is logged.
-func testSeed(t testing.TB) uint64 {
-	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("RAFTSTORE_SEED"); v != "" {
-		if _, err := fmt.Sscan(v, &seed); err != nil {
-			t.Fatalf("RAFTSTORE_SEED: %v", err)
-		}
-	}
-	t.Logf("seed: %d (replay with RAFTSTORE_SEED=%d)", seed, seed)
-	return seed
-}
-
 func freePort(t testing.TB) string {
 	t.Helper()
 	for {
@@ -151,9 +137,14 @@ func (w testLogWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
+// testDeployment is the DeploymentID of the tests' clusters.
+const testDeployment = 0x6d75737465
+
 func testConfig(t testing.TB, dir string, id uint64, addr string) Config {
 	cfg := DefaultConfig()
 	cfg.ReplicaID = id
+	cfg.DeploymentID = testDeployment
+	cfg.Insecure = true // Dragonboat's TCP transport on loopback; security tests turn it off
 	cfg.RaftAddress = addr
 	cfg.Dir = dir
 	cfg.RTTMillisecond = 10

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/muster-io/muster/internal/testutil"
 	"github.com/muster-io/muster/model"
 )
 
@@ -67,12 +68,33 @@ var linModel = porcupine.Model{
 	},
 }
 
+// maxAmbiguous bounds the ambiguous writes of one key in TestLinearizable:
+// once a key has had that many, its slot moves on to a fresh key. The
+// check is exponential in the ambiguous writes of a partition (each may
+// take effect at any later time); unbounded, a loaded machine produced
+// 57–83 of them on three keys and porcupine could not decide in 20 s.
+const maxAmbiguous = 3
+
 // Concurrent clients register, deregister and read (linearizably)
 // persistent instances through every node while the leader is stopped and
 // restarted; the history must be linearizable. Writes that failed are
-// ambiguous (they may have been applied) and stay open to the end.
+// ambiguous (they may have been applied) and stay open to the end; a key
+// that had maxAmbiguous of them is retired and its slot uses a new key, so
+// that every partition of the check stays small. An inconclusive check
+// (porcupine's timeout) is reported and skipped, never a failure.
 func TestLinearizable(t *testing.T) {
-	seed := testSeed(t)
+	testutil.Seeds(t, 0, 1, testLinearizable)
+}
+
+// linSlot is one of the keys the clients work on: its current port, and
+// the ambiguous writes that port has had.
+type linSlot struct {
+	mu        sync.Mutex
+	port      int
+	ambiguous int
+}
+
+func testLinearizable(t *testing.T, seed uint64) {
 	c := newCluster(t, 3, func(cfg *Config) {
 		cfg.ProposeTimeout = time.Second
 		cfg.ReadTimeout = time.Second
@@ -91,7 +113,27 @@ func TestLinearizable(t *testing.T) {
 		stop    = make(chan struct{})
 		wg      sync.WaitGroup
 		okOps   atomic.Int64
+		slots   [3]linSlot
+		ports   atomic.Int64 // the last port handed to a slot
+		retired atomic.Int64
 	)
+	for i := range slots {
+		slots[i].port = int(ports.Add(1))
+	}
+	// ambiguous records an ambiguous write on slot s's key port, and
+	// retires the key when it has had maxAmbiguous.
+	ambiguous := func(s, port int) {
+		sl := &slots[s]
+		sl.mu.Lock()
+		defer sl.mu.Unlock()
+		if sl.port != port {
+			return // already retired
+		}
+		if sl.ambiguous++; sl.ambiguous >= maxAmbiguous {
+			sl.port, sl.ambiguous = int(ports.Add(1)), 0
+			retired.Add(1)
+		}
+	}
 	for client := range 4 {
 		wg.Add(1)
 		go func() {
@@ -104,7 +146,10 @@ func TestLinearizable(t *testing.T) {
 				default:
 				}
 				n := ptrs[1+rng.IntN(3)].Load()
-				in := linInput{port: 1 + rng.IntN(3)}
+				slot := rng.IntN(len(slots))
+				slots[slot].mu.Lock()
+				in := linInput{port: slots[slot].port}
+				slots[slot].mu.Unlock()
 				switch r := rng.IntN(10); {
 				case r < 4:
 					in.op, in.w = "put", int(wseq.Add(1))
@@ -137,6 +182,7 @@ func TestLinearizable(t *testing.T) {
 						continue // a failed read has no effect
 					}
 					ret = forever // ambiguous write: it may take effect at any later time
+					ambiguous(slot, in.port)
 				} else {
 					okOps.Add(1)
 				}
@@ -169,8 +215,11 @@ func TestLinearizable(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	c.converged(c.waitLeader())
-	t.Logf("%d operations, %d completed", len(history), okOps.Load())
+	t.Logf("%d operations, %d completed, %d keys retired after %d ambiguous writes", len(history), okOps.Load(), retired.Load(), maxAmbiguous)
 	res, info := porcupine.CheckOperationsVerbose(linModel, history, 20*time.Second)
+	if res == porcupine.Unknown {
+		t.Skipf("inconclusive: porcupine could not decide within its timeout (seed %d)", seed)
+	}
 	if res != porcupine.Ok {
 		path := t.TempDir() + "/lin.html"
 		_ = porcupine.VisualizePath(linModel, info, path)

@@ -37,6 +37,7 @@ type Node struct {
 	// Set by Start, read-only afterwards.
 	nh     *dragonboat.NodeHost
 	sm     *stateMachine
+	guard  *guard // checks inbound Raft traffic over Config.Transport; nil without
 	queue  chan *proposal
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -109,7 +110,7 @@ func badgerOptions(dir string, log *slog.Logger) badger.Options {
 func (n *Node) nodeHostConfig() config.NodeHostConfig {
 	logdb := config.GetTinyMemLogDBConfig()
 	logdb.Shards = 1
-	return config.NodeHostConfig{
+	nhc := config.NodeHostConfig{
 		DeploymentID:   n.cfg.DeploymentID,
 		NodeHostDir:    filepath.Join(n.cfg.Dir, "raft"),
 		RTTMillisecond: n.cfg.RTTMillisecond,
@@ -120,13 +121,18 @@ func (n *Node) nodeHostConfig() config.NodeHostConfig {
 			TransportFactory: n.transportFactory(),
 		},
 	}
+	nhc.SystemEventListener = nodeEvents{guard: n.guard, sm: n.sm}
+	if t := n.cfg.TLS; t != nil && n.cfg.Transport == nil {
+		nhc.MutualTLS, nhc.CAFile, nhc.CertFile, nhc.KeyFile = true, t.CAFile, t.CertFile, t.KeyFile
+	}
+	return nhc
 }
 
 // transportFactory returns the factory of Dragonboat's transport: nil for
 // its own TCP transport.
 func (n *Node) transportFactory() config.TransportFactory {
 	if n.cfg.Transport != nil {
-		return muxFactory{t: n.cfg.Transport}
+		return muxFactory{t: n.cfg.Transport, guard: n.guard}
 	}
 	return n.cfg.transport
 }
@@ -139,7 +145,7 @@ func (n *Node) replicaConfig() config.Config {
 		PreVote:            true,
 		ElectionRTT:        n.cfg.ElectionRTT,
 		HeartbeatRTT:       n.cfg.HeartbeatRTT,
-		SnapshotEntries:    n.cfg.SnapshotEntries,
+		SnapshotEntries:    0, // the Node takes them: see snapshot.go
 		CompactionOverhead: n.cfg.CompactionOverhead,
 	}
 }
@@ -172,16 +178,23 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			_ = db.Close()
 		}
 	}()
+	n.sm = newStateMachine(db, n.cfg.Listener, n.log)
+	n.sm.snapEvery, n.sm.retention.overhead = n.cfg.SnapshotEntries, n.cfg.CompactionOverhead
+	if n.cfg.Transport != nil {
+		n.guard = newGuard(n.cfg.DeploymentID, n.cfg.ShardID, n.cfg.ReplicaID)
+	}
 	nh, err := dragonboat.NewNodeHost(n.nodeHostConfig())
 	if err != nil {
 		return fmt.Errorf("raftstore: start nodehost: %w", err)
+	}
+	if n.guard != nil {
+		n.guard.setNodeHost(nh)
 	}
 	defer func() {
 		if err != nil {
 			nh.Close()
 		}
 	}()
-	n.sm = newStateMachine(db, n.cfg.Listener, n.log)
 	members := map[uint64]dragonboat.Target{}
 	join := n.cfg.Join
 	if nh.HasNodeInfo(n.cfg.ShardID, n.cfg.ReplicaID) {
@@ -212,6 +225,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	}
 	for range workers {
 		n.goFunc(n.batchLoop)
+	}
+	if n.cfg.SnapshotEntries > 0 {
+		n.goFunc(n.snapshotLoop)
 	}
 	n.started = true
 	n.state.Store(stateStarted)
@@ -401,6 +417,19 @@ func (n *Node) Leader() (replicaID uint64, ok bool) {
 func (n *Node) IsLeader() bool {
 	id, ok := n.Leader()
 	return ok && id == n.cfg.ReplicaID
+}
+
+// InboundStats reports the Raft traffic received over Config.Transport:
+// what was handed to Dragonboat and what the inbound checks dropped (see
+// InboundStats). Zero without Config.Transport.
+func (n *Node) InboundStats() InboundStats {
+	n.mu.Lock()
+	g := n.guard
+	n.mu.Unlock()
+	if g == nil {
+		return InboundStats{}
+	}
+	return g.stats()
 }
 
 // ReplicaID returns this node's replica ID.

@@ -34,6 +34,13 @@ type stateMachine struct {
 	applied  atomic.Uint64
 	closed   atomic.Bool
 	cleaned  uint64 // index of the last dedupe clean-up; Update's goroutine only
+
+	// Snapshots (see snapshot.go): every snapEvery applied entries a
+	// non-blocking send on snapDue (0: never); retention tracks streams.
+	snapEvery uint64
+	snapAt    uint64 // applied index of the last send; Update's goroutine only
+	snapDue   chan struct{}
+	retention *retention
 }
 
 var _ sm.IOnDiskStateMachine = (*stateMachine)(nil)
@@ -42,7 +49,19 @@ func newStateMachine(db *badger.DB, l Listener, log *slog.Logger) *stateMachine 
 	if l == nil {
 		l = NopListener{}
 	}
-	return &stateMachine{db: db, listener: l, log: log}
+	return &stateMachine{db: db, listener: l, log: log, snapDue: make(chan struct{}, 1), retention: &retention{}}
+}
+
+// appliedTo records index as applied and says when a snapshot is due.
+func (s *stateMachine) appliedTo(index uint64) {
+	s.applied.Store(index)
+	if s.snapEvery > 0 && index >= s.snapAt+s.snapEvery {
+		s.snapAt = index
+		select {
+		case s.snapDue <- struct{}{}:
+		default: // one is pending already
+		}
+	}
 }
 
 // Open returns the applied index persisted with the data and hands the
@@ -58,6 +77,7 @@ func (s *stateMachine) Open(stopc <-chan struct{}) (uint64, error) {
 		return 0, err
 	}
 	s.applied.Store(st.Index)
+	s.snapAt = st.Index
 	s.listener.Reset(st)
 	return st.Index, nil
 }
@@ -182,7 +202,7 @@ func (s *stateMachine) commit(w *writer, index uint64) error {
 	if err := w.txn.Commit(); err != nil {
 		return fmt.Errorf("raftstore: commit index %d: %w", index, err)
 	}
-	s.applied.Store(index)
+	s.appliedTo(index)
 	return nil
 }
 
@@ -207,8 +227,21 @@ func (s *stateMachine) Sync() error {
 }
 
 // PrepareSnapshot returns a read-only transaction: a point-in-time view.
+// Dragonboat calls it (and then SaveSnapshot) only to stream the state to
+// a replica, at the applied index: the log after it is kept until the
+// receiver can have caught up (retention; the end of the stream is
+// Dragonboat's SendSnapshotCompleted or SendSnapshotAborted event, since
+// SaveSnapshot returns once the chunks are queued).
 func (s *stateMachine) PrepareSnapshot() (any, error) {
-	return s.db.NewTransaction(false), nil
+	index := s.applied.Load()
+	s.retention.streamStarted(index)
+	return &snapshotCtx{txn: s.db.NewTransaction(false), index: index}, nil
+}
+
+// snapshotCtx is PrepareSnapshot's result.
+type snapshotCtx struct {
+	txn   *badger.Txn
+	index uint64
 }
 
 // Snapshot stream: records framed as uvarint(length) + msgpack(snapRecord).
@@ -258,7 +291,7 @@ func readRecord(r *bufio.Reader, buf []byte) (snapRecord, []byte, error) {
 		return snapRecord{}, buf, fmt.Errorf("%w: snapshot: %w", ErrCorrupt, err)
 	}
 	var rec snapRecord
-	if err := model.Unmarshal(buf, &rec); err != nil {
+	if err := model.UnmarshalWith(buf, &rec, model.DecodeOptions{MaxAlloc: committedDecode.MaxAlloc}); err != nil {
 		return snapRecord{}, buf, fmt.Errorf("%w: snapshot record: %w", ErrCorrupt, err)
 	}
 	return rec, buf, nil
@@ -267,12 +300,12 @@ func readRecord(r *bufio.Reader, buf []byte) (snapRecord, []byte, error) {
 // SaveSnapshot streams the state of the transaction PrepareSnapshot
 // returned. The output is deterministic for a given state.
 func (s *stateMachine) SaveSnapshot(ctx any, w io.Writer, done <-chan struct{}) error {
-	txn, ok := ctx.(*badger.Txn)
+	sc, ok := ctx.(*snapshotCtx)
 	if !ok {
 		return fmt.Errorf("raftstore: snapshot context %T", ctx)
 	}
-	defer txn.Discard()
-	return writeSnapshot(txn, w, done)
+	defer sc.txn.Discard()
+	return writeSnapshot(sc.txn, w, done)
 }
 
 func writeSnapshot(txn *badger.Txn, w io.Writer, done <-chan struct{}) error {
@@ -385,6 +418,7 @@ func (s *stateMachine) RecoverFromSnapshot(r io.Reader, done <-chan struct{}) er
 		return err
 	}
 	s.applied.Store(st.Index)
+	s.snapAt = st.Index
 	s.listener.Reset(st)
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	sm "github.com/lni/dragonboat/v4/statemachine"
+	"github.com/muster-io/muster/internal/testutil"
 	"github.com/muster-io/muster/model"
 )
 
@@ -358,7 +359,10 @@ func TestDedupeReproposal(t *testing.T) {
 // same state, the same results and the same snapshot bytes (determinism
 // across replicas, which see different batch boundaries).
 func TestApplyDeterministic(t *testing.T) {
-	seed := testSeed(t)
+	testutil.Seeds(t, 0, 1, testApplyDeterministic)
+}
+
+func testApplyDeterministic(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	var ents []sm.Entry
 	svc := func() string { return "svc" + strconv.Itoa(rng.IntN(3)) }
@@ -429,5 +433,37 @@ func TestApplyDeterministic(t *testing.T) {
 	}
 	if fmt.Sprint(res1) != fmt.Sprint(res2) {
 		t.Fatalf("results differ (seed %d)", seed)
+	}
+}
+
+// TestCommittedEntryOfManyClustersDecodes: a committed entry must decode
+// whenever Marshal wrote it, although services of many minimal clusters
+// expand past model.Unmarshal's ratio bound (a one-letter cluster with no
+// check is a few bytes on the wire and a few hundred in memory). The same
+// holds for the service's snapshot record.
+func TestCommittedEntryOfManyClustersDecodes(t *testing.T) {
+	svc := model.Service{Key: model.ServiceKey{Namespace: "public", Group: "g", Name: "s"}}
+	for i := range 200 {
+		svc.Clusters = append(svc.Clusters, model.Cluster{Name: fmt.Sprintf("c%d", i)})
+	}
+	var encs [][]byte
+	for range maxBatchCommands {
+		c := Command{Op: OpCreateService, Service: svc}
+		b, err := c.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		encs = append(encs, b)
+	}
+	entry := encodeEntry(entryID{1}, encs)
+	if err := model.Unmarshal(entry[entryHdrLen:], new([]Command)); err == nil {
+		t.Log("the ratio bound alone accepts this entry; the test no longer exercises the absolute bound")
+	}
+	_, cmds, err := decodeEntry(entry)
+	if err != nil {
+		t.Fatalf("decoding a committed entry of %d bytes: %v", len(entry), err)
+	}
+	if len(cmds) != maxBatchCommands || len(cmds[0].Service.Clusters) != 200 {
+		t.Fatalf("decoded %d commands", len(cmds))
 	}
 }

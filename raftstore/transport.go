@@ -55,10 +55,15 @@ func messageLimit(t transport.Transport) int {
 // muxFactory makes Dragonboat send its Raft messages and snapshots over a
 // Muster transport (Config.Transport) instead of its own TCP transport.
 // Addresses are the transport's node IDs.
-type muxFactory struct{ t transport.Transport }
+// Inbound traffic passes the guard's checks first.
+type muxFactory struct {
+	t     transport.Transport
+	guard *guard
+}
 
-func (f muxFactory) Create(_ config.NodeHostConfig, onMessages raftio.MessageHandler, onChunk raftio.ChunkHandler) raftio.ITransport {
-	return &muxTransport{t: f.t, limit: messageLimit(f.t), onMessages: onMessages, onChunk: onChunk}
+func (f muxFactory) Create(nhc config.NodeHostConfig, onMessages raftio.MessageHandler, onChunk raftio.ChunkHandler) raftio.ITransport {
+	return &muxTransport{t: f.t, guard: f.guard, limit: messageLimit(f.t), onMessages: onMessages, onChunk: onChunk,
+		receives: receives{dir: nhc.NodeHostDir}}
 }
 
 // Validate accepts any node ID.
@@ -70,9 +75,11 @@ func (muxFactory) Validate(addr string) bool { return addr != "" }
 // NodeHost down right after. The transport itself belongs to the caller.
 type muxTransport struct {
 	t          transport.Transport
+	guard      *guard
 	limit      int
 	onMessages raftio.MessageHandler
 	onChunk    raftio.ChunkHandler
+	receives   receives // the snapshot streams being received
 
 	mu       sync.Mutex // guards closed and the Add of inflight
 	closed   bool
@@ -93,36 +100,68 @@ func (m *muxTransport) enter() bool {
 }
 
 func (m *muxTransport) Start() error {
-	m.t.Handle(KindRaftMessages, m.handler(func(body []byte) error {
-		var b pb.MessageBatch
-		if err := b.Unmarshal(body); err != nil {
-			return fmt.Errorf("raftstore: bad message batch: %w", err)
-		}
-		m.onMessages(b)
-		return nil
-	}))
-	m.t.Handle(KindRaftChunk, m.handler(func(body []byte) error {
-		var c pb.Chunk
-		if err := c.Unmarshal(body); err != nil {
-			return fmt.Errorf("raftstore: bad snapshot chunk: %w", err)
-		}
-		if !m.onChunk(c) {
-			return errChunkRefused
-		}
-		return nil
-	}))
+	m.t.Handle(KindRaftMessages, m.handler(m.deliverBatch))
+	m.t.Handle(KindRaftChunk, m.handler(m.deliverChunk))
 	return nil
+}
+
+// deliverBatch hands a batch from peer to Dragonboat if it passes the
+// guard's checks.
+func (m *muxTransport) deliverBatch(peer string, body []byte) error {
+	var b pb.MessageBatch
+	if err := unmarshal(&b, body); err != nil {
+		return m.guard.drop(dropMalformed, "message batch: %v", err)
+	}
+	if err := m.guard.checkBatch(&b, peer); err != nil {
+		return err
+	}
+	m.guard.batches.Add(1)
+	m.onMessages(b)
+	return nil
+}
+
+// deliverChunk hands a snapshot chunk from peer to Dragonboat if it passes
+// the guard's checks.
+func (m *muxTransport) deliverChunk(peer string, body []byte) error {
+	var c pb.Chunk
+	if err := unmarshal(&c, body); err != nil {
+		return m.guard.drop(dropMalformed, "snapshot chunk: %v", err)
+	}
+	if err := m.guard.checkChunk(&c, peer); err != nil {
+		return err
+	}
+	taken, abandoned := m.receives.deliver(&c, m.onChunk)
+	switch {
+	case abandoned:
+		return m.guard.drop(dropChunk, "chunk %d of an abandoned stream (index %d from %d)", c.ChunkId, c.Index, c.From)
+	case !taken:
+		return errChunkRefused
+	}
+	m.guard.chunks.Add(1)
+	return nil
+}
+
+// unmarshal decodes a peer's bytes with Dragonboat's decoder, which is
+// not written for hostile input: a panic in it is an error here (it runs on
+// the transport's goroutine, not Dragonboat's).
+func unmarshal(v interface{ Unmarshal([]byte) error }, body []byte) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("decoder panic: %v", r)
+		}
+	}()
+	return v.Unmarshal(body)
 }
 
 // handler wraps deliver, which hands a body to Dragonboat, so that Close
 // can refuse new calls and wait for those under way.
-func (m *muxTransport) handler(deliver func(body []byte) error) transport.Handler {
-	return func(_ context.Context, _ string, body []byte) ([]byte, error) {
+func (m *muxTransport) handler(deliver func(peer string, body []byte) error) transport.Handler {
+	return func(_ context.Context, from string, body []byte) ([]byte, error) {
 		if !m.enter() {
 			return nil, ErrClosed
 		}
 		defer m.inflight.Done()
-		return nil, deliver(body)
+		return nil, deliver(from, body)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lni/dragonboat/v4/config"
+	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/transport"
@@ -32,7 +33,7 @@ func memCluster(t *testing.T, mem *transport.MemNetwork, ids []string, tweak fun
 	})
 }
 
-func memTransport(t *testing.T, mem *transport.MemNetwork, cfg *Config) {
+func memTransport(t testing.TB, mem *transport.MemNetwork, cfg *Config) {
 	t.Helper()
 	tr, err := mem.Node(cfg.RaftAddress)
 	if err != nil {
@@ -99,39 +100,64 @@ func TestConfigTransportAddresses(t *testing.T) {
 }
 
 // tcpTransports starts Muster TCP transports on loopback for the node IDs,
-// each resolving the others; they close when the test ends, after the
-// nodes using them.
+// each resolving the others, with the test secret; they close when the
+// test ends, after the nodes using them.
 func tcpTransports(tb testing.TB, ids ...string) map[string]transport.Transport {
 	tb.Helper()
-	addrs := map[string]string{}
-	var mu sync.Mutex
+	net := newTCPNet(tb)
 	out := map[string]transport.Transport{}
 	for _, id := range ids {
-		cfg := transport.DefaultTCPConfig()
-		cfg.NodeID, cfg.ListenAddr = id, "127.0.0.1:0"
-		cfg.Secret = []byte("muster-test-secret-0123456789")
-		cfg.Resolve = func(node string) (string, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			if a, ok := addrs[node]; ok {
-				return a, nil
-			}
-			return "", fmt.Errorf("unknown node %q", node)
-		}
-		t, err := transport.NewTCP(cfg)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		if err := t.Start(context.Background()); err != nil {
-			tb.Fatal(err)
-		}
-		tb.Cleanup(func() { _ = t.Close() })
-		mu.Lock()
-		addrs[id] = t.Addr()
-		mu.Unlock()
-		out[id] = t
+		out[id] = net.add(id, testSecret)
 	}
 	return out
+}
+
+// testSecret is the shared secret of the tests' TCP transports.
+var testSecret = []byte("raftstore-test-secret-0123456789")
+
+// tcpNet is a set of Muster TCP transports on loopback that resolve each
+// other by node ID.
+type tcpNet struct {
+	tb    testing.TB
+	mu    sync.Mutex
+	addrs map[string]string
+}
+
+func newTCPNet(tb testing.TB) *tcpNet { return &tcpNet{tb: tb, addrs: map[string]string{}} }
+
+// add starts a transport for node id with secret; it closes when the test
+// ends.
+func (n *tcpNet) add(id string, secret []byte) transport.Transport {
+	n.tb.Helper()
+	cfg := transport.DefaultTCPConfig()
+	cfg.NodeID, cfg.ListenAddr, cfg.Secret = id, "127.0.0.1:0", secret
+	cfg.Resolve = func(node string) (string, error) {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if a, ok := n.addrs[node]; ok {
+			return a, nil
+		}
+		return "", fmt.Errorf("unknown node %q", node)
+	}
+	t, err := transport.NewTCP(cfg)
+	if err != nil {
+		n.tb.Fatal(err)
+	}
+	if err := t.Start(context.Background()); err != nil {
+		n.tb.Fatal(err)
+	}
+	n.tb.Cleanup(func() { _ = t.Close() })
+	n.mu.Lock()
+	n.addrs[id] = t.Addr()
+	n.mu.Unlock()
+	return t
+}
+
+// addr returns the listening address of node id.
+func (n *tcpNet) addr(id string) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.addrs[id]
 }
 
 // splitBatch keeps every message and entry in order, chains the pieces of a
@@ -243,7 +269,7 @@ func TestMuxTransportCloseWaitsForHandlers(t *testing.T) {
 	defer b.Close()
 	entered, release := make(chan struct{}), make(chan struct{})
 	var handled atomic.Bool
-	recv := muxFactory{t: b}.Create(config.NodeHostConfig{}, func(pb.MessageBatch) {
+	recv := muxFactory{t: b, guard: newGuard(testDeployment, 1, 2)}.Create(config.NodeHostConfig{}, func(pb.MessageBatch) {
 		close(entered)
 		<-release
 		handled.Store(true)
@@ -251,12 +277,14 @@ func TestMuxTransportCloseWaitsForHandlers(t *testing.T) {
 	if err := recv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	send := muxFactory{t: a}.Create(config.NodeHostConfig{}, nil, nil)
+	send := muxFactory{t: a, guard: newGuard(testDeployment, 1, 1)}.Create(config.NodeHostConfig{}, nil, nil)
 	conn, err := send.GetConnection(context.Background(), "b")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := conn.SendMessageBatch(pb.MessageBatch{Requests: []pb.Message{{Type: pb.Heartbeat}}}); err != nil {
+	hb := pb.MessageBatch{DeploymentId: testDeployment, BinVer: raftio.TransportBinVersion, SourceAddress: "a",
+		Requests: []pb.Message{{Type: pb.Heartbeat, ShardID: 1, From: 1, To: 2}}}
+	if err := conn.SendMessageBatch(hb); err != nil {
 		t.Fatal(err)
 	}
 	<-entered

@@ -327,6 +327,7 @@ func TestActiveCheckRaftLeaderProbes(t *testing.T) {
 		cfg.Clock = clock
 		rc := *raftConfig()
 		rc.ReplicaID, rc.RaftAddress, rc.Dir, rc.InitialMembers = id, members[id], filepath.Join(dir, cfg.NodeID), members
+		rc.Insecure = true // Dragonboat's own TCP transport on loopback
 		cfg.Raft = &rc
 		reg, err := registry.New(cfg)
 		if err != nil {

@@ -48,6 +48,7 @@ func startReal(t *testing.T, id string, seeds []string) *realNode {
 
 	mc := distro.DefaultMemberlistConfig()
 	mc.NodeID, mc.BindAddr, mc.BindPort, mc.TransportAddr, mc.Seeds = id, "127.0.0.1", 0, tcp.Addr(), seeds
+	mc.SecretKey = []byte("registry-test-gossip-key-32byte!")
 	mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = 100*time.Millisecond, 50*time.Millisecond, 2
 	mc.GossipInterval, mc.PushPullInterval, mc.TCPTimeout, mc.GossipToTheDeadTime = 20*time.Millisecond, time.Second, 200*time.Millisecond, time.Second
 	mc.RejoinInterval = 500 * time.Millisecond

@@ -20,6 +20,10 @@ import (
 	"github.com/muster-io/muster/transport"
 )
 
+// raftDeployment is the demo cluster's Raft DeploymentID: set on every
+// member, unique to the cluster.
+const raftDeployment = 0x64656d6f
+
 // timings are the knobs of the demo cluster. The defaults are short so that
 // the whole scenario fits in about 30 s; production values are the
 // packages' DefaultConfig ones (memberlist's LAN profile, Nacos's timings).
@@ -187,6 +191,7 @@ func (c *cluster) start(ctx context.Context, i int) (*node, error) {
 	mc := distro.DefaultMemberlistConfig()
 	mc.NodeID, mc.BindAddr, mc.TransportAddr, mc.Seeds, mc.Logger = n.id, host, tcp.Addr(), c.seeds, log
 	mc.BindPort, _ = strconv.Atoi(port)
+	mc.SecretKey = []byte("muster-demo-gossip-key-32-bytes!") // every node the same 32-byte key
 	mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = c.t.Probe, c.t.Probe/2, 2
 	mc.GossipInterval, mc.PushPullInterval = c.t.Probe/5, 5*c.t.Probe
 	mc.TCPTimeout, mc.GossipToTheDeadTime = c.t.Probe, 5*c.t.Probe
@@ -211,8 +216,9 @@ func (c *cluster) start(ctx context.Context, i int) (*node, error) {
 	dc.SyncDelay, dc.VerifyInterval, dc.OrphanTimeout = c.t.SyncDelay, c.t.Verify, c.t.Orphan
 	dc.TombstoneTTL, dc.LoadTimeout, dc.RequestTimeout = 10*c.t.Verify, c.t.Load, time.Second
 
-	rc := raftstore.DefaultConfig()
+	rc := raftstore.DefaultConfig() // Raft over tr, Muster's transport: its checks and authentication
 	rc.ReplicaID, rc.Transport, rc.Dir, rc.InitialMembers, rc.Logger = n.replica, tr, n.dir, c.initial, log
+	rc.DeploymentID = raftDeployment
 	rc.RTTMillisecond = uint64(max(c.t.RaftRTT.Milliseconds(), 1))
 	rc.ProposeTimeout, rc.ReadTimeout = 2*time.Second, 2*time.Second
 

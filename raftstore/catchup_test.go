@@ -1,0 +1,218 @@
+package raftstore
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pb "github.com/lni/dragonboat/v4/raftpb"
+	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/transport"
+)
+
+// snapshotDirName matches Dragonboat's snapshot directories (the shard's
+// own directory is snapshot-<shard>-<replica>).
+var snapshotDirName = regexp.MustCompile(`^snapshot-[0-9A-F]{16}`)
+
+// snapshotDirs lists the snapshot directories under a node's Dir (final,
+// being received, being generated).
+func snapshotDirs(t testing.TB, dir string) []string {
+	t.Helper()
+	var out []string
+	_ = filepath.WalkDir(filepath.Join(dir, "raft"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && snapshotDirName.MatchString(d.Name()) {
+			out = append(out, d.Name())
+		}
+		return nil
+	})
+	return out
+}
+
+// chunkDelay is how long a snapshot chunk takes on the slow link of
+// TestRestartCatchUpUnderWrites.
+const chunkDelay = 700 * time.Millisecond
+
+// slowChunks delays every snapshot chunk it sends: a slow link (or a busy
+// sender) on which a snapshot takes seconds to stream.
+type slowChunks struct {
+	transport.Transport
+	delay time.Duration
+}
+
+func (s slowChunks) Request(ctx context.Context, to string, kind transport.Kind, body []byte) ([]byte, error) {
+	if kind == KindRaftChunk {
+		t := time.NewTimer(s.delay) // the fault: a slow link
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return s.Transport.Request(ctx, to, kind, body)
+}
+
+// A replica restarted while four writers keep writing catches up, with
+// the small snapshot settings of the field report (a snapshot every 16
+// entries, 8 kept behind it), a state of a few MiB and a link on which a
+// snapshot takes more than a second to stream, and the snapshots
+// it received do not pile up. Before the fix every snapshot it received
+// was stale by the time it was installed: the leader had compacted its
+// log past it, and sent another.
+func TestRestartCatchUpUnderWrites(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes a few MiB through Raft")
+	}
+	var mem transport.MemNetwork
+	c := memCluster(t, &mem, []string{"r1", "r2", "r3"}, func(cfg *Config) {
+		cfg.SnapshotEntries, cfg.CompactionOverhead = 16, 8
+		cfg.ProposeTimeout = 10 * time.Second // elections come and go on a loaded machine
+		cfg.Transport = slowChunks{cfg.Transport, chunkDelay}
+	})
+	leader := c.waitLeader()
+	md := model.NewMetadata(map[string]string{"blob": strings.Repeat("m", 1000)})
+	put := func(n *Node, port int) error {
+		in := persistent("catchup", "10.8.0.1", port)
+		in.Metadata = md
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, err := n.Propose(ctx, Command{Op: OpPutInstance, Instance: in})
+		return err
+	}
+	// A state of about 4 MiB: two snapshot chunks.
+	var wg sync.WaitGroup
+	for w := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := w; p < 4000; p += 32 {
+				if err := put(c.nodes[leader], 1+p); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	var lagging uint64 = 1
+	if leader == 1 {
+		lagging = 2
+	}
+	c.stop(lagging)
+	leaderNode := c.nodes[leader] // the writers' node: c.nodes changes below
+
+	// Four steady writers on the leader, until the end of the test.
+	stop := make(chan struct{})
+	var writes atomic.Int64
+	var writers sync.WaitGroup
+	for w := range 4 {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			for p := 0; ; p++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if put(leaderNode, 10000+w*20000+p%20000) == nil {
+					writes.Add(1)
+				}
+			}
+		}()
+	}
+	defer func() {
+		close(stop)
+		writers.Wait()
+	}()
+	target := writes.Load() + 200
+	c.eventually(20*time.Second, "writes while the replica is down", func() bool { return writes.Load() >= target })
+
+	n := c.start(lagging)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := n.WaitReady(ctx); err != nil {
+		t.Fatalf("the restarted replica is not ready after 30 s of steady writes: %v (snapshot dirs %v)", err, snapshotDirs(t, c.cfgs[lagging].Dir))
+	}
+	l := c.lis[lagging]
+	l.mu.Lock()
+	resets := l.resets
+	l.mu.Unlock()
+	t.Logf("ready; %d writes so far; %d listener resets; snapshot dirs %v", writes.Load(), resets, snapshotDirs(t, c.cfgs[lagging].Dir))
+	c.eventually(10*time.Second, "received snapshots to be cleaned up", func() bool {
+		return len(snapshotDirs(t, c.cfgs[lagging].Dir)) <= 2
+	})
+}
+
+// retention keeps the log from a stream in flight, and after it was sent
+// for twice the entries written meanwhile (plus the overhead); the
+// compaction index never goes back.
+func TestRetention(t *testing.T) {
+	r := &retention{overhead: 8}
+	floor := uint64(0)
+	step := func(applied, want uint64, wantOK bool) {
+		t.Helper()
+		got, ok := r.compactTo(applied, floor)
+		if got != want || ok != wantOK {
+			t.Fatalf("compactTo(%d) = %d, %v; want %d, %v", applied, got, ok, want, wantOK)
+		}
+	}
+	step(5, 0, false) // nothing to let go yet
+	step(16, 8, true)
+	step(32, 24, true)
+	r.streamStarted(40)
+	step(48, 32, true) // keeps from 40 - 8
+	step(64, 0, false) // still 32: never back, never past the stream
+	r.streamSent(100)  // 60 entries written during the stream: keep until 100 + 120 + 8
+	step(150, 0, false)
+	step(227, 0, false)
+	step(228, 220, true) // the window is over
+	step(230, 222, true)
+	floor = 300 // recovered from a snapshot, Dragonboat compacted to 300
+	step(304, 0, false)
+	step(309, 301, true)
+}
+
+// An abandoned snapshot stream's directory is removed when the next one
+// starts, and its later chunks never reach Dragonboat.
+func TestReceivesAbandoned(t *testing.T) {
+	root := t.TempDir()
+	dirA := filepath.Join(root, "host", "did", "snapshot-part-1", "snapshot-1-1", "snapshot-0000000000000064-2.receiving")
+	if err := os.MkdirAll(dirA, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := &receives{dir: root}
+	var handed []pb.Chunk
+	take := func(c pb.Chunk) bool { handed = append(handed, c); return true }
+	a0 := pb.Chunk{From: 2, Index: 100, ChunkId: 0}
+	a1 := pb.Chunk{From: 2, Index: 100, ChunkId: 1}
+	b0 := pb.Chunk{From: 3, Index: 120, ChunkId: 0}
+	if taken, ab := r.deliver(&a0, take); !taken || ab {
+		t.Fatal("the first chunk of a stream was not handed on")
+	}
+	if taken, ab := r.deliver(&b0, take); !taken || ab {
+		t.Fatal("the first chunk of a newer stream was not handed on")
+	}
+	if _, err := os.Stat(dirA); !os.IsNotExist(err) {
+		t.Fatalf("the abandoned stream's directory is still there: %v", err)
+	}
+	if taken, ab := r.deliver(&a1, take); taken || !ab {
+		t.Fatal("a chunk of the abandoned stream was handed on")
+	}
+	if len(handed) != 2 {
+		t.Fatalf("%d chunks handed to Dragonboat, want 2", len(handed))
+	}
+	if taken, _ := r.deliver(&a0, take); !taken { // sent again from the start
+		t.Fatal("a restarted stream was refused")
+	}
+}

@@ -1,0 +1,389 @@
+package raftstore
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lni/dragonboat/v4"
+	"github.com/lni/dragonboat/v4/config"
+	"github.com/lni/dragonboat/v4/raftio"
+	pb "github.com/lni/dragonboat/v4/raftpb"
+	sm "github.com/lni/dragonboat/v4/statemachine"
+	"github.com/muster-io/muster/transport"
+)
+
+// musterTCPCluster starts replicas r1, r2, r3 with Raft over Muster's TCP
+// transport on loopback, with the test secret.
+func musterTCPCluster(t *testing.T) (*cluster, *tcpNet, map[string]transport.Transport) {
+	t.Helper()
+	net := newTCPNet(t)
+	trs := map[string]transport.Transport{}
+	for _, id := range []string{"r1", "r2", "r3"} {
+		trs[id] = net.add(id, testSecret)
+	}
+	c := newClusterAt(t, map[uint64]string{1: "r1", 2: "r2", 3: "r3"}, func(cfg *Config) {
+		cfg.Transport = trs[cfg.RaftAddress]
+		cfg.Insecure = false
+	})
+	return c, net, trs
+}
+
+// raftBatch is a batch as replica `from` on node src would send it to
+// replica 1 of shard 1.
+func raftBatch(src string, from uint64, typ pb.MessageType) pb.MessageBatch {
+	return pb.MessageBatch{DeploymentId: testDeployment, BinVer: raftio.TransportBinVersion, SourceAddress: src,
+		Requests: []pb.Message{{Type: typ, ShardID: 1, From: from, To: 1}}}
+}
+
+// raftChunk is the first chunk of a snapshot as replica `from` would
+// stream it to replica 1 of shard 1.
+func raftChunk(from uint64) pb.Chunk {
+	return pb.Chunk{DeploymentId: testDeployment, BinVer: raftio.TransportBinVersion, ShardID: 1, ReplicaID: 1,
+		From: from, Index: 900, Term: 3, Filepath: snapshotFilename(900), Data: []byte("not a snapshot"), ChunkSize: 14,
+		Membership: pb.Membership{Addresses: map[uint64]string{1: "r1", 2: "r2", 3: "r3"}}}
+}
+
+func mustMarshal(t testing.TB, v interface{ Marshal() ([]byte, error) }) []byte {
+	t.Helper()
+	b, err := v.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Every malformed or misaddressed Raft batch and snapshot chunk that
+// reaches a node over Muster's TCP transport (a member's connection or
+// another holder of the secret) is dropped and counted under its rule, the
+// sender is told, and the cluster keeps serving. Before the inbound checks
+// the first of these (To = 0) made Dragonboat panic and the process exit.
+func TestInboundAttacksOverTCP(t *testing.T) {
+	c, net, trs := musterTCPCluster(t)
+	evil := net.add("evil", testSecret) // holds the secret, is no member
+	member := trs["r2"]                 // a member's own authenticated connection
+
+	batch := func(mut func(*pb.MessageBatch)) []byte {
+		b := raftBatch("r2", 2, pb.Heartbeat)
+		mut(&b)
+		return mustMarshal(t, &b)
+	}
+	chunk := func(mut func(*pb.Chunk)) []byte {
+		ch := raftChunk(2)
+		mut(&ch)
+		return mustMarshal(t, &ch)
+	}
+	evilBatch := raftBatch("evil", 2, pb.RequestVote)
+	evilChunk := raftChunk(2)
+	msgs := transport.Kind(KindRaftMessages)
+	chunks := transport.Kind(KindRaftChunk)
+	for _, a := range []struct {
+		name string
+		from transport.Transport
+		kind transport.Kind
+		body []byte
+		rule func(InboundStats) uint64
+	}{
+		{"to=0", member, msgs, batch(func(b *pb.MessageBatch) { b.Requests[0].To = 0 }), func(s InboundStats) uint64 { return s.Target }},
+		{"to a replica on another node", member, msgs, batch(func(b *pb.MessageBatch) { b.Requests[0].To = 3 }), func(s InboundStats) uint64 { return s.Target }},
+		{"to a replica of nobody", member, msgs, batch(func(b *pb.MessageBatch) { b.Requests[0].To = 77 }), func(s InboundStats) uint64 { return s.Target }},
+		{"a shard not hosted here", member, msgs, batch(func(b *pb.MessageBatch) { b.Requests[0].ShardID = 99 }), func(s InboundStats) uint64 { return s.Shard }},
+		{"one bad message among good ones", member, msgs, batch(func(b *pb.MessageBatch) {
+			b.Requests = append(b.Requests, b.Requests[0], pb.Message{Type: pb.Heartbeat, ShardID: 1, From: 2})
+		}), func(s InboundStats) uint64 { return s.Target }},
+		{"from 0", member, msgs, batch(func(b *pb.MessageBatch) { b.Requests[0].From = 0 }), func(s InboundStats) uint64 { return s.Sender }},
+		{"from itself", member, msgs, batch(func(b *pb.MessageBatch) { b.Requests[0].From = 1 }), func(s InboundStats) uint64 { return s.Sender }},
+		{"from a non-member", member, msgs, batch(func(b *pb.MessageBatch) { b.Requests[0].From = 9 }), func(s InboundStats) uint64 { return s.Sender }},
+		{"a member as another member's replica", member, msgs, batch(func(b *pb.MessageBatch) { b.Requests[0].From = 3 }), func(s InboundStats) uint64 { return s.Peer }},
+		{"a member naming another source", member, msgs, batch(func(b *pb.MessageBatch) { b.SourceAddress = "r3" }), func(s InboundStats) uint64 { return s.Peer }},
+		{"a non-member claiming replica 2", evil, msgs, mustMarshal(t, &evilBatch), func(s InboundStats) uint64 { return s.Peer }},
+		{"a non-member naming r2 as source", evil, msgs, batch(func(*pb.MessageBatch) {}), func(s InboundStats) uint64 { return s.Peer }},
+		{"another deployment", member, msgs, batch(func(b *pb.MessageBatch) { b.DeploymentId++ }), func(s InboundStats) uint64 { return s.Deployment }},
+		{"another binary version", member, msgs, batch(func(b *pb.MessageBatch) { b.BinVer++ }), func(s InboundStats) uint64 { return s.Deployment }},
+		{"a local message type", member, msgs, batch(func(b *pb.MessageBatch) { b.Requests[0].Type = pb.Election }), func(s InboundStats) uint64 { return s.Type }},
+		{"an unknown message type", member, msgs, batch(func(b *pb.MessageBatch) { b.Requests[0].Type = 200 }), func(s InboundStats) uint64 { return s.Type }},
+		{"InstallSnapshot naming a file", member, msgs, batch(func(b *pb.MessageBatch) {
+			b.Requests[0].Type = pb.InstallSnapshot
+			b.Requests[0].Snapshot = pb.Snapshot{Index: 900, Term: 3, Filepath: "/etc/passwd"}
+		}), func(s InboundStats) uint64 { return s.Type }},
+		{"no messages", member, msgs, batch(func(b *pb.MessageBatch) { b.Requests = nil }), func(s InboundStats) uint64 { return s.Malformed }},
+		{"garbage", member, msgs, []byte{0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f, 1, 2, 3}, func(s InboundStats) uint64 { return s.Malformed }},
+
+		{"chunk: path outside the snapshot dir", member, chunks, chunk(func(c *pb.Chunk) { c.Filepath = "../../../../badger/MANIFEST" }), func(s InboundStats) uint64 { return s.Chunk }},
+		{"chunk: absolute path", member, chunks, chunk(func(c *pb.Chunk) { c.Filepath = "/tmp/x" }), func(s InboundStats) uint64 { return s.Chunk }},
+		{"chunk: dot-dot name", member, chunks, chunk(func(c *pb.Chunk) { c.Filepath = ".." }), func(s InboundStats) uint64 { return s.Chunk }},
+		{"chunk: external file", member, chunks, chunk(func(c *pb.Chunk) {
+			c.HasFileInfo = true
+			c.FileInfo = pb.SnapshotFile{Filepath: "/etc/passwd", FileId: 1}
+		}), func(s InboundStats) uint64 { return s.Chunk }},
+		{"chunk: poison count", member, chunks, chunk(func(c *pb.Chunk) { c.ChunkCount = pb.PoisonChunkCount }), func(s InboundStats) uint64 { return s.Chunk }},
+		{"chunk: id past its count", member, chunks, chunk(func(c *pb.Chunk) { c.ChunkId, c.FileChunkId, c.ChunkCount = 5, 5, 2 }), func(s InboundStats) uint64 { return s.Chunk }},
+		{"chunk: index 0", member, chunks, chunk(func(c *pb.Chunk) { c.Index, c.Filepath = 0, snapshotFilename(0) }), func(s InboundStats) uint64 { return s.Chunk }},
+		{"chunk: size not its data's", member, chunks, chunk(func(c *pb.Chunk) { c.ChunkSize = 1 << 40 }), func(s InboundStats) uint64 { return s.Chunk }},
+		{"chunk: a file size", member, chunks, chunk(func(c *pb.Chunk) { c.FileSize = 1 << 40 }), func(s InboundStats) uint64 { return s.Chunk }},
+		{"chunk: on-disk index past the index", member, chunks, chunk(func(c *pb.Chunk) { c.OnDiskIndex = 901 }), func(s InboundStats) uint64 { return s.Chunk }},
+		{"chunk: membership moving a replica", member, chunks, chunk(func(c *pb.Chunk) { c.Membership.Addresses[3] = "evil" }), func(s InboundStats) uint64 { return s.Chunk }},
+		{"chunk: to another replica", member, chunks, chunk(func(c *pb.Chunk) { c.ReplicaID = 0 }), func(s InboundStats) uint64 { return s.Target }},
+		{"chunk: a shard not hosted here", member, chunks, chunk(func(c *pb.Chunk) { c.ShardID = 99 }), func(s InboundStats) uint64 { return s.Shard }},
+		{"chunk: another deployment", member, chunks, chunk(func(c *pb.Chunk) { c.DeploymentId = 1 }), func(s InboundStats) uint64 { return s.Deployment }},
+		{"chunk: from a non-member", member, chunks, chunk(func(c *pb.Chunk) { c.From = 9 }), func(s InboundStats) uint64 { return s.Sender }},
+		{"chunk: a non-member claiming replica 2", evil, chunks, mustMarshal(t, &evilChunk), func(s InboundStats) uint64 { return s.Peer }},
+		{"chunk: garbage", member, chunks, []byte{0xff, 0xff, 0xff}, func(s InboundStats) uint64 { return s.Malformed }},
+	} {
+		n1 := c.nodes[1]
+		before := n1.InboundStats()
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		_, err := a.from.Request(ctx, "r1", a.kind, a.body)
+		cancel()
+		var re *transport.RemoteError
+		if !errors.As(err, &re) {
+			t.Errorf("%s: the sender got %v, want the refusal", a.name, err)
+		}
+		after := n1.InboundStats()
+		if a.rule(after) <= a.rule(before) || after.Dropped <= before.Dropped {
+			t.Errorf("%s: not counted under its rule: before %+v, after %+v", a.name, before, after)
+		}
+	}
+	// The cluster still serves, and real traffic still passes.
+	before := c.nodes[1].InboundStats()
+	for p := range 20 {
+		mustPropose(t, c.nodes[uint64(p%3+1)], Command{Op: OpPutInstance, Instance: persistent("svc", "10.0.0.1", p+1)})
+	}
+	if st := c.converged(c.waitLeader()); len(st.Instances) != 20 {
+		t.Fatalf("%d instances after the attacks, want 20", len(st.Instances))
+	}
+	if after := c.nodes[1].InboundStats(); after.Batches <= before.Batches || after.Dropped != before.Dropped {
+		t.Fatalf("real traffic after the attacks: before %+v, after %+v", before, after)
+	}
+}
+
+// testTLS writes a CA and one certificate for 127.0.0.1 (server and client
+// use) into dir.
+func testTLS(t testing.TB, dir string) *TLSFiles {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	ca := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "raftstore test CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "member"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := &TLSFiles{CAFile: filepath.Join(dir, "ca.pem"), CertFile: filepath.Join(dir, "cert.pem"), KeyFile: filepath.Join(dir, "key.pem")}
+	for path, block := range map[string]*pem.Block{
+		files.CAFile:   {Type: "CERTIFICATE", Bytes: caDER},
+		files.CertFile: {Type: "CERTIFICATE", Bytes: leafDER},
+		files.KeyFile:  {Type: "EC PRIVATE KEY", Bytes: keyDER},
+	} {
+		if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return files
+}
+
+// rogueSM is the rogue NodeHost's state machine: it holds nothing.
+type rogueSM struct{}
+
+func (rogueSM) Update(e sm.Entry) (sm.Result, error) { return sm.Result{}, nil }
+func (rogueSM) Lookup(any) (any, error)              { return nil, nil }
+func (rogueSM) SaveSnapshot(_ io.Writer, _ sm.ISnapshotFileCollection, _ <-chan struct{}) error {
+	return nil
+}
+func (rogueSM) RecoverFromSnapshot(_ io.Reader, _ []sm.SnapshotFile, _ <-chan struct{}) error {
+	return nil
+}
+func (rogueSM) Close() error { return nil }
+
+// rogueEvents counts the connections the rogue NodeHost made.
+type rogueEvents struct {
+	nodeEvents
+	mu   sync.Mutex
+	seen map[string]int
+}
+
+func (e *rogueEvents) ConnectionEstablished(i raftio.ConnectionInfo) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.seen[i.Address]++
+}
+
+func (e *rogueEvents) dialed(addr string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.seen[addr] > 0
+}
+
+// startRogue starts a plain Dragonboat NodeHost at its own address, in the
+// cluster's deployment, claiming replica 2 of shard 1 with members at
+// members (its own address for 2). It campaigns at once and sends its vote
+// requests to the members.
+func startRogue(t testing.TB, members map[uint64]string) (*dragonboat.NodeHost, *rogueEvents) {
+	t.Helper()
+	setDragonboatLogger()
+	ev := &rogueEvents{nodeEvents: nodeEvents{}, seen: map[string]int{}}
+	logdb := config.GetTinyMemLogDBConfig()
+	logdb.Shards = 1
+	nh, err := dragonboat.NewNodeHost(config.NodeHostConfig{
+		DeploymentID: testDeployment, NodeHostDir: t.TempDir(), RTTMillisecond: 10, RaftAddress: members[2],
+		SystemEventListener: ev,
+		Expert:              config.ExpertConfig{LogDB: logdb, Engine: config.EngineConfig{ExecShards: 1, CommitShards: 1, ApplyShards: 1, SnapshotShards: 1, CloseShards: 1}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nh.Close)
+	targets := map[uint64]dragonboat.Target{}
+	for id, a := range members {
+		targets[id] = a
+	}
+	create := func(uint64, uint64) sm.IStateMachine { return rogueSM{} }
+	if err := nh.StartReplica(targets, false, create, config.Config{ReplicaID: 2, ShardID: 1, ElectionRTT: 5, HeartbeatRTT: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return nh, ev
+}
+
+// rogueAttack runs the rogue NodeHost against c (members 1 and 3 at
+// addrs[1] and addrs[3]) until it has dialed both, then checks that the
+// cluster serves writes and kept its members.
+func rogueAttack(t *testing.T, c *cluster, addr1, addr3 string) {
+	_, ev := startRogue(t, map[uint64]string{1: addr1, 2: freePort(t), 3: addr3})
+	c.eventually(20*time.Second, "the rogue to dial both members", func() bool { return ev.dialed(addr1) && ev.dialed(addr3) })
+	for p := range 30 {
+		mustPropose(t, c.nodes[uint64(p%3+1)], Command{Op: OpPutInstance, Instance: persistent("svc", "10.0.0.1", p+1)})
+	}
+	leader := c.waitLeader()
+	if st := c.converged(leader); len(st.Instances) != 30 {
+		t.Fatalf("%d instances, want 30", len(st.Instances))
+	}
+	for id, n := range c.nodes {
+		if m := n.Info().Members; m[2] != c.cfgs[2].RaftAddress {
+			t.Fatalf("node %d: replica 2 is %q, want %q", id, m[2], c.cfgs[2].RaftAddress)
+		}
+	}
+}
+
+// A rogue NodeHost in the cluster's deployment, claiming replica 2 from
+// its own address, cannot crash (or join) a cluster at a secure
+// configuration. Insecure, the same attack makes the members panic with
+// "inconsistent target" (TestRogueNodeHostCrashesInsecure shows it in a
+// child process).
+func TestRogueNodeHost(t *testing.T) {
+	t.Run("dragonboat-mutual-tls", func(t *testing.T) {
+		files := testTLS(t, t.TempDir())
+		c := newCluster(t, 3, func(cfg *Config) { cfg.Insecure, cfg.TLS = false, files })
+		rogueAttack(t, c, c.cfgs[1].RaftAddress, c.cfgs[3].RaftAddress)
+	})
+	t.Run("muster-tcp-secret", func(t *testing.T) {
+		c, net, _ := musterTCPCluster(t)
+		rogueAttack(t, c, net.addr("r1"), net.addr("r3"))
+		if s := c.nodes[1].InboundStats(); s.Batches == 0 {
+			t.Fatalf("no Raft traffic over the transport: %+v", s)
+		}
+	})
+}
+
+const rogueChildEnv = "RAFTSTORE_ROGUE_CHILD"
+
+// The attack of TestRogueNodeHost is real: against a cluster on
+// Dragonboat's TCP transport with Insecure set (what was the default) the
+// members panic and the process exits. Run in a child process.
+func TestRogueNodeHostCrashesInsecure(t *testing.T) {
+	if os.Getenv(rogueChildEnv) != "" {
+		c := newCluster(t, 3, nil) // Insecure
+		rogueAttack(t, c, c.cfgs[1].RaftAddress, c.cfgs[3].RaftAddress)
+		fmt.Println("the insecure cluster survived")
+		return
+	}
+	if testing.Short() {
+		t.Skip("starts a child process with a cluster")
+	}
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestRogueNodeHostCrashesInsecure$", "-test.count=1")
+	cmd.Env = append(os.Environ(), rogueChildEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "inconsistent target") {
+		t.Fatalf("the rogue NodeHost did not crash the insecure cluster (err %v):\n%s", err, out)
+	}
+}
+
+// Validate refuses Dragonboat's TCP transport without TLS unless Insecure,
+// TLS with Transport, and a missing DeploymentID, naming the field.
+func TestConfigSecurity(t *testing.T) {
+	base := DefaultConfig()
+	base.ReplicaID, base.Dir, base.RaftAddress = 1, t.TempDir(), "127.0.0.1:7100"
+	base.InitialMembers = map[uint64]string{1: "127.0.0.1:7100"}
+	check := func(name string, mut func(*Config), field string) {
+		t.Helper()
+		cfg := base
+		mut(&cfg)
+		err := cfg.Validate()
+		if field == "" {
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+			return
+		}
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: %v, want an ErrInvalidConfig naming %s", name, err, field)
+		}
+	}
+	check("defaults", func(*Config) {}, "DeploymentID")
+	base.DeploymentID = 42
+	check("no TLS, no Transport", func(*Config) {}, "TLS")
+	check("insecure", func(c *Config) { c.Insecure = true }, "")
+	check("TLS", func(c *Config) { c.TLS = &TLSFiles{CAFile: "ca", CertFile: "c", KeyFile: "k"} }, "")
+	check("TLS without a key", func(c *Config) { c.TLS = &TLSFiles{CAFile: "ca", CertFile: "c"} }, "TLS")
+	var mem transport.MemNetwork
+	tr, err := mem.Node("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	muster := func(c *Config) {
+		c.Transport, c.RaftAddress, c.InitialMembers = tr, "", map[uint64]string{1: "n1"}
+	}
+	check("Transport", muster, "")
+	check("Transport and TLS", func(c *Config) { muster(c); c.TLS = &TLSFiles{CAFile: "ca", CertFile: "c", KeyFile: "k"} }, "TLS")
+}

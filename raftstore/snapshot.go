@@ -1,0 +1,232 @@
+package raftstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/lni/dragonboat/v4"
+	pb "github.com/lni/dragonboat/v4/raftpb"
+)
+
+// Log retention around streamed snapshots.
+//
+// A replica that is too far behind gets the state streamed at the
+// leader's applied index S, then needs the log from S+1. Dragonboat's own
+// automatic snapshots compact the log every SnapshotEntries entries to
+// CompactionOverhead entries behind the snapshot, whatever is streaming:
+// when streaming takes longer than those entries take to write (small
+// settings, a large state, steady writes), every snapshot is stale once
+// installed, the leader sends another, and the replica never catches up.
+//
+// So the Node takes the snapshots itself (Dragonboat's are off), every
+// SnapshotEntries applied entries, and asks each to keep enough log: the
+// configured overhead, and besides, from every stream in flight, and for a
+// while after a stream ended, from its index. "A while" is counted in
+// entries: as many again as were written during the stream (plus the
+// overhead), enough for the receiver to replicate what it missed while
+// the stream was running. A receiver slower than that gets a new
+// snapshot, with a new window as long as its stream took. retention is
+// that bookkeeping: plain code, no goroutine, no clock.
+type retention struct {
+	overhead uint64
+
+	mu        sync.Mutex
+	streaming bool         // a stream is in flight (Dragonboat streams one at a time)
+	from      uint64       // its index
+	compacted uint64       // the last compaction index handed out
+	keep      []keepWindow // after a stream: keep the log from `from` until applied reaches `until`
+}
+
+type keepWindow struct{ from, until uint64 }
+
+// maxKeepWindows bounds the windows remembered (streams are rare: one per
+// lagging replica at a time).
+const maxKeepWindows = 16
+
+// streamStarted records a stream of the state at index (PrepareSnapshot).
+func (r *retention) streamStarted(index uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.streaming { // its end was not reported: keep its log as if it ended now
+		r.endLocked(index)
+	}
+	r.streaming, r.from = true, index
+}
+
+// streamSent records that the stream in flight was sent (or aborted) when
+// applied was reached: its receiver has as many entries again to catch up
+// from its index, twice over, before the log may go.
+func (r *retention) streamSent(applied uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.streaming {
+		r.endLocked(applied)
+		r.streaming = false
+	}
+}
+
+func (r *retention) endLocked(applied uint64) {
+	written := applied - min(applied, r.from)
+	if len(r.keep) == maxKeepWindows {
+		r.keep = r.keep[1:]
+	}
+	r.keep = append(r.keep, keepWindow{from: r.from, until: applied + 2*written + r.overhead})
+}
+
+// compactTo returns the index up to which a snapshot at applied may
+// compact the log, whose entries up to floor are gone already; false if
+// that would not let any more of it go. The index never goes back
+// (Dragonboat panics when a compaction goes below one still pending), so
+// it is recorded here as soon as it is handed out, whether or not the
+// snapshot then succeeds.
+func (r *retention) compactTo(applied, floor uint64) (uint64, bool) {
+	keep := r.keepBehind(applied)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.compacted = max(r.compacted, floor)
+	if applied <= keep || applied-keep <= r.compacted {
+		return 0, false
+	}
+	r.compacted = applied - keep
+	return r.compacted, true
+}
+
+// keepBehind is how many entries a snapshot at applied must keep behind
+// it.
+func (r *retention) keepBehind(applied uint64) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	keep := r.overhead
+	from := func(index uint64) {
+		if index < applied {
+			keep = max(keep, applied-index+r.overhead)
+		}
+	}
+	if r.streaming {
+		from(r.from)
+	}
+	live := r.keep[:0]
+	for _, w := range r.keep {
+		if applied < w.until {
+			from(w.from)
+			live = append(live, w)
+		}
+	}
+	r.keep = live
+	return keep
+}
+
+// snapshotLoop takes a snapshot each time the state machine says another
+// SnapshotEntries entries were applied, keeping the log that retention
+// asks for. It runs until the node closes.
+func (n *Node) snapshotLoop() {
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-n.sm.snapDue:
+		}
+		n.takeSnapshot()
+	}
+}
+
+func (n *Node) takeSnapshot() {
+	applied := n.sm.applied.Load()
+	// Dragonboat compacts by itself too: to CompactionOverhead behind a
+	// snapshot this replica recovered from. Never ask for less than what
+	// its log already let go.
+	var floor uint64
+	if lr, err := n.nh.GetLogReader(n.cfg.ShardID); err == nil {
+		if first, _ := lr.GetRange(); first > 0 {
+			floor = first - 1
+		}
+	}
+	to, ok := n.sm.retention.compactTo(applied, floor)
+	if !ok {
+		return // the log must stay as it is: a snapshot would not let any of it go
+	}
+	opt := dragonboat.SnapshotOption{OverrideCompactionOverhead: true, CompactionIndex: to}
+	ctx, cancel := context.WithTimeout(n.ctx, n.attemptTimeout())
+	defer cancel()
+	_, err := n.nh.SyncRequestSnapshot(ctx, n.cfg.ShardID, opt)
+	switch {
+	case err == nil:
+		n.log.Debug("raftstore: snapshot", "applied", applied, "compact_to", to)
+	case errors.Is(err, dragonboat.ErrRejected), n.ctx.Err() != nil:
+		// one exists at this index already, or closing
+	default:
+		n.log.Warn("raftstore: snapshot failed; the next one is due after another SnapshotEntries entries", "applied", applied, "err", err)
+	}
+}
+
+// receives tracks the snapshot streams a replica receives over a Muster
+// transport, to clean up after abandoned ones. Dragonboat keeps the
+// directory of a stream that stopped half-way (its sender gave up, or
+// started a newer one) for 15 minutes, and up to 128 of them: under a
+// catch-up that keeps failing they pile up (the field report counted 330
+// directories, 142 MB). Chunks of one stream arrive in order; when the
+// first chunk of another stream arrives, or Dragonboat refuses a chunk,
+// the stream in progress is abandoned: its directory is removed at once,
+// and its later chunks are refused before Dragonboat sees them (it would
+// panic writing into the removed directory). Deliveries are serialized.
+type receives struct {
+	dir string // Dragonboat's NodeHostDir
+
+	mu        sync.Mutex // held while a chunk is handed to Dragonboat
+	cur       streamKey  // the stream in progress; zero if none
+	abandoned []streamKey
+}
+
+// streamKey names a received stream: its sender replica and index.
+type streamKey struct{ from, index uint64 }
+
+// maxAbandoned bounds the abandoned streams remembered.
+const maxAbandoned = 64
+
+// deliver hands chunk c to Dragonboat through onChunk, unless it belongs to
+// an abandoned stream; false if it was not taken.
+func (r *receives) deliver(c *pb.Chunk, onChunk func(pb.Chunk) bool) (taken, abandoned bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := streamKey{c.From, c.Index}
+	if c.ChunkId == 0 {
+		r.abandoned = slices.DeleteFunc(r.abandoned, func(k streamKey) bool { return k == key }) // sent again from the start
+		if r.cur != (streamKey{}) && r.cur != key {
+			r.abandonLocked(r.cur)
+		}
+		r.cur = key
+	} else if slices.Contains(r.abandoned, key) {
+		return false, true
+	}
+	taken = onChunk(*c)
+	if r.cur == key && (!taken || c.IsLastChunk()) {
+		if !taken {
+			r.abandonLocked(key)
+		}
+		r.cur = streamKey{}
+	}
+	return taken, false
+}
+
+// abandonLocked removes the directory of stream k and refuses its chunks
+// from now on.
+func (r *receives) abandonLocked(k streamKey) {
+	if len(r.abandoned) == maxAbandoned {
+		r.abandoned = r.abandoned[1:]
+	}
+	r.abandoned = append(r.abandoned, k)
+	name := fmt.Sprintf("snapshot-%016X-%d.receiving", k.index, k.from)
+	_ = filepath.WalkDir(r.dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && d.Name() == name {
+			_ = os.RemoveAll(p)
+			return filepath.SkipDir
+		}
+		return nil
+	})
+}
