@@ -357,6 +357,11 @@ func (r *Registry) handOver() {
 	r.log.Info("sessions handed over at close", "sessions", n)
 }
 
+// Done returns a channel that is closed when the registry closes (Close
+// has begun: new calls fail with ErrClosed). A host selects on it to stop
+// what it runs around the registry.
+func (r *Registry) Done() <-chan struct{} { return r.stop }
+
 // Ready reports whether the registry serves queries.
 func (r *Registry) Ready() bool {
 	select {
