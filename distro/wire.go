@@ -513,3 +513,13 @@ func decodeSnapResp(b []byte) ([]Record, snapResp, error) {
 	recs, err := records(m.Records)
 	return recs, m, err
 }
+
+// The wire types bound their own allocations: each list checks its declared
+// length against its cap before allocating, and grows by doubling
+// (model.BoundedDecoder; FuzzWire* and TestWireHostileAllocation measure it).
+func (*wireRecord) DecodeBounded()  {}
+func (*version) DecodeBounded()     {}
+func (*recordList) DecodeBounded()  {}
+func (*pageRecords) DecodeBounded() {}
+func (*versionList) DecodeBounded() {}
+func (*bucketList) DecodeBounded()  {}

@@ -336,6 +336,10 @@ func (w *walker) value(p *plan, max, depth int) error {
 				return at(err, index(i))
 			}
 		}
+	case pSelf:
+		// Its own decoder answers for what it allocates; the walk still
+		// checks that the value is well-formed and fits.
+		return w.skip(depth)
 	case pMetadata:
 		if fam != fMap {
 			return w.wrong(p, fam)

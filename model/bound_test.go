@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -313,5 +314,52 @@ func TestUnmarshalFieldLookup(t *testing.T) {
 	b, _ := msgpack.Marshal(map[string]any{"x": "s"})
 	if err := Unmarshal(b, &typed{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// selfBounded decodes itself: a BoundedDecoder.
+type selfBounded struct{ n int }
+
+func (s *selfBounded) DecodeMsgpack(d *msgpack.Decoder) error {
+	n, err := d.DecodeArrayLen()
+	if err != nil {
+		return err
+	}
+	s.n = n
+	for range n {
+		if err := d.Skip(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (*selfBounded) DecodeBounded() {}
+
+// TestBoundedDecoder: a BoundedDecoder decodes with its own code, with no
+// plan below it, while the walk still refuses malformed input and trailing
+// bytes; a type with a decoder of its own that is not marked stays refused.
+func TestBoundedDecoder(t *testing.T) {
+	var v struct {
+		L selfBounded `msgpack:"l"`
+	}
+	b, err := msgpack.Marshal(map[string]any{"l": []any{nil, nil, nil}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Unmarshal(b, &v); err != nil || v.L.n != 3 {
+		t.Fatalf("Unmarshal into a BoundedDecoder: %v, n=%d", err, v.L.n)
+	}
+	if err := Unmarshal(b[:len(b)-1], &v); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("truncated input: %v, want ErrMalformed", err)
+	}
+	if err := Unmarshal(append(b, 0xc0), &v); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("trailing bytes: %v, want ErrMalformed", err)
+	}
+	var u struct {
+		T time.Time `msgpack:"t"`
+	}
+	if err := Unmarshal([]byte{0x81, 0xa1, 't', 0xc0}, &u); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("a decoder of its own, unmarked: %v, want ErrUnsupported", err)
 	}
 }

@@ -14,6 +14,19 @@ import (
 // Muster's types nest a few levels; anything deeper is hostile.
 const maxDepth = 32
 
+// BoundedDecoder is implemented by a type whose DecodeMsgpack bounds what it
+// allocates by itself: it checks every declared length against a cap of its
+// own before allocating, and refuses what it does not expect. Unmarshal still
+// checks that such a value is well-formed and that its declared lengths fit
+// in the input, but does not plan or charge what is decoded below it: the
+// type answers for its allocations (and should have a fuzz test that
+// measures them). distro's wire lists are such types.
+type BoundedDecoder interface {
+	msgpack.CustomDecoder
+	// DecodeBounded marks the type; it is never called.
+	DecodeBounded()
+}
+
 // Marshal encodes v with msgpack.
 func Marshal(v any) ([]byte, error) { return msgpack.Marshal(v) }
 

@@ -46,6 +46,7 @@ const (
 	pPtr
 	pAny      // interface{}
 	pMetadata // Metadata's own decoder
+	pSelf     // a BoundedDecoder: bounds its own allocations
 )
 
 // nilable reports whether a Go value of the kind has a nil to decode a
@@ -54,7 +55,7 @@ const (
 // element.
 func (k planKind) nilable() bool {
 	switch k {
-	case pBytes, pStrings, pSlice, pMap, pPtr, pAny, pMetadata:
+	case pBytes, pStrings, pSlice, pMap, pPtr, pAny, pMetadata, pSelf:
 		return true
 	}
 	return false
@@ -78,6 +79,7 @@ type planErr struct{ err error }
 
 var (
 	metadataType = reflect.TypeFor[Metadata]()
+	boundedType  = reflect.TypeFor[BoundedDecoder]()
 	stringType   = reflect.TypeFor[string]()
 	anyType      = reflect.TypeFor[any]()
 	decoderIfcs  = [...]reflect.Type{
@@ -138,6 +140,10 @@ func (b *planner) build(t reflect.Type) (*plan, error) {
 	}
 	if t == metadataType {
 		p.kind = pMetadata
+		return p, nil
+	}
+	if t.Implements(boundedType) || reflect.PointerTo(t).Implements(boundedType) {
+		p.kind = pSelf
 		return p, nil
 	}
 	if customDecoded(t) {
