@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,7 +31,7 @@ func testConfig(t *testing.T, id string, dir string, seeds []string, raft map[ui
 	cfg.RaftMembers, cfg.DeploymentID = raft, 7
 	cfg.Timings = node.Fast()
 	cfg.Registry.HealthChecks = nil
-	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	return cfg
 }
 
@@ -241,4 +242,69 @@ func TestValidateNamesEveryMissingField(t *testing.T) {
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "Peers") {
 		t.Fatalf("Peers with Seeds: %v", err)
 	}
+}
+
+// freeAddr returns a loopback address nobody listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// A static peer list instead of gossip: no memberlist, no gossip key;
+// replication and Raft work as with gossip.
+func TestStaticPeers(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	dir := t.TempDir()
+	addrs := map[string]string{"n1": freeAddr(t), "n2": freeAddr(t)}
+	raft := map[uint64]string{1: "n1", 2: "n2"}
+	ctx := context.Background()
+	var nodes []*node.Node
+	for _, id := range []string{"n1", "n2"} {
+		cfg := testConfig(t, id, dir, nil, raft)
+		cfg.GossipKey = nil // no gossip: not needed
+		cfg.TransportAddr = addrs[id]
+		cfg.Peers = map[string]string{}
+		for o, a := range addrs {
+			if o != id {
+				cfg.Peers[o] = a
+			}
+		}
+		n, err := node.Start(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = n.Close() })
+		if n.GossipAddr() != "" {
+			t.Fatalf("%s has a gossip address %q with static peers", id, n.GossipAddr())
+		}
+		nodes = append(nodes, n)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	for _, n := range nodes {
+		if err := n.WaitReady(wctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	per := model.ServiceKey{Group: "g", Name: "per"}
+	in := model.NewInstance(per, "10.0.0.2", 81)
+	in.Ephemeral = false
+	if err := nodes[0].Registry().Register(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	eph := model.ServiceKey{Group: "g", Name: "eph"}
+	sess, err := nodes[1].Registry().OpenSession(ctx, registry.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sess.Register(ctx, model.NewInstance(eph, "10.0.0.1", 80)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return serves(nodes[1].Registry(), per, 1) }, "n2 serves the persistent write")
+	waitFor(t, 10*time.Second, func() bool { return serves(nodes[0].Registry(), eph, 1) }, "n1 serves n2's session")
 }
