@@ -1,13 +1,16 @@
 package node_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -307,4 +310,71 @@ func TestStaticPeers(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, func() bool { return serves(nodes[1].Registry(), per, 1) }, "n2 serves the persistent write")
 	waitFor(t, 10*time.Second, func() bool { return serves(nodes[0].Registry(), eph, 1) }, "n1 serves n2's session")
+}
+
+// syncBuffer collects the nodes' logs.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Nodes closed gracefully, all at once, log no error (memberlist's
+// goroutines that outlive its sockets are expected), and every line names
+// its node once.
+func TestGracefulCloseLogsNoError(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(io.MultiWriter(&logs, t.Output()), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	dir := t.TempDir()
+	ctx := context.Background()
+	var nodes []*node.Node
+	var seeds []string
+	for i := range 3 {
+		cfg := testConfig(t, fmt.Sprintf("n%d", i+1), dir, seeds, nil) // no Raft: quicker
+		cfg.Logger = log
+		n, err := node.Start(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = n.Close() })
+		nodes = append(nodes, n)
+		seeds = []string{nodes[0].GossipAddr()}
+	}
+	for _, n := range nodes {
+		if err := n.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, func() bool { return len(nodes[2].Membership().Members()) == 3 }, "n3 sees every member")
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := n.Close(); err != nil {
+				t.Errorf("close %s: %v", n.ID(), err)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "level=ERROR") {
+			t.Errorf("graceful close logged an error: %s", line)
+		}
+		if line != "" && strings.Count(line, "node=") != 1 {
+			t.Errorf("node= not once: %s", line)
+		}
+	}
 }
