@@ -247,6 +247,11 @@ func (c *Config) Validate() error {
 			bad("ReplicaID", "must be set, or RaftMembers must map an ID to NodeID")
 		}
 	}
+	base := c.registryConfig(nil, nil, nil) // Distro and Raft, which need the transport, are checked at Start
+	base.NodeID, base.Distro, base.Raft = "node", nil, nil
+	if err := base.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("Registry: %w", err))
+	}
 	if len(errs) == 0 {
 		tc, mc := c.tcpConfig(), c.memberlistConfig("127.0.0.1:1")
 		if err := tc.Validate(); err != nil {

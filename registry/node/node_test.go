@@ -236,6 +236,12 @@ func TestValidateNamesEveryMissingField(t *testing.T) {
 		t.Fatalf("a short Secret: %v", err)
 	}
 	cfg = node.DefaultConfig()
+	cfg.NodeID, cfg.Insecure = "n1", true
+	cfg.Registry.EmptyServiceTTL = 0
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "EmptyServiceTTL") {
+		t.Fatalf("an invalid base registry config: %v", err)
+	}
+	cfg = node.DefaultConfig()
 	cfg.NodeID, cfg.Secret = "n1", secret
 	cfg.Peers = map[string]string{"n2": "127.0.0.1:7002"}
 	if err := cfg.Validate(); err != nil {
