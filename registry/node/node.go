@@ -87,9 +87,16 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	n.state = stateStarting
 	n.mu.Unlock()
 	defer func() {
-		if err != nil {
-			n.stop(true)
+		if err == nil {
+			return
 		}
+		n.mu.Lock()
+		closed := n.state == stateClosed
+		n.mu.Unlock()
+		if closed && !errors.Is(err, ErrClosed) {
+			err = fmt.Errorf("%w (during Start: %w)", ErrClosed, err)
+		}
+		n.stop(true)
 	}()
 
 	cfg := &n.cfg
@@ -112,9 +119,10 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err := tcp.Start(ctx); err != nil {
 		return fmt.Errorf("node: transport: %w", err)
 	}
-	n.mu.Lock()
-	n.tcp = tcp
-	n.mu.Unlock()
+	if err := n.keep(func() { n.tcp = tcp }); err != nil {
+		_ = tcp.Close()
+		return err
+	}
 	var tr transport.Transport = tcp
 	if cfg.WrapTransport != nil {
 		tr = cfg.WrapTransport(tcp)
@@ -134,9 +142,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		}
 		members = ml
 	}
-	n.mu.Lock()
-	n.members, n.ml = members, ml
-	n.mu.Unlock()
+	if err := n.keep(func() { n.members, n.ml = members, ml }); err != nil {
+		return err
+	}
 	if ml != nil {
 		if err := ml.Start(ctx); err != nil {
 			return fmt.Errorf("node: membership: %w", err)
@@ -147,9 +155,10 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	n.mu.Lock()
-	n.reg = reg
-	n.mu.Unlock()
+	if err := n.keep(func() { n.reg = reg }); err != nil {
+		_ = reg.Close()
+		return err
+	}
 	if err := reg.Start(ctx); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
@@ -159,6 +168,18 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		return ErrClosed
 	}
 	n.state = stateStarted
+	return nil
+}
+
+// keep records a component Start made, under n.mu, unless Close has begun:
+// then the caller undoes it (a Close that ran meanwhile did not see it).
+func (n *Node) keep(set func()) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.state == stateClosed {
+		return ErrClosed
+	}
+	set()
 	return nil
 }
 

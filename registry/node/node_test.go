@@ -384,3 +384,32 @@ func TestGracefulCloseLogsNoError(t *testing.T) {
 		}
 	}
 }
+
+// Close during Start stops whatever Start has made and leaves no goroutine;
+// Start then fails with ErrClosed (or had finished).
+func TestCloseDuringStart(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	dir := t.TempDir()
+	for i := range 5 {
+		cfg := testConfig(t, "n1", filepath.Join(dir, fmt.Sprint(i)), nil, map[uint64]string{1: "n1"})
+		n, err := node.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		errc := make(chan error, 1)
+		go func() { errc <- n.Start(context.Background()) }()
+		if i > 0 {
+			time.Sleep(time.Duration(i) * 5 * time.Millisecond) // land the Close at different points of Start
+		}
+		if err := n.Close(); err != nil {
+			t.Fatalf("close: %v", err)
+		}
+		if err := <-errc; err != nil && !errors.Is(err, node.ErrClosed) {
+			t.Fatalf("start: %v", err)
+		}
+		_ = n.Close() // after a Start that finished past the first Close
+		if err := n.Start(context.Background()); !errors.Is(err, node.ErrClosed) {
+			t.Fatalf("Start after Close: %v, want ErrClosed", err)
+		}
+	}
+}
