@@ -408,7 +408,7 @@ func (c *conn) handle(h header, body []byte) {
 		if h.timeout > 0 {
 			// The caller's remaining time, counted from receipt: a deadline
 			// derived from the caller's ctx, so real time.
-			m.deadline = time.Now().Add(time.Duration(min(h.timeout, uint64(1<<62)/1000)) * time.Microsecond)
+			m.deadline = time.Now().Add(time.Duration(min(h.timeout, uint64(1<<62)/1000)) * time.Microsecond) // real time
 		}
 		c.mu.Lock()
 		switch {
