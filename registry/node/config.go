@@ -218,6 +218,11 @@ func (c *Config) Validate() error {
 	if len(c.Secret) == 0 && c.TLS == nil && !c.Insecure {
 		bad("Secret", "or TLS must be set (the transport authenticates peers with one of them), or Insecure: true")
 	}
+	if host, _, err := net.SplitHostPort(c.TransportAddr); err != nil {
+		bad("TransportAddr", "must be host:port (port 0 for any)")
+	} else if ip := net.ParseIP(host); (host == "" || ip != nil && ip.IsUnspecified()) && c.AdvertiseAddr == "" {
+		bad("AdvertiseAddr", "must be set when TransportAddr is a wildcard: peers dial the address the node advertises")
+	}
 	gossip := len(c.Peers) == 0
 	if gossip && len(c.GossipKey) == 0 && !c.Insecure {
 		bad("GossipKey", "must be set (16, 24 or 32 bytes: memberlist's gossip key), or Insecure: true")

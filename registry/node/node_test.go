@@ -237,6 +237,16 @@ func TestValidateNamesEveryMissingField(t *testing.T) {
 	}
 	cfg = node.DefaultConfig()
 	cfg.NodeID, cfg.Insecure = "n1", true
+	cfg.TransportAddr = "0.0.0.0:7001"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "AdvertiseAddr") {
+		t.Fatalf("a wildcard transport address without AdvertiseAddr: %v", err)
+	}
+	cfg.AdvertiseAddr = "10.0.0.1:7001"
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("a wildcard transport address with AdvertiseAddr: %v", err)
+	}
+	cfg = node.DefaultConfig()
+	cfg.NodeID, cfg.Insecure = "n1", true
 	cfg.Registry.EmptyServiceTTL = 0
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "EmptyServiceTTL") {
 		t.Fatalf("an invalid base registry config: %v", err)
