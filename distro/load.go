@@ -20,15 +20,15 @@ const snapshotPage = 4096
 // this node yet (ErrNotMember: this node has just joined) is retried until it answers or
 // LoadTimeout passes, even once another peer answered: it is reachable and holds state.
 //
-// A cold cluster does not wait LoadTimeout: when, in one round, every known peer answered that
-// it is loading too (none unreachable, none refusing, none with a snapshot), no member holds
-// state that this node could miss, and it is ready at once. One peer that does not answer keeps
+// A cold cluster does not wait LoadTimeout: when, in two rounds in a row, every known peer
+// answered that it is loading too (none unreachable, none refusing, none with a snapshot), no
+// member holds state that this node could miss, and it is ready. One peer that does not answer keeps
 // the rule: this node waits for it, or LoadTimeout.
 func (r *Replicator) load() {
 	start := r.clk.Now()
 	deadline := start.Add(r.cfg.LoadTimeout)
 	answered := map[string]bool{}
-	cold := false
+	cold, coldRounds := false, 0
 	retry := min(r.cfg.LoadTimeout/10, 100*time.Millisecond)
 	for {
 		notYet := 0  // peers that refused this round because they do not list this node yet
@@ -76,8 +76,15 @@ func (r *Replicator) load() {
 			break // every peer known now was tried, at least one answered
 		}
 		if len(answered) == 0 && len(peers) > 0 && loading == len(peers) {
-			cold = true
-			break // every known peer is loading too: a cold cluster, nobody holds state
+			// Every known peer is loading too: a cold cluster, nobody holds state. Two rounds
+			// in a row, a retry apart, so that a membership still converging (a ready member
+			// the join has not reported yet) gets that long to show up.
+			if coldRounds++; coldRounds >= 2 {
+				cold = true
+				break
+			}
+		} else {
+			coldRounds = 0
 		}
 		if !r.clk.Now().Before(deadline) {
 			break
