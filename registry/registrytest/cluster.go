@@ -442,6 +442,12 @@ const (
 	settleGap = time.Millisecond
 )
 
+// Step advances the clock by one ClusterOptions.Step and settles.
+func (c *Cluster) Step() {
+	c.t.Helper()
+	c.Advance(c.opts.Step)
+}
+
 // Eventually advances the clock in steps until cond holds, for at most
 // limit of fake time, and fails the test otherwise.
 func (c *Cluster) Eventually(limit time.Duration, cond func() bool, format string, args ...any) {

@@ -10,8 +10,8 @@
 // deadline that passed and every watcher has been handed the newest view
 // (Settle: Registry.Tick, then Registry.FlushWatchers), so a test can assert
 // on the result at once, and a Watcher's Next returns the change without
-// waiting. Eventually advances in steps (Options.Step) until a condition
-// holds; WaitFor polls in real time, for what does not run on the fake
+// waiting. Step advances by one Options.Step; Eventually advances in such
+// steps until a condition holds; WaitFor polls in real time, for what does not run on the fake
 // clock. A test needs no poll loop of its own.
 //
 // Active health checks are off in New, as in NewCluster (Options.Config nil

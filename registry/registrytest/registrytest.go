@@ -132,6 +132,12 @@ func (r *Registry) Settle() {
 	}
 }
 
+// Step advances the clock by one Options.Step and settles.
+func (r *Registry) Step() {
+	r.t.Helper()
+	r.Advance(r.step)
+}
+
 // Eventually advances the clock in steps of Options.Step, settling after
 // each, until cond holds, for at most limit of fake time, and fails the
 // test otherwise. cond is checked first, before the clock moves.

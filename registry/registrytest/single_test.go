@@ -33,6 +33,23 @@ func TestEventually(t *testing.T) {
 	}
 }
 
+// Step moves the clock by Options.Step, settled, for a single registry and
+// a cluster alike.
+func TestStep(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{Step: 3 * time.Second})
+	reg.Step()
+	reg.Step()
+	if got := reg.Clock.Since(registrytest.Epoch); got != 6*time.Second {
+		t.Fatalf("two steps of 3s moved the clock by %v", got)
+	}
+	c := registrytest.NewCluster(t, registrytest.ClusterOptions{Nodes: 2, Step: time.Second})
+	before := c.Clock.Now()
+	c.Step()
+	if got := c.Clock.Since(before); got != time.Second {
+		t.Fatalf("a cluster step of 1s moved the clock by %v", got)
+	}
+}
+
 // Eventually fails the test when the condition never holds in its limit.
 func TestEventuallyFails(t *testing.T) {
 	rec := &fatalRecorder{recorder: recorder{T: t}}
