@@ -27,6 +27,11 @@
 // GossipAddr is enough. The transport resolves node IDs through the
 // membership inside the node; there is nothing to wire.
 //
+// A restarted node should come back on the gossip address it had
+// (Node.GossipAddr of its first run, as GossipAddr): memberlist ties a
+// node's name to its address and refuses the name at another one while
+// the old entry is remembered. examples/cluster does so.
+//
 // # Security
 //
 // DefaultConfig is secure and incomplete: Validate refuses a config without
