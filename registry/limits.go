@@ -2,14 +2,12 @@ package registry
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"strconv"
 
 	"github.com/muster-io/muster/distro"
 	"github.com/muster-io/muster/model"
 	"github.com/vmihailenco/msgpack/v5"
-	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
 // Limits bound what the registry holds, so that the clients of the host
@@ -354,55 +352,48 @@ func (r *Registry) admitCommand(cmd *command) error {
 	return nil
 }
 
-// errNilInstance: a payload's instance list holds nil.
-var errNilInstance = errors.New("registry: record payload: an instance must not be nil")
-
 // decodeInstances decodes a publisher record's payload from a peer, whose
 // instance list holds at most max: a longer one is refused from its
-// declared length, before any instance is decoded.
+// declared length, before any instance is decoded. The decode itself goes
+// through model.Unmarshal, so it allocates at most a small multiple of the
+// payload and refuses a nil instance.
 func decodeInstances(payload []byte, max int, name string) ([]model.Instance, error) {
 	if err := model.Check(payload); err != nil { // every declared length fits the input
 		return nil, err
 	}
+	if n, err := payloadLen(payload); err != nil {
+		return nil, err
+	} else if n > max {
+		return nil, limitError(name, max, "a record of %d instances", n)
+	}
+	var pl pubPayload
+	if err := model.Unmarshal(payload, &pl); err != nil {
+		return nil, err
+	}
+	return pl.Instances, nil
+}
+
+// payloadLen returns the declared length of a checked payload's instance
+// list, reading only headers and keys.
+func payloadLen(payload []byte) (int, error) {
 	dec := msgpack.NewDecoder(bytes.NewReader(payload))
 	n, err := dec.DecodeMapLen()
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	var out []model.Instance
 	for range max0(n) {
 		k, err := dec.DecodeString()
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
-		if k != "i" {
-			if err := dec.Skip(); err != nil {
-				return nil, err
-			}
-			continue
+		if k == "i" {
+			return dec.DecodeArrayLen()
 		}
-		m, err := dec.DecodeArrayLen()
-		if err != nil {
-			return nil, err
-		}
-		if m > max {
-			return nil, limitError(name, max, "a record of %d instances", m)
-		}
-		out = make([]model.Instance, 0, max0(m))
-		for range max0(m) {
-			if c, err := dec.PeekCode(); err != nil {
-				return nil, err
-			} else if c == msgpcode.Nil {
-				return nil, errNilInstance
-			}
-			var inst model.Instance
-			if err := dec.Decode(&inst); err != nil {
-				return nil, err
-			}
-			out = append(out, inst)
+		if err := dec.Skip(); err != nil {
+			return 0, err
 		}
 	}
-	return out, nil
+	return 0, nil
 }
 
 func max0(n int) int { return max(n, 0) }

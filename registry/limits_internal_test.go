@@ -110,8 +110,8 @@ func TestDecodeInstancesHostile(t *testing.T) {
 	_ = enc.EncodeArrayLen(2)
 	_ = enc.EncodeNil()
 	_ = enc.EncodeNil()
-	if _, err := decodeInstances(buf.Bytes(), 10, "MaxInstancesPerSession"); !errors.Is(err, errNilInstance) {
-		t.Fatalf("a list of nils: %v, want errNilInstance", err)
+	if _, err := decodeInstances(buf.Bytes(), 10, "MaxInstancesPerSession"); !errors.Is(err, model.ErrMalformed) {
+		t.Fatalf("a list of nils: %v, want model.ErrMalformed", err)
 	}
 
 	const n = 1 << 20
@@ -130,6 +130,36 @@ func TestDecodeInstancesHostile(t *testing.T) {
 	}
 	if got := after.TotalAlloc - before.TotalAlloc; got > uint64(len(in)) {
 		t.Fatalf("refusing a %d-byte payload allocated %d bytes, want at most its size", len(in), got)
+	}
+}
+
+// TestDecodeInstancesBounded: payloads whose instances are hollow (a map of
+// nil metadata pairs, the cheapest bytes that make msgpack allocate) are
+// refused or decoded within model.Unmarshal's bound: 16 times the input plus
+// its slack, for the whole payload, not per instance.
+func TestDecodeInstancesBounded(t *testing.T) {
+	small := []byte{0x81, 0xa1, 'i', 0xdc, 1000 >> 8, 1000 & 0xff}
+	for range 1000 {
+		small = append(small, 0x81, 0xa2, 'm', 'd', 0x8f)
+		for range 15 {
+			small = append(small, 0xc0, 0xc0)
+		}
+	}
+	const pairs = 32768
+	large := []byte{0x81, 0xa1, 'i', 0xdc, 0, 16}
+	for range 16 {
+		large = append(large, 0x81, 0xa2, 'm', 'd', 0xdf, 0, pairs>>16, pairs>>8&0xff, pairs&0xff)
+		large = append(large, bytes.Repeat([]byte{0xc0, 0xc0}, pairs)...)
+	}
+	for name, in := range map[string][]byte{"1000 instances of 15 nil pairs": small, "16 instances of 32768 nil pairs": large} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		_, err := decodeInstances(in, 1000, "MaxInstancesPerSession")
+		runtime.ReadMemStats(&after)
+		if got, limit := after.TotalAlloc-before.TotalAlloc, uint64(model.MaxDecodeRatio*len(in)+model.DecodeSlack)+uint64(len(in)); got > limit {
+			t.Errorf("%s (%d bytes, err %v): allocated %d, want at most %d", name, len(in), err, got, limit)
+		}
 	}
 }
 

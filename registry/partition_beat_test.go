@@ -126,3 +126,87 @@ func TestClusterLateLeaseHandoverNoResurrection(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterLeaseHandoverRetriedUntilMember: membership views change on
+// each node in its own time. At the heal the majority side sees n1 return
+// before n1 counts them as members again, so n1 refuses their lease
+// handover (ErrNotMember). The handover is retried, and taken once n1's view
+// catches up: the instance the client kept beating on the majority side
+// stays served and healthy everywhere, as when the views change together.
+func TestClusterLeaseHandoverRetriedUntilMember(t *testing.T) {
+	c := registrytest.NewCluster(t, registrytest.ClusterOptions{LogLevel: logLevel})
+	n1, n2 := c.Node(0), c.Node(1)
+	beat := ownedBy(t, c, n1.ID, "pr")
+	mustRegister(t, n2, beat)
+	c.Advance(2 * time.Second)
+	c.Partition([]int{0}, []int{1, 2})
+	for range 8 { // 40 s: n1's own copy has expired
+		c.Advance(5 * time.Second)
+		if _, err := n2.Heartbeat(ctx, beat.Key()); err != nil {
+			t.Fatalf("light beat through %s: %v", n2.ID, err)
+		}
+	}
+
+	// The network heals, and the majority's views take n1 back; n1's view
+	// still holds only itself.
+	c.Net.SetManual(true)
+	c.Net.Heal()
+	all := []distro.Member{{ID: n1.ID}, {ID: n2.ID}, {ID: c.Node(2).ID}}
+	c.Node(1).Membership.Set(all...)
+	c.Node(2).Membership.Set(all...)
+	var last uint64
+	nextHandover := func(what string) []transport.Envelope {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var hs []transport.Envelope
+			for _, e := range c.Net.Pending() {
+				if e.Kind == registry.KindLeases && e.To == n1.ID && e.ID > last {
+					hs = append(hs, e)
+				}
+			}
+			if len(hs) > 0 {
+				last = hs[len(hs)-1].ID
+				return hs
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s lease handover to %s; pending: %v", what, n1.ID, c.Net.Pending())
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for _, e := range nextHandover("first") { // refused: n1 does not count the sender yet
+		if err := c.Net.Deliver(e.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	retried := nextHandover("retried")
+	n1.Membership.Set(all...) // n1's view catches up
+	for _, e := range retried {
+		if err := c.Net.Deliver(e.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Net.SetManual(false)
+	c.Net.DeliverAll()
+	c.Heal()
+
+	const step = 500 * time.Millisecond
+	for since := step; since <= 20*time.Second; since += step {
+		c.Advance(step)
+		for _, n := range c.Live() {
+			v, err := n.Query(ctx, model.Query{Service: svcKey("pr"), IncludeDisabled: true})
+			if err != nil {
+				t.Fatalf("%v after the heal: %s: Query: %v", since, n.ID, err)
+			}
+			if len(v.Instances) != 1 || !v.RealHealthy(0) {
+				t.Fatalf("%v after the heal: %s serves %v, want the instance, healthy", since, n.ID, v.Instances)
+			}
+		}
+		if since%(5*time.Second) == 0 {
+			if _, err := n2.Heartbeat(ctx, beat.Key()); err != nil {
+				t.Fatalf("%v after the heal: light beat: %v", since, err)
+			}
+		}
+	}
+}

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -85,6 +86,110 @@ func (s *Session) Register(ctx context.Context, inst model.Instance) error {
 		r.pubChanged(s.pub)
 		return nil
 	})
+}
+
+// ReplaceService makes insts the session's instances of service svc, all
+// at once: the session's other instances of svc leave and insts are
+// published in one step under the registry's lock, so readers and watchers
+// see the old set or the new one, never a mix, and the change replicates as
+// one. It is Nacos 2.x's rule that a connection has one publication per
+// service (a second registration, or a BatchInstanceRequest, replaces the
+// first). Every instance must be ephemeral and belong to svc; an empty
+// insts removes the session's instances of svc. When an instance is
+// invalid, or the service is persistent (ErrKindMismatch), nothing changes;
+// when the new set would pass a limit (ErrLimit), the session keeps its
+// instances (the instances that leave make room first, so a set of the
+// same size always fits), though the service's revision may move.
+func (s *Session) ReplaceService(ctx context.Context, svc model.ServiceKey, insts []model.Instance) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	svc = svc.WithDefaults()
+	if err := svc.Validate(); err != nil {
+		return err
+	}
+	next := make([]model.Instance, len(insts))
+	keep := make(map[model.InstanceKey]bool, len(insts))
+	for i, inst := range insts {
+		inst = inst.WithDefaults()
+		if !inst.Ephemeral {
+			return &model.ValidationError{Field: "instance.ephemeral", Rule: "must be true for a session's instances"}
+		}
+		if inst.Service != svc {
+			return &model.ValidationError{Field: "instance.service", Rule: "must be the replaced service " + svc.String(), Value: inst.Service.String()}
+		}
+		if err := s.r.validInstance(&inst); err != nil {
+			return err
+		}
+		next[i], keep[inst.Key()] = inst, true
+	}
+	return s.whileOpen(func(r *Registry) error {
+		sv := r.services[svc]
+		if sv != nil && !sv.ephemeral {
+			return kindMismatch(sv)
+		}
+		// The instances that leave go first, so that they make room under
+		// the limits for those that come; on a failure (a limit) everything
+		// is put back, so that an error leaves the session as it was.
+		type gone struct {
+			inst *rec
+			svc  *service
+		}
+		var left []gone
+		for _, pi := range slices.Clone(s.pub.insts) {
+			if pi.slot.svc.key == svc && !keep[pi.slot.key()] {
+				left = append(left, gone{pi.inst, pi.slot.svc})
+				r.unpublish(pi, true)
+				r.changed(pi.slot.svc)
+			}
+		}
+		type undo struct {
+			pi   *pubInst
+			prev *rec // nil: the publication is new
+		}
+		var done []undo
+		for i := range next {
+			var prev *rec
+			if _, sl := r.lookup(next[i].Key()); sl != nil {
+				if pi := sl.publication(s.pub); pi != nil {
+					prev = pi.inst
+				}
+			}
+			pi, err := r.publish(s.pub, next[i], true)
+			if err != nil {
+				for j := len(done) - 1; j >= 0; j-- {
+					if u := done[j]; u.prev != nil {
+						u.pi.inst = u.prev
+						r.changed(u.pi.slot.svc)
+					} else {
+						r.unpublish(u.pi, true)
+						r.changed(u.pi.slot.svc)
+					}
+				}
+				for _, g := range left {
+					// Unlimited: this only restores what the session held.
+					_, _ = r.publish(s.pub, g.inst.instance(g.svc), false)
+				}
+				return err
+			}
+			done = append(done, undo{pi, prev})
+		}
+		r.pubChanged(s.pub)
+		return nil
+	})
+}
+
+// Instances returns the instances the session publishes, in no particular
+// order (a copy: the caller may keep it).
+func (s *Session) Instances() []model.Instance {
+	r := s.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]model.Instance, 0, len(s.pub.insts))
+	for _, pi := range s.pub.insts {
+		out = append(out, pi.inst.instance(pi.slot.svc))
+	}
+	return out
 }
 
 // Deregister removes the session's instance with key. Removing an instance

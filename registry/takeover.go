@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -74,30 +75,70 @@ func (r *Registry) sendLeases(byOwner map[string][]handedLease) {
 			r.sends.add()
 			r.goFunc(func() {
 				defer r.sends.done()
-				ctx, cancel := context.WithTimeout(r.runCtx, r.cfg.ForwardTimeout) // real time: the network's
-				defer cancel()
-				if _, err := r.trans.Request(ctx, owner, kindLeases, body); err != nil {
-					r.log.Debug("handing beat leases over failed", "to", owner, "err", err)
-				}
+				r.handLeases(owner, body)
 			})
+		}
+	}
+}
+
+// handLeases sends one handover to owner. Membership views change on each
+// node in its own time, so the new owner may not count this node as a
+// member yet when the handover arrives (it answers ErrNotMember), or the
+// connection may not be up: both are retried, with a backoff in real time
+// (the network's), until ForwardTimeout has passed.
+func (r *Registry) handLeases(owner string, body []byte) {
+	ctx, cancel := context.WithTimeout(r.runCtx, r.cfg.ForwardTimeout) // real time: the network's
+	defer cancel()
+	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, 200*time.Millisecond) {
+		out, err := r.trans.Request(ctx, owner, kindLeases, body)
+		if err == nil {
+			var resp fwdResponse
+			if err = model.Unmarshal(out, &resp); err == nil {
+				err = resp.err(owner)
+			}
+		}
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, ErrNotMember) && !errors.Is(err, transport.ErrUnreachable) {
+			r.log.Debug("handing beat leases over failed", "to", owner, "err", err)
+			return
+		}
+		wait := time.NewTimer(backoff) // real time: paces retries over the network
+		select {
+		case <-wait.C:
+		case <-ctx.Done():
+			wait.Stop()
+			r.log.Debug("handing beat leases over failed", "to", owner, "err", err)
+			return
 		}
 	}
 }
 
 // serveLeases takes over the beat leases another node handed over.
 func (r *Registry) serveLeases(_ context.Context, from string, body []byte) ([]byte, error) {
+	var resp fwdResponse
+	if err := r.takeLeases(from, body); err != nil {
+		resp.Code, resp.Msg = codeOf(err), err.Error()
+	}
+	return model.Marshal(&resp)
+}
+
+// takeLeases serves one handover from node from.
+func (r *Registry) takeLeases(from string, body []byte) error {
 	if r.dist == nil || !r.isMember(from) {
-		return nil, fmt.Errorf("%w: %q may not hand beat leases to %s", ErrNotMember, from, r.cfg.NodeID)
+		r.log.Warn("refusing beat leases from a non-member", "from", from)
+		return fmt.Errorf("%w: %q may not hand beat leases to %s", ErrNotMember, from, r.cfg.NodeID)
 	}
 	var msg leaseHandoff
 	if err := model.Unmarshal(body, &msg); err != nil {
-		return nil, err
+		return err
 	}
 	insts := make([]model.Instance, 0, len(msg.Leases))
 	ages := make([]time.Duration, 0, len(msg.Leases))
 	for _, l := range msg.Leases {
 		inst := l.Inst.WithDefaults()
-		if err := inst.Validate(r.cfg.Limits.model()); err != nil || !inst.Ephemeral || l.Age < 0 {
+		if err := r.validInstance(&inst); err != nil || !inst.Ephemeral || l.Age < 0 {
 			r.log.Warn("ignoring a malformed lease handover", "from", from, "err", err)
 			continue
 		}
@@ -105,12 +146,12 @@ func (r *Registry) serveLeases(_ context.Context, from string, body []byte) ([]b
 		ages = append(ages, l.Age)
 	}
 	if !r.dist.Ready() {
-		return nil, nil // loading: the peers' records, when adopted, carry the leases
+		return nil // loading: the peers' records, when adopted, carry the leases
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.state.Load() != stateRunning {
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	now := r.now()
 	var changed []*publisher // in the order of the message: deterministic
@@ -127,7 +168,7 @@ func (r *Registry) serveLeases(_ context.Context, from string, body []byte) ([]b
 	for _, p := range changed {
 		r.pubChanged(p)
 	}
-	return nil, nil
+	return nil
 }
 
 // takeLease makes this node's lease of inst, whose key it owns, run from

@@ -92,7 +92,8 @@
 //	body:   raw bytes (for an error response, the error text)
 //
 // Flags are one of request, response, one-way, go-away, ping and pong, plus
-// error on a response. A request carries the caller's remaining time in microseconds
+// error on a response (ping and pong only on a protocol version 2
+// connection; see Versions). A request carries the caller's remaining time in microseconds
 // (0: no deadline), from which the peer derives its handler's deadline.
 // Decoders accept longer header arrays (for later versions) as long as
 // every field is an unsigned integer. A frame longer than MaxFrameSize plus
@@ -115,8 +116,17 @@
 // msgpack map of at most 4 KiB, decoded with the model package's hardened
 // decoder. The handshake (TLS included) is bounded by HandshakeTimeout from
 // the accept, and at most MaxHandshakes inbound handshakes run at once,
-// MaxHandshakesPerIP per source address (more connections are closed
-// unread, counted in TCPStats.Limited and logged with exponential spacing).
+// MaxHandshakesPerIP per source address. A connection from an address at
+// MaxHandshakesPerIP is closed unread. When all MaxHandshakes slots are
+// taken, a connection from an address holding fewer slots than the one
+// holding the most takes the slot of that address's oldest pending
+// handshake, which is closed; otherwise it is closed unread. Either way
+// the closed connection is counted in TCPStats.Limited and logged with
+// exponential spacing. So addresses that hold slots idle cannot lock out
+// a member from another address: a member's handshake is displaced only
+// if the attacker opens enough connections to cycle through every slot
+// before the member's handshake completes (one or two round trips), and a
+// displaced member retries with backoff.
 // With TLS the same tls.Config serves both sides; for mutual TLS set
 // ClientAuth to tls.RequireAndVerifyClientCert. With TLS, after the TLS
 // handshake each side checks that the other's verified certificate names
@@ -124,17 +134,34 @@
 // a DNS name or a URI must equal the ID), as etcd's
 // --peer-cert-allowed-cn does, but per node.
 //
+// Versions. Opening hellos carry version 1 (which first-version nodes
+// require) and the highest protocol version the sender speaks in a field
+// those nodes skip; a connection runs the lower of both. Version 2 adds
+// ping and pong frames, the idle deadline and the takeover probe's ping.
+// On a version-1 connection (a node not yet upgraded, during a rolling
+// upgrade) no ping or pong is sent, since a version-1 node closes the
+// connection on a frame type it does not know, and so there is no idle
+// deadline (as in version 1), and the takeover probe is the version-1
+// no-op frame.
+//
 // Counters (dials, refusals, frames and bytes each way, open connections)
 // are available from [TCP.Stats].
 //
 // Dial tie-break. Both nodes of a pair may dial each other at the same
 // time. An inbound connection never takes over a live one: a server that
-// holds a connection to the node a dialler claims writes a no-op frame on
-// it and waits up to 250 ms for it to close (if the peer restarted after a
-// crash that left it half-open, its host resets it); if it stays, the dial
-// is answered "duplicate" (counted in TCPStats.Kept) and the dialler uses
-// the held connection. So a holder of the secret that claims a connected
-// node's ID gets no path to its traffic. When both dials complete at once,
+// holds a connection to the node a dialler claims sends a ping on it and
+// waits up to 250 ms for a frame to arrive on it (a pong, or anything
+// else). If none does, the held connection is dead (the node restarted,
+// on the same host or elsewhere, or its host is gone) and is closed, and
+// the new connection installed: a node that restarts on a new address is
+// not locked out. If the held connection answers, the dial is answered
+// "duplicate" (counted in TCPStats.Kept; both sides log it at Warn, with
+// exponential spacing) and the dialler uses the held connection. So a
+// holder of the secret that claims a connected, live node's ID gets no
+// path to its traffic. On a version-1 connection the probe is a no-op
+// frame and the server waits up to 250 ms for the held connection to close
+// (a restarted host resets it); a node that restarted elsewhere is then
+// refused until the idle peer's connection goes. When both dials complete at once,
 // each node installs its own outbound connection by the tie-break: the one
 // dialled by the lower node ID (byte-wise string order) is kept. A
 // replaced connection is retired gracefully rather than cut: each side
@@ -150,9 +177,10 @@
 // A failed dial starts a backoff: the next dial to that peer waits
 // ReconnectMin, doubling per consecutive failure up to ReconnectMax, with
 // ±25% jitter from Rand, timed on Clock; calls meanwhile fail at once with
-// ErrUnreachable wrapping the last dial error. A connection on which
-// nothing arrives for IdleTimeout gets a ping, which every peer answers at
-// once; if another IdleTimeout passes in silence, it closes. So a healthy
+// ErrUnreachable wrapping the last dial error. A connection (of version
+// 2) on which nothing arrives for IdleTimeout gets a ping, which every
+// peer answers at once; if another IdleTimeout passes in silence, it
+// closes. So a healthy
 // idle connection stays up (a ping and a pong per IdleTimeout, 30 s by
 // default), and a black-holed or stalled peer (one that stops in the middle
 // of a frame included) is disconnected after two to three IdleTimeouts.
@@ -162,10 +190,13 @@
 // reset rather than a TIME_WAIT, so the port stays free for its owner.
 //
 // Load. Each connection runs at most MaxInflight handlers at once; further
-// messages wait in arrival order in a queue of MaxQueued. Beyond that a
-// request is answered with ErrBusy and a one-way message is dropped; both
-// are counted (TCPStats.Shed) and logged with exponential spacing (1st,
-// 2nd, 4th, ...). A sender that needs every one-way message handled must
+// messages wait in arrival order in a queue of MaxQueued, and the bodies
+// of running and queued messages hold at most MaxQueuedBytes (64 MiB; a
+// message is always accepted when the connection holds none). Beyond
+// either a request is answered with ErrBusy and a one-way message is
+// dropped; both are counted (TCPStats.Shed, and TCPStats.ShedBytes for
+// the byte budget) and logged with exponential spacing (1st, 2nd, 4th,
+// ...). A sender that needs every one-way message handled must
 // bound what it has outstanding, or use requests. Senders block (up to their context) when a connection's write
 // queue of WriteQueue frames is full.
 //
@@ -190,7 +221,12 @@
 //     holder of the secret is trusted as every node: it can claim any node
 //     ID, and what it sends is accepted as coming from that node. The
 //     transport only ensures it cannot take over a live connection to the
-//     node it impersonates. Traffic is in clear text. Use mutual TLS.
+//     node it impersonates (one that answers a ping within 250 ms). An
+//     impostor that connects while no connection to the real node exists
+//     (the node is down, restarting or partitioned) holds the path, and
+//     keeps it against the real node's dials for as long as it answers
+//     pings; only mutual TLS prevents that. Traffic is in clear text. Use
+//     mutual TLS.
 //   - What mutual TLS gives: encryption, and identity bound to a
 //     certificate: a peer's claimed node ID must match its verified
 //     certificate (VerifyPeerID, by default the common name, a DNS name or a
@@ -202,15 +238,19 @@
 //     (HandshakeTimeout, 5 s) from the accept; at most MaxHandshakes (256)
 //     handshakes in progress, MaxHandshakesPerIP (16) per source address;
 //     handshake messages of at most 4 KiB. An attacker with many source
-//     addresses can fill MaxHandshakes for up to HandshakeTimeout at a time;
-//     members then get through as slots free (their dials are retried with
-//     backoff).
+//     addresses (all of 127.0.0.0/8 on loopback) that fills MaxHandshakes
+//     does not lock members out: when the slots are full, a newcomer from
+//     an address holding fewer takes the slot of the oldest pending
+//     handshake of the address holding the most. To delay a member it must
+//     open connections fast enough to displace every slot within the
+//     member's handshake, from at least MaxHandshakes/MaxHandshakesPerIP
+//     addresses; a displaced member retries with backoff.
 //   - Bounded cost of members: frames of at most MaxFrameSize (4 MiB) plus
 //     the header; a frame's buffer grows as its bytes arrive (64 KiB at
 //     first, then doubling), so a declared size costs at most 64 KiB until
 //     its bytes arrive; IdleTimeout (30 s) disconnects a peer that stalls;
 //     MaxInflight (1024) handlers and MaxQueued (16384) queued messages per
-//     connection. Each authenticated connection holds about 200 KiB of
+//     connection, whose bodies hold at most MaxQueuedBytes (64 MiB). Each authenticated connection holds about 200 KiB of
 //     buffers, and the number of connections (under distinct node IDs) a
 //     holder of the Secret may open is not bounded here: with a Secret
 //     alone, members are trusted not to exhaust each other.

@@ -24,7 +24,8 @@ var (
 	// ErrMalformed wraps every reason a received frame was rejected.
 	ErrMalformed = errors.New("transport: malformed frame")
 	// ErrBusy is returned by a TCP Request when the peer runs MaxInflight
-	// handlers for the connection and MaxQueued more messages are waiting.
+	// handlers for the connection and MaxQueued more messages are waiting,
+	// or its handlers for the connection hold MaxQueuedBytes of bodies.
 	ErrBusy = errors.New("transport: peer busy")
 	// ErrNotStarted is returned by calls on a TCP transport before Start.
 	ErrNotStarted = errors.New("transport: not started")

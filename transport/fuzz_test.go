@@ -103,7 +103,7 @@ func FuzzConnStream(f *testing.F) {
 		tr.Handle(1, echo)
 		tr.Handle(2, func(context.Context, string, []byte) ([]byte, error) { return nil, errors.New("no") })
 		local, remote := net.Pipe()
-		c := tr.newConn(local, "z", "z")
+		c := tr.newConn(local, "z", "z", protoVersion)
 		if !tr.installInbound(context.Background(), c) {
 			t.Fatal("not installed")
 		}

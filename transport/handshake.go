@@ -12,9 +12,22 @@ import (
 
 // Handshake wire format: each message is a 4-byte big-endian length and a
 // msgpack map (a hello), at most maxHelloLen bytes.
+//
+// Versions. Every opening hello carries Version 1 ("v"): version-1 nodes
+// refuse any other value, so it stays 1 for as long as they must be able
+// to connect. The highest protocol version a node speaks travels in Max
+// ("x"), a field version-1 nodes skip; a hello without it is from a
+// version-1 node. A connection runs the lower of both sides' versions:
+//
+//   - 1: frames of type request, response, one-way and go-away only; no
+//     ping or pong (a version-1 node closes a connection on a frame type it
+//     does not know) and so no idle deadline.
+//   - 2: ping and pong, the idle deadline, and the takeover probe that
+//     demands a pong (see TCP.installInbound).
 const (
 	helloMagic   = "muster-transport"
-	helloVersion = 1
+	helloVersion = 1 // the Version every opening hello carries
+	protoVersion = 2 // the highest protocol version this build speaks, sent in Max
 	nonceLen     = 32
 	maxHelloLen  = 4096
 	maxNodeIDLen = 255
@@ -28,8 +41,8 @@ const (
 
 // hello is every handshake message; each step fills the fields it needs.
 //
-//  1. client → server: Magic, Version, Node (client), To (expected server), Nonce
-//  2. server → client: Magic, Version, Node (server), Nonce, Proof (server proof)
+//  1. client → server: Magic, Version, Max, Node (client), To (expected server), Nonce
+//  2. server → client: Magic, Version, Max, Node (server), Nonce, Proof (server proof)
 //  3. client → server: Proof (client proof)
 //  4. server → client: Status
 //
@@ -39,6 +52,7 @@ const (
 type hello struct {
 	Magic   string `msgpack:"m,omitempty"`
 	Version uint8  `msgpack:"v,omitempty"`
+	Max     uint8  `msgpack:"x,omitempty"` // highest protocol version spoken; absent: 1
 	Node    string `msgpack:"n,omitempty"`
 	To      string `msgpack:"t,omitempty"`
 	Nonce   []byte `msgpack:"c,omitempty"`
@@ -105,6 +119,12 @@ func checkOpening(h hello) error {
 		return fmt.Errorf("%w: missing nonce", ErrHandshake)
 	}
 	return nil
+}
+
+// negotiate returns the protocol version of a connection whose peer sent
+// the opening hello h (checked by checkOpening).
+func negotiate(h hello) uint8 {
+	return min(protoVersion, max(h.Version, h.Max))
 }
 
 // proof computes the HMAC one side sends: label names the direction.

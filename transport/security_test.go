@@ -39,7 +39,7 @@ func handshakeAs(nc net.Conn, id, to string, secret []byte) (uint8, error) {
 	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
 	defer nc.SetDeadline(time.Time{})
 	cn := newNonce()
-	if err := writeHello(nc, hello{Magic: helloMagic, Version: helloVersion, Node: id, To: to, Nonce: cn}); err != nil {
+	if err := writeHello(nc, hello{Magic: helloMagic, Version: helloVersion, Max: protoVersion, Node: id, To: to, Nonce: cn}); err != nil {
 		return 0, err
 	}
 	sh, err := readHello(nc)
@@ -357,7 +357,10 @@ func TestDefaultVerifyPeerID(t *testing.T) {
 // closed by the handshake deadline.
 func TestSecurityIdleConnectionFlood(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	for _, hosts := range []int{1, 10} {
+	// 20 and 300 hosts can fill MaxHandshakes (16 x 16 = 256) although each
+	// stays under MaxHandshakesPerIP; the real peer's handshake then takes
+	// the slot of the oldest pending one of the busiest address.
+	for _, hosts := range []int{1, 10, 20, 300} {
 		t.Run(fmt.Sprintf("%d hosts", hosts), func(t *testing.T) {
 			c := newTCPCluster(t, 0, func(cfg *TCPConfig) { cfg.HandshakeTimeout = 3 * time.Second })
 			defer c.CloseAll()
@@ -371,13 +374,15 @@ func TestSecurityIdleConnectionFlood(t *testing.T) {
 				}
 			}()
 			for i := range total {
-				nc, err := dialFrom(fmt.Sprintf("127.0.1.%d", 1+i%hosts), b.Addr())
+				h := i % hosts // 127.0.1.1 ... 127.0.2.50
+				nc, err := dialFrom(fmt.Sprintf("127.0.%d.%d", 1+h/250, 1+h%250), b.Addr())
 				if err != nil {
 					t.Fatalf("attacker dial %d: %v", i, err)
 				}
 				conns = append(conns, nc)
 			}
-			held := min(total, hosts*DefaultTCPConfig().MaxHandshakesPerIP)
+			cfg := DefaultTCPConfig()
+			held := min(total, hosts*cfg.MaxHandshakesPerIP, cfg.MaxHandshakes)
 			eventually(t, "the surplus closed at once", func() bool { return b.Stats().Limited == total-uint64(held) })
 			// The real peer, from 127.0.0.1, is served while the held
 			// connections still wait for their deadline.
@@ -385,18 +390,25 @@ func TestSecurityIdleConnectionFlood(t *testing.T) {
 			if got, err := a.Request(testCtx(t), "b", 1, []byte("hi")); err != nil || string(got) != "a:hi" {
 				t.Fatalf("real peer during the flood: %q %v", got, err)
 			}
+			evicted := 0
+			if held == cfg.MaxHandshakes {
+				evicted = 1 // the real peer's handshake took one slot
+			}
+			if l := b.Stats().Limited; l != total-uint64(held)+uint64(evicted) {
+				t.Fatalf("Limited = %d, want %d", l, total-held+evicted)
+			}
 			b.hmu.Lock()
 			still := b.hsTotal
 			b.hmu.Unlock()
-			if still < held { // (the real peer's own slot may not be released yet)
-				t.Fatalf("%d of the flood's %d handshakes still held when the real peer was served: the test did not overlap them", still, held)
+			if still < held-evicted {
+				t.Fatalf("%d of the flood's %d handshakes still held when the real peer was served: the test did not overlap them", still, held-evicted)
 			}
 			// Every attacker connection ends: the surplus at once, the rest
 			// at the handshake deadline.
 			for _, nc := range conns {
 				expectClosed(t, nc)
 			}
-			eventually(t, "held ones refused at the deadline", func() bool { return b.Stats().Refused == uint64(held) })
+			eventually(t, "held ones refused at the deadline", func() bool { return b.Stats().Refused == uint64(held-evicted) })
 			b.hmu.Lock()
 			left := b.hsTotal
 			b.hmu.Unlock()
@@ -711,23 +723,28 @@ func TestTCPReloadTLS(t *testing.T) {
 	if n := failed.Load(); n != 0 {
 		t.Fatalf("%d requests failed (%d succeeded); first: %v", n, ok.Load(), firstErr.Load())
 	}
-	// The connections now in use present certificates from the new CA.
-	for _, id := range ids {
-		n := nodes[id]
-		n.mu.Lock()
-		for cn := range n.conns {
-			tc, isTLS := cn.nc.(*tls.Conn)
-			if !isTLS {
-				t.Errorf("%s: plain connection", id)
-				continue
+	// The connections now open present certificates from the new CA, once
+	// the retired ones (n.conns holds them while they drain) have closed.
+	eventually(t, "only connections with new certificates", func() bool {
+		for _, id := range ids {
+			n := nodes[id]
+			n.mu.Lock()
+			for cn := range n.conns {
+				tc, isTLS := cn.nc.(*tls.Conn)
+				if !isTLS {
+					n.mu.Unlock()
+					t.Fatalf("%s: plain connection", id)
+				}
+				st := tc.ConnectionState()
+				if len(st.PeerCertificates) == 0 || st.PeerCertificates[0].Issuer.CommonName != "new CA" {
+					n.mu.Unlock()
+					return false
+				}
 			}
-			st := tc.ConnectionState()
-			if len(st.PeerCertificates) == 0 || st.PeerCertificates[0].Issuer.CommonName != "new CA" {
-				t.Errorf("%s: a connection to %s still uses an old certificate", id, cn.peer)
-			}
+			n.mu.Unlock()
 		}
-		n.mu.Unlock()
-	}
+		return true
+	})
 	t.Logf("%d requests succeeded over three reloads", ok.Load())
 	// Without TLS there is nothing to reload.
 	plain := c.config(t, "p")
@@ -746,16 +763,25 @@ func TestTCPReloadTLS(t *testing.T) {
 
 // A restarted node whose previous connection the peer still holds (its
 // host's reset is what reveals it as dead) gets through on its first dial:
-// the held connection is probed, and once it closes the new one is
+// the held connection is probed (a ping), and once it closes the new one is
 // installed, with no failed call.
 func TestTCPInboundAfterStaleConn(t *testing.T) {
+	for _, version := range []uint8{1, protoVersion} {
+		t.Run(fmt.Sprintf("version %d", version), func(t *testing.T) { inboundAfterStaleConn(t, version) })
+	}
+}
+
+// inboundAfterStaleConn: the held connection is of the given protocol
+// version; version 1 gets the version-1 probe (a no-op frame), never a
+// ping.
+func inboundAfterStaleConn(t *testing.T, version uint8) {
 	defer goleak.VerifyNone(t)
 	c := newTCPCluster(t, 0, nil)
 	defer c.CloseAll()
 	b := c.Node(t, "b").(*TCP)
 	b.Handle(1, echo)
 	// The old incarnation of a: a connection b holds.
-	old := rawPeer(t, b.Addr(), "a", "b")
+	old := rawPeerVersion(t, b.Addr(), "a", "b", version)
 	defer old.Close()
 	eventually(t, "b holds the old connection", func() bool { n, slot := connCount(b, "a"); return n == 1 && slot != "" })
 	// When the probe arrives on it, the old connection dies, as a
@@ -768,8 +794,12 @@ func TestTCPInboundAfterStaleConn(t *testing.T) {
 			buf := make([]byte, binary.BigEndian.Uint32(lb[:]))
 			if _, err = io.ReadFull(old, buf); err == nil {
 				var h header
-				if h, _, err = decodeFrame(buf, 0); err == nil && (h.flags != flagResponse || h.id != 0) {
-					err = fmt.Errorf("first frame %+v, want the probe", h)
+				want := header{flags: flagPing}
+				if version == 1 {
+					want = header{flags: flagResponse} // to request 0: ignored
+				}
+				if h, _, err = decodeFrame(buf, 0); err == nil && h != want {
+					err = fmt.Errorf("first frame %+v, want the probe %+v", h, want)
 				}
 			}
 		}
@@ -866,4 +896,132 @@ func TestTCPGetCertificateRotation(t *testing.T) {
 	if after := serial(); after == before || after != leaf.SerialNumber.String() {
 		t.Fatalf("b's certificate serial %s before, %s after the rotation", before, after)
 	}
+}
+
+// Fault: a node restarts on a new address while its peer still holds its
+// old connection, which nothing will ever reset (simulated by a raw peer
+// that completed the handshake and then went silent). The new
+// incarnation's first request gets through within about a second: the
+// takeover probe's ping gets no answer in 250 ms, so the held connection
+// is closed and the new one installed.
+func TestSecurityRestartOnNewAddress(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	c := newTCPCluster(t, 0, nil)
+	defer c.CloseAll()
+	b := c.Node(t, "b").(*TCP)
+	b.Handle(1, echo)
+	old := rawPeer(t, b.Addr(), "a", "b") // the old incarnation of a, now silent
+	defer old.Close()
+	eventually(t, "b holds the old connection", func() bool { n, slot := connCount(b, "a"); return n == 1 && slot != "" })
+	a := c.Node(t, "a") // the new incarnation, on a new port
+	a.Handle(1, echo)
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	if got, err := a.Request(ctx, "b", 1, []byte("new")); err != nil || string(got) != "a:new" {
+		t.Fatalf("the restarted node's first request: %q %v", got, err)
+	}
+	expectClosed(t, old)
+	if st := b.Stats(); st.Kept != 0 {
+		t.Fatalf("the new connection was refused: %+v", st)
+	}
+	// b's requests now reach the new a.
+	if got, err := b.Request(testCtx(t), "a", 1, nil); err != nil || string(got) != "b:" {
+		t.Fatalf("b -> new a: %q %v", got, err)
+	}
+}
+
+// A refusal kept as duplicate (an impostor with the secret, while the real
+// node's connection answers the probe) is logged at Warn by both sides.
+func TestSecurityDuplicateLoggedBothSides(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var logs syncBuffer
+	c := newTCPCluster(t, 0, func(cfg *TCPConfig) { cfg.Logger = bufLogger(&logs).With("test-node", cfg.NodeID) })
+	defer c.CloseAll()
+	n1 := c.Node(t, "n1").(*TCP)
+	n2 := c.Node(t, "n2").(*TCP)
+	n2.Handle(1, echo)
+	ctx := testCtx(t)
+	if _, err := n1.Request(ctx, "n2", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.config(t, "n1") // the impostor: the secret, n1's ID, another port
+	cfg.Logger = bufLogger(&logs).With("test-node", "impostor")
+	imp, err := NewTCP(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := imp.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer imp.Close()
+	ictx, cancel := context.WithTimeout(ctx, time.Second) // it would wait HandshakeTimeout for n2's dial
+	defer cancel()
+	if _, err := imp.Request(ictx, "n2", 1, nil); err == nil {
+		t.Fatal("the impostor's request reached n2")
+	}
+	if k := n2.Stats().Kept; k != 1 {
+		t.Fatalf("Kept = %d, want 1", k)
+	}
+	out := logs.String()
+	for _, want := range []string{
+		"level=WARN msg=\"refused inbound connection as duplicate",
+		"level=WARN msg=\"peer refused our connection as duplicate",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in the logs:\n%s", want, out)
+		}
+	}
+}
+
+// Attack: a member floods 1 MiB one-way messages at a handler that does
+// not return. Without a byte budget, MaxQueued (16,384) such messages
+// would be held (16 GiB); the receiver holds about MaxQueuedBytes (64 MiB),
+// sheds the rest (counted in ShedBytes) and answers a request with ErrBusy.
+func TestSecurityQueuedBytesFlood(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	c := newTCPCluster(t, 0, func(cfg *TCPConfig) { cfg.MaxInflight = 1 })
+	defer c.CloseAll()
+	a := c.Node(t, "a").(*TCP)
+	b := c.Node(t, "b").(*TCP)
+	release := make(chan struct{})
+	b.Handle(1, func(hctx context.Context, _ string, _ []byte) ([]byte, error) {
+		select {
+		case <-release:
+		case <-hctx.Done():
+		}
+		return nil, nil
+	})
+	ctx := testCtx(t)
+	if err := a.Send(ctx, "b", 2, nil); err != nil { // connect: the base heap includes the connection
+		t.Fatal(err)
+	}
+	eventually(t, "connected", func() bool { return b.Stats().FramesIn >= 1 })
+	base := heapInuse()
+	const n, size = 200, 1 << 20 // 200 MiB
+	body := make([]byte, size)
+	in := b.Stats().FramesIn
+	for i := range n {
+		if err := a.Send(ctx, "b", 1, body); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	eventually(t, "every frame received", func() bool { return b.Stats().FramesIn >= in+n })
+	grew := int64(heapInuse()) - int64(base)
+	budget := DefaultTCPConfig().MaxQueuedBytes
+	t.Logf("heap +%.1f MiB holding the flood (budget %d MiB)", float64(grew)/(1<<20), budget>>20)
+	if grew > int64(budget)+24<<20 {
+		t.Fatalf("heap grew by %d MiB, budget %d MiB", grew>>20, budget>>20)
+	}
+	st := b.Stats()
+	if held := n - int(st.ShedBytes); st.ShedBytes != st.Shed || held > budget/size || held < budget/size-1 {
+		t.Fatalf("shed %d (for bytes %d) of %d: want all but the %d MiB budget", st.Shed, st.ShedBytes, n, budget>>20)
+	}
+	if _, err := a.Request(ctx, "b", 1, []byte("x")); !errors.Is(err, ErrBusy) {
+		t.Fatalf("request over the budget: %v, want ErrBusy", err)
+	}
+	close(release)
+	eventually(t, "the backlog drains", func() bool {
+		_, err := a.Request(ctx, "b", 2, nil) // no handler: answered at once once admitted
+		return errors.Is(err, ErrNoHandler)
+	})
 }

@@ -42,13 +42,17 @@ type TCP struct {
 	// dialContext connects; tests replace it (a self-connection).
 	dialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
-	hmu      sync.Mutex     // guards hsTotal and hsByIP
-	hsTotal  int            // inbound handshakes in progress
-	hsByIP   map[string]int // the same per source IP
-	limitLog atomic.Uint64  // spaces the logs of refusals at the limits
+	hmu      sync.Mutex                     // guards hsTotal, hsByIP and hsSeq
+	hsTotal  int                            // inbound handshakes in progress
+	hsByIP   map[string][]*pendingHandshake // the same per source IP, oldest first
+	hsSeq    uint64                         // admission order of pending handshakes
+	limitLog atomic.Uint64                  // spaces the logs of refusals at the limits
+	keptLog  atomic.Uint64                  // spaces the logs of inbound connections refused as duplicate
+	dupLog   atomic.Uint64                  // spaces the logs of our dials refused as duplicate
 
 	stats struct {
 		dials, dialFailures, refused, shed     atomic.Uint64
+		shedBytes                              atomic.Uint64
 		limited, kept                          atomic.Uint64
 		framesIn, framesOut, bytesIn, bytesOut atomic.Uint64
 	}
@@ -101,7 +105,7 @@ func NewTCP(cfg TCPConfig) (*TCP, error) {
 		maxBody: cfg.MaxFrameSize,
 		peers:   make(map[string]*peer),
 		conns:   make(map[*conn]struct{}),
-		hsByIP:  make(map[string]int),
+		hsByIP:  make(map[string][]*pendingHandshake),
 	}
 	if cfg.TLS != nil {
 		t.tlsCfg.Store(cfg.TLS)
@@ -589,6 +593,9 @@ func (t *TCP) dial(ctx context.Context, to string) error {
 		}
 		if !errors.Is(err, errDuplicate) {
 			t.log.Warn("handshake failed", "peer", to, "addr", addr, "err", err)
+		} else if n := t.dupLog.Add(1); n&(n-1) == 0 { // 1st, 2nd, 4th, ...
+			t.log.Warn("peer refused our connection as duplicate: it holds a live connection from this node's ID (if this node restarted, that one is a stale connection or an impostor's)",
+				"peer", to, "addr", addr, "refused_total", n)
 		}
 		return err
 	}
@@ -620,7 +627,7 @@ func (t *TCP) clientHandshake(ctx context.Context, nc net.Conn, to, addr string)
 	}
 	self := t.cfg.NodeID
 	cn := newNonce()
-	if err := writeHello(rw, hello{Magic: helloMagic, Version: helloVersion, Node: self, To: to, Nonce: cn}); err != nil {
+	if err := writeHello(rw, hello{Magic: helloMagic, Version: helloVersion, Max: protoVersion, Node: self, To: to, Nonce: cn}); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrHandshake, err)
 	}
 	h, err := readHello(rw)
@@ -654,7 +661,7 @@ func (t *TCP) clientHandshake(ctx context.Context, nc net.Conn, to, addr string)
 	default:
 		return nil, fmt.Errorf("%w: unknown status %d", ErrHandshake, st.Status)
 	}
-	return t.newConn(rw, to, self), nil
+	return t.newConn(rw, to, self, negotiate(h)), nil
 }
 
 func (t *TCP) acceptLoop(ln net.Listener) {
@@ -673,23 +680,37 @@ func (t *TCP) acceptLoop(ln net.Listener) {
 			continue
 		}
 		ip := remoteIP(nc)
-		if reason := t.admit(ip); reason != "" {
+		ph, evicted, reason := t.admit(ip, nc)
+		if evicted != nil {
+			// Closing it fails its handshake; its goroutine ends and its
+			// release is a no-op (the slot went to ph).
+			_ = evicted.nc.Close()
+			t.stats.limited.Add(1)
+			t.logLimit("closed the oldest pending handshake of the address holding the most slots: handshake slots full", evicted.ip)
+		}
+		if ph == nil {
 			_ = nc.Close()
 			t.stats.limited.Add(1)
-			if n := t.limitLog.Add(1); n&(n-1) == 0 { // 1st, 2nd, 4th, ...: a flood must not flood the log
-				t.log.Warn("refused inbound connection: "+reason, "remote", ip, "refused_total", n,
-					"max_handshakes", t.cfg.MaxHandshakes, "max_handshakes_per_ip", t.cfg.MaxHandshakesPerIP)
-			}
+			t.logLimit(reason, ip)
 			continue
 		}
 		if !t.goFunc(func() {
-			defer t.release(ip)
-			t.accept(nc)
+			defer t.release(ph)
+			t.accept(nc, ph)
 		}) {
-			t.release(ip)
+			t.release(ph)
 			_ = nc.Close()
 			return
 		}
+	}
+}
+
+// logLimit logs a connection closed at the handshake limits, with
+// exponential spacing (1st, 2nd, 4th, ...): a flood must not flood the log.
+func (t *TCP) logLimit(reason, ip string) {
+	if n := t.limitLog.Add(1); n&(n-1) == 0 {
+		t.log.Warn("refused inbound connection: "+reason, "remote", ip, "refused_total", n,
+			"max_handshakes", t.cfg.MaxHandshakes, "max_handshakes_per_ip", t.cfg.MaxHandshakesPerIP)
 	}
 }
 
@@ -710,37 +731,88 @@ func remoteIP(nc net.Conn) string {
 	return host
 }
 
-// admit takes a handshake slot for a connection from ip, or returns why
-// not.
-func (t *TCP) admit(ip string) string {
-	t.hmu.Lock()
-	defer t.hmu.Unlock()
-	switch {
-	case t.hsTotal >= t.cfg.MaxHandshakes:
-		return "too many handshakes in progress"
-	case t.hsByIP[ip] >= t.cfg.MaxHandshakesPerIP:
-		return "too many handshakes in progress from this address"
-	}
-	t.hsTotal++
-	t.hsByIP[ip]++
-	return ""
+// pendingHandshake is an inbound connection holding a handshake slot.
+type pendingHandshake struct {
+	ip      string
+	nc      net.Conn
+	seq     uint64 // admission order
+	evicted bool   // its slot was given to a newer connection; guarded by hmu
+	done    bool   // released; guarded by hmu
 }
 
-// release returns the slot admit took.
-func (t *TCP) release(ip string) {
+// admit takes a handshake slot for nc, from ip. When every slot is taken
+// and ip holds fewer than the address holding the most, the oldest pending
+// handshake of that address (the oldest among several with as many) loses
+// its slot to nc and is returned as evicted, for the caller to close: an
+// attacker with many addresses can then delay a member's handshake only by
+// opening connections faster than the member completes one round trip,
+// never lock it out by holding slots idle. Otherwise ph is nil and reason
+// says why nc is refused.
+func (t *TCP) admit(ip string, nc net.Conn) (ph, evicted *pendingHandshake, reason string) {
 	t.hmu.Lock()
 	defer t.hmu.Unlock()
-	t.hsTotal--
-	if t.hsByIP[ip]--; t.hsByIP[ip] <= 0 {
-		delete(t.hsByIP, ip)
+	mine := len(t.hsByIP[ip])
+	if mine >= t.cfg.MaxHandshakesPerIP {
+		return nil, nil, "too many handshakes in progress from this address"
 	}
+	if t.hsTotal >= t.cfg.MaxHandshakes {
+		var victim []*pendingHandshake
+		for _, l := range t.hsByIP {
+			if len(l) > len(victim) || (len(l) == len(victim) && len(l) > 0 && l[0].seq < victim[0].seq) {
+				victim = l
+			}
+		}
+		if len(victim) <= mine {
+			return nil, nil, "too many handshakes in progress"
+		}
+		evicted = victim[0]
+		evicted.evicted = true
+		t.dropLocked(evicted)
+	}
+	t.hsSeq++
+	ph = &pendingHandshake{ip: ip, nc: nc, seq: t.hsSeq}
+	t.hsTotal++
+	t.hsByIP[ip] = append(t.hsByIP[ip], ph)
+	return ph, evicted, ""
+}
+
+// dropLocked removes ph from the pending handshakes.
+func (t *TCP) dropLocked(ph *pendingHandshake) {
+	t.hsTotal--
+	l := t.hsByIP[ph.ip]
+	if i := slices.Index(l, ph); i >= 0 {
+		l = slices.Delete(l, i, i+1)
+	}
+	if len(l) == 0 {
+		delete(t.hsByIP, ph.ip)
+	} else {
+		t.hsByIP[ph.ip] = l
+	}
+}
+
+// release returns the slot admit took, unless it was given away.
+func (t *TCP) release(ph *pendingHandshake) {
+	t.hmu.Lock()
+	defer t.hmu.Unlock()
+	if !ph.evicted && !ph.done {
+		t.dropLocked(ph)
+	}
+	ph.done = true
+}
+
+// wasEvicted reports whether ph lost its slot to a newer connection.
+func (t *TCP) wasEvicted(ph *pendingHandshake) bool {
+	t.hmu.Lock()
+	defer t.hmu.Unlock()
+	return ph.evicted
 }
 
 // accept runs the server handshake on an inbound connection.
-func (t *TCP) accept(nc net.Conn) {
+func (t *TCP) accept(nc net.Conn, ph *pendingHandshake) {
 	remote := nc.RemoteAddr().String()
 	ctx, done := t.handshakeCtx(t.ctx, nc)
 	c, status, err := t.serverHandshake(ctx, nc)
+	t.release(ph) // authenticated (or refused): the slot is free, and no longer to be evicted
 	if !done() && err == nil {
 		err = fmt.Errorf("%w: timed out", ErrHandshake)
 	}
@@ -749,7 +821,7 @@ func (t *TCP) accept(nc net.Conn) {
 		if c != nil {
 			c.close("handshake failed")
 		}
-		if t.ctx.Err() == nil {
+		if t.ctx.Err() == nil && !t.wasEvicted(ph) { // an eviction is counted in Limited
 			t.stats.refused.Add(1)
 			t.log.Warn("refused inbound connection", "remote", remote, "err", err)
 		}
@@ -794,7 +866,7 @@ func (t *TCP) serverHandshake(ctx context.Context, nc net.Conn) (*conn, uint8, e
 	if len(t.cfg.Secret) > 0 {
 		p = proof(t.cfg.Secret, "server", h.Nonce, sn, h.Node, self)
 	}
-	if err := writeHello(rw, hello{Magic: helloMagic, Version: helloVersion, Node: self, Nonce: sn, Proof: p}); err != nil {
+	if err := writeHello(rw, hello{Magic: helloMagic, Version: helloVersion, Max: protoVersion, Node: self, Nonce: sn, Proof: p}); err != nil {
 		return nil, 0, fmt.Errorf("%w: %w", ErrHandshake, err)
 	}
 	a, err := readHello(rw)
@@ -804,7 +876,7 @@ func (t *TCP) serverHandshake(ctx context.Context, nc net.Conn) (*conn, uint8, e
 	if err := verifyProof(t.cfg.Secret, a.Proof, "client", h.Nonce, sn, h.Node, self); err != nil {
 		return nil, 0, fmt.Errorf("peer %q: %w", h.Node, err)
 	}
-	c := t.newConn(rw, h.Node, h.Node)
+	c := t.newConn(rw, h.Node, h.Node, negotiate(h))
 	status := uint8(statusOK)
 	if !t.installInbound(ctx, c) {
 		status = statusDuplicate
@@ -860,13 +932,20 @@ func (t *TCP) addLocked(p *peer, c *conn) {
 
 // installInbound makes c, a connection the peer dialled, the connection to
 // its peer if the peer has none. An inbound connection never takes over a
-// held one: whoever dialled it proved the Secret (or a certificate) but,
+// live one: whoever dialled it proved the Secret (or a certificate) but,
 // with a Secret alone, not that it is the node it claims, and the held
 // connection may be the real node's. If one is held, installInbound probes
-// it (a no-op frame: if the peer restarted, its host resets the stale
-// connection, which then closes) and waits at most takeoverWait (and ctx)
-// for it to go; if it stays, c is refused and false returned (the client
-// is told "duplicate" and uses the held connection, counted in
+// it and waits at most takeoverWait (and ctx):
+//
+//   - version 2 (see negotiate): a ping, which a live peer answers at once.
+//     If nothing arrives on the held connection in time it is closed as
+//     dead (the node restarted, maybe elsewhere, and nothing will reset
+//     it) and c installed.
+//   - version 1: a no-op frame; if the peer restarted on the same host, its
+//     host resets the stale connection, which then closes.
+//
+// If the held connection stays, c is refused and false returned (the
+// client is told "duplicate" and uses the held connection, counted in
 // TCPStats.Kept). It also returns false if the transport is closed.
 func (t *TCP) installInbound(ctx context.Context, c *conn) bool {
 	for probed := false; ; probed = true {
@@ -890,16 +969,32 @@ func (t *TCP) installInbound(ctx context.Context, c *conn) bool {
 		if probed {
 			break
 		}
-		old.probe()
 		wctx, cancel := context.WithTimeout(ctx, takeoverWait) // real time: bounds a network event
-		select {
-		case <-changed:
-		case <-wctx.Done():
+		if old.pings {
+			heard := old.demandLiveness(wctx)
+			select {
+			case <-changed:
+			case <-heard:
+			case <-wctx.Done():
+				if ctx.Err() == nil {
+					t.log.Info("closing a held connection that did not answer the takeover probe", "peer", c.peer, "wait", takeoverWait)
+					old.close("no answer to the takeover probe")
+				}
+			}
+		} else {
+			old.probe()
+			select {
+			case <-changed:
+			case <-wctx.Done():
+			}
 		}
 		cancel()
 	}
 	t.stats.kept.Add(1)
-	t.log.Info("refused inbound connection: this node holds a live connection to the node it claims", "peer", c.peer)
+	if n := t.keptLog.Add(1); n&(n-1) == 0 { // 1st, 2nd, 4th, ...: a flood must not flood the log
+		t.log.Warn("refused inbound connection as duplicate: this node holds a live connection to the node it claims (an impostor, or a simultaneous dial)",
+			"peer", c.peer, "kept_total", n)
+	}
 	return false
 }
 
@@ -924,7 +1019,8 @@ type TCPStats struct {
 	Refused      uint64 // inbound connections refused in the handshake
 	Limited      uint64 // inbound connections closed unread: MaxHandshakes or MaxHandshakesPerIP was reached
 	Kept         uint64 // inbound connections refused because a live connection to the node they claim was held
-	Shed         uint64 // inbound messages refused (ErrBusy) or dropped (one-way) because the handler queue was full
+	Shed         uint64 // inbound messages refused (ErrBusy) or dropped (one-way) because the handler queue (MaxQueued or MaxQueuedBytes) was full
+	ShedBytes    uint64 // of Shed, those refused for MaxQueuedBytes
 	FramesIn     uint64 // frames received after handshakes
 	FramesOut    uint64 // frames sent after handshakes
 	BytesIn      uint64 // their bytes, framing included
@@ -944,6 +1040,7 @@ func (t *TCP) Stats() TCPStats {
 		Limited:      t.stats.limited.Load(),
 		Kept:         t.stats.kept.Load(),
 		Shed:         t.stats.shed.Load(),
+		ShedBytes:    t.stats.shedBytes.Load(),
 		FramesIn:     t.stats.framesIn.Load(),
 		FramesOut:    t.stats.framesOut.Load(),
 		BytesIn:      t.stats.bytesIn.Load(),

@@ -68,8 +68,11 @@ type TCPConfig struct {
 	// does not complete the handshake in time is disconnected. Default 5 s.
 	HandshakeTimeout time.Duration
 	// MaxHandshakes bounds the inbound connections that have not finished
-	// the handshake (unauthenticated), in total; beyond it new connections
-	// are closed at once and counted in TCPStats.Refused. Default 256.
+	// the handshake (unauthenticated), in total. When it is reached, a new
+	// connection from an address holding fewer handshakes than the address
+	// holding the most takes the slot of that address's oldest pending
+	// handshake (closed); other new connections are closed at once. Both
+	// are counted in TCPStats.Limited. Default 256.
 	MaxHandshakes int
 	// MaxHandshakesPerIP bounds them per source address (an IPv4 address,
 	// or an IPv6 /64 prefix), so that one host cannot fill MaxHandshakes.
@@ -81,7 +84,10 @@ type TCPConfig struct {
 	// another IdleTimeout passes without a byte, the connection is closed
 	// (pending requests fail with ErrUnreachable, the next call dials
 	// again). A peer that stalls, in a frame or between frames, is thus
-	// disconnected after at most three IdleTimeouts. Default 30 s.
+	// disconnected after at most three IdleTimeouts. Only on connections
+	// to peers of protocol version 2 or later: a version-1 peer cannot
+	// answer a ping, so its connections get neither pings nor the idle
+	// deadline. Default 30 s.
 	IdleTimeout time.Duration
 	// ReconnectMin and ReconnectMax bound the wait after a failed dial
 	// before the next attempt to the same peer: it doubles from ReconnectMin
@@ -98,6 +104,13 @@ type TCPConfig struct {
 	// beyond it a request is answered with ErrBusy and a one-way message is
 	// dropped and logged. 0 means no queue. Default 16384.
 	MaxQueued int
+	// MaxQueuedBytes bounds the bytes of message bodies per connection held
+	// by running and queued handlers, from receipt until the handler
+	// returns; beyond it, as beyond MaxQueued, a request is answered with
+	// ErrBusy and a one-way message is dropped and logged (counted in
+	// TCPStats.Shed and TCPStats.ShedBytes). A message is always accepted
+	// when the connection holds none, however large. Default 64 MiB.
+	MaxQueuedBytes int
 	// WriteQueue is the number of frames queued per connection before
 	// senders block. Default 1024.
 	WriteQueue int
@@ -129,6 +142,7 @@ func DefaultTCPConfig() TCPConfig {
 		ReconnectMax:       10 * time.Second,
 		MaxInflight:        1024,
 		MaxQueued:          16384,
+		MaxQueuedBytes:     64 << 20,
 		WriteQueue:         1024,
 	}
 }
@@ -174,6 +188,8 @@ func (c TCPConfig) Validate() error {
 		return bad("MaxInflight must be > 0, got %d", c.MaxInflight)
 	case c.MaxQueued < 0:
 		return bad("MaxQueued must be >= 0, got %d", c.MaxQueued)
+	case c.MaxQueuedBytes <= 0:
+		return bad("MaxQueuedBytes must be > 0, got %d", c.MaxQueuedBytes)
 	case c.WriteQueue <= 0:
 		return bad("WriteQueue must be > 0, got %d", c.WriteQueue)
 	}

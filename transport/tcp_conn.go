@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,29 +24,37 @@ type conn struct {
 	nc     net.Conn
 	peer   string
 	dialer string          // the node that dialled it
+	pings  bool            // protocol version 2 or later: the peer answers pings
 	ctx    context.Context // cancelled on close; parent of handler contexts
 	cancel context.CancelFunc
 	wq     chan []byte   // frames for the writer; nil means flush and close
 	send1  chan struct{} // one token: orders request and one-way frames against the go-away
 
+	// listening is set while a takeover probe waits for a frame: the
+	// reader then closes heard at the next frame.
+	listening atomic.Bool
+
 	mu        sync.Mutex
+	heard     chan struct{} // see listening
 	pending   map[uint64]chan memResult
 	nextID    uint64
 	handlers  int // handler slots in use (serveLoop goroutines)
 	backlog   []inbound
+	held      int  // body bytes of the messages running or in backlog (MaxQueuedBytes)
 	closed    bool // close ran
 	retired   bool // no new outbound calls; go-away sent
 	goaway    bool // the peer sent go-away
 	finishing bool // the close marker is queued
 }
 
-func (t *TCP) newConn(nc net.Conn, peer, dialer string) *conn {
+func (t *TCP) newConn(nc net.Conn, peer, dialer string, version uint8) *conn {
 	ctx, cancel := context.WithCancel(t.ctx)
 	return &conn{
 		t:       t,
 		nc:      nc,
 		peer:    peer,
 		dialer:  dialer,
+		pings:   version >= 2,
 		ctx:     ctx,
 		cancel:  cancel,
 		wq:      make(chan []byte, t.cfg.WriteQueue),
@@ -139,6 +148,33 @@ func (c *conn) probe() {
 	case c.wq <- encodeFrame(header{flags: flagResponse}, nil):
 	default:
 	}
+}
+
+// demandLiveness sends a ping (waiting for room in the write queue up to
+// ctx) and returns a channel closed when the next frame arrives on c, a
+// pong or anything else: proof that the peer is alive. Only for a peer that
+// answers pings.
+func (c *conn) demandLiveness(ctx context.Context) <-chan struct{} {
+	c.mu.Lock()
+	if c.heard == nil {
+		c.heard = make(chan struct{})
+	}
+	heard := c.heard
+	c.mu.Unlock()
+	c.listening.Store(true)
+	_ = c.enqueue(ctx, encodeFrame(header{flags: flagPing}, nil))
+	return heard
+}
+
+// heardFrame closes heard for a waiting takeover probe.
+func (c *conn) heardFrame() {
+	c.mu.Lock()
+	if c.heard != nil {
+		close(c.heard)
+		c.heard = nil
+	}
+	c.listening.Store(false)
+	c.mu.Unlock()
 }
 
 // request sends one request and waits for its response.
@@ -294,6 +330,9 @@ type idleReader struct {
 }
 
 func (r *idleReader) arm() {
+	if !r.c.pings {
+		return // a version-1 peer cannot answer a ping: no idle deadline, as in version 1
+	}
 	_ = r.c.nc.SetReadDeadline(time.Now().Add(r.idle)) // real time: a socket deadline
 }
 
@@ -380,6 +419,9 @@ func (c *conn) readLoop() {
 		}
 		c.t.stats.framesIn.Add(1)
 		c.t.stats.bytesIn.Add(uint64(4 + n))
+		if c.listening.Load() {
+			c.heardFrame()
+		}
 		h, body, err := decodeFrame(buf, c.t.maxBody)
 		if err != nil {
 			c.t.log.Warn("closing connection: bad frame", "peer", c.peer, "err", err)
@@ -410,29 +452,33 @@ func (c *conn) handle(h header, body []byte) {
 			// derived from the caller's ctx, so real time.
 			m.deadline = time.Now().Add(time.Duration(min(h.timeout, uint64(1<<62)/1000)) * time.Microsecond) // real time
 		}
+		size := len(body)
 		c.mu.Lock()
 		switch {
+		case c.held > 0 && c.held+size > c.t.cfg.MaxQueuedBytes:
+			held := c.held
+			c.mu.Unlock()
+			c.t.stats.shedBytes.Add(1)
+			c.shed(h, "handler byte budget full: refusing requests with ErrBusy and dropping one-way messages",
+				fmt.Sprintf("%d bytes held by handlers, limit %d", held, c.t.cfg.MaxQueuedBytes), "held_bytes", held, "bytes", size)
 		case c.handlers < c.t.cfg.MaxInflight:
 			c.handlers++
+			c.held += size
 			c.mu.Unlock()
 			if !c.t.goFunc(func() { c.serveLoop(m) }) {
 				c.mu.Lock()
 				c.handlers--
+				c.held -= size
 				c.mu.Unlock()
 			}
 		case len(c.backlog) < c.t.cfg.MaxQueued:
 			c.backlog = append(c.backlog, m)
+			c.held += size
 			c.mu.Unlock()
 		default:
 			c.mu.Unlock()
-			n := c.t.stats.shed.Add(1)
-			if n&(n-1) == 0 { // log the 1st, 2nd, 4th, 8th... to bound the noise of an overload
-				c.t.log.Warn("handler queue full: refusing requests with ErrBusy and dropping one-way messages",
-					"peer", c.peer, "kind", h.kind, "shed_total", n)
-			}
-			if h.flags == flagRequest {
-				c.respondErr(h.id, codeBusy, fmt.Sprintf("%d handlers running and %d messages queued", c.t.cfg.MaxInflight, c.t.cfg.MaxQueued))
-			}
+			c.shed(h, "handler queue full: refusing requests with ErrBusy and dropping one-way messages",
+				fmt.Sprintf("%d handlers running and %d messages queued", c.t.cfg.MaxInflight, c.t.cfg.MaxQueued))
 		}
 	case flagResponse, flagResponse | flagError:
 		c.mu.Lock()
@@ -457,6 +503,18 @@ func (c *conn) handle(h header, body []byte) {
 		case c.wq <- encodeFrame(header{flags: flagPong}, nil):
 		default:
 		}
+	}
+}
+
+// shed refuses (ErrBusy) or drops (one-way) a message the handler limits
+// leave no room for, counted and logged with exponential spacing (1st,
+// 2nd, 4th, ...) to bound the noise of an overload.
+func (c *conn) shed(h header, logMsg, busyMsg string, attrs ...any) {
+	if n := c.t.stats.shed.Add(1); n&(n-1) == 0 {
+		c.t.log.Warn(logMsg, append([]any{"peer", c.peer, "kind", h.kind, "shed_total", n}, attrs...)...)
+	}
+	if h.flags == flagRequest {
+		c.respondErr(h.id, codeBusy, busyMsg)
 	}
 }
 
@@ -492,6 +550,7 @@ func (c *conn) serveLoop(m inbound) {
 	for {
 		c.serve(m)
 		c.mu.Lock()
+		c.held -= len(m.body)
 		if len(c.backlog) == 0 || c.closed {
 			c.handlers--
 			c.mu.Unlock()

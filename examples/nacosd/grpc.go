@@ -1,0 +1,701 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	anypb "github.com/golang/protobuf/ptypes/any"
+	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/registry"
+	pb "github.com/nacos-group/nacos-sdk-go/v2/api/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// The Nacos 2.x gRPC protocol: a unary Request service and a
+// bidirectional BiRequestStream, both carrying Payloads whose
+// metadata.type names the JSON body's class.
+//
+// A client first calls ServerCheckRequest (unary), then opens the stream and
+// sends ConnectionSetupRequest on it. It never sends its connection ID on
+// unary calls, so a unary request is tied to its connection by the remote
+// address of the HTTP/2 connection that carries both. Each connection is a
+// registry Session: its instances leave when the stream ends.
+
+// response is the common part of every Nacos response.
+type response struct {
+	ResultCode int    `json:"resultCode"`
+	ErrorCode  int    `json:"errorCode"`
+	Success    bool   `json:"success"`
+	Message    string `json:"message,omitempty"`
+	RequestID  string `json:"requestId"`
+}
+
+func ok(id string) response { return response{ResultCode: codeOK, Success: true, RequestID: id} }
+
+func failed(id string, code int, msg string) response {
+	return response{ResultCode: codeFail, ErrorCode: code, Message: msg, RequestID: id}
+}
+
+// nRequest holds the fields of every request nacosd reads; each request
+// type uses some of them.
+type nRequest struct {
+	RequestID   string      `json:"requestId"`
+	Namespace   string      `json:"namespace"`
+	ServiceName string      `json:"serviceName"`
+	GroupName   string      `json:"groupName"`
+	Type        string      `json:"type"`
+	Instance    nInstance   `json:"instance"`
+	Instances   []nInstance `json:"instances"`
+	PageNo      int         `json:"pageNo"`
+	PageSize    int         `json:"pageSize"`
+	Subscribe   bool        `json:"subscribe"`
+	Clusters    string      `json:"clusters"`
+	Cluster     string      `json:"cluster"`
+	HealthyOnly bool        `json:"healthyOnly"`
+
+	ClientVersion string            `json:"clientVersion"`
+	Tenant        string            `json:"tenant"`
+	Labels        map[string]string `json:"labels"`
+}
+
+func payload(typ string, body any) *pb.Payload {
+	b, err := json.Marshal(body)
+	if err != nil { // our own types always marshal
+		panic(err)
+	}
+	return &pb.Payload{Metadata: &pb.Metadata{Type: typ}, Body: &anypb.Any{Value: b}}
+}
+
+func errorPayload(id string, code int, msg string) *pb.Payload {
+	return payload("ErrorResponse", failed(id, code, msg))
+}
+
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
+}
+
+// grpcAPI serves both services.
+type grpcAPI struct {
+	s   *Server
+	log *slog.Logger
+
+	mu      sync.Mutex
+	conns   map[string]*conn  // by the peer address of the HTTP/2 connection
+	checked map[string]string // peer address → connection ID handed out by ServerCheck
+	closing bool
+	seq     atomic.Uint64
+}
+
+func newGRPCAPI(s *Server) *grpcAPI {
+	return &grpcAPI{s: s, log: s.log.With("api", "grpc"), conns: map[string]*conn{}, checked: map[string]string{}}
+}
+
+// Request serves the unary service.
+func (g *grpcAPI) Request(ctx context.Context, p *pb.Payload) (*pb.Payload, error) {
+	typ := p.GetMetadata().GetType()
+	var req nRequest
+	if err := json.Unmarshal(p.GetBody().GetValue(), &req); err != nil {
+		return errorPayload("", codeInvalidParam, "malformed body of "+typ+": "+err.Error()), nil
+	}
+	addr := peerAddr(ctx)
+	if typ == "ServerCheckRequest" {
+		return g.serverCheck(addr, req.RequestID)
+	}
+	g.mu.Lock()
+	c := g.conns[addr]
+	g.mu.Unlock()
+	if c == nil {
+		return errorPayload(req.RequestID, codeUnregister, "Connection is unregistered."), nil
+	}
+	c.touch()
+	switch typ {
+	case "HealthCheckRequest":
+		g.mu.Lock()
+		closing := g.closing
+		g.mu.Unlock()
+		if closing {
+			// A client told to reconnect first checks whether its server
+			// still answers, and stays if it does.
+			return nil, status.Error(codes.Unavailable, "nacosd is shutting down")
+		}
+		return payload("HealthCheckResponse", ok(req.RequestID)), nil
+	case "InstanceRequest":
+		return c.instance(ctx, &req, p.GetMetadata().GetClientIp(), true), nil
+	case "PersistentInstanceRequest":
+		return c.instance(ctx, &req, p.GetMetadata().GetClientIp(), false), nil
+	case "BatchInstanceRequest":
+		return c.batch(ctx, &req), nil
+	case "ServiceQueryRequest":
+		return c.query(ctx, &req), nil
+	case "SubscribeServiceRequest":
+		return c.subscribe(ctx, &req), nil
+	case "ServiceListRequest":
+		return c.list(ctx, &req), nil
+	default:
+		return errorPayload(req.RequestID, codeNoHandler, "RequestHandler Not Found: nacosd does not serve "+typ), nil
+	}
+}
+
+func (g *grpcAPI) serverCheck(addr, reqID string) (*pb.Payload, error) {
+	g.mu.Lock()
+	closing := g.closing
+	g.mu.Unlock()
+	if closing {
+		// An error, not a 3xx code: the client then tries another server
+		// at once rather than wait for this one.
+		return nil, status.Error(codes.Unavailable, "nacosd is shutting down")
+	}
+	type serverCheckResponse struct {
+		response
+		ConnectionID string `json:"connectionId"`
+	}
+	if !g.s.reg.Ready() {
+		r := failed(reqID, codeNotReady, "nacosd is loading its data from its peers")
+		return payload("ServerCheckResponse", serverCheckResponse{response: r}), nil
+	}
+	id := fmt.Sprintf("%d_%s_%d", time.Now().UnixMilli(), addr, g.seq.Add(1))
+	g.mu.Lock()
+	g.checked[addr] = id
+	g.mu.Unlock()
+	return payload("ServerCheckResponse", serverCheckResponse{response: ok(reqID), ConnectionID: id}), nil
+}
+
+// RequestBiStream serves one client connection's stream: a Session for its
+// lifetime.
+func (g *grpcAPI) RequestBiStream(stream pb.BiRequestStream_RequestBiStreamServer) error {
+	ctx := stream.Context()
+	addr := peerAddr(ctx)
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	if t := first.GetMetadata().GetType(); t != "ConnectionSetupRequest" {
+		return status.Errorf(codes.FailedPrecondition, "the first message of a stream must be ConnectionSetupRequest, not %q", t)
+	}
+	var setup nRequest
+	if err := json.Unmarshal(first.GetBody().GetValue(), &setup); err != nil {
+		return status.Errorf(codes.InvalidArgument, "malformed ConnectionSetupRequest: %v", err)
+	}
+	sess, err := g.s.reg.OpenSession(ctx, registry.SessionOptions{})
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "cannot open a session: %v", err)
+	}
+	c := newConn(g, stream, addr, first.GetMetadata().GetClientIp(), &setup, sess)
+
+	g.mu.Lock()
+	if g.closing {
+		g.mu.Unlock()
+		_ = sess.Close()
+		return status.Error(codes.Unavailable, "nacosd is shutting down")
+	}
+	if id, ok := g.checked[addr]; ok {
+		c.id = id
+		delete(g.checked, addr)
+	}
+	c.log = c.log.With("conn", c.id) // before unary requests can see c
+	old := g.conns[addr]
+	g.conns[addr] = c
+	g.mu.Unlock()
+	if old != nil {
+		old.kill()
+	}
+	c.log.Info("connection set up", "clientIp", c.clientIP, "version", setup.ClientVersion, "labels", setup.Labels)
+
+	recvErr := make(chan error, 1)
+	go func() { // ends when the stream does: the handler's return ends its context
+		for {
+			p, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			c.touch()
+			c.onResponse(p)
+		}
+	}()
+	select {
+	case err = <-recvErr:
+	case <-c.ctx.Done():
+		err = c.ctx.Err()
+	}
+	g.mu.Lock()
+	if g.conns[addr] == c {
+		delete(g.conns, addr)
+	}
+	// After a ConnectResetRequest the client moves to another node and
+	// registers there again; its session here stays until the registry
+	// closes (after a grace period), so that its instances never leave in
+	// between.
+	handover := g.closing && len(g.s.cfg.Peers) > 1
+	g.mu.Unlock()
+	c.close(!handover)
+	c.log.Info("connection closed", "reason", err, "sessionKept", handover)
+	return nil
+}
+
+// drain waits until every connection has ended, or ctx ends.
+func (g *grpcAPI) drain(ctx context.Context) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for len(g.snapshot()) > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// snapshot returns the live connections.
+func (g *grpcAPI) snapshot() []*conn {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]*conn, 0, len(g.conns))
+	for _, c := range g.conns {
+		out = append(out, c)
+	}
+	return out
+}
+
+// detect sends ClientDetectionRequest to connections idle for longer than
+// idle, and drops those that do not answer within timeout. It runs until
+// ctx ends.
+func (g *grpcAPI) detect(ctx context.Context, idle, timeout time.Duration) {
+	t := time.NewTicker(max(idle/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, c := range g.snapshot() {
+			if time.Since(time.UnixMilli(c.lastActive.Load())) < idle {
+				continue
+			}
+			g.s.goFunc(func() { // counted: detect itself is, so this Add precedes the Wait
+				rctx, cancel := context.WithTimeout(ctx, timeout)
+				defer cancel()
+				if _, err := c.call(rctx, "ClientDetectionRequest", map[string]any{"module": "internal"}); err != nil && ctx.Err() == nil {
+					c.log.Warn("client does not answer ClientDetectionRequest; closing its connection", "err", err)
+					c.kill()
+				}
+			})
+		}
+	}
+}
+
+// reset tells every client to reconnect elsewhere (ConnectResetRequest) and
+// waits for their answers, at most until ctx ends. New connections are
+// refused from then on.
+func (g *grpcAPI) reset(ctx context.Context) {
+	g.mu.Lock()
+	g.closing = true
+	g.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, c := range g.snapshot() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = c.call(ctx, "ConnectResetRequest", map[string]any{"module": "internal", "serverIp": "", "serverPort": ""})
+		}()
+	}
+	wg.Wait()
+}
+
+// killAll ends every connection.
+func (g *grpcAPI) killAll() {
+	for _, c := range g.snapshot() {
+		c.kill()
+	}
+}
+
+// conn is one client connection.
+type conn struct {
+	g        *grpcAPI
+	id       string
+	addr     string
+	clientIP string
+	version  string
+	labels   map[string]string
+	log      *slog.Logger
+	stream   pb.BiRequestStream_RequestBiStreamServer
+	sess     *registry.Session
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	lastActive atomic.Int64 // Unix ms
+	sendMu     sync.Mutex
+	reqSeq     atomic.Uint64
+
+	mu      sync.Mutex
+	pending map[string]chan *pb.Payload
+	subs    map[subKey]*subscription
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+type subKey struct {
+	svc      model.ServiceKey
+	clusters string
+}
+
+type subscription struct {
+	key    subKey
+	name   string // as the client sent it
+	group  string
+	w      *registry.Watcher
+	cancel context.CancelFunc
+}
+
+func newConn(g *grpcAPI, stream pb.BiRequestStream_RequestBiStreamServer, addr, clientIP string, setup *nRequest, sess *registry.Session) *conn {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &conn{
+		g: g, id: fmt.Sprintf("%d_%s_%d", time.Now().UnixMilli(), addr, g.seq.Add(1)), addr: addr,
+		clientIP: clientIP, version: setup.ClientVersion, labels: setup.Labels,
+		log: g.log, stream: stream, sess: sess, ctx: ctx, cancel: cancel,
+		pending: map[string]chan *pb.Payload{},
+		subs:    map[subKey]*subscription{},
+	}
+	c.touch()
+	return c
+}
+
+func (c *conn) touch() { c.lastActive.Store(time.Now().UnixMilli()) }
+
+// kill ends the connection from the server's side.
+func (c *conn) kill() { c.cancel() }
+
+// close ends the subscriptions and, with endSession, the session (its
+// instances leave), and waits for the push loops.
+func (c *conn) close(endSession bool) {
+	c.cancel()
+	c.mu.Lock()
+	c.closed = true
+	for _, s := range c.subs {
+		s.cancel()
+		s.w.Close()
+	}
+	c.subs = map[subKey]*subscription{}
+	c.mu.Unlock()
+	if endSession {
+		_ = c.sess.Close()
+	}
+	c.wg.Wait()
+}
+
+// send writes one payload to the stream (gRPC streams take one writer at a
+// time).
+func (c *conn) send(p *pb.Payload) error {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	return c.stream.Send(p)
+}
+
+// call sends a server request on the stream and waits for the client's
+// response with the same requestId.
+func (c *conn) call(ctx context.Context, typ string, body map[string]any) (*pb.Payload, error) {
+	id := strconv.FormatUint(c.reqSeq.Add(1), 10)
+	body["requestId"] = id
+	ch := make(chan *pb.Payload, 1)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, errors.New("connection closed")
+	}
+	c.pending[id] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+	}()
+	if err := c.send(payload(typ, body)); err != nil {
+		return nil, err
+	}
+	select {
+	case p := <-ch:
+		var r response
+		if err := json.Unmarshal(p.GetBody().GetValue(), &r); err != nil {
+			return nil, err
+		}
+		if r.ResultCode != codeOK && !r.Success {
+			return nil, fmt.Errorf("client answered %s with code %d: %s", p.GetMetadata().GetType(), r.ErrorCode, r.Message)
+		}
+		return p, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("no answer to %s: %w", typ, ctx.Err())
+	case <-c.ctx.Done():
+		return nil, errors.New("connection closed")
+	}
+}
+
+// onResponse routes a client's response to the call waiting for it.
+func (c *conn) onResponse(p *pb.Payload) {
+	var r struct {
+		RequestID string `json:"requestId"`
+	}
+	if err := json.Unmarshal(p.GetBody().GetValue(), &r); err != nil {
+		c.log.Warn("malformed message on the stream", "type", p.GetMetadata().GetType(), "err", err)
+		return
+	}
+	c.mu.Lock()
+	ch := c.pending[r.RequestID]
+	c.mu.Unlock()
+	if ch != nil {
+		select {
+		case ch <- p:
+		default:
+		}
+	}
+}
+
+// instance serves InstanceRequest (ephemeral, on the connection's session)
+// and PersistentInstanceRequest.
+func (c *conn) instance(ctx context.Context, req *nRequest, clientIP string, ephemeral bool) *pb.Payload {
+	typ := "InstanceResponse"
+	svc := serviceKey(req.Namespace, req.GroupName, req.ServiceName)
+	inst := toModel(svc, req.Instance)
+	inst.Ephemeral = ephemeral
+	var err error
+	switch req.Type {
+	case "registerInstance":
+		if err = checkPort(inst.Port); err != nil {
+			break
+		}
+		if ephemeral {
+			err = c.replace(ctx, svc, []model.Instance{inst})
+		} else {
+			err = c.g.s.reg.Register(ctx, inst)
+		}
+	case "deregisterInstance":
+		if ephemeral {
+			err = c.deregister(ctx, inst.Key())
+		} else {
+			err = c.g.s.reg.Deregister(ctx, inst.Key())
+		}
+	default:
+		err = fmt.Errorf("%w: unknown request type %q (registerInstance or deregisterInstance)", model.ErrInvalid, req.Type)
+	}
+	if err != nil {
+		code, msg := errCode(err)
+		c.log.Info("instance request refused", "type", req.Type, "service", svc, "err", err)
+		return errorPayload(req.RequestID, code, msg)
+	}
+	return payload(typ, ok(req.RequestID))
+}
+
+// batch serves BatchInstanceRequest: the connection's instances of the
+// service become exactly the batch.
+func (c *conn) batch(ctx context.Context, req *nRequest) *pb.Payload {
+	svc := serviceKey(req.Namespace, req.GroupName, req.ServiceName)
+	var err error
+	switch req.Type {
+	case "batchRegisterInstance":
+		insts := make([]model.Instance, 0, len(req.Instances))
+		for _, in := range req.Instances {
+			inst := toModel(svc, in)
+			inst.Ephemeral = true
+			if err = checkPort(inst.Port); err != nil {
+				break
+			}
+			insts = append(insts, inst)
+		}
+		if err == nil {
+			err = c.replace(ctx, svc, insts)
+		}
+	case "batchDeregisterInstance":
+		for _, in := range req.Instances {
+			if err = c.deregister(ctx, toModel(svc, in).Key()); err != nil {
+				break
+			}
+		}
+	default:
+		err = fmt.Errorf("%w: unknown batch type %q", model.ErrInvalid, req.Type)
+	}
+	if err != nil {
+		code, msg := errCode(err)
+		c.log.Info("batch request refused", "service", svc, "err", err)
+		return errorPayload(req.RequestID, code, msg)
+	}
+	return payload("BatchInstanceResponse", ok(req.RequestID))
+}
+
+// replace makes insts the connection's instances of svc, as Nacos 2.x
+// does for a registration (one publication per connection and service), in
+// one step: subscribers never see a mix of the old and the new set.
+func (c *conn) replace(ctx context.Context, svc model.ServiceKey, insts []model.Instance) error {
+	return c.sess.ReplaceService(ctx, svc, insts)
+}
+
+func (c *conn) deregister(ctx context.Context, key model.InstanceKey) error {
+	return c.sess.Deregister(ctx, key)
+}
+
+func (c *conn) query(ctx context.Context, req *nRequest) *pb.Payload {
+	svc := serviceKey(req.Namespace, req.GroupName, req.ServiceName)
+	q := model.Query{Service: svc, Clusters: splitClusters(req.Cluster), HealthyOnly: req.HealthyOnly}
+	v, err := c.g.s.reg.Query(ctx, q)
+	if err != nil {
+		code, msg := errCode(err)
+		return errorPayload(req.RequestID, code, msg)
+	}
+	type queryServiceResponse struct {
+		response
+		ServiceInfo nServiceInfo `json:"serviceInfo"`
+	}
+	si := serviceInfo(v, req.ServiceName, svc.Group, req.Cluster, c.g.s.ref.next())
+	return payload("QueryServiceResponse", queryServiceResponse{ok(req.RequestID), si})
+}
+
+func (c *conn) list(ctx context.Context, req *nRequest) *pb.Payload {
+	type serviceListResponse struct {
+		response
+		Count        int      `json:"count"`
+		ServiceNames []string `json:"serviceNames"`
+	}
+	group := req.GroupName
+	if group == "" {
+		group = model.DefaultGroup
+	}
+	l, err := c.g.s.reg.ListServices(ctx, registry.ListOptions{Namespace: namespaceOf(req.Namespace), Group: group, Page: req.PageNo, PageSize: req.PageSize})
+	if err != nil {
+		code, msg := errCode(err)
+		r := failed(req.RequestID, code, msg)
+		return payload("ServiceListResponse", serviceListResponse{response: r, ServiceNames: []string{}})
+	}
+	names := make([]string, 0, len(l.Services))
+	for _, s := range l.Services {
+		names = append(names, s.Key.Name)
+	}
+	return payload("ServiceListResponse", serviceListResponse{ok(req.RequestID), l.Total, names})
+}
+
+type subscribeServiceResponse struct {
+	response
+	ServiceInfo nServiceInfo `json:"serviceInfo"`
+}
+
+// subscribe serves SubscribeServiceRequest: a Watch whose every update is
+// pushed to the client (NotifySubscriberRequest). The answer carries the
+// watch's first view, so the first push is the first change.
+func (c *conn) subscribe(ctx context.Context, req *nRequest) *pb.Payload {
+	svc := serviceKey(req.Namespace, req.GroupName, req.ServiceName).WithDefaults()
+	key := subKey{svc: svc, clusters: req.Clusters}
+	fail := func(err error) *pb.Payload {
+		code, msg := errCode(err)
+		return payload("SubscribeServiceResponse", subscribeServiceResponse{response: failed(req.RequestID, code, msg)})
+	}
+	if !req.Subscribe {
+		c.mu.Lock()
+		if s := c.subs[key]; s != nil {
+			s.cancel()
+			s.w.Close()
+			delete(c.subs, key)
+		}
+		c.mu.Unlock()
+		return payload("SubscribeServiceResponse", subscribeServiceResponse{response: ok(req.RequestID)})
+	}
+	q := model.Query{Service: svc, Clusters: splitClusters(req.Clusters)}
+	if err := q.Validate(); err != nil {
+		return fail(err)
+	}
+	c.mu.Lock()
+	existing := c.subs[key]
+	c.mu.Unlock()
+	if existing != nil {
+		v, err := c.g.s.reg.Query(ctx, q)
+		if err != nil {
+			return fail(err)
+		}
+		si := serviceInfo(v, req.ServiceName, svc.Group, req.Clusters, c.g.s.ref.next())
+		return payload("SubscribeServiceResponse", subscribeServiceResponse{ok(req.RequestID), si})
+	}
+	if err := c.g.s.subs.acquire(); err != nil {
+		return fail(err)
+	}
+	wctx, cancel := context.WithCancel(c.ctx)
+	w, err := c.g.s.reg.Watch(wctx, q)
+	if err != nil {
+		cancel()
+		c.g.s.subs.release()
+		return fail(err)
+	}
+	u, err := w.Next(ctx)
+	if err != nil {
+		cancel()
+		w.Close()
+		c.g.s.subs.release()
+		return fail(err)
+	}
+	s := &subscription{key: key, name: req.ServiceName, group: svc.Group, w: w, cancel: cancel}
+	c.mu.Lock()
+	if c.closed || c.subs[key] != nil {
+		c.mu.Unlock()
+		cancel()
+		w.Close()
+		c.g.s.subs.release()
+	} else {
+		c.subs[key] = s
+		c.wg.Add(1)
+		c.mu.Unlock()
+		go c.pushLoop(wctx, s, req.Namespace)
+	}
+	si := serviceInfo(u.View, req.ServiceName, svc.Group, req.Clusters, c.g.s.ref.next())
+	return payload("SubscribeServiceResponse", subscribeServiceResponse{ok(req.RequestID), si})
+}
+
+// pushLoop pushes every update of s's watch until the subscription or the
+// connection ends. A push is retried until the client acknowledges it; an
+// update that arrives meanwhile supersedes it.
+func (c *conn) pushLoop(ctx context.Context, s *subscription, namespace string) {
+	defer c.wg.Done()
+	defer c.g.s.subs.release()
+	defer s.w.Close()
+	for {
+		u, err := s.w.Next(ctx)
+		if err != nil {
+			return
+		}
+		for attempt := 0; ; attempt++ {
+			si := serviceInfo(u.View, s.name, s.group, s.key.clusters, c.g.s.ref.next())
+			start := time.Now()
+			pctx, cancel := context.WithTimeout(ctx, c.g.s.cfg.PushTimeout)
+			_, err := c.call(pctx, "NotifySubscriberRequest", map[string]any{
+				"module": "naming", "namespace": namespace, "serviceName": s.name, "groupName": s.group,
+				"serviceInfo": si,
+			})
+			cancel()
+			if err == nil {
+				c.g.s.metrics.push(time.Since(start))
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			c.g.s.metrics.pushFailed()
+			c.log.Warn("push not acknowledged; retrying", "service", s.key.svc, "attempt", attempt+1, "err", err)
+			if attempt+1 >= c.g.s.cfg.PushRetries {
+				break // the next update, or the client's own query, brings it up to date
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Duration(attempt+1) * 100 * time.Millisecond):
+			}
+		}
+	}
+}

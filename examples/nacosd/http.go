@@ -1,0 +1,583 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/registry"
+)
+
+// The Nacos 1.x HTTP OpenAPI of naming, under /nacos/v1/ns. Parameters come
+// from the query string or a form body, as Nacos reads them. Errors are
+// plain text with Nacos's HTTP status codes: 400 for bad parameters, 404
+// for a missing resource, 500 otherwise.
+
+func (s *Server) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/nacos/v1/ns/instance", s.hInstance)
+	mux.HandleFunc("/nacos/v1/ns/instance/list", s.hInstanceList)
+	mux.HandleFunc("/nacos/v1/ns/instance/beat", s.hBeat)
+	mux.HandleFunc("/nacos/v1/ns/service", s.hService)
+	mux.HandleFunc("/nacos/v1/ns/service/list", s.hServiceList)
+	mux.HandleFunc("/nacos/v1/ns/catalog/services", s.hCatalog)
+	mux.HandleFunc("/nacos/v1/ns/operator/metrics", s.hMetrics)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+		if err := r.ParseForm(); err != nil {
+			http.Error(w, "caused: malformed parameters: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		// Go parses a form body for POST, PUT and PATCH only; Nacos reads
+		// one on DELETE too.
+		if r.Method == http.MethodDelete && strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
+			b, err := io.ReadAll(r.Body)
+			vals, err2 := url.ParseQuery(string(b))
+			if err = errors.Join(err, err2); err != nil {
+				http.Error(w, "caused: malformed parameters: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			for k, vs := range vals {
+				r.Form[k] = append(r.Form[k], vs...)
+			}
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// params reads a request's parameters.
+type params struct {
+	r *http.Request
+}
+
+func (p params) str(k string) string { return strings.TrimSpace(p.r.FormValue(k)) }
+
+func (p params) boolean(k string, def bool) (bool, error) {
+	v := p.str(k)
+	if v == "" {
+		return def, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return def, fmt.Errorf("%w: parameter %s: %q is not a boolean", model.ErrInvalid, k, v)
+	}
+	return b, nil
+}
+
+func (p params) float(k string, def float64) (float64, error) {
+	v := p.str(k)
+	if v == "" {
+		return def, nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return def, fmt.Errorf("%w: parameter %s: %q is not a number", model.ErrInvalid, k, v)
+	}
+	return f, nil
+}
+
+func (p params) integer(k string, def int) (int, error) {
+	v := p.str(k)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return def, fmt.Errorf("%w: parameter %s: %q is not an integer", model.ErrInvalid, k, v)
+	}
+	return n, nil
+}
+
+// metadata parses Nacos's metadata parameter: a JSON object, or k=v,k=v.
+func metadataParam(v string) (map[string]string, error) {
+	if v == "" {
+		return nil, nil
+	}
+	m := map[string]string{}
+	if strings.HasPrefix(v, "{") {
+		if err := json.Unmarshal([]byte(v), &m); err != nil {
+			return nil, fmt.Errorf("%w: parameter metadata: %v", model.ErrInvalid, err)
+		}
+		return m, nil
+	}
+	for _, kv := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("%w: parameter metadata: %q is not key=value", model.ErrInvalid, kv)
+		}
+		m[strings.TrimSpace(k)] = strings.TrimSpace(val)
+	}
+	return m, nil
+}
+
+func (p params) service() (model.ServiceKey, error) {
+	name := p.str("serviceName")
+	if name == "" {
+		return model.ServiceKey{}, fmt.Errorf("%w: parameter serviceName is required", model.ErrInvalid)
+	}
+	k := serviceKey(p.str("namespaceId"), p.str("groupName"), name)
+	return k, k.Validate()
+}
+
+// instanceKey reads the ip, port, cluster and service of an instance.
+func (p params) instanceKey() (model.InstanceKey, error) {
+	svc, err := p.service()
+	if err != nil {
+		return model.InstanceKey{}, err
+	}
+	port, err := p.integer("port", 0)
+	if err != nil {
+		return model.InstanceKey{}, err
+	}
+	if err := checkPort(port); err != nil {
+		return model.InstanceKey{}, err
+	}
+	k := model.InstanceKey{Service: svc, Cluster: p.str("clusterName"), IP: p.str("ip"), Port: port}
+	if k.Cluster == "" {
+		k.Cluster = p.str("cluster")
+	}
+	k = k.WithDefaults()
+	return k, k.Validate()
+}
+
+// instance reads a whole instance (register and update).
+func (p params) instance() (model.Instance, error) {
+	k, err := p.instanceKey()
+	if err != nil {
+		return model.Instance{}, err
+	}
+	inst := model.NewInstance(k.Service, k.IP, k.Port)
+	inst.Cluster = k.Cluster
+	var errs []error
+	var e error
+	inst.Weight, e = p.float("weight", 1)
+	errs = append(errs, e)
+	enabled := p.str("enabled")
+	if enabled == "" {
+		enabled = p.str("enable")
+	}
+	if enabled != "" {
+		inst.Enabled, e = strconv.ParseBool(enabled)
+		if e != nil {
+			e = fmt.Errorf("%w: parameter enabled: %q is not a boolean", model.ErrInvalid, enabled)
+		}
+		errs = append(errs, e)
+	}
+	inst.Healthy, e = p.boolean("healthy", true)
+	errs = append(errs, e)
+	inst.Ephemeral, e = p.boolean("ephemeral", true)
+	errs = append(errs, e)
+	md, e := metadataParam(p.str("metadata"))
+	errs = append(errs, e)
+	if len(md) > 0 {
+		inst.Metadata = model.NewMetadata(md)
+	}
+	return inst, errors.Join(errs...)
+}
+
+// fail writes err with Nacos's status code for it.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	code, msg := errCode(err)
+	status := http.StatusInternalServerError
+	switch code {
+	case codeInvalidParam:
+		status = http.StatusBadRequest
+	case codeNotFound:
+		status = http.StatusNotFound
+	case codeConflict:
+		status = http.StatusBadRequest
+	case codeNotReady:
+		status = http.StatusServiceUnavailable
+	}
+	// The 1.x clients report a refused request only as "retry 3 times
+	// request failed!": the reason is in this log line.
+	s.log.Info("HTTP request refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+	http.Error(w, "caused: "+msg, status)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeOK(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/plain")
+	_, _ = w.Write([]byte("ok"))
+}
+
+func (s *Server) hInstance(w http.ResponseWriter, r *http.Request) {
+	p := params{r}
+	ctx := r.Context()
+	switch r.Method {
+	case http.MethodPost: // register
+		inst, err := p.instance()
+		if err == nil {
+			err = s.reg.Register(ctx, inst)
+		}
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeOK(w)
+	case http.MethodDelete: // deregister
+		k, err := p.instanceKey()
+		if err == nil {
+			err = s.reg.Deregister(ctx, k)
+		}
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeOK(w)
+	case http.MethodPut: // update: an operator's patch over the registered instance
+		inst, err := p.instance()
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		patch := model.InstancePatch{Key: inst.Key(), Metadata: inst.Metadata}
+		if p.str("weight") != "" {
+			patch.Weight = &inst.Weight
+		}
+		if p.str("enabled") != "" || p.str("enable") != "" {
+			patch.Enabled = &inst.Enabled
+		}
+		if err := s.reg.PatchInstance(ctx, patch); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeOK(w)
+	case http.MethodGet: // get one instance
+		k, err := p.instanceKey()
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		v, err := s.reg.Query(ctx, model.Query{Service: k.Service, Clusters: []string{k.Cluster}, IncludeDisabled: true})
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		for _, inst := range v.Instances {
+			if inst.Key() == k {
+				n := fromModel(inst, inst.Healthy)
+				writeJSON(w, map[string]any{
+					"service": k.Service.GroupedName(), "ip": n.IP, "port": n.Port, "clusterName": n.ClusterName,
+					"weight": n.Weight, "healthy": n.Healthy, "enabled": n.Enabled, "ephemeral": n.Ephemeral,
+					"instanceId": n.InstanceID, "metadata": n.Metadata,
+				})
+				return
+			}
+		}
+		s.fail(w, r, fmt.Errorf("%w: no matched ip found! %s", registry.ErrNotFound, k))
+	default:
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	}
+}
+
+func (s *Server) hInstanceList(w http.ResponseWriter, r *http.Request) {
+	p := params{r}
+	svc, err := p.service()
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	healthyOnly, err := p.boolean("healthyOnly", false)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	clusters := p.str("clusters")
+	q := model.Query{Service: svc, Clusters: splitClusters(clusters), HealthyOnly: healthyOnly}
+	v, err := s.reg.Query(r.Context(), q)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	name := p.str("serviceName") // echoed verbatim: the client's cache key
+	if udpPort, _ := p.integer("udpPort", 0); udpPort > 0 && udpPort <= 65535 {
+		// Pushes go to the host the request came from, not to the
+		// clientIP parameter (Nacos's choice), which anyone could set to
+		// make this node send UDP to a third party.
+		ip, _, _ := net.SplitHostPort(r.RemoteAddr)
+		s.udp.subscribe(net.JoinHostPort(ip, strconv.Itoa(udpPort)), model.Query{Service: svc, Clusters: q.Clusters}, name, clusters)
+	}
+	si := serviceInfo(v, name, svc.Group, clusters, s.ref.next())
+	writeJSON(w, struct {
+		nServiceInfo
+		Dom string `json:"dom"`
+	}{si, name})
+}
+
+// hBeat serves a 1.x client's beat. A beat that carries its instance
+// registers it again when it expired (Nacos 1.x does the same); a light
+// beat of an unknown instance gets code 20404, and the client registers.
+func (s *Server) hBeat(w http.ResponseWriter, r *http.Request) {
+	p := params{r}
+	ctx := r.Context()
+	type beat struct {
+		IP          string            `json:"ip"`
+		Port        int               `json:"port"`
+		Weight      float64           `json:"weight"`
+		ServiceName string            `json:"serviceName"`
+		Cluster     string            `json:"cluster"`
+		Metadata    map[string]string `json:"metadata"`
+	}
+	var b beat
+	full := p.str("beat") != ""
+	if full {
+		if err := json.Unmarshal([]byte(p.str("beat")), &b); err != nil {
+			s.fail(w, r, fmt.Errorf("%w: parameter beat: %v", model.ErrInvalid, err))
+			return
+		}
+	} else {
+		b.IP, b.Cluster = p.str("ip"), p.str("clusterName")
+		b.Port, _ = p.integer("port", 0)
+	}
+	name := p.str("serviceName")
+	if name == "" {
+		name = b.ServiceName
+	}
+	svc := serviceKey(p.str("namespaceId"), p.str("groupName"), name)
+	if err := checkPort(b.Port); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	key := model.InstanceKey{Service: svc, Cluster: b.Cluster, IP: b.IP, Port: b.Port}.WithDefaults()
+	var interval = model.DefaultHeartBeatInterval
+	var err error
+	if full {
+		inst := model.NewInstance(svc, b.IP, b.Port)
+		inst.Cluster, inst.Weight = key.Cluster, b.Weight
+		if len(b.Metadata) > 0 {
+			inst.Metadata = model.NewMetadata(b.Metadata)
+		}
+		interval, err = s.reg.HeartbeatInstance(ctx, inst)
+	} else {
+		interval, err = s.reg.Heartbeat(ctx, key)
+		if errors.Is(err, registry.ErrNotFound) {
+			writeJSON(w, map[string]any{"code": 20404, "clientBeatInterval": interval.Milliseconds(), "lightBeatEnabled": true})
+			return
+		}
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, map[string]any{"code": 10200, "clientBeatInterval": interval.Milliseconds(), "lightBeatEnabled": true})
+}
+
+func (s *Server) hService(w http.ResponseWriter, r *http.Request) {
+	p := params{r}
+	ctx := r.Context()
+	svc, err := p.service()
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	def := func() (model.Service, error) {
+		d := model.Service{Key: svc}
+		var errs []error
+		var e error
+		d.ProtectThreshold, e = p.float("protectThreshold", 0)
+		errs = append(errs, e)
+		d.Ephemeral, e = p.boolean("ephemeral", false) // Nacos 2.x's default
+		errs = append(errs, e)
+		md, e := metadataParam(p.str("metadata"))
+		errs = append(errs, e)
+		if len(md) > 0 {
+			d.Metadata = model.NewMetadata(md)
+		}
+		return d, errors.Join(errs...)
+	}
+	switch r.Method {
+	case http.MethodPost:
+		d, err := def()
+		if err == nil {
+			err = s.reg.CreateService(ctx, d)
+		}
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeOK(w)
+	case http.MethodPut:
+		cur, err := s.reg.GetService(ctx, svc)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		d, err := def()
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		cur.ProtectThreshold = d.ProtectThreshold
+		if p.str("metadata") != "" {
+			cur.Metadata = d.Metadata
+		}
+		if err := s.reg.UpdateService(ctx, cur); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeOK(w)
+	case http.MethodDelete:
+		if err := s.reg.DeleteService(ctx, svc); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeOK(w)
+	case http.MethodGet:
+		d, err := s.reg.GetService(ctx, svc)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		v, err := s.reg.Query(ctx, model.Query{Service: svc, IncludeDisabled: true})
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		clusters := []map[string]any{}
+		seen := map[string]bool{}
+		for _, inst := range v.Instances {
+			c := inst.Key().Cluster
+			if !seen[c] {
+				seen[c] = true
+				clusters = append(clusters, map[string]any{"name": c, "healthChecker": map[string]any{"type": string(d.Cluster(c).HealthCheck.Type)}, "metadata": map[string]string{}})
+			}
+		}
+		md := d.Metadata.Map()
+		if md == nil {
+			md = map[string]string{}
+		}
+		writeJSON(w, map[string]any{
+			"namespaceId": svc.Namespace, "groupName": svc.Group, "name": svc.Name,
+			"protectThreshold": d.ProtectThreshold, "metadata": md, "ephemeral": d.Ephemeral,
+			"selector": map[string]string{"type": "none"}, "clusters": clusters,
+		})
+	default:
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	}
+}
+
+func (s *Server) hServiceList(w http.ResponseWriter, r *http.Request) {
+	p := params{r}
+	page, err := p.integer("pageNo", 1)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	size, err := p.integer("pageSize", 20)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	group := p.str("groupName")
+	if group == "" {
+		group = model.DefaultGroup
+	}
+	l, err := s.reg.ListServices(r.Context(), registry.ListOptions{Namespace: namespaceOf(p.str("namespaceId")), Group: group, Page: page, PageSize: size})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	doms := make([]string, 0, len(l.Services))
+	for _, sv := range l.Services {
+		doms = append(doms, sv.Key.Name)
+	}
+	writeJSON(w, map[string]any{"count": l.Total, "doms": doms})
+}
+
+// allServices lists every service of a namespace (and group, if given).
+func (s *Server) allServices(ctx context.Context, ns, group string) ([]registry.ServiceSummary, error) {
+	var out []registry.ServiceSummary
+	for page := 1; ; page++ {
+		l, err := s.reg.ListServices(ctx, registry.ListOptions{Namespace: ns, Group: group, Page: page, PageSize: 1000})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l.Services...)
+		if len(l.Services) == 0 || len(out) >= l.Total {
+			return out, nil
+		}
+	}
+}
+
+// hCatalog serves the console's catalog: services with their counts,
+// filtered by a substring of the name and of the group.
+func (s *Server) hCatalog(w http.ResponseWriter, r *http.Request) {
+	p := params{r}
+	ctx := r.Context()
+	page, err := p.integer("pageNo", 1)
+	if err == nil && page < 1 {
+		err = fmt.Errorf("%w: pageNo must be ≥ 1", model.ErrInvalid)
+	}
+	size, err2 := p.integer("pageSize", 20)
+	if err = errors.Join(err, err2); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	all, err := s.allServices(ctx, namespaceOf(p.str("namespaceId")), "")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	nameLike, groupLike := p.str("serviceNameParam"), p.str("groupNameParam")
+	var match []registry.ServiceSummary
+	for _, sv := range all {
+		if strings.Contains(sv.Key.Name, nameLike) && strings.Contains(sv.Key.Group, groupLike) {
+			match = append(match, sv)
+		}
+	}
+	list := []map[string]any{}
+	for i := (page - 1) * size; i < len(match) && i < page*size; i++ {
+		sv := match[i]
+		v, err := s.reg.Query(ctx, model.Query{Service: sv.Key, IncludeDisabled: true})
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		clusters := map[string]bool{}
+		for _, inst := range v.Instances {
+			clusters[inst.Key().Cluster] = true
+		}
+		list = append(list, map[string]any{
+			"name": sv.Key.Name, "groupName": sv.Key.Group, "clusterCount": len(clusters),
+			"ipCount": len(v.Instances), "healthyInstanceCount": v.HealthyCount(), "triggerFlag": fmt.Sprint(v.Protected),
+		})
+	}
+	writeJSON(w, map[string]any{"count": len(match), "serviceList": list})
+}
+
+func (s *Server) hMetrics(w http.ResponseWriter, r *http.Request) {
+	c := s.reg.Counts()
+	status := "UP"
+	if !s.reg.Ready() {
+		status = "DOWN"
+	}
+	if r.FormValue("gc") == "true" { // nacosd's own: measure live memory
+		runtime.GC()
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	conns := len(s.api.snapshot())
+	p50, p99, pushes := s.metrics.percentiles()
+	writeJSON(w, map[string]any{
+		"status": status, "serviceCount": c.Services, "instanceCount": c.Instances, "watcherCount": c.Watchers,
+		"subscribeCount": s.subs.n.Load() + int64(s.udp.count()), "clientCount": conns + s.udp.count(),
+		"connectionBasedClientCount": conns, "responsibleClientCount": conns,
+		"pushCount": pushes, "pushP50Ms": p50.Milliseconds(), "pushP99Ms": p99.Milliseconds(),
+		"mem": float64(ms.HeapInuse) / float64(max(ms.Sys, 1)), "cpu": 0, "load": 0,
+		"heapInuseBytes": ms.HeapInuse, "goroutines": runtime.NumGoroutine(),
+	})
+}

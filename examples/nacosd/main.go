@@ -1,0 +1,113 @@
+// Command nacosd is a Nacos-compatible naming server built on Muster: the
+// Nacos 2.x gRPC protocol and the 1.x HTTP OpenAPI, served from a Muster
+// registry, standalone or as a cluster. See README.md.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "nacosd:", err)
+		os.Exit(2)
+	}
+}
+
+// parseFlags turns the command line into a Config.
+func parseFlags(args []string, out io.Writer) (Config, slog.Level, error) {
+	cfg := DefaultConfig()
+	fs := flag.NewFlagSet("nacosd", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&cfg.HTTPAddr, "addr", cfg.HTTPAddr, "HTTP (Nacos 1.x OpenAPI) address; gRPC listens on its port + 1000")
+	fs.StringVar(&cfg.DataDir, "data", "", "directory for durable persistent data (Raft); empty keeps it in memory")
+	fs.StringVar(&cfg.NodeID, "node-id", "", "this node's ID in a cluster (one of the peers)")
+	peers := fs.String("peers", "", "cluster members as id=host:port,... (HTTP addresses; this node included)")
+	peersFile := fs.String("cluster-conf", "", "file listing the cluster members, one id=host:port a line (# comments)")
+	secretFile := fs.String("secret-file", "", "file holding the node-to-node secret (required in a cluster; ≥ 16 bytes)")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintln(out, "usage: nacosd [flags]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, 0, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, 0, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(*level)); err != nil {
+		return cfg, 0, fmt.Errorf("-log-level: %w", err)
+	}
+	var list []string
+	if *peers != "" {
+		list = append(list, strings.Split(*peers, ",")...)
+	}
+	if *peersFile != "" {
+		b, err := os.ReadFile(*peersFile)
+		if err != nil {
+			return cfg, 0, fmt.Errorf("-cluster-conf: %w", err)
+		}
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for sc.Scan() {
+			line, _, _ := strings.Cut(sc.Text(), "#")
+			if line = strings.TrimSpace(line); line != "" {
+				list = append(list, line)
+			}
+		}
+	}
+	for _, p := range list {
+		id, addr, ok := strings.Cut(strings.TrimSpace(p), "=")
+		if !ok {
+			return cfg, 0, fmt.Errorf("peer %q: want id=host:port", p)
+		}
+		cfg.Peers = append(cfg.Peers, Peer{ID: id, Addr: addr})
+	}
+	if *secretFile != "" {
+		b, err := os.ReadFile(*secretFile)
+		if err != nil {
+			return cfg, 0, fmt.Errorf("-secret-file: %w", err)
+		}
+		cfg.Secret = bytes.TrimSpace(b)
+	}
+	if len(cfg.Peers) == 0 && (cfg.NodeID != "" || *secretFile != "") {
+		return cfg, 0, errors.New("-node-id and -secret-file need -peers or -cluster-conf")
+	}
+	return cfg, lv, cfg.Validate()
+}
+
+func run(args []string, out io.Writer) error {
+	cfg, lv, err := parseFlags(args, out)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: lv}))
+	s, err := NewServer(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	stop()
+	cfg.Logger.Info("signal received; shutting down (clients are told to reconnect elsewhere)")
+	return s.Close()
+}

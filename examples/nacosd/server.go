@@ -1,0 +1,554 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/muster-io/muster/distro"
+	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/raftstore"
+	"github.com/muster-io/muster/registry"
+	"github.com/muster-io/muster/transport"
+	pb "github.com/nacos-group/nacos-sdk-go/v2/api/grpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+)
+
+// Peer is one node of a nacosd cluster: its ID and its HTTP address. Its
+// other ports follow Nacos's layout: gRPC on port+1000, the node-to-node
+// transport (Distro and Raft) on port−1000, gossip (memberlist, TCP and
+// UDP) on port+1001.
+type Peer struct {
+	ID   string
+	Addr string
+}
+
+// Config configures a Server. Start from DefaultConfig.
+type Config struct {
+	// HTTPAddr is the Nacos 1.x OpenAPI address (default 127.0.0.1:8848).
+	HTTPAddr string
+	// GRPCAddr is the Nacos 2.x gRPC address; empty means the HTTP port +
+	// 1000, where the clients look for it.
+	GRPCAddr string
+	// DataDir, when set, keeps persistent data in a Raft group on disk
+	// there (one replica when standalone). Empty: in memory, lost on exit
+	// (in a cluster, a temporary directory removed on exit).
+	DataDir string
+
+	// NodeID and Peers make this server one node of a cluster; Peers
+	// lists every node, this one included. Empty Peers: standalone.
+	NodeID string
+	Peers  []Peer
+	// Secret authenticates node-to-node traffic (required in a cluster,
+	// at least 16 bytes). The gossip key and the Raft deployment ID are
+	// derived from it.
+	Secret []byte
+
+	// PushTimeout bounds the wait for a client's acknowledgement of a push;
+	// PushRetries is how often an unacknowledged push is sent.
+	PushTimeout time.Duration
+	PushRetries int
+	// IdleTimeout: a gRPC connection silent for this long gets a
+	// ClientDetectionRequest, and is closed (its instances leave) if it
+	// does not answer within DetectTimeout.
+	IdleTimeout   time.Duration
+	DetectTimeout time.Duration
+	// DrainTimeout bounds how long a graceful shutdown waits for clients
+	// told to reconnect elsewhere to leave; ResetGrace is how long their
+	// sessions outlive their connections, while they register again on
+	// another node.
+	DrainTimeout time.Duration
+	ResetGrace   time.Duration
+	// MaxSubscriptions caps the subscriptions (watches) of all clients.
+	MaxSubscriptions int
+	// UDPPushRetries and UDPAckTimeout govern UDP pushes to 1.x clients.
+	UDPPushRetries int
+	UDPAckTimeout  time.Duration
+
+	// Fast shortens the cluster's failure detection, sync and health-check
+	// timings, for tests.
+	Fast bool
+
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns nacosd's defaults.
+func DefaultConfig() Config {
+	return Config{
+		HTTPAddr:         "127.0.0.1:8848",
+		PushTimeout:      3 * time.Second,
+		PushRetries:      5,
+		IdleTimeout:      20 * time.Second,
+		DetectTimeout:    3 * time.Second,
+		DrainTimeout:     3 * time.Second,
+		ResetGrace:       500 * time.Millisecond,
+		MaxSubscriptions: 1 << 20,
+		UDPPushRetries:   3,
+		UDPAckTimeout:    time.Second,
+	}
+}
+
+// portAt returns addr's host with port+delta.
+func portAt(addr string, delta int) (string, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("address %q: %w", addr, err)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("address %q: port must be 1–65535", addr)
+	}
+	if n+delta < 1 || n+delta > 65535 {
+		return "", fmt.Errorf("address %q: port%+d is out of range (nacosd needs HTTP port−1000 to port+1001)", addr, delta)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(n+delta)), nil
+}
+
+// Validate reports every invalid field.
+func (c *Config) Validate() error {
+	var errs []error
+	if _, err := portAt(c.HTTPAddr, 0); err != nil {
+		errs = append(errs, fmt.Errorf("-addr: %w", err))
+	}
+	if len(c.Peers) > 0 {
+		if c.NodeID == "" {
+			errs = append(errs, errors.New("-node-id is required in a cluster"))
+		}
+		if len(c.Secret) < 16 {
+			errs = append(errs, errors.New("a cluster needs a node-to-node secret of at least 16 bytes (-secret-file)"))
+		}
+		seen, self := map[string]bool{}, false
+		for _, p := range c.Peers {
+			if p.ID == "" || seen[p.ID] {
+				errs = append(errs, fmt.Errorf("peer %q: IDs must be non-empty and unique", p.ID))
+			}
+			seen[p.ID] = true
+			for _, d := range []int{-1000, 1000, 1001} {
+				if _, err := portAt(p.Addr, d); err != nil {
+					errs = append(errs, fmt.Errorf("peer %s: %w", p.ID, err))
+					break
+				}
+			}
+			if p.ID == c.NodeID {
+				self = true
+				if p.Addr != c.HTTPAddr {
+					errs = append(errs, fmt.Errorf("peer %s is %s but -addr is %s: a node's own entry must be its -addr", p.ID, p.Addr, c.HTTPAddr))
+				}
+			}
+		}
+		if c.NodeID != "" && !self {
+			errs = append(errs, fmt.Errorf("-node-id %q is not in the peer list", c.NodeID))
+		}
+	}
+	if c.PushTimeout <= 0 || c.PushRetries < 1 || c.IdleTimeout <= 0 || c.DetectTimeout <= 0 || c.DrainTimeout < 0 || c.ResetGrace < 0 {
+		errs = append(errs, errors.New("push and detection timings must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// Server is one nacosd node: a Muster registry behind Nacos's gRPC and
+// HTTP APIs.
+type Server struct {
+	cfg  Config
+	base *slog.Logger // the packages of Muster add the node ID themselves
+	log  *slog.Logger
+
+	reg     *registry.Registry
+	tcp     *transport.TCP
+	mem     *transport.MemNetwork
+	memTr   transport.Transport
+	ml      *distro.Memberlist
+	tempDir string
+
+	grpcLn  net.Listener
+	httpLn  net.Listener
+	grpcSrv *grpc.Server
+	httpSrv *http.Server
+	api     *grpcAPI
+	udp     *udpPusher
+
+	ref     refClock
+	subs    limiter
+	metrics metrics
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+// limiter counts subscriptions against a cap.
+type limiter struct {
+	n   atomic.Int64
+	max int64
+}
+
+func (l *limiter) acquire() error {
+	if l.n.Add(1) > l.max {
+		l.n.Add(-1)
+		return fmt.Errorf("%w: too many subscriptions on this node (%d)", model.ErrInvalid, l.max)
+	}
+	return nil
+}
+
+func (l *limiter) release() { l.n.Add(-1) }
+
+// metrics are nacosd's own counters, shown by operator/metrics.
+type metrics struct {
+	mu       sync.Mutex
+	pushes   int64
+	failures int64
+	lat      []time.Duration // a ring of the last push latencies
+	next     int
+}
+
+func (m *metrics) push(d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pushes++
+	if len(m.lat) < 100000 {
+		m.lat = append(m.lat, d)
+	} else {
+		m.lat[m.next] = d
+		m.next = (m.next + 1) % len(m.lat)
+	}
+}
+
+func (m *metrics) pushFailed() {
+	m.mu.Lock()
+	m.failures++
+	m.mu.Unlock()
+}
+
+// percentiles returns the p50 and p99 of the recorded push latencies.
+func (m *metrics) percentiles() (time.Duration, time.Duration, int64) {
+	m.mu.Lock()
+	l := append([]time.Duration(nil), m.lat...)
+	n := m.pushes
+	m.mu.Unlock()
+	if len(l) == 0 {
+		return 0, 0, n
+	}
+	sort.Slice(l, func(i, j int) bool { return l[i] < l[j] })
+	return l[len(l)/2], l[len(l)*99/100], n
+}
+
+// NewServer validates cfg; it starts nothing.
+func NewServer(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.GRPCAddr == "" {
+		cfg.GRPCAddr, _ = portAt(cfg.HTTPAddr, 1000)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.NodeID == "" {
+		cfg.NodeID = "nacosd"
+	}
+	s := &Server{cfg: cfg, base: log, log: log.With("node", cfg.NodeID)}
+	s.subs.max = int64(cfg.MaxSubscriptions)
+	return s, nil
+}
+
+// standaloneDeployment is the Raft deployment ID of a durable standalone
+// node ("nacosd" in ASCII).
+const standaloneDeployment = 0x6e61636f7364
+
+// derive returns a key for purpose from the shared secret.
+func derive(secret []byte, purpose string) []byte {
+	h := sha256.New()
+	h.Write([]byte("nacosd/" + purpose + "/"))
+	h.Write(secret)
+	return h.Sum(nil)
+}
+
+// Start opens the listeners and starts the registry (and, in a cluster,
+// the transport and the membership). A failed Start undoes what it did.
+func (s *Server) Start(ctx context.Context) (err error) {
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			s.shutdown(false)
+		}
+	}()
+	// Listen first: a port in use is the commonest failure, and it should
+	// cost nothing to report.
+	if s.httpLn, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("HTTP listener: %w", err)
+	}
+	if s.grpcLn, err = net.Listen("tcp", s.cfg.GRPCAddr); err != nil {
+		return fmt.Errorf("gRPC listener (HTTP port + 1000): %w", err)
+	}
+	rcfg, err := s.registryConfig(ctx)
+	if err != nil {
+		return err
+	}
+	if s.reg, err = registry.New(rcfg); err != nil {
+		return err
+	}
+	if err = s.reg.Start(ctx); err != nil {
+		return err
+	}
+
+	s.api = newGRPCAPI(s)
+	s.grpcSrv = grpc.NewServer(
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.MaxRecvMsgSize(10<<20),
+		// gRPC's 32 KiB read and write buffers per connection are most of
+		// what an idle client costs (measured: 175 KiB a connection with
+		// them, see README); naming messages are small.
+		grpc.ReadBufferSize(8<<10), grpc.WriteBufferSize(8<<10),
+	)
+	pb.RegisterRequestServer(s.grpcSrv, s.api)
+	pb.RegisterBiRequestStreamServer(s.grpcSrv, s.api)
+
+	if s.udp, err = newUDPPusher(s); err != nil {
+		return err
+	}
+	s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+
+	s.goFunc(func() { _ = s.grpcSrv.Serve(s.grpcLn) })
+	s.goFunc(func() { _ = s.httpSrv.Serve(s.httpLn) })
+	s.goFunc(func() { s.api.detect(s.ctx, s.cfg.IdleTimeout, s.cfg.DetectTimeout) })
+	s.goFunc(func() { s.udp.run(s.ctx) })
+	s.goFunc(s.udp.readAcks)
+	s.log.Info("nacosd started", "http", s.httpLn.Addr().String(), "grpc", s.grpcLn.Addr().String(),
+		"cluster", len(s.cfg.Peers) > 0, "durable", s.cfg.DataDir != "")
+	return nil
+}
+
+func (s *Server) goFunc(f func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+}
+
+// HTTPAddr and GRPCAddr return the bound addresses.
+func (s *Server) HTTPAddr() string { return s.httpLn.Addr().String() }
+func (s *Server) GRPCAddr() string { return s.grpcLn.Addr().String() }
+
+// Registry returns the server's registry.
+func (s *Server) Registry() *registry.Registry { return s.reg }
+
+// WaitReady waits until the registry serves.
+func (s *Server) WaitReady(ctx context.Context) error { return s.reg.WaitReady(ctx) }
+
+// registryConfig wires the registry: standalone, durable standalone (one
+// Raft replica in DataDir over an in-process network) or a cluster node.
+func (s *Server) registryConfig(ctx context.Context) (registry.Config, error) {
+	cfg := registry.DefaultConfig()
+	cfg.NodeID, cfg.Logger = s.cfg.NodeID, s.base
+	if s.cfg.Fast {
+		hc := *cfg.HealthChecks
+		hc.FirstIntervalMin, hc.FirstIntervalMax = 50*time.Millisecond, 100*time.Millisecond
+		hc.TCPInterval.Min, hc.TCPInterval.Max = 100*time.Millisecond, 200*time.Millisecond
+		cfg.HealthChecks = &hc
+		cfg.SweepInterval = 100 * time.Millisecond
+	}
+	if len(s.cfg.Peers) == 0 {
+		if s.cfg.DataDir == "" {
+			return cfg, nil
+		}
+		s.mem = &transport.MemNetwork{}
+		tr, err := s.mem.Node(s.cfg.NodeID)
+		if err != nil {
+			return cfg, err
+		}
+		s.memTr = tr
+		rc := raftstore.DefaultConfig()
+		rc.ReplicaID, rc.Transport, rc.Dir, rc.Logger = 1, tr, s.cfg.DataDir, s.base
+		rc.InitialMembers = map[uint64]string{1: s.cfg.NodeID}
+		// The only replica talks to no one (an in-process network), so no
+		// other deployment can reach it: a fixed ID serves.
+		rc.DeploymentID = standaloneDeployment
+		rc.RTTMillisecond = 10
+		cfg.Raft = &rc
+		return cfg, nil
+	}
+	return s.clusterConfig(ctx, cfg)
+}
+
+func (s *Server) clusterConfig(ctx context.Context, cfg registry.Config) (registry.Config, error) {
+	var self Peer
+	var seeds []string
+	initial := map[uint64]string{}
+	var replica uint64
+	peers := append([]Peer(nil), s.cfg.Peers...)
+	sort.Slice(peers, func(i, j int) bool { return peers[i].ID < peers[j].ID })
+	for i, p := range peers {
+		g, _ := portAt(p.Addr, 1001)
+		seeds = append(seeds, g)
+		initial[uint64(i+1)] = p.ID
+		if p.ID == s.cfg.NodeID {
+			self, replica = p, uint64(i+1)
+		}
+	}
+	trAddr, _ := portAt(self.Addr, -1000)
+	gossip, _ := portAt(self.Addr, 1001)
+
+	var members atomic.Pointer[distro.Memberlist]
+	tc := transport.DefaultTCPConfig()
+	tc.NodeID, tc.ListenAddr, tc.Logger = s.cfg.NodeID, trAddr, s.log
+	tc.Secret = derive(s.cfg.Secret, "transport")
+	if s.cfg.Fast {
+		tc.ReconnectMin, tc.ReconnectMax = 20*time.Millisecond, 500*time.Millisecond
+	}
+	tc.Resolve = func(id string) (string, error) {
+		if m := members.Load(); m != nil {
+			return m.Addr(id)
+		}
+		return "", distro.ErrUnknownMember
+	}
+	tcp, err := transport.NewTCP(tc)
+	if err != nil {
+		return cfg, err
+	}
+	if err := tcp.Start(ctx); err != nil {
+		return cfg, fmt.Errorf("node-to-node transport (HTTP port − 1000): %w", err)
+	}
+	s.tcp = tcp
+
+	host, port, _ := net.SplitHostPort(gossip)
+	mc := distro.DefaultMemberlistConfig()
+	mc.NodeID, mc.BindAddr, mc.TransportAddr, mc.Seeds, mc.Logger = s.cfg.NodeID, host, tcp.Addr(), seeds, s.log
+	mc.BindPort, _ = strconv.Atoi(port)
+	mc.SecretKey = derive(s.cfg.Secret, "gossip")
+	mc.Label = "nacosd"
+	if s.cfg.Fast {
+		probe := 100 * time.Millisecond
+		mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = probe, probe/2, 2
+		mc.GossipInterval, mc.PushPullInterval = probe/5, 5*probe
+		mc.TCPTimeout, mc.GossipToTheDeadTime = probe, 5*probe
+		mc.RejoinInterval, mc.LeaveTimeout = 2*probe, probe
+	}
+	ml, err := distro.NewMemberlist(mc)
+	if err == nil {
+		members.Store(ml)
+		err = ml.Start(ctx)
+	}
+	if err != nil {
+		return cfg, fmt.Errorf("membership (gossip on HTTP port + 1001): %w", err)
+	}
+	s.ml = ml
+
+	dc := distro.DefaultConfig()
+	dc.Transport, dc.Membership, dc.Logger = tcp, ml, s.log
+	dc.SyncDelay = 5 * time.Millisecond // Nacos: 1 s
+	if s.cfg.Fast {
+		dc.VerifyInterval, dc.OrphanTimeout, dc.LoadTimeout = time.Second, 2*time.Second, 2*time.Second
+		dc.TombstoneTTL, dc.RequestTimeout = 10*time.Second, time.Second
+	}
+
+	dir := s.cfg.DataDir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "nacosd-"+s.cfg.NodeID+"-"); err != nil {
+			return cfg, err
+		}
+		s.tempDir = dir
+	}
+	rc := raftstore.DefaultConfig()
+	rc.ReplicaID, rc.Transport, rc.Dir, rc.InitialMembers, rc.Logger = replica, tcp, dir, initial, s.log
+	rc.DeploymentID = binary.BigEndian.Uint64(derive(s.cfg.Secret, "deployment")) | 1
+	if s.cfg.Fast {
+		rc.RTTMillisecond = 10
+		rc.ProposeTimeout, rc.ReadTimeout = 2*time.Second, 2*time.Second
+	}
+	cfg.Distro, cfg.Raft = &dc, &rc
+	cfg.ForwardTimeout = time.Second
+	return cfg, nil
+}
+
+// Close shuts the server down gracefully: clients are told to reconnect
+// elsewhere (ConnectResetRequest), then connections, the registry (which
+// hands its sessions over to the peers) and the network close, in that
+// order. It is idempotent.
+func (s *Server) Close() error {
+	s.once.Do(func() { s.shutdown(true) })
+	return nil
+}
+
+// Kill stops the server as a crash would: no reset, no handover; the
+// network goes first. For tests.
+func (s *Server) Kill() {
+	s.once.Do(func() {
+		if s.tcp != nil {
+			_ = s.tcp.Close()
+		}
+		if s.ml != nil {
+			_ = s.ml.Kill()
+		}
+		s.shutdown(false)
+	})
+}
+
+func (s *Server) shutdown(graceful bool) {
+	if s.api != nil && graceful {
+		// Clients are told to move, then given time to: their connections
+		// end as they reconnect elsewhere, and their sessions here stay a
+		// grace period longer, while they register again on their new node.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		s.api.reset(ctx)
+		cancel()
+		if len(s.cfg.Peers) > 1 { // standalone, there is nowhere to go
+			ctx, cancel = context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+			s.api.drain(ctx)
+			cancel()
+			t := time.NewTimer(s.cfg.ResetGrace)
+			<-t.C
+		}
+	}
+	if s.httpSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = s.httpSrv.Shutdown(ctx)
+		cancel()
+	} else if s.httpLn != nil {
+		_ = s.httpLn.Close()
+	}
+	if s.grpcSrv != nil {
+		s.api.killAll()
+		s.grpcSrv.Stop()
+	} else if s.grpcLn != nil {
+		_ = s.grpcLn.Close()
+	}
+	if s.cancel != nil {
+		s.cancel()
+	}
+	if s.udp != nil {
+		s.udp.close()
+	}
+	s.wg.Wait()
+	if s.reg != nil {
+		_ = s.reg.Close()
+	}
+	if s.ml != nil {
+		_ = s.ml.Close()
+	}
+	if s.tcp != nil {
+		_ = s.tcp.Close()
+	}
+	if s.memTr != nil {
+		_ = s.memTr.Close()
+	}
+	if s.tempDir != "" {
+		_ = os.RemoveAll(s.tempDir)
+	}
+	s.log.Info("nacosd stopped")
+}

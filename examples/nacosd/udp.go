@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/registry"
+)
+
+// udpPusher pushes changes to Nacos 1.x subscribers over UDP. A 1.x client
+// that lists a service with udpPort set becomes a subscriber of it; each
+// change is sent as {"type":"dom","data":<service info JSON>,
+// "lastRefTime":n}, and resent until the client acknowledges it
+// ({"type":"push-ack","lastRefTime":n}) or the retries run out. A
+// subscriber that stops listing the service (the client polls every
+// cacheMillis) expires after subscriberTTL.
+type udpPusher struct {
+	s    *Server
+	conn *net.UDPConn
+
+	mu     sync.Mutex
+	subs   map[udpKey]*udpSub
+	acks   map[string]chan struct{} // lastRefTime → waiting push
+	closed bool
+	wg     sync.WaitGroup // push loops
+}
+
+const subscriberTTL = 30 * time.Second
+
+type udpKey struct {
+	addr     string
+	svc      model.ServiceKey
+	clusters string
+}
+
+type udpSub struct {
+	key      udpKey
+	addr     *net.UDPAddr
+	name     string
+	lastSeen time.Time
+	cancel   context.CancelFunc
+}
+
+func newUDPPusher(s *Server) (*udpPusher, error) {
+	host, _, _ := net.SplitHostPort(s.cfg.HTTPAddr)
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(host)})
+	if err != nil {
+		c, err = net.ListenUDP("udp", &net.UDPAddr{})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return &udpPusher{s: s, conn: c, subs: map[udpKey]*udpSub{}, acks: map[string]chan struct{}{}}, nil
+}
+
+// readAcks reads the clients' acknowledgements until the socket closes.
+func (u *udpPusher) readAcks() {
+	buf := make([]byte, 64<<10)
+	for {
+		n, _, err := u.conn.ReadFromUDP(buf)
+		if err != nil {
+			return // closed
+		}
+		var ack struct {
+			Type        string `json:"type"`
+			LastRefTime string `json:"lastRefTime"`
+		}
+		if json.Unmarshal(buf[:n], &ack) != nil {
+			continue
+		}
+		u.mu.Lock()
+		ch := u.acks[ack.LastRefTime] // lastRefTime values are unique on this node
+		u.mu.Unlock()
+		if ch != nil {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// run expires silent subscribers until ctx ends.
+func (u *udpPusher) run(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			u.mu.Lock()
+			for _, s := range u.subs {
+				s.cancel()
+			}
+			u.mu.Unlock()
+			return
+		case now := <-t.C:
+			u.mu.Lock()
+			for k, s := range u.subs {
+				if now.Sub(s.lastSeen) > subscriberTTL {
+					s.cancel()
+					delete(u.subs, k)
+				}
+			}
+			u.mu.Unlock()
+		}
+	}
+}
+
+// close closes the socket and waits for the push loops; no subscriber is
+// added afterwards.
+func (u *udpPusher) close() {
+	u.mu.Lock()
+	u.closed = true
+	u.mu.Unlock()
+	_ = u.conn.Close()
+	u.wg.Wait()
+}
+
+func (u *udpPusher) count() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.subs)
+}
+
+// subscribe makes addr a subscriber of q, or renews it.
+func (u *udpPusher) subscribe(addr string, q model.Query, name, clusters string) {
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return
+	}
+	key := udpKey{addr: addr, svc: q.Service.WithDefaults(), clusters: clusters}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if s := u.subs[key]; s != nil {
+		s.lastSeen = time.Now()
+		return
+	}
+	if u.closed || u.s.ctx.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(u.s.ctx)
+	w, err := u.s.reg.Watch(ctx, q)
+	if err != nil {
+		cancel()
+		return
+	}
+	s := &udpSub{key: key, addr: ua, name: name, lastSeen: time.Now(), cancel: cancel}
+	u.subs[key] = s
+	u.wg.Add(1)
+	go u.loop(ctx, s, w)
+}
+
+// loop pushes every change of w after the first view (which the client got
+// from its list call).
+func (u *udpPusher) loop(ctx context.Context, s *udpSub, w *registry.Watcher) {
+	defer u.wg.Done()
+	defer w.Close()
+	if _, err := w.Next(ctx); err != nil {
+		return
+	}
+	for {
+		up, err := w.Next(ctx)
+		if err != nil {
+			return
+		}
+		ref := u.s.ref.next()
+		si := serviceInfo(up.View, s.name, s.key.svc.Group, s.key.clusters, ref)
+		data, _ := json.Marshal(si)
+		msg, _ := json.Marshal(map[string]any{"type": "dom", "data": string(data), "lastRefTime": ref})
+		ackKey := strconv.FormatInt(ref, 10)
+		ch := make(chan struct{}, 1)
+		u.mu.Lock()
+		u.acks[ackKey] = ch
+		u.mu.Unlock()
+		start := time.Now()
+		acked := false
+		for attempt := 0; attempt < u.s.cfg.UDPPushRetries && !acked; attempt++ {
+			if _, err := u.conn.WriteToUDP(msg, s.addr); err != nil {
+				break
+			}
+			select {
+			case <-ch:
+				acked = true
+			case <-time.After(u.s.cfg.UDPAckTimeout):
+			case <-ctx.Done():
+			}
+			if ctx.Err() != nil {
+				break
+			}
+		}
+		u.mu.Lock()
+		delete(u.acks, ackKey)
+		u.mu.Unlock()
+		if acked {
+			u.s.metrics.push(time.Since(start))
+		} else {
+			u.s.metrics.pushFailed()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,280 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	anypb "github.com/golang/protobuf/ptypes/any"
+	pb "github.com/nacos-group/nacos-sdk-go/v2/api/grpc"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// wireClient speaks the 2.x protocol by hand: the tests that run under the
+// race detector, and those that need a client that misbehaves.
+type wireClient struct {
+	t      testing.TB
+	cc     *grpc.ClientConn
+	req    pb.RequestClient
+	stream pb.BiRequestStream_RequestBiStreamClient
+	cancel context.CancelFunc
+	in     chan *pb.Payload // server requests arriving on the stream
+	ack    atomic.Bool      // answer server requests
+}
+
+func dialWire(t testing.TB, grpcAddr string, setup bool) *wireClient {
+	t.Helper()
+	cc, err := grpc.Dial(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &wireClient{t: t, cc: cc, req: pb.NewRequestClient(cc), in: make(chan *pb.Payload, 64)}
+	w.ack.Store(true)
+	t.Cleanup(w.close)
+	if !setup {
+		return w
+	}
+	var check struct {
+		response
+		ConnectionID string `json:"connectionId"`
+	}
+	w.call("ServerCheckRequest", map[string]any{}, &check)
+	if !check.Success || check.ConnectionID == "" {
+		t.Fatalf("server check: %+v", check)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel = cancel
+	if w.stream, err = pb.NewBiRequestStreamClient(cc).RequestBiStream(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.stream.Send(wirePayload("ConnectionSetupRequest", map[string]any{"clientVersion": "wire-test", "labels": map[string]string{"source": "sdk"}})); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			p, err := w.stream.Recv()
+			if err != nil {
+				close(w.in)
+				return
+			}
+			w.in <- p
+			if w.ack.Load() {
+				var r struct {
+					RequestID string `json:"requestId"`
+				}
+				_ = json.Unmarshal(p.GetBody().GetValue(), &r)
+				typ := map[string]string{"NotifySubscriberRequest": "NotifySubscriberResponse", "ClientDetectionRequest": "ClientDetectionResponse",
+					"ConnectResetRequest": "ConnectResetResponse"}[p.GetMetadata().GetType()]
+				_ = w.stream.Send(wirePayload(typ, response{ResultCode: 200, Success: true, RequestID: r.RequestID}))
+			}
+		}
+	}()
+	// The stream's setup is asynchronous: wait until unary calls are tied
+	// to it.
+	eventually(t, 2*time.Second, "the connection is registered", func() bool {
+		var r response
+		w.call("HealthCheckRequest", map[string]any{}, &r)
+		return r.Success
+	})
+	return w
+}
+
+func wirePayload(typ string, body any) *pb.Payload {
+	b, _ := json.Marshal(body)
+	return &pb.Payload{Metadata: &pb.Metadata{Type: typ, ClientIp: "127.0.0.1"}, Body: &anypb.Any{Value: b}}
+}
+
+// call makes a unary request and decodes the answer into out; it returns
+// the answer's type.
+func (w *wireClient) call(typ string, body map[string]any, out any) string {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	p, err := w.req.Request(ctx, wirePayload(typ, body))
+	if err != nil {
+		w.t.Fatalf("%s: %v", typ, err)
+	}
+	if err := json.Unmarshal(p.GetBody().GetValue(), out); err != nil {
+		w.t.Fatalf("%s answer: %v", typ, err)
+	}
+	return p.GetMetadata().GetType()
+}
+
+func (w *wireClient) close() {
+	if w.cancel != nil {
+		w.cancel()
+	}
+	_ = w.cc.Close()
+}
+
+// next returns the next server request of type typ on the stream.
+func (w *wireClient) next(typ string, within time.Duration) *pb.Payload {
+	w.t.Helper()
+	deadline := time.After(within)
+	for {
+		select {
+		case p, ok := <-w.in:
+			if !ok {
+				w.t.Fatalf("stream closed while waiting for %s", typ)
+			}
+			if p.GetMetadata().GetType() == typ {
+				return p
+			}
+		case <-deadline:
+			w.t.Fatalf("no %s within %v", typ, within)
+		}
+	}
+}
+
+func inst(ip string, port int) map[string]any {
+	return map[string]any{"ip": ip, "port": port, "weight": 1, "healthy": true, "enabled": true, "ephemeral": true, "clusterName": ""}
+}
+
+// TestWire drives the protocol by hand: registration, the refusal of an
+// unknown connection, subscription and acknowledged pushes, and the
+// session's end with the connection. No goroutine outlives the server.
+func TestWire(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	s := startServer(t, nil)
+
+	// A unary request on a connection without a stream: 301, which makes
+	// a client switch servers.
+	stray := dialWire(t, s.GRPCAddr(), false)
+	var r response
+	if typ := stray.call("InstanceRequest", map[string]any{"serviceName": "w", "type": "registerInstance", "instance": inst("10.0.0.1", 80)}, &r); typ != "ErrorResponse" || r.ErrorCode != 301 {
+		t.Fatalf("request of an unknown connection: %s %+v", typ, r)
+	}
+
+	pub := dialWire(t, s.GRPCAddr(), true)
+	if typ := pub.call("InstanceRequest", map[string]any{"namespace": "public", "serviceName": "w", "groupName": "DEFAULT_GROUP",
+		"type": "registerInstance", "instance": inst("10.0.0.1", 80)}, &r); typ != "InstanceResponse" || !r.Success {
+		t.Fatalf("register: %s %+v", typ, r)
+	}
+	if typ := pub.call("InstanceRequest", map[string]any{"serviceName": "w", "type": "registerInstance", "instance": inst("10.0.0.1", 0)}, &r); typ != "ErrorResponse" || r.ErrorCode != 400 {
+		t.Fatalf("port 0: %s %+v", typ, r)
+	}
+	if typ := pub.call("NoSuchRequest", map[string]any{}, &r); typ != "ErrorResponse" || r.Success {
+		t.Fatalf("unknown type: %s %+v", typ, r)
+	}
+
+	sub := dialWire(t, s.GRPCAddr(), true)
+	var sr subscribeServiceResponse
+	if typ := sub.call("SubscribeServiceRequest", map[string]any{"namespace": "public", "serviceName": "w", "groupName": "DEFAULT_GROUP",
+		"subscribe": true, "clusters": ""}, &sr); typ != "SubscribeServiceResponse" || !sr.Success || len(sr.ServiceInfo.Hosts) != 1 || sr.ServiceInfo.Name != "w" {
+		t.Fatalf("subscribe: %s %+v", typ, sr)
+	}
+	first := sr.ServiceInfo.LastRefTime
+
+	// Batch: the connection's instances of w become exactly the batch.
+	if typ := pub.call("BatchInstanceRequest", map[string]any{"serviceName": "w", "type": "batchRegisterInstance",
+		"instances": []any{inst("10.0.0.2", 80), inst("10.0.0.3", 80)}}, &r); typ != "BatchInstanceResponse" || !r.Success {
+		t.Fatalf("batch: %s %+v", typ, r)
+	}
+	var push struct {
+		ServiceInfo nServiceInfo `json:"serviceInfo"`
+	}
+	if err := json.Unmarshal(sub.next("NotifySubscriberRequest", 2*time.Second).GetBody().GetValue(), &push); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(push.ServiceInfo.Hosts); n != 2 || push.ServiceInfo.LastRefTime <= first {
+		t.Fatalf("push after the batch: %d hosts, lastRefTime %d after %d (the batch is one step: never 3 hosts)", n, push.ServiceInfo.LastRefTime, first)
+	}
+	eventually(t, 2*time.Second, "the push is acknowledged", func() bool {
+		_, _, n := s.metrics.percentiles()
+		return n >= 1
+	})
+
+	var q struct {
+		response
+		ServiceInfo nServiceInfo `json:"serviceInfo"`
+	}
+	if typ := sub.call("ServiceQueryRequest", map[string]any{"serviceName": "w", "cluster": "", "healthyOnly": true}, &q); typ != "QueryServiceResponse" || len(q.ServiceInfo.Hosts) != 2 {
+		t.Fatalf("query: %s %+v", typ, q)
+	}
+	var l struct {
+		response
+		Count        int      `json:"count"`
+		ServiceNames []string `json:"serviceNames"`
+	}
+	if typ := sub.call("ServiceListRequest", map[string]any{"groupName": "DEFAULT_GROUP", "pageNo": 1, "pageSize": 10}, &l); typ != "ServiceListResponse" || l.Count != 1 || l.ServiceNames[0] != "w" {
+		t.Fatalf("list: %s %+v", typ, l)
+	}
+
+	// The publisher's connection ends: its instances leave, and the
+	// subscriber is told. (A push with no hosts is what Nacos sends too;
+	// the SDK ignores it unless UpdateCacheWhenEmpty.)
+	pub.close()
+	eventually(t, 2*time.Second, "the closed connection's instances leave", func() bool { return len(served(t, s, "w")) == 0 })
+	if err := json.Unmarshal(sub.next("NotifySubscriberRequest", 2*time.Second).GetBody().GetValue(), &push); err != nil {
+		t.Fatal(err)
+	}
+	if len(push.ServiceInfo.Hosts) != 0 {
+		t.Fatalf("push after the publisher left: %+v", push.ServiceInfo.Hosts)
+	}
+
+	// Graceful shutdown: every client is told to reconnect elsewhere.
+	go func() { _ = s.Close() }()
+	sub.next("ConnectResetRequest", 3*time.Second)
+	sub.close()
+	stray.close()
+	_ = s.Close()
+}
+
+// TestWireSilentClientDropped: a client that stops answering is sent a
+// ClientDetectionRequest once idle, and dropped, with its instances, when
+// it does not answer.
+func TestWireSilentClientDropped(t *testing.T) {
+	s := startServer(t, func(c *Config) { c.IdleTimeout, c.DetectTimeout = 200*time.Millisecond, 200*time.Millisecond })
+	w := dialWire(t, s.GRPCAddr(), true)
+	var r response
+	w.call("InstanceRequest", map[string]any{"serviceName": "silent", "type": "registerInstance", "instance": inst("10.0.0.1", 80)}, &r)
+	if !r.Success {
+		t.Fatalf("register: %+v", r)
+	}
+	w.ack.Store(false) // from now on the client reads but never answers
+	w.next("ClientDetectionRequest", 2*time.Second)
+	eventually(t, 3*time.Second, "the silent client's instances leave", func() bool { return len(served(t, s, "silent")) == 0 })
+}
+
+// TestClusterWire: a 3-node cluster driven by hand-written clients: a
+// registration on n1 is pushed to a subscriber on n2, and when the nodes
+// close, no goroutine of theirs (transport, memberlist, Distro, Raft,
+// health checks, gRPC, UDP) is left. It runs under -race too.
+func TestClusterWire(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	nodes := startCluster(t, 3)
+	sub := dialWire(t, nodes[1].GRPCAddr(), true)
+	var sr subscribeServiceResponse
+	sub.call("SubscribeServiceRequest", map[string]any{"serviceName": "cw", "subscribe": true, "clusters": ""}, &sr)
+	if !sr.Success {
+		t.Fatalf("subscribe: %+v", sr)
+	}
+	pub := dialWire(t, nodes[0].GRPCAddr(), true)
+	var r response
+	pub.call("InstanceRequest", map[string]any{"serviceName": "cw", "type": "registerInstance", "instance": inst("10.0.0.1", 80)}, &r)
+	if !r.Success {
+		t.Fatalf("register: %+v", r)
+	}
+	var push struct {
+		ServiceInfo nServiceInfo `json:"serviceInfo"`
+	}
+	if err := json.Unmarshal(sub.next("NotifySubscriberRequest", 5*time.Second).GetBody().GetValue(), &push); err != nil {
+		t.Fatal(err)
+	}
+	if len(push.ServiceInfo.Hosts) != 1 {
+		t.Fatalf("push on n2 of a registration on n1: %+v", push.ServiceInfo)
+	}
+	pub.close()
+	sub.close()
+	var wg sync.WaitGroup
+	for _, s := range nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = s.Close() }()
+	}
+	wg.Wait()
+}

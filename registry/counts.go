@@ -1,0 +1,38 @@
+package registry
+
+// Counts is a snapshot of what a registry holds on this node, from the
+// counters its limits keep: reading it costs a lock and a copy of the
+// per-namespace map, never a walk of the index.
+type Counts struct {
+	// Services counts the services in the index, defined or implicit, of
+	// every namespace; Namespaces has the count per namespace (those with
+	// none are absent).
+	Services   int
+	Namespaces map[string]int
+	// Instances counts the instances in the index: ephemeral ones of every
+	// node, replicated here, and persistent ones.
+	Instances int
+	// Sessions counts the sessions open on this node (those of other
+	// nodes, replicated here, count on their own node).
+	Sessions int
+	// Watchers counts the open watchers of this node.
+	Watchers int
+}
+
+// Counts returns the registry's counts (see Counts). It is safe for
+// concurrent use and works on a closed registry.
+func (r *Registry) Counts() Counts {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	c := Counts{
+		Services:   len(r.services),
+		Namespaces: make(map[string]int, len(r.quota.nsServices)),
+		Instances:  r.quota.instances,
+		Sessions:   len(r.sessions),
+		Watchers:   r.quota.watchers,
+	}
+	for ns, n := range r.quota.nsServices {
+		c.Namespaces[ns] = n
+	}
+	return c
+}
