@@ -42,7 +42,11 @@ type Config struct {
 	// updates. It must be well beyond VerifyInterval.
 	TombstoneTTL time.Duration
 	// LoadTimeout is how long Start looks for a reachable peer to load from before this node
-	// declares itself the first node and becomes ready empty.
+	// declares itself the first node and becomes ready empty: the first node of a new cluster
+	// waits it (3 s by default) before it serves. A node whose every known peer answers that it
+	// is loading too (a cold cluster, all nodes starting empty together) does not wait: it is
+	// ready once they have all answered. One peer that does not answer holds it back until
+	// LoadTimeout, so a restarting node never serves before it has loaded.
 	LoadTimeout time.Duration
 	// Buckets is the number of digest buckets. A verify round sends 8 bytes per bucket to each
 	// peer; a differing bucket costs its records' versions. 1024 keeps a round near 8 KiB.

@@ -19,13 +19,20 @@ const snapshotPage = 4096
 // declares this node the first one. A peer that refused because its membership does not list
 // this node yet (ErrNotMember: this node has just joined) is retried until it answers or
 // LoadTimeout passes, even once another peer answered: it is reachable and holds state.
+//
+// A cold cluster does not wait LoadTimeout: when, in two rounds in a row, every known peer
+// answered that it is loading too (none unreachable, none refusing, none with a snapshot), no
+// member holds state that this node could miss, and it is ready. One peer that does not answer keeps
+// the rule: this node waits for it, or LoadTimeout.
 func (r *Replicator) load() {
 	start := r.clk.Now()
 	deadline := start.Add(r.cfg.LoadTimeout)
 	answered := map[string]bool{}
+	cold, coldRounds := false, 0
 	retry := min(r.cfg.LoadTimeout/10, 100*time.Millisecond)
 	for {
-		notYet := 0 // peers that refused this round because they do not list this node yet
+		notYet := 0  // peers that refused this round because they do not list this node yet
+		loading := 0 // peers that answered this round that they are loading too
 		r.mu.Lock()
 		var peers []string
 		for _, p := range r.members {
@@ -46,11 +53,14 @@ func (r *Replicator) load() {
 					if r.ctx.Err() == nil {
 						r.log.Info("distro: load from peer failed", "peer", p, "err", err)
 					}
-					if errors.Is(err, ErrNotMember) {
-						mu.Lock()
+					mu.Lock()
+					switch {
+					case errors.Is(err, ErrNotMember):
 						notYet++
-						mu.Unlock()
+					case errors.Is(err, ErrNotReady):
+						loading++
 					}
+					mu.Unlock()
 					return
 				}
 				mu.Lock()
@@ -65,6 +75,17 @@ func (r *Replicator) load() {
 		if len(answered) > 0 && notYet == 0 {
 			break // every peer known now was tried, at least one answered
 		}
+		if len(answered) == 0 && len(peers) > 0 && loading == len(peers) {
+			// Every known peer is loading too: a cold cluster, nobody holds state. Two rounds
+			// in a row, a retry apart, so that a membership still converging (a ready member
+			// the join has not reported yet) gets that long to show up.
+			if coldRounds++; coldRounds >= 2 {
+				cold = true
+				break
+			}
+		} else {
+			coldRounds = 0
+		}
 		if !r.clk.Now().Before(deadline) {
 			break
 		}
@@ -76,12 +97,12 @@ func (r *Replicator) load() {
 		case <-t.Chan():
 		}
 	}
-	r.finishLoad(len(answered), r.clk.Since(start))
+	r.finishLoad(len(answered), cold, r.clk.Since(start))
 }
 
 // loadFrom pages through peer's snapshot. A peer that is itself still loading has not answered
 // (it fails with ErrNotReady): nodes restarting together never take each other's half-loaded
-// state for the cluster's; a whole cluster starting cold waits LoadTimeout.
+// state for the cluster's (see load for a whole cluster starting cold).
 func (r *Replicator) loadFrom(peer string) error {
 	from := uint32(0)
 	for {
@@ -123,7 +144,7 @@ func (r *Replicator) loadFrom(peer string) error {
 // finishLoad settles what the snapshots held and makes the node ready: records of this node's
 // previous incarnation (sessions died with it: tombstoned; beats: adopted if HRW still names
 // this node), owners that are not members (orphan clocks start now), beats to adopt.
-func (r *Replicator) finishLoad(peers int, took time.Duration) {
+func (r *Replicator) finishLoad(peers int, cold bool, took time.Duration) {
 	// First the Store gets the merged result of the snapshots (each loaded foreign record, once,
 	// at its final version), before the node is ready: a ready node's Store holds what it loaded.
 	r.mu.Lock()
@@ -179,7 +200,9 @@ func (r *Replicator) finishLoad(peers int, took time.Duration) {
 	close(r.readyCh)
 	n := r.tab.len()
 	r.mu.Unlock()
-	if peers == 0 {
+	if cold {
+		r.log.Info("distro: every peer is loading too: ready as a node of a cold cluster", "waited", took)
+	} else if peers == 0 {
 		r.log.Info("distro: no reachable peer within LoadTimeout: ready as the first node", "waited", took)
 	} else {
 		r.log.Info("distro: loaded", "peers", peers, "records", n, "took", took, "own_sessions_tombstoned", len(stale))

@@ -3,6 +3,7 @@ package distro
 import (
 	"context"
 	"fmt"
+	"github.com/muster-io/muster/internal/logx"
 	"io"
 	"log"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -159,6 +161,8 @@ type Memberlist struct {
 	nextSub int
 	started bool
 	closed  bool
+	// stopping is set once Close or Kill has begun (see logBridge).
+	stopping atomic.Bool
 
 	notifyMu sync.Mutex // serializes subscriber calls and cancels
 	changed  chan struct{}
@@ -189,7 +193,7 @@ func NewMemberlist(cfg MemberlistConfig) (*Memberlist, error) {
 	if m.log == nil {
 		m.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	m.log = m.log.With("node", cfg.NodeID)
+	m.log = logx.WithNode(m.log, cfg.NodeID)
 	m.members[cfg.NodeID] = Member{ID: cfg.NodeID, Addr: cfg.TransportAddr}
 	return m, nil
 }
@@ -240,7 +244,7 @@ func (m *Memberlist) Start(ctx context.Context) error {
 	c.TCPTimeout, c.GossipToTheDeadTime = m.cfg.TCPTimeout, m.cfg.GossipToTheDeadTime
 	c.Delegate = mlDelegate{m}
 	c.Events = mlEvents{m}
-	c.Logger = log.New(&logBridge{log: m.log}, "", 0)
+	c.Logger = log.New(&logBridge{log: m.log, stopping: &m.stopping}, "", 0)
 	if m.cfg.WrapTransport != nil {
 		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
 			BindAddrs: []string{c.BindAddr}, BindPort: c.BindPort, Logger: c.Logger,
@@ -350,6 +354,7 @@ func (m *Memberlist) stop(leave bool) error {
 		return nil
 	}
 	m.closed = true
+	m.stopping.Store(true)
 	ml, cancel := m.ml, m.cancel
 	m.mu.Unlock()
 	if cancel != nil {
@@ -568,8 +573,14 @@ func (d mlDelegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (d mlDelegate) LocalState(join bool) []byte                { return nil }
 func (d mlDelegate) MergeRemoteState(buf []byte, join bool)     {}
 
-// logBridge turns memberlist's "[LEVEL] memberlist: ..." lines into slog records.
-type logBridge struct{ log *slog.Logger }
+// logBridge turns memberlist's "[LEVEL] memberlist: ..." lines into slog records. Once the
+// node is stopping, memberlist's goroutines that still run after its sockets closed (Shutdown
+// does not wait for them) log their failed reads and writes as errors: those are expected, and
+// logged at Debug.
+type logBridge struct {
+	log      *slog.Logger
+	stopping *atomic.Bool
+}
 
 func (b *logBridge) Write(p []byte) (int, error) {
 	s := strings.TrimSpace(string(p))
@@ -582,6 +593,9 @@ func (b *logBridge) Write(p []byte) (int, error) {
 			lvl, s = l.lvl, strings.TrimSpace(s[len(l.tag):])
 			break
 		}
+	}
+	if lvl > slog.LevelDebug && b.stopping != nil && b.stopping.Load() && strings.Contains(s, net.ErrClosed.Error()) {
+		lvl = slog.LevelDebug
 	}
 	b.log.Log(context.Background(), lvl, s, "component", "memberlist")
 	return len(p), nil

@@ -3,6 +3,7 @@ package distro
 import (
 	"context"
 	"fmt"
+	"github.com/muster-io/muster/internal/logx"
 	"hash/fnv"
 	"io"
 	"log/slog"
@@ -97,7 +98,7 @@ func New(cfg Config) (*Replicator, error) {
 	if r.log == nil {
 		r.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	r.log = r.log.With("node", r.self)
+	r.log = logx.WithNode(r.log, r.self)
 	src := cfg.Rand
 	if src == nil {
 		h := fnv.New64a()

@@ -19,8 +19,8 @@ import (
 func mysqlTarget(t *testing.T) (Target, *sql.DB) {
 	t.Helper()
 	dsn := os.Getenv("MUSTER_TEST_MYSQL_DSN")
-	if dsn == "" {
-		t.Skip("MUSTER_TEST_MYSQL_DSN is not set: no MariaDB to check (.ci/run starts one)")
+	if why := mysqlSkipReason(); why != "" {
+		t.Skip(why)
 	}
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {

@@ -9,13 +9,16 @@ import (
 )
 
 func ExampleParseGroupedName() {
-	group, name, _ := model.ParseGroupedName("shop@@orders")
-	fmt.Println(group, name)
-	group, name, _ = model.ParseGroupedName("orders")
-	fmt.Println(group, name)
+	k, _ := model.ParseGroupedName("shop@@orders")
+	fmt.Println(k.Group, k.Name)
+	k, _ = model.ParseGroupedName("orders")
+	fmt.Println(k.Group, k.Name)
+	k.Namespace = "staging" // a key in another namespace
+	fmt.Println(k)
 	// Output:
 	// shop orders
 	// DEFAULT_GROUP orders
+	// staging@@DEFAULT_GROUP@@orders
 }
 
 func ExampleInstance_Validate() {

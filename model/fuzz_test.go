@@ -60,9 +60,9 @@ func FuzzValidateInstance(f *testing.F) {
 		if err := back.Validate(Limits{}); err != nil {
 			t.Fatalf("decoded copy rejected: %v", err)
 		}
-		g, n, err := ParseGroupedName(inst.Service.GroupedName())
-		if k := inst.Service.WithDefaults(); err != nil || g != k.Group || n != k.Name {
-			t.Fatalf("grouped name round trip: %q %q %v", g, n, err)
+		got, err := ParseGroupedName(inst.Service.GroupedName())
+		if k := inst.Service.WithDefaults(); err != nil || got.Group != k.Group || got.Name != k.Name {
+			t.Fatalf("grouped name round trip: %+v %v", got, err)
 		}
 	})
 }

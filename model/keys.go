@@ -64,24 +64,26 @@ func GroupedName(group, name string) string {
 	return group + GroupSeparator + name
 }
 
-// ParseGroupedName splits a grouped name. A name without "@@" belongs to
+// ParseGroupedName parses a grouped name ("group@@service", Nacos's
+// serviceName parameter) into a ServiceKey in the default namespace (set
+// Namespace on the result for another). A name without "@@" belongs to
 // DefaultGroup, as in Nacos. A grouped name with an empty group or name is
 // rejected with an error matching ErrInvalid.
-func ParseGroupedName(s string) (group, name string, err error) {
+func ParseGroupedName(s string) (ServiceKey, error) {
 	g, n, found := strings.Cut(s, GroupSeparator)
 	if !found {
 		if s == "" {
-			return "", "", invalid("service.name", "must not be empty", "")
+			return ServiceKey{}, invalid("service.name", "must not be empty", "")
 		}
-		return DefaultGroup, s, nil
+		return ServiceKey{Group: DefaultGroup, Name: s}, nil
 	}
 	if g == "" {
-		return "", "", invalid("service.group", "must not be empty in a grouped name", s)
+		return ServiceKey{}, invalid("service.group", "must not be empty in a grouped name", s)
 	}
 	if n == "" {
-		return "", "", invalid("service.name", "must not be empty in a grouped name", s)
+		return ServiceKey{}, invalid("service.name", "must not be empty in a grouped name", s)
 	}
-	return g, n, nil
+	return ServiceKey{Group: g, Name: n}, nil
 }
 
 // InstanceKey identifies an instance within the registry: its service, its

@@ -57,18 +57,18 @@ func TestGroupedNames(t *testing.T) {
 		{"g@@", "", "", true},
 		{"", "", "", true},
 	} {
-		g, n, err := ParseGroupedName(tc.in)
-		if (err != nil) != tc.err || g != tc.group || n != tc.name {
-			t.Errorf("ParseGroupedName(%q) = %q, %q, %v", tc.in, g, n, err)
+		k, err := ParseGroupedName(tc.in)
+		if (err != nil) != tc.err || k.Group != tc.group || k.Name != tc.name || k.Namespace != "" {
+			t.Errorf("ParseGroupedName(%q) = %+v, %v", tc.in, k, err)
 		}
 		if err != nil && !errors.Is(err, ErrInvalid) {
 			t.Errorf("ParseGroupedName(%q) error %v is not ErrInvalid", tc.in, err)
 		}
 	}
 	k := ServiceKey{Group: "my.group:1", Name: "providers:com.foo.Bar:1.0.0:"}
-	g, n, err := ParseGroupedName(k.GroupedName())
-	if err != nil || g != k.Group || n != k.Name {
-		t.Fatalf("round trip of %q: %q %q %v", k.GroupedName(), g, n, err)
+	back, err := ParseGroupedName(k.GroupedName())
+	if err != nil || back != k {
+		t.Fatalf("round trip of %q: %+v %v", k.GroupedName(), back, err)
 	}
 	if got := k.String(); got != "public@@my.group:1@@providers:com.foo.Bar:1.0.0:" {
 		t.Fatalf("String = %q", got)

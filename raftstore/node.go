@@ -386,7 +386,11 @@ func (n *Node) boundedErr(ctx context.Context, last error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return fmt.Errorf("%w: %w", ErrNoLeader, last)
+	// Dragonboat's own words for the last attempt ("specified timeout value
+	// is too small", "shard not ready") describe its internals, not what
+	// happened: they are logged, not returned.
+	n.log.Debug("raftstore: bounded wait ended without a leader", "last", last)
+	return fmt.Errorf("%w: no quorum of replicas answered in time", ErrNoLeader)
 }
 
 // WaitReady returns once this node has applied what was committed when it

@@ -115,8 +115,8 @@ func (r *Registry) untarget(key model.InstanceKey) {
 }
 
 // onTransition queues a flip reported by the scheduler. It does not block.
-func (r *Registry) onTransition(key model.InstanceKey, healthy bool, st health.Status) {
-	r.log.Info("health check flipped", "instance", key.String(), "healthy", healthy, "reason", st.Last.Reason, "damped", st.Damped)
+// The scheduler has logged the flip ("health: instance flipped"), once.
+func (r *Registry) onTransition(key model.InstanceKey, healthy bool, _ health.Status) {
 	hw := &r.hw
 	hw.mu.Lock()
 	hw.pending[key] = healthy

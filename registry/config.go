@@ -23,7 +23,9 @@ type Config struct {
 	// clean-ups. Nil means the real clock. Tests pass a
 	// clockwork.FakeClock and advance it.
 	Clock clockwork.Clock
-	// Logger receives the registry's logs. Nil discards them.
+	// Logger receives the registry's logs, and those of the Distro,
+	// health and Raft components it starts. The registry tags every line
+	// with node=NodeID, once: do not add it yourself. Nil discards them.
 	Logger *slog.Logger
 	// Rand is the random source for session IDs and weighted selection. Nil
 	// means a source seeded from crypto/rand. It is used under a lock, so

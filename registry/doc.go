@@ -17,7 +17,14 @@
 //
 // With no Distro and no Raft configuration the registry runs standalone: one
 // node, and the persistent data (service definitions, persistent instances,
-// patches) is kept in memory and lost on Close.
+// patches) is kept in memory and lost on Close. The durable standalone
+// setup is Raft without Distro: a single-replica group (InitialMembers of
+// one, over a transport such as a one-node transport.MemNetwork, which
+// opens no port) keeps the persistent data on disk across restarts, and is
+// ready in about half a second (its election).
+//
+// Package registry/node assembles a cluster node in one call: transport,
+// membership, Distro, Raft and checks, closed in the right order.
 //
 // Config.Distro makes it one node of a cluster (package distro). Every
 // publisher (session or beat ip:port) is one replicated record, owned by
@@ -42,7 +49,11 @@
 // ErrNotReady (Config.ServeBeforeReady lifts that), so a restarting node
 // never serves empty lists; beat writes that reach it as the owner fail
 // with ErrNotReady too, since it may not know yet the record its previous
-// run left for the ip:port (clients retry, as Nacos clients do).
+// run left for the ip:port (clients retry, as Nacos clients do). The first
+// node of a new cluster finds nobody to load from and waits
+// distro.Config.LoadTimeout (3 s) before it is ready; nodes of a cold
+// cluster, all starting empty together, are ready as soon as each has heard
+// from every known peer that it is loading too.
 // Watchers are node-local, as in Nacos: a change made on any node reaches
 // the watchers of every node through replication.
 //

@@ -49,4 +49,8 @@ var (
 	// member the owner does not know yet retries, as when ownership moves,
 	// and then fails with ErrUnavailable, which wraps ErrNotMember.
 	ErrNotMember = errors.New("registry: sender is not a member")
+	// ErrSessionInstance: Registry.Deregister of an ephemeral instance that
+	// only sessions publish; nothing was changed. Its session removes it
+	// (Session.Deregister, Session.Close).
+	ErrSessionInstance = errors.New("registry: instance is published by a session")
 )

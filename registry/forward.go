@@ -55,6 +55,7 @@ const (
 	codeOther
 	codeLimit
 	codeNotMember
+	codeSessionInstance
 )
 
 // fwdResponse answers a forwarded write.
@@ -91,6 +92,8 @@ func codeOf(err error) fwdCode {
 		return codeLimit
 	case errors.Is(err, ErrNotMember):
 		return codeNotMember
+	case errors.Is(err, ErrSessionInstance):
+		return codeSessionInstance
 	}
 	return codeOther
 }
@@ -118,6 +121,8 @@ func (resp *fwdResponse) err(owner string) error {
 		base = ErrLimit
 	case codeNotMember:
 		base = ErrNotMember
+	case codeSessionInstance:
+		base = ErrSessionInstance
 	default:
 		return fmt.Errorf("registry: owner %s: %s", owner, resp.Msg)
 	}

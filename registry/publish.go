@@ -291,8 +291,13 @@ func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
 // 5 s). A beat makes an unhealthy instance healthy again. It fails with
 // ErrNotFound when the registry does not hold the instance (it expired, or
 // was never registered): the publisher registers it again, or beats with
-// HeartbeatInstance, which does that itself.
+// HeartbeatInstance, which does that itself. An invalid key (an IP that does
+// not parse, a port out of range) fails with an error matching
+// model.ErrInvalid that names the field.
 func (r *Registry) Heartbeat(ctx context.Context, key model.InstanceKey) (time.Duration, error) {
+	if err := key.WithDefaults().Validate(); err != nil {
+		return 0, err // ErrInvalid naming the field, not ErrNotFound: no beat can find it
+	}
 	if r.dist != nil {
 		resp, local, err := r.forward(ctx, key.IP, key.Port, &fwdRequest{Op: fwdHeartbeat, Key: key})
 		if !local {
@@ -431,7 +436,8 @@ func (r *Registry) touchBeat(pi *pubInst) {
 // Deregister removes the instance with key: a persistent instance from the
 // store, an ephemeral one from its beat publisher (session instances are
 // removed through their session). Removing an instance that is not there is
-// not an error.
+// not an error; removing one that only sessions publish fails with
+// ErrSessionInstance and changes nothing.
 func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -500,6 +506,12 @@ func (r *Registry) deregisterEphemeral(ctx context.Context, key model.InstanceKe
 	if pi != nil {
 		r.beatLeases.Remove(pi)
 		r.dropBeat(pi)
+		return nil
+	}
+	if _, sl := r.lookup(key); sl != nil && len(sl.pubs) > 0 {
+		// Only sessions publish it: Deregister, which removes what beats
+		// keep alive, cannot remove it, and says so.
+		return fmt.Errorf("%w: %s: Deregister removes beat and persistent instances; remove it with Session.Deregister or by closing its session", ErrSessionInstance, key)
 	}
 	return nil
 }

@@ -165,6 +165,13 @@ type serviceSnapshot struct {
 // an empty view with Revision 0. An unchanged service is answered from a
 // cache, without allocating and, while no service has been added or
 // removed since the last snapshot of the index, without taking a lock.
+//
+// The protection threshold applies as in Nacos: when the healthy share of
+// the instances is at or below the service's ProtectThreshold, every
+// instance is served as healthy and the view is Protected. With the default
+// threshold of 0, a service whose only instance (or every instance) is
+// unhealthy is protected: that instance is served as healthy, also to a
+// HealthyOnly query. Read the real health with ServiceView.RealHealthy(i).
 func (r *Registry) Query(ctx context.Context, q model.Query) (*model.ServiceView, error) {
 	if q.Linearizable {
 		if err := r.barrier(ctx); err != nil {

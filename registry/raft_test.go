@@ -3,6 +3,7 @@ package registry_test
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -156,6 +157,11 @@ func TestRaftNoQuorum(t *testing.T) {
 	err := n.Register(ctx, persistent("db", 2))
 	if !errors.Is(err, registry.ErrNoLeader) {
 		t.Fatalf("write without quorum: %v, want ErrNoLeader", err)
+	}
+	for _, internal := range []string{"specified timeout", "too small", "dragonboat", "shard not"} {
+		if strings.Contains(strings.ToLower(err.Error()), internal) {
+			t.Fatalf("ErrNoLeader's message carries Dragonboat's words %q: %v", internal, err)
+		}
 	}
 	// Local reads go on.
 	if got := ipsOn(t, n, "db"); len(got) != 1 {

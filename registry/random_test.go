@@ -83,12 +83,19 @@ func randomRun(t *testing.T, seed uint64) {
 				t.Fatal(err)
 			}
 			beats[k] = &modelBeat{last: now()}
-		case 3: // deregister a beat instance
+		case 3: // deregister a beat instance; one only sessions publish is refused
 			in := pick()
-			if err := r.Deregister(ctx, in.Key()); err != nil {
-				t.Fatal(err)
+			k := in.Key().WithDefaults()
+			_, beat := beats[k]
+			inSession := false
+			for _, ms := range sessions {
+				inSession = inSession || ms.insts[k]
 			}
-			delete(beats, in.Key().WithDefaults())
+			err := r.Deregister(ctx, in.Key())
+			if want := !beat && inSession; want != errors.Is(err, registry.ErrSessionInstance) || err != nil && !want {
+				t.Fatalf("step %d: Deregister(%s) = %v; model: beat %v, in a session %v", step, k, err, beat, inSession)
+			}
+			delete(beats, k)
 		case 4: // open a session
 			ttl := time.Duration(rng.IntN(2)) * 10 * time.Second
 			s, err := r.OpenSession(ctx, registry.SessionOptions{TTL: ttl})

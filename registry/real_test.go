@@ -3,94 +3,45 @@ package registry_test
 import (
 	"context"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/muster-io/muster/distro"
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/registry"
-	"github.com/muster-io/muster/transport"
+	"github.com/muster-io/muster/registry/node"
 	"go.uber.org/goleak"
 )
 
 // realNode is a registry on real TCP and real memberlist over 127.0.0.1,
-// on the real clock.
+// on the real clock, assembled by registry/node.
 type realNode struct {
 	id  string
-	tcp *transport.TCP
-	ml  *distro.Memberlist
+	n   *node.Node
 	reg *registry.Registry
 }
 
 func startReal(t *testing.T, id string, seeds []string) *realNode {
 	t.Helper()
-	n := &realNode{id: id}
-	var ml atomic.Pointer[distro.Memberlist]
-	tc := transport.DefaultTCPConfig()
-	tc.NodeID, tc.ListenAddr = id, "127.0.0.1:0"
-	tc.Secret = []byte("muster-test-secret-0123456789")
-	tc.ReconnectMin, tc.ReconnectMax = 20*time.Millisecond, 200*time.Millisecond
-	tc.Resolve = func(node string) (string, error) {
-		if m := ml.Load(); m != nil {
-			return m.Addr(node)
-		}
-		return "", distro.ErrUnknownMember
-	}
-	tcp, err := transport.NewTCP(tc)
+	cfg := node.DefaultConfig()
+	cfg.NodeID, cfg.Seeds = id, seeds
+	cfg.Secret = []byte("muster-test-secret-0123456789")
+	cfg.GossipKey = []byte("registry-test-gossip-key-32byte!")
+	tm := node.Fast()
+	tm.ProbeInterval, tm.ProbeTimeout, tm.GossipInterval = 100*time.Millisecond, 50*time.Millisecond, 20*time.Millisecond
+	tm.PushPull, tm.GossipTCPTimeout, tm.GossipDead = time.Second, 200*time.Millisecond, time.Second
+	tm.Rejoin, tm.Leave = 500*time.Millisecond, 200*time.Millisecond
+	tm.SyncDelay, tm.Verify, tm.Orphan, tm.Tombstone = 0, 200*time.Millisecond, time.Second, 2*time.Second
+	tm.Load = 500 * time.Millisecond
+	cfg.Timings = tm
+	cfg.Registry.HealthChecks = nil
+	n, err := node.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tcp.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	n.tcp = tcp
-
-	mc := distro.DefaultMemberlistConfig()
-	mc.NodeID, mc.BindAddr, mc.BindPort, mc.TransportAddr, mc.Seeds = id, "127.0.0.1", 0, tcp.Addr(), seeds
-	mc.SecretKey = []byte("registry-test-gossip-key-32byte!")
-	mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = 100*time.Millisecond, 50*time.Millisecond, 2
-	mc.GossipInterval, mc.PushPullInterval, mc.TCPTimeout, mc.GossipToTheDeadTime = 20*time.Millisecond, time.Second, 200*time.Millisecond, time.Second
-	mc.RejoinInterval = 500 * time.Millisecond
-	mc.LeaveTimeout = 200 * time.Millisecond
-	m, err := distro.NewMemberlist(mc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ml.Store(m)
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	n.ml = m
-
-	dc := distro.DefaultConfig()
-	dc.Transport, dc.Membership = tcp, m
-	dc.SyncDelay = 0
-	dc.VerifyInterval = 200 * time.Millisecond
-	dc.OrphanTimeout = time.Second
-	dc.TombstoneTTL = 2 * time.Second
-	dc.LoadTimeout = 500 * time.Millisecond
-	dc.RequestTimeout = time.Second
-	cfg := registry.DefaultConfig()
-	cfg.NodeID = id
-	cfg.Distro = &dc
-	cfg.HealthChecks = nil
-	reg, err := registry.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	n.reg = reg
-	return n
+	return &realNode{id: id, n: n, reg: n.Registry()}
 }
 
-func (n *realNode) stop() {
-	n.reg.Close()
-	n.ml.Close()
-	n.tcp.Close()
-}
+func (n *realNode) stop() { _ = n.n.Close() }
 
 func poll(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -121,7 +72,7 @@ func TestRealCluster(t *testing.T) {
 	}
 	defer goleak.VerifyNone(t)
 	n1 := startReal(t, "n1", nil)
-	seeds := []string{n1.ml.BindAddr()}
+	seeds := []string{n1.n.GossipAddr()}
 	n2 := startReal(t, "n2", seeds)
 	n3 := startReal(t, "n3", seeds)
 	nodes := []*realNode{n1, n2, n3}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/muster-io/muster/internal/logx"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -120,7 +121,7 @@ func New(cfg Config) (*Registry, error) {
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
-	r.log = r.log.With("node", cfg.NodeID)
+	r.log = logx.WithNode(r.log, cfg.NodeID)
 	src := cfg.Rand
 	if src == nil {
 		var seed [16]byte
@@ -355,6 +356,11 @@ func (r *Registry) handOver() {
 	}
 	r.log.Info("sessions handed over at close", "sessions", n)
 }
+
+// Done returns a channel that is closed when the registry closes (Close
+// has begun: new calls fail with ErrClosed). A host selects on it to stop
+// what it runs around the registry.
+func (r *Registry) Done() <-chan struct{} { return r.stop }
 
 // Ready reports whether the registry serves queries.
 func (r *Registry) Ready() bool {

@@ -67,7 +67,8 @@ type watchState struct {
 	groups map[model.ServiceKey]*watchGroup
 	dirty  map[model.ServiceKey]struct{} // services changed since the notifier last ran
 	spare  map[model.ServiceKey]struct{}
-	signal chan struct{} // capacity 1: wakes the notifier
+	signal chan struct{}      // capacity 1: wakes the notifier
+	flush  chan chan struct{} // FlushWatchers: closed once the notifier has delivered
 
 	// Catalog watchers (see catalog.go), guarded by Registry.mu like groups.
 	catalogs map[string]*catalogGroup // by namespace
@@ -102,6 +103,33 @@ func (ws *watchState) init() {
 	ws.catalogs = make(map[string]*catalogGroup)
 	ws.catDirty = make(map[string]struct{})
 	ws.catSpare = make(map[string]struct{})
+	ws.flush = make(chan chan struct{})
+}
+
+// FlushWatchers returns once every watcher has been handed the newest view
+// of its query as of the call: each one's next Next returns at once with
+// every change made before FlushWatchers was called (or the watcher has
+// closed). It is a barrier for tests, which need not poll Next after moving
+// a fake clock (registrytest's Settle and Advance call it); delivery does
+// not need it. It fails with ErrClosed once the registry is closed, or with
+// ctx's error.
+func (r *Registry) FlushWatchers(ctx context.Context) error {
+	done := make(chan struct{})
+	select {
+	case r.watch.flush <- done:
+	case <-r.stop:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-r.stop:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // markDirty tells the notifier that key changed. The caller holds mu.
@@ -289,49 +317,63 @@ func (ws *watchState) closeAll(r *Registry, err error) {
 // non-blocking send.
 func (r *Registry) notifier() {
 	for {
+		var flushed chan struct{}
 		select {
 		case <-r.stop:
 			return
 		case <-r.watch.signal:
+		case flushed = <-r.watch.flush:
+			// Every change made before the flush was called has marked its
+			// service dirty: a pass now delivers it (an earlier pass that
+			// took it has finished, this loop being sequential).
 		}
-		r.mu.Lock()
-		dirty := r.watch.dirty
-		r.watch.dirty, r.watch.spare = r.watch.spare, dirty
-		catDirty := r.watch.catDirty
-		r.watch.catDirty, r.watch.catSpare = r.watch.catSpare, catDirty
-		r.mu.Unlock()
-
-		for key := range dirty {
-			buf := r.watch.buf[:0]
-			var last *step
-			r.mu.RLock()
-			if g := r.watch.groups[key]; g != nil {
-				for _, w := range g.watchers {
-					if w.closed.Load() != nil {
-						continue
-					}
-					v := r.currentView(key, g, &w.q)
-					prev := w.latest.Load().view // only the notifier stores latest
-					if v.Revision <= prev.Revision {
-						continue
-					}
-					if last == nil || last.prev != prev || last.view != v {
-						last = &step{prev: prev, view: v}
-					}
-					buf = append(buf, delivery{w: w, s: last})
-				}
-			}
-			r.mu.RUnlock()
-			for _, d := range buf {
-				d.w.offer(d.s)
-			}
-			clear(buf)
-			r.watch.buf = buf[:0]
+		r.deliverDirty()
+		if flushed != nil {
+			close(flushed)
 		}
-		clear(dirty)
-		r.notifyCatalogs(catDirty)
-		clear(catDirty)
 	}
+}
+
+// deliverDirty hands the newest views of the services changed since the
+// last pass to their watchers. Only the notifier calls it.
+func (r *Registry) deliverDirty() {
+	r.mu.Lock()
+	dirty := r.watch.dirty
+	r.watch.dirty, r.watch.spare = r.watch.spare, dirty
+	catDirty := r.watch.catDirty
+	r.watch.catDirty, r.watch.catSpare = r.watch.catSpare, catDirty
+	r.mu.Unlock()
+
+	for key := range dirty {
+		buf := r.watch.buf[:0]
+		var last *step
+		r.mu.RLock()
+		if g := r.watch.groups[key]; g != nil {
+			for _, w := range g.watchers {
+				if w.closed.Load() != nil {
+					continue
+				}
+				v := r.currentView(key, g, &w.q)
+				prev := w.latest.Load().view // only the notifier stores latest
+				if v.Revision <= prev.Revision {
+					continue
+				}
+				if last == nil || last.prev != prev || last.view != v {
+					last = &step{prev: prev, view: v}
+				}
+				buf = append(buf, delivery{w: w, s: last})
+			}
+		}
+		r.mu.RUnlock()
+		for _, d := range buf {
+			d.w.offer(d.s)
+		}
+		clear(buf)
+		r.watch.buf = buf[:0]
+	}
+	clear(dirty)
+	r.notifyCatalogs(catDirty)
+	clear(catDirty)
 }
 
 // offer makes s the watcher's latest step. Only the notifier calls it, so

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/muster-io/muster/internal/logx"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -114,7 +115,7 @@ func NewTCP(cfg TCPConfig) (*TCP, error) {
 	if t.log == nil {
 		t.log = slog.New(slog.DiscardHandler)
 	}
-	t.log = t.log.With("node", cfg.NodeID)
+	t.log = logx.WithNode(t.log, cfg.NodeID)
 	if t.clock == nil {
 		t.clock = clockwork.NewRealClock()
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,9 +29,6 @@ type faults struct {
 
 func newFaults(c *cluster) *faults {
 	f := &faults{cut: map[[2]string]bool{}, byAddr: map[string]string{}}
-	for _, s := range c.specs {
-		f.byAddr[s.gossip] = s.id
-	}
 	c.wrapTCP = f.wrapTCP
 	c.wrapGossip = f.wrapGossip
 	return f
@@ -115,6 +113,13 @@ func (t *faultyTransport) Handle(kind transport.Kind, h transport.Handler) {
 }
 
 func (f *faults) wrapGossip(id string, t memberlist.Transport) memberlist.Transport {
+	// The node binds its gossip port before wrapping it (port 0 on the
+	// first start): learn the address here.
+	if nt, ok := t.(interface{ GetAutoBindPort() int }); ok {
+		f.mu.Lock()
+		f.byAddr[net.JoinHostPort("127.0.0.1", strconv.Itoa(nt.GetAutoBindPort()))] = id
+		f.mu.Unlock()
+	}
 	return &faultyGossip{Transport: t, self: id, f: f}
 }
 

@@ -20,7 +20,6 @@ import (
 	"github.com/muster-io/muster/raftstore"
 	"github.com/muster-io/muster/registry"
 	"github.com/muster-io/muster/transport"
-	"go.uber.org/goleak"
 )
 
 // ClusterOptions configures a test cluster. The zero value is ready to use.
@@ -116,7 +115,7 @@ func (n *Node) closeTransports() {
 // NewCluster starts a cluster and returns once every node is ready.
 func NewCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	t.Helper()
-	leaks := goleak.IgnoreCurrent()
+	leaks := newLeakCheck()
 	if opts.Nodes <= 0 {
 		opts.Nodes = 3
 	}
@@ -415,6 +414,11 @@ func (c *Cluster) Settle() {
 				c.t.Fatalf("registrytest: node %s did not settle: %v", n.ID, err)
 			}
 		}
+		for _, n := range c.Live() {
+			if err := n.FlushWatchers(ctx); err != nil {
+				c.t.Fatalf("registrytest: node %s did not hand its watchers their views: %v", n.ID, err)
+			}
+		}
 		if err := c.Net.WaitIdle(ctx); err != nil {
 			c.t.Fatalf("registrytest: the cluster did not settle: %d messages still in flight: %v", c.Net.InFlight(), err)
 		}
@@ -437,6 +441,12 @@ const (
 	// settleGap is the real time each round leaves a replicator's loop.
 	settleGap = time.Millisecond
 )
+
+// Step advances the clock by one ClusterOptions.Step and settles.
+func (c *Cluster) Step() {
+	c.t.Helper()
+	c.Advance(c.opts.Step)
+}
 
 // Eventually advances the clock in steps until cond holds, for at most
 // limit of fake time, and fails the test otherwise.
@@ -531,7 +541,7 @@ func diffMaps(a, b map[string]string) string {
 	return strings.Join(out, "; ")
 }
 
-func (c *Cluster) cleanup(leaks goleak.Option) {
+func (c *Cluster) cleanup(leaks *leakCheck) {
 	t := c.t
 	if !t.Failed() {
 		c.Heal()
@@ -554,7 +564,7 @@ func (c *Cluster) cleanup(leaks goleak.Option) {
 		n.closeTransports()
 		n.Registry = nil
 	}
-	if err := goleak.Find(leaks); err != nil {
+	if err := leaks.find(leakWait); err != nil {
 		t.Errorf("registrytest: leaked goroutines: %v", err)
 	}
 }

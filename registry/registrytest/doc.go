@@ -7,14 +7,29 @@
 //	reg.Advance(16 * time.Second) // the beat lease has lapsed: unhealthy
 //
 // Advance moves the clock and returns once the registry has handled every
-// deadline that passed, so a test can assert on the result at once, without
-// sleeping.
+// deadline that passed and every watcher has been handed the newest view
+// (Settle: Registry.Tick, then Registry.FlushWatchers), so a test can assert
+// on the result at once, and a Watcher's Next returns the change without
+// waiting. Step advances by one Options.Step; Eventually advances in such
+// steps until a condition holds; WaitFor polls in real time, for what does not run on the fake
+// clock. A test needs no poll loop of its own.
+//
+// Active health checks are off in New, as in NewCluster (Options.Config nil
+// means registry.DefaultConfig() with HealthChecks nil): a persistent
+// instance in a test makes no real network probe, and keeps the health
+// SetHealth gives it. Pass a Config with HealthChecks to probe for real.
+//
+// Queries apply the protection threshold as Nacos does: with the default
+// ProtectThreshold of 0, a service whose only instance is unhealthy (0
+// healthy of 1, at or below the threshold) is protected, and the instance
+// is served as healthy. Assert on the real health with
+// ServiceView.RealHealthy, or on ServiceView.Protected.
 //
 // When the test ends, the harness checks the registry's index
-// (Registry.CheckConsistency), closes it, and compares the goroutines with
-// those at New: a goroutine left over fails the test. Because of that
-// comparison, tests that use this package should not run in parallel with
-// others (t.Parallel) in the same package.
+// (Registry.CheckConsistency), closes it, and fails the test if a goroutine
+// the test started since New is still running. Only goroutines descended
+// from the test's own goroutine count, so tests may run in parallel
+// (t.Parallel).
 //
 // NewCluster runs several registries as one cluster in the process: a
 // transport.MemNetwork between them, static membership that follows the

@@ -10,7 +10,6 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/muster-io/muster/registry"
-	"go.uber.org/goleak"
 )
 
 // Epoch is the fake clock's start: a fixed time, so that runs repeat.
@@ -18,8 +17,12 @@ var Epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // Options configures a test registry. The zero value is ready to use.
 type Options struct {
-	// Config is the registry configuration; zero means
-	// registry.DefaultConfig(). Its Clock, Logger and Rand are replaced.
+	// Config is the registry configuration; nil means
+	// registry.DefaultConfig() without active health checks (HealthChecks
+	// nil, as in NewCluster), so that persistent instances in a test make
+	// no real TCP, HTTP or MySQL probes; their health is what SetHealth
+	// gives them. Pass a Config with HealthChecks set to probe for real. Its
+	// Clock, Logger and Rand are replaced.
 	Config *registry.Config
 	// Seed seeds the registry's random source; 0 derives one from the
 	// test's name. A failed test logs it, so the run can be replayed.
@@ -29,6 +32,9 @@ type Options struct {
 	// Clock is shared with other registries of the test; nil means a new
 	// fake clock at Epoch.
 	Clock *clockwork.FakeClock
+	// Step is the largest single move of the clock in Eventually; default
+	// 500 ms.
+	Step time.Duration
 }
 
 // Registry is a started registry on a fake clock.
@@ -39,16 +45,19 @@ type Registry struct {
 	// Seed is the seed of the registry's random source.
 	Seed uint64
 
-	t testing.TB
+	t    testing.TB
+	step time.Duration
 }
 
 // New returns a started registry. The test's cleanup checks the registry's
-// index (CheckConsistency), closes it, and fails the test if any goroutine
-// started since New is still running.
+// index (CheckConsistency), closes it, and fails the test if a goroutine
+// that the test started since New is still running (see the package doc:
+// other tests running in parallel do not count).
 func New(t testing.TB, opts Options) *Registry {
 	t.Helper()
-	leaks := goleak.IgnoreCurrent()
+	leaks := newLeakCheck()
 	cfg := registry.DefaultConfig()
+	cfg.HealthChecks = nil
 	if opts.Config != nil {
 		cfg = *opts.Config
 	}
@@ -77,7 +86,10 @@ func New(t testing.TB, opts Options) *Registry {
 	if err := reg.Start(context.Background()); err != nil {
 		t.Fatalf("registrytest: start: %v", err)
 	}
-	r := &Registry{Registry: reg, Clock: clock, Seed: seed, t: t}
+	if opts.Step <= 0 {
+		opts.Step = 500 * time.Millisecond
+	}
+	r := &Registry{Registry: reg, Clock: clock, Seed: seed, t: t, step: opts.Step}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("registrytest: node %s ran with seed %d", cfg.NodeID, seed)
@@ -88,7 +100,7 @@ func New(t testing.TB, opts Options) *Registry {
 		if err := reg.Close(); err != nil {
 			t.Errorf("registrytest: close: %v", err)
 		}
-		if err := goleak.Find(leaks); err != nil {
+		if err := leaks.find(leakWait); err != nil {
 			t.Errorf("registrytest: leaked goroutines: %v", err)
 		}
 	})
@@ -104,8 +116,10 @@ func (r *Registry) Advance(d time.Duration) {
 }
 
 // Settle waits until the registry has handled every deadline that has
-// passed on its clock (Registry.Tick). It works whoever moved the clock, and
-// whatever else shares it.
+// passed on its clock (Registry.Tick) and every watcher has been handed the
+// newest view (Registry.FlushWatchers): a Watcher's Next then returns at
+// once with what changed. It works whoever moved the clock, and whatever
+// else shares it.
 func (r *Registry) Settle() {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -113,4 +127,47 @@ func (r *Registry) Settle() {
 	if err := r.Tick(ctx); err != nil {
 		r.t.Fatalf("registrytest: the registry did not settle: %v", err)
 	}
+	if err := r.FlushWatchers(ctx); err != nil {
+		r.t.Fatalf("registrytest: the watchers were not handed their views: %v", err)
+	}
 }
+
+// Step advances the clock by one Options.Step and settles.
+func (r *Registry) Step() {
+	r.t.Helper()
+	r.Advance(r.step)
+}
+
+// Eventually advances the clock in steps of Options.Step, settling after
+// each, until cond holds, for at most limit of fake time, and fails the
+// test otherwise. cond is checked first, before the clock moves.
+func (r *Registry) Eventually(limit time.Duration, cond func() bool, format string, args ...any) {
+	r.t.Helper()
+	for waited := time.Duration(0); ; waited += r.step {
+		if cond() {
+			return
+		}
+		if waited >= limit {
+			r.t.Fatalf("registrytest: after %v of fake time: "+format, append([]any{limit}, args...)...)
+		}
+		r.Advance(r.step)
+	}
+}
+
+// WaitFor polls cond in real time, settling between polls, until it holds,
+// and fails the test after timeout. It is for what runs on real time (a
+// Raft replica, a real network); fake-clock behaviour uses Eventually.
+func (r *Registry) WaitFor(timeout time.Duration, cond func() bool, format string, args ...any) {
+	r.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			r.t.Fatalf("registrytest: after %v: "+format, append([]any{timeout}, args...)...)
+		}
+		r.Settle()
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// leakWait is how long the leak check waits for goroutines to exit.
+const leakWait = 5 * time.Second

@@ -1,0 +1,373 @@
+package node
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"slices"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/muster-io/muster/distro"
+	"github.com/muster-io/muster/raftstore"
+	"github.com/muster-io/muster/registry"
+	"github.com/muster-io/muster/transport"
+)
+
+// Config configures a Node. Start from DefaultConfig; New copies it and
+// never writes to the caller's value.
+type Config struct {
+	// NodeID names the node on the transport, in the membership, in
+	// session IDs and in logs. Required; unique in the cluster.
+	NodeID string
+	// Dir holds the node's Raft data (Dir/raft, Dir/badger). Required with
+	// RaftMembers or JoinRaft; a restart reuses it.
+	Dir string
+
+	// TransportAddr is the host:port Muster's transport (Distro, forwarded
+	// writes and Raft) listens on. Default "127.0.0.1:0": loopback, and
+	// port 0 picks a free port (see Node.TransportAddr). Peers learn it
+	// from the membership, so port 0 works across hosts too.
+	TransportAddr string
+	// AdvertiseAddr is the transport address peers dial, if it is not
+	// the bound one (a wildcard listen address, NAT).
+	AdvertiseAddr string
+	// GossipAddr is the host:port memberlist binds (UDP and TCP). Default
+	// "127.0.0.1:0" (see Node.GossipAddr). Unused with Peers.
+	GossipAddr string
+	// GossipAdvertiseAddr is the gossip host:port peers use, if it is not
+	// the bound one.
+	GossipAdvertiseAddr string
+	// Seeds are gossip addresses of nodes to join at Start, and to re-join
+	// while they are not members. One running node is enough; the node's
+	// own address may be listed. The first node of a cluster has none.
+	Seeds []string
+	// Peers, instead of gossip, is a static membership: node ID →
+	// transport address of every other node. There is no failure detection:
+	// every peer counts as live, so a dead peer keeps the beat keys it owns
+	// and its sessions are never orphaned. Use Seeds unless the membership
+	// is managed by something else. Not allowed with Seeds.
+	Peers map[string]string
+
+	// RaftMembers bootstraps a new Raft group for persistent data: replica
+	// ID → node ID of every initial member (the same map on every one of
+	// them; Raft runs over the transport, addressed by node ID). Ignored on
+	// a restart (Dir holds the membership). Nil without JoinRaft means no
+	// Raft: persistent data lives in memory and is lost on Close.
+	RaftMembers map[uint64]string
+	// ReplicaID is this node's Raft replica ID; 0 means the ID RaftMembers
+	// maps to NodeID. Required with JoinRaft.
+	ReplicaID uint64
+	// JoinRaft starts this replica as a new member of a running group,
+	// after a member added it (raftstore.Node.AddReplica).
+	JoinRaft bool
+	// DeploymentID identifies the cluster's Raft group: the same on every
+	// member, unique among the clusters that can reach each other.
+	// Required with Raft.
+	DeploymentID uint64
+
+	// Secret authenticates the nodes on the transport (at least 16 bytes,
+	// shared by all); see transport.TCPConfig.Secret. Secret or TLS is
+	// required unless Insecure.
+	Secret []byte
+	// TLS secures the transport (mutual TLS; the peer's certificate must
+	// name its node ID); see transport.TCPConfig.TLS.
+	TLS *tls.Config
+	// GossipKey encrypts and authenticates memberlist's gossip (16, 24 or
+	// 32 bytes, shared by all). Required with gossip unless Insecure.
+	GossipKey []byte
+	// Insecure allows a node without credentials: anyone who can reach
+	// its ports joins the cluster. Tests on loopback only.
+	Insecure bool
+
+	// Timings are the protocol timings; DefaultConfig uses LAN(), tests and
+	// demos on loopback Fast().
+	Timings Timings
+
+	// Registry is the base registry configuration (limits, TTLs, health
+	// checks, ServeBeforeReady). The node sets NodeID, Logger, Distro and
+	// Raft, and the timings' fields. Default registry.DefaultConfig().
+	Registry registry.Config
+	// Logger receives every component's logs, tagged node=NodeID once
+	// (do not add it yourself). Nil discards.
+	Logger *slog.Logger
+
+	// WrapTransport, if set, wraps the node's transport before Distro and
+	// Raft use it: a test's fault injector cuts their traffic. The Node
+	// still closes the transport it created.
+	WrapTransport func(transport.Transport) transport.Transport
+	// WrapGossipTransport, if set, wraps memberlist's network transport
+	// (see distro.MemberlistConfig.WrapTransport).
+	WrapGossipTransport func(memberlist.Transport) memberlist.Transport
+}
+
+// Timings are the periods and timeouts of one node. All nodes of a cluster
+// should use the same.
+type Timings struct {
+	// Memberlist's failure detection and gossip (see
+	// distro.MemberlistConfig): a crashed node is detected after a few
+	// probe intervals.
+	ProbeInterval, ProbeTimeout  time.Duration
+	SuspicionMult                int
+	GossipInterval, PushPull     time.Duration
+	GossipTCPTimeout, GossipDead time.Duration
+	Rejoin, Leave                time.Duration
+	// Distro (see distro.Config): SyncDelay merges changes, Verify is the
+	// anti-entropy period, Orphan how long a dead node's sessions outlive
+	// it, Load how long a starting node waits for a peer to load from
+	// when none answers, Request bounds each request.
+	SyncDelay, Verify, Orphan, Tombstone, Load, Request time.Duration
+	// RaftRTT is Dragonboat's tick (an election takes about 10);
+	// Propose and Read bound a write and a read index without a leader.
+	RaftRTT, Propose, Read time.Duration
+	// ReconnectMin and ReconnectMax bound the transport's redial backoff.
+	ReconnectMin, ReconnectMax time.Duration
+	// CheckInterval, if not 0, is the shortest interval of the TCP health
+	// checks (first checks within it, then every 1–2 of it); 0 keeps
+	// health.DefaultConfig's (Nacos's).
+	CheckInterval time.Duration
+	// Sweep caps the registry's housekeeping sleep; Forward bounds a
+	// forwarded write.
+	Sweep, Forward time.Duration
+}
+
+// LAN returns the packages' defaults: memberlist's LAN profile (a crashed
+// node is detected in about 5 s), Nacos's Distro timings (a starting node
+// that finds nobody to load from waits Load = 3 s), a 50 ms Raft tick.
+func LAN() Timings {
+	ml := distro.DefaultMemberlistConfig()
+	dc := distro.DefaultConfig()
+	rc := raftstore.DefaultConfig()
+	tc := transport.DefaultTCPConfig()
+	reg := registry.DefaultConfig()
+	return Timings{
+		ProbeInterval: ml.ProbeInterval, ProbeTimeout: ml.ProbeTimeout, SuspicionMult: ml.SuspicionMult,
+		GossipInterval: ml.GossipInterval, PushPull: ml.PushPullInterval,
+		GossipTCPTimeout: ml.TCPTimeout, GossipDead: ml.GossipToTheDeadTime,
+		Rejoin: ml.RejoinInterval, Leave: ml.LeaveTimeout,
+		SyncDelay: dc.SyncDelay, Verify: dc.VerifyInterval, Orphan: dc.OrphanTimeout,
+		Tombstone: dc.TombstoneTTL, Load: dc.LoadTimeout, Request: dc.RequestTimeout,
+		RaftRTT: time.Duration(rc.RTTMillisecond) * time.Millisecond, Propose: rc.ProposeTimeout, Read: rc.ReadTimeout,
+		ReconnectMin: tc.ReconnectMin, ReconnectMax: tc.ReconnectMax,
+		Sweep: reg.SweepInterval, Forward: reg.ForwardTimeout,
+	}
+}
+
+// Fast returns short timings for nodes on one host (tests, demos): 200 ms
+// probes (a crash is detected in about a second), 20 ms sync delay, 1 s
+// verify, 2 s orphans, 2 s load, a 10 ms Raft tick, 200 ms checks.
+func Fast() Timings {
+	p := 200 * time.Millisecond
+	return Timings{
+		ProbeInterval: p, ProbeTimeout: p / 2, SuspicionMult: 2,
+		GossipInterval: p / 5, PushPull: 5 * p, GossipTCPTimeout: p, GossipDead: 5 * p,
+		Rejoin: 2 * p, Leave: p,
+		SyncDelay: 20 * time.Millisecond, Verify: time.Second, Orphan: 2 * time.Second,
+		Tombstone: 10 * time.Second, Load: 2 * time.Second, Request: time.Second,
+		RaftRTT: 10 * time.Millisecond, Propose: 2 * time.Second, Read: 2 * time.Second,
+		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 500 * time.Millisecond,
+		CheckInterval: p, Sweep: 100 * time.Millisecond, Forward: time.Second,
+	}
+}
+
+// DefaultConfig returns the defaults: loopback addresses with free ports,
+// LAN timings, registry.DefaultConfig, and no credentials: NodeID, Secret
+// or TLS, GossipKey (with gossip), and Dir and DeploymentID (with Raft)
+// still have to be set, or Validate refuses the config.
+func DefaultConfig() Config {
+	return Config{
+		TransportAddr: "127.0.0.1:0",
+		GossipAddr:    "127.0.0.1:0",
+		Timings:       LAN(),
+		Registry:      registry.DefaultConfig(),
+	}
+}
+
+// raft reports whether the node runs a Raft replica.
+func (c *Config) raft() bool { return len(c.RaftMembers) > 0 || c.JoinRaft }
+
+// replicaID is ReplicaID, or the ID RaftMembers maps to NodeID (0 if none).
+func (c *Config) replicaID() uint64 {
+	if c.ReplicaID != 0 {
+		return c.ReplicaID
+	}
+	ids := slices.Sorted(maps.Keys(c.RaftMembers))
+	for _, id := range ids {
+		if c.RaftMembers[id] == c.NodeID {
+			return id
+		}
+	}
+	return 0
+}
+
+// Validate reports every missing or invalid field, each with its rule, in
+// one error matching ErrInvalidConfig; it also validates the transport's and
+// the membership's configurations built from c. The Raft and registry
+// configurations are validated by New.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, rule string) { errs = append(errs, fmt.Errorf("%s %s", field, rule)) }
+	if c.NodeID == "" {
+		bad("NodeID", "must be set")
+	}
+	if len(c.Secret) == 0 && c.TLS == nil && !c.Insecure {
+		bad("Secret", "or TLS must be set (the transport authenticates peers with one of them), or Insecure: true")
+	}
+	if host, _, err := net.SplitHostPort(c.TransportAddr); err != nil {
+		bad("TransportAddr", "must be host:port (port 0 for any)")
+	} else if ip := net.ParseIP(host); (host == "" || ip != nil && ip.IsUnspecified()) && c.AdvertiseAddr == "" {
+		bad("AdvertiseAddr", "must be set when TransportAddr is a wildcard: peers dial the address the node advertises")
+	}
+	gossip := len(c.Peers) == 0
+	if gossip && len(c.GossipKey) == 0 && !c.Insecure {
+		bad("GossipKey", "must be set (16, 24 or 32 bytes: memberlist's gossip key), or Insecure: true")
+	}
+	if len(c.Peers) > 0 && len(c.Seeds) > 0 {
+		bad("Peers", "and Seeds are exclusive: a static membership has no gossip")
+	}
+	for id, addr := range c.Peers {
+		if _, _, err := net.SplitHostPort(addr); err != nil || id == "" {
+			bad("Peers", fmt.Sprintf("must map node IDs to host:port, got %q → %q", id, addr))
+			break
+		}
+	}
+	if gossip {
+		if _, _, err := net.SplitHostPort(c.GossipAddr); err != nil {
+			bad("GossipAddr", "must be host:port (port 0 for any)")
+		}
+	}
+	if c.raft() {
+		if c.Dir == "" {
+			bad("Dir", "must be set with Raft (RaftMembers or JoinRaft)")
+		}
+		if c.DeploymentID == 0 {
+			bad("DeploymentID", "must be set (≥ 1) with Raft: the same on every member, unique to this cluster")
+		}
+		if c.replicaID() == 0 {
+			bad("ReplicaID", "must be set, or RaftMembers must map an ID to NodeID")
+		}
+	}
+	base := c.registryConfig(nil, nil, nil) // Distro and Raft, which need the transport, are checked at Start
+	base.NodeID, base.Distro, base.Raft = "node", nil, nil
+	if err := base.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("Registry: %w", err))
+	}
+	if len(errs) == 0 {
+		tc, mc := c.tcpConfig(), c.memberlistConfig("127.0.0.1:1")
+		if err := tc.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if gossip {
+			if err := mc.Validate(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+}
+
+// tcpConfig is the transport's configuration (Resolve is set by Start).
+func (c *Config) tcpConfig() transport.TCPConfig {
+	tc := transport.DefaultTCPConfig()
+	tc.NodeID, tc.ListenAddr, tc.AdvertiseAddr = c.NodeID, c.TransportAddr, c.AdvertiseAddr
+	tc.Secret, tc.TLS, tc.Insecure = c.Secret, c.TLS, c.Insecure
+	tc.ReconnectMin, tc.ReconnectMax = c.Timings.ReconnectMin, c.Timings.ReconnectMax
+	tc.Clock = c.Registry.Clock
+	return tc
+}
+
+// memberlistConfig is the membership's configuration, carrying the
+// transport address peers dial.
+func (c *Config) memberlistConfig(transportAddr string) distro.MemberlistConfig {
+	t := c.Timings
+	mc := distro.DefaultMemberlistConfig()
+	mc.NodeID, mc.TransportAddr, mc.Seeds = c.NodeID, transportAddr, slices.Clone(c.Seeds)
+	if host, port, err := net.SplitHostPort(c.GossipAddr); err == nil {
+		mc.BindAddr = host
+		mc.BindPort = atoiOr(port, 0)
+	}
+	if host, port, err := net.SplitHostPort(c.GossipAdvertiseAddr); err == nil {
+		mc.AdvertiseAddr, mc.AdvertisePort = host, atoiOr(port, 0)
+	}
+	mc.SecretKey, mc.Insecure = c.GossipKey, c.Insecure
+	mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = t.ProbeInterval, t.ProbeTimeout, t.SuspicionMult
+	mc.GossipInterval, mc.PushPullInterval = t.GossipInterval, t.PushPull
+	mc.TCPTimeout, mc.GossipToTheDeadTime = t.GossipTCPTimeout, t.GossipDead
+	mc.RejoinInterval, mc.LeaveTimeout = t.Rejoin, t.Leave
+	mc.WrapTransport = c.WrapGossipTransport
+	mc.Clock = c.Registry.Clock
+	return mc
+}
+
+// registryConfig is the registry's configuration over tr and members.
+func (c *Config) registryConfig(tr transport.Transport, members distro.Membership, log *slog.Logger) registry.Config {
+	t := c.Timings
+	cfg := c.Registry
+	cfg.NodeID, cfg.Logger = c.NodeID, log
+	if t.Sweep > 0 {
+		cfg.SweepInterval = t.Sweep
+	}
+	if t.Forward > 0 {
+		cfg.ForwardTimeout = t.Forward
+	}
+
+	dc := distro.DefaultConfig()
+	dc.Transport, dc.Membership = tr, members
+	dc.SyncDelay, dc.VerifyInterval, dc.OrphanTimeout = t.SyncDelay, t.Verify, t.Orphan
+	dc.TombstoneTTL, dc.LoadTimeout, dc.RequestTimeout = t.Tombstone, t.Load, t.Request
+	cfg.Distro = &dc
+
+	if cfg.HealthChecks != nil {
+		hc := *cfg.HealthChecks
+		if t.CheckInterval > 0 {
+			hc.FirstIntervalMin, hc.FirstIntervalMax = t.CheckInterval/2, t.CheckInterval
+			hc.TCPInterval.Min, hc.TCPInterval.Max = t.CheckInterval, 2*t.CheckInterval
+		}
+		cfg.HealthChecks = &hc
+	}
+
+	cfg.Raft = nil
+	if c.raft() {
+		rc := raftstore.DefaultConfig()
+		rc.ReplicaID, rc.DeploymentID, rc.Dir = c.replicaID(), c.DeploymentID, c.Dir
+		rc.Transport, rc.Join = tr, c.JoinRaft
+		if !c.JoinRaft {
+			rc.InitialMembers = maps.Clone(c.RaftMembers)
+		}
+		rc.RTTMillisecond = uint64(max(t.RaftRTT.Milliseconds(), 1))
+		rc.ProposeTimeout, rc.ReadTimeout = t.Propose, t.Read
+		rc.Clock = c.Registry.Clock
+		cfg.Raft = &rc
+	}
+	return cfg
+}
+
+// staticMembers is the Peers list as members, sorted by ID.
+func (c *Config) staticMembers() []distro.Member {
+	ids := make([]string, 0, len(c.Peers))
+	for id := range c.Peers {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	out := make([]distro.Member, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, distro.Member{ID: id, Addr: c.Peers[id]})
+	}
+	return out
+}
+
+func atoiOr(s string, def int) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return def
+	}
+	return n
+}
