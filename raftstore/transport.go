@@ -10,6 +10,7 @@ import (
 	"github.com/lni/dragonboat/v4/config"
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
+	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/transport"
 )
 
@@ -57,13 +58,14 @@ func messageLimit(t transport.Transport) int {
 // Addresses are the transport's node IDs.
 // Inbound traffic passes the guard's checks first.
 type muxFactory struct {
-	t     transport.Transport
-	guard *guard
+	t      transport.Transport
+	guard  *guard
+	limits model.Limits // for the records of received snapshots
 }
 
 func (f muxFactory) Create(nhc config.NodeHostConfig, onMessages raftio.MessageHandler, onChunk raftio.ChunkHandler) raftio.ITransport {
 	return &muxTransport{t: f.t, guard: f.guard, limit: messageLimit(f.t), onMessages: onMessages, onChunk: onChunk,
-		receives: receives{dir: nhc.NodeHostDir}}
+		receives: receives{dir: nhc.NodeHostDir, check: true, limits: f.limits}}
 }
 
 // Validate accepts any node ID.
@@ -130,8 +132,10 @@ func (m *muxTransport) deliverChunk(peer string, body []byte) error {
 	if err := m.guard.checkChunk(&c, peer); err != nil {
 		return err
 	}
-	taken, abandoned := m.receives.deliver(&c, m.onChunk)
+	taken, abandoned, err := m.receives.deliver(&c, m.onChunk)
 	switch {
+	case err != nil:
+		return m.guard.drop(dropChunk, "snapshot stream (index %d from %d): %v", c.Index, c.From, err)
 	case abandoned:
 		return m.guard.drop(dropChunk, "chunk %d of an abandoned stream (index %d from %d)", c.ChunkId, c.Index, c.From)
 	case !taken:
