@@ -108,8 +108,15 @@ func (m *muxTransport) Start() error {
 }
 
 // deliverBatch hands a batch from peer to Dragonboat if it passes the
-// guard's checks.
+// guard's checks. Its wire format is walked first (walkBatch): Dragonboat's
+// decoder would allocate without bound.
 func (m *muxTransport) deliverBatch(peer string, body []byte) error {
+	if _, err := walkBatch(body); err != nil {
+		if errors.Is(err, errBatchTooLarge) {
+			return m.guard.drop(dropOversized, "message batch: %v", err)
+		}
+		return m.guard.drop(dropMalformed, "message batch: %v", err)
+	}
 	var b pb.MessageBatch
 	if err := unmarshal(&b, body); err != nil {
 		return m.guard.drop(dropMalformed, "message batch: %v", err)
@@ -125,6 +132,12 @@ func (m *muxTransport) deliverBatch(peer string, body []byte) error {
 // deliverChunk hands a snapshot chunk from peer to Dragonboat if it passes
 // the guard's checks.
 func (m *muxTransport) deliverChunk(peer string, body []byte) error {
+	if err := walkChunk(body); err != nil {
+		if errors.Is(err, errBatchTooLarge) {
+			return m.guard.drop(dropOversized, "snapshot chunk: %v", err)
+		}
+		return m.guard.drop(dropMalformed, "snapshot chunk: %v", err)
+	}
 	var c pb.Chunk
 	if err := unmarshal(&c, body); err != nil {
 		return m.guard.drop(dropMalformed, "snapshot chunk: %v", err)
