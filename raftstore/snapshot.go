@@ -87,9 +87,11 @@ func (r *retention) endLocked(applied uint64) {
 // it is recorded here as soon as it is handed out, whether or not the
 // snapshot then succeeds.
 func (r *retention) compactTo(applied, floor uint64) (uint64, bool) {
-	keep := r.keepBehind(applied)
+	// One critical section: a stream that starts between computing what to
+	// keep and handing out the index would not be kept.
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	keep := r.keepBehindLocked(applied)
 	r.compacted = max(r.compacted, floor)
 	if applied <= keep || applied-keep <= r.compacted {
 		return 0, false
@@ -98,11 +100,9 @@ func (r *retention) compactTo(applied, floor uint64) (uint64, bool) {
 	return r.compacted, true
 }
 
-// keepBehind is how many entries a snapshot at applied must keep behind
-// it.
-func (r *retention) keepBehind(applied uint64) uint64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// keepBehindLocked is how many entries a snapshot at applied must keep
+// behind it. r.mu is held.
+func (r *retention) keepBehindLocked(applied uint64) uint64 {
 	keep := r.overhead
 	from := func(index uint64) {
 		if index < applied {
