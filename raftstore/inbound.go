@@ -33,7 +33,7 @@ type InboundStats struct {
 	Sender     uint64 // From is 0, this replica, or not a member of the shard
 	Peer       uint64 // the authenticated peer is not the node of From, or the batch names another source
 	Type       uint64 // a message type that never travels between nodes (local, InstallSnapshot)
-	Chunk      uint64 // a snapshot chunk's own fields: file path, counts, file info, membership
+	Chunk      uint64 // a snapshot chunk's own fields (file path, counts, file info, membership) or the records of its stream
 }
 
 // Reasons a batch or chunk is dropped, the indices of guard.counts.
