@@ -173,15 +173,19 @@ func checkHeader(hdr snapRecord) error {
 	return nil
 }
 
-// Dragonboat's streamed snapshot file (version 2): the first chunk starts
-// with a header block of dragonboatHeaderSize bytes (its length as 8 bytes
-// little endian, a pb.SnapshotHeader, a checksum, padding); every chunk
-// holding the state machine's bytes ends with a 4-byte CRC32 of them; a
-// short tail block and an empty last chunk follow. Dragonboat checks the
-// checksums itself as the chunks arrive.
+// Dragonboat's streamed snapshot file (version 2), whose bytes the chunks
+// carry in order (chunk boundaries mean nothing): a header block of
+// dragonboatHeaderSize bytes (its length as 8 bytes little endian, a
+// pb.SnapshotHeader, a checksum, padding), then blocks of
+// dragonboatBlockSize bytes of the state machine's stream each followed by
+// a 4-byte CRC32 (the last block shorter), then a 16-byte tail (size and
+// magic number). Dragonboat checks the checksums and the tail itself as
+// the chunks arrive, and reads the blocks back the same way.
 const (
 	dragonboatHeaderSize = 1024
+	dragonboatBlockSize  = 2 << 20
 	dragonboatCRCSize    = 4
+	dragonboatTailSize   = 16
 )
 
 // streamCheck follows one snapshot stream received over a Muster
@@ -189,8 +193,10 @@ const (
 // records in it before Dragonboat writes the chunk: a stream that would
 // make RecoverFromSnapshot fail (and Dragonboat panic, on every restart,
 // since the received snapshot is kept) is refused on the chunk that shows
-// it.
+// it. It holds at most a block and a chunk, and one record.
 type streamCheck struct {
+	raw     []byte // file bytes after the header, from the current block's start
+	fed     int    // bytes of raw's block checked already
 	session []byte // Dragonboat's session record, before the state machine's bytes
 	scan    recordScanner
 }
@@ -203,6 +209,9 @@ const sessionSize = 16
 func (c *streamCheck) chunk(ch *pb.Chunk) error {
 	data := ch.Data
 	if ch.ChunkId == 0 {
+		if c.raw != nil || c.session != nil {
+			return fmt.Errorf("%w: a second first chunk", ErrCorrupt)
+		}
 		if len(data) < dragonboatHeaderSize {
 			return fmt.Errorf("%w: first snapshot chunk of %d bytes", ErrCorrupt, len(data))
 		}
@@ -220,24 +229,53 @@ func (c *streamCheck) chunk(ch *pb.Chunk) error {
 		}
 		data = data[dragonboatHeaderSize:]
 	}
-	if len(data) > 0 && !c.scan.done {
-		if len(data) <= dragonboatCRCSize {
-			return fmt.Errorf("%w: snapshot block of %d bytes", ErrCorrupt, len(data))
-		}
-		data = data[:len(data)-dragonboatCRCSize]
-		if n := min(sessionSize-len(c.session), len(data)); n > 0 {
-			c.session = append(c.session, data[:n]...)
-			data = data[n:]
-			if len(c.session) == sessionSize && binary.LittleEndian.Uint64(c.session[8:]) != 0 {
-				return fmt.Errorf("%w: snapshot stream with client sessions", ErrCorrupt)
+	c.raw = append(c.raw, data...)
+	// A byte of the current block is the state machine's once at least a
+	// CRC and the tail follow it (the block may be the last, and short):
+	// feed it then, not when the block is complete.
+	const full = dragonboatBlockSize + dragonboatCRCSize
+	for {
+		if len(c.raw) >= full+dragonboatTailSize {
+			if err := c.block(c.raw[c.fed:dragonboatBlockSize]); err != nil {
+				return err
 			}
+			c.raw, c.fed = append(c.raw[:0:0], c.raw[full:]...), 0
+			continue
 		}
-		if err := c.scan.feed(data); err != nil {
+		if safe := min(dragonboatBlockSize, len(c.raw)-dragonboatCRCSize-dragonboatTailSize); safe > c.fed {
+			if err := c.block(c.raw[c.fed:safe]); err != nil {
+				return err
+			}
+			c.fed = safe
+		}
+		break
+	}
+	if !ch.IsLastChunk() {
+		return nil
+	}
+	if len(c.raw) < dragonboatTailSize {
+		return fmt.Errorf("%w: snapshot stream without its tail", ErrCorrupt)
+	}
+	if last := c.raw[:len(c.raw)-dragonboatTailSize]; len(last) > 0 {
+		if len(last) <= dragonboatCRCSize {
+			return fmt.Errorf("%w: snapshot block of %d bytes", ErrCorrupt, len(last))
+		}
+		if err := c.block(last[c.fed : len(last)-dragonboatCRCSize]); err != nil {
 			return err
 		}
 	}
-	if ch.IsLastChunk() {
-		return c.scan.end()
+	c.raw, c.fed = nil, 0
+	return c.scan.end()
+}
+
+// block checks one block of the state machine's stream.
+func (c *streamCheck) block(data []byte) error {
+	if n := min(sessionSize-len(c.session), len(data)); n > 0 {
+		c.session = append(c.session, data[:n]...)
+		data = data[n:]
+		if len(c.session) == sessionSize && binary.LittleEndian.Uint64(c.session[8:]) != 0 {
+			return fmt.Errorf("%w: snapshot stream with client sessions", ErrCorrupt)
+		}
 	}
-	return nil
+	return c.scan.feed(data)
 }

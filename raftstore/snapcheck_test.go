@@ -159,20 +159,31 @@ func TestOpenBoundsStoredValues(t *testing.T) {
 }
 
 // dragonboatChunks frames a state machine's stream as Dragonboat streams
-// it: the header block in the first chunk, the (empty) session record, a
-// CRC after each block of at most block bytes, the tail block and the
-// empty last chunk.
-func dragonboatChunks(t testing.TB, from, index uint64, smBytes []byte, block int) []pb.Chunk {
+// it: the file (header block, the empty session record and the stream in
+// blocks of dragonboatBlockSize bytes, each with its CRC, the tail) cut
+// into chunks of at most size bytes after the first, then the empty last
+// chunk.
+func dragonboatChunks(t testing.TB, from, index uint64, smBytes []byte, size int) []pb.Chunk {
 	t.Helper()
 	h := pb.SnapshotHeader{PayloadChecksum: []byte{0, 0, 0, 0}, ChecksumType: pb.CRC32IEEE, Version: 2}
 	hb := mustMarshal(t, &h)
-	header := make([]byte, dragonboatHeaderSize)
-	binary.LittleEndian.PutUint64(header, uint64(len(hb)))
-	copy(header[8:], hb)
-	binary.BigEndian.PutUint32(header[8+len(hb):], crc32.ChecksumIEEE(hb))
+	file := make([]byte, dragonboatHeaderSize)
+	binary.LittleEndian.PutUint64(file, uint64(len(hb)))
+	copy(file[8:], hb)
+	binary.BigEndian.PutUint32(file[8+len(hb):], crc32.ChecksumIEEE(hb))
 	session := make([]byte, sessionSize)
 	binary.LittleEndian.PutUint64(session, 4096)
 	data := append(session, smBytes...)
+	var total uint64
+	for len(data) > 0 {
+		n := min(dragonboatBlockSize, len(data))
+		file = append(file, data[:n]...)
+		file = binary.BigEndian.AppendUint32(file, crc32.ChecksumIEEE(data[:n]))
+		total += uint64(n + dragonboatCRCSize)
+		data = data[n:]
+	}
+	file = binary.LittleEndian.AppendUint64(file, total)
+	file = append(file, 0x3F, 0x5B, 0xCB, 0xF1, 0xFA, 0xBA, 0x81, 0x9F)
 	base := raftChunk(from)
 	base.Index, base.Filepath, base.Term = index, snapshotFilename(index), 3
 	var out []pb.Chunk
@@ -185,18 +196,13 @@ func dragonboatChunks(t testing.TB, from, index uint64, smBytes []byte, block in
 		}
 		out = append(out, c)
 	}
-	for first := true; len(data) > 0; first = false {
-		n := min(block, len(data))
-		var p []byte
-		if first {
-			p = append(p, header...)
-		}
-		p = append(p, data[:n]...)
-		p = binary.BigEndian.AppendUint32(p, crc32.ChecksumIEEE(data[:n]))
-		add(p, false)
-		data = data[n:]
+	first := min(len(file), dragonboatHeaderSize+size)
+	add(file[:first], false)
+	for file = file[first:]; len(file) > 0; {
+		n := min(size, len(file))
+		add(file[:n], false)
+		file = file[n:]
 	}
-	add(make([]byte, 16), false) // the tail block
 	add(nil, true)
 	return out
 }
@@ -213,11 +219,26 @@ func TestStreamCheck(t *testing.T) {
 	if err := src.SaveSnapshot(ctx, &buf, nil); err != nil {
 		t.Fatal(err)
 	}
-	for _, block := range []int{1, 7, 100, 1 << 20} {
+	for _, block := range []int{1, 7, 100, 1 << 20, 3 << 20} {
 		c := streamCheck{}
 		for _, ch := range dragonboatChunks(t, 2, 900, buf.Bytes(), block) {
 			if err := c.chunk(&ch); err != nil {
 				t.Fatalf("block %d: chunk %d of a real snapshot: %v", block, ch.ChunkId, err)
+			}
+		}
+	}
+	// Several blocks: records cross block ends, chunks cut anywhere.
+	var pairs []snapRecord
+	for p := range 30000 {
+		i := persistent("svc", "10.0.0.1", p+1).WithDefaults()
+		pairs = append(pairs, snapRecord{K: instKey(kindInstance, i.Key()), V: mustPack(t, &i)})
+	}
+	big := snapStream(t, pairs...)
+	for _, size := range []int{1<<20 + 3, 2 << 20, 3 << 20} {
+		c := streamCheck{}
+		for _, ch := range dragonboatChunks(t, 2, 900, big, size) {
+			if err := c.chunk(&ch); err != nil {
+				t.Fatalf("a %d-byte snapshot in chunks of %d: chunk %d: %v", len(big), size, ch.ChunkId, err)
 			}
 		}
 	}
@@ -280,4 +301,37 @@ func TestHostileSnapshotOverTCP(t *testing.T) {
 	if st := c.converged(c.waitLeader()); len(st.Instances) != 10 || len(st.Services) != 0 {
 		t.Fatalf("after the hostile snapshot: %+v", st)
 	}
+}
+
+// What streamCheck passes, RecoverFromSnapshot accepts; neither panics.
+func FuzzSnapshotStream(f *testing.F) {
+	src := openTestSM(f, "")
+	src.apply(f, Command{Op: OpPutInstance, Instance: persistent("svc", "10.0.0.1", 80)},
+		Command{Op: OpCreateService, Service: model.Service{Key: svcKey("svc")}})
+	ctx, _ := src.PrepareSnapshot()
+	var buf bytes.Buffer
+	if err := src.SaveSnapshot(ctx, &buf, nil); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(buf.Bytes())
+	f.Add(snapStream(f, snapRecord{K: serviceKey(svcKey("amp").WithDefaults()), V: nilClusters(1000)}))
+	f.Add(snapStream(f))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c := streamCheck{}
+		var err error
+		for _, ch := range dragonboatChunks(t, 2, 900, b, 97) {
+			if err = c.chunk(&ch); err != nil {
+				break
+			}
+		}
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("refused with %v, want ErrCorrupt", err)
+			}
+			return
+		}
+		if err := openTestSM(t, "").RecoverFromSnapshot(bytes.NewReader(b), nil); err != nil {
+			t.Fatalf("streamCheck passed what RecoverFromSnapshot refuses: %v", err)
+		}
+	})
 }
