@@ -197,22 +197,22 @@ func TestReceivesAbandoned(t *testing.T) {
 	a0 := pb.Chunk{From: 2, Index: 100, ChunkId: 0}
 	a1 := pb.Chunk{From: 2, Index: 100, ChunkId: 1}
 	b0 := pb.Chunk{From: 3, Index: 120, ChunkId: 0}
-	if taken, ab := r.deliver(&a0, take); !taken || ab {
+	if taken, ab, _ := r.deliver(&a0, take); !taken || ab {
 		t.Fatal("the first chunk of a stream was not handed on")
 	}
-	if taken, ab := r.deliver(&b0, take); !taken || ab {
+	if taken, ab, _ := r.deliver(&b0, take); !taken || ab {
 		t.Fatal("the first chunk of a newer stream was not handed on")
 	}
 	if _, err := os.Stat(dirA); !os.IsNotExist(err) {
 		t.Fatalf("the abandoned stream's directory is still there: %v", err)
 	}
-	if taken, ab := r.deliver(&a1, take); taken || !ab {
+	if taken, ab, _ := r.deliver(&a1, take); taken || !ab {
 		t.Fatal("a chunk of the abandoned stream was handed on")
 	}
 	if len(handed) != 2 {
 		t.Fatalf("%d chunks handed to Dragonboat, want 2", len(handed))
 	}
-	if taken, _ := r.deliver(&a0, take); !taken { // sent again from the start
+	if taken, _, _ := r.deliver(&a0, take); !taken { // sent again from the start
 		t.Fatal("a restarted stream was refused")
 	}
 }

@@ -71,7 +71,14 @@
 // Dragonboat names after the index (no path), with no external files, no
 // witness, sane counts, and a membership that moves no known replica to
 // another node. What fails is dropped, answered with an error, and counted
-// by rule (Node.InboundStats); it never reaches Dragonboat. A peer that
+// by rule (Node.InboundStats); it never reaches Dragonboat. Before
+// Dragonboat's protobuf decoder runs, a batch's wire format is walked and
+// refused if decoding it would allocate more than 16 times its size (plus
+// 64 KiB), or it holds more than 16,384 messages or 262,144 entries (a
+// chunk: more than 4,096 membership entries). The records of a streamed
+// snapshot are checked as its chunks arrive, as RecoverFromSnapshot checks
+// them (below): Dragonboat keeps a received snapshot and would fail to
+// recover it on every start. A peer that
 // passes is trusted with Raft's semantics, as in any Raft: with a shared
 // secret, every holder of the secret can act as every node.
 //
@@ -155,8 +162,15 @@
 // replayed. PrepareSnapshot holds a read-only Badger transaction
 // (a point-in-time view); SaveSnapshot streams its pairs as length-prefixed
 // msgpack records (deterministic: Badger iterates in key order);
-// RecoverFromSnapshot drops everything, loads the pairs with a write batch,
-// writes the applied index last, syncs, and resets the Listener.
+// RecoverFromSnapshot first checks every record while it copies the
+// stream to a spool file beside Badger's directory (each value decoded by
+// its kind under the committed-data bound and validated with the rules of
+// the commands, with Config.Limits, which must be the same on every
+// member; patches, merged, may hold more metadata), and refuses the whole
+// snapshot with ErrCorrupt naming the first bad record; then it drops
+// everything, loads the pairs with a write batch, writes the applied index
+// last, syncs, and resets the Listener. Values read from Badger decode
+// under the same bound.
 // Applied entries also leave a small dedupe record (entry ID → index and
 // result codes), cleaned up once older than the window.
 //

@@ -26,18 +26,20 @@ type InboundStats struct {
 
 	Dropped    uint64 // every dropped batch or chunk, the sum of the below
 	Malformed  uint64 // not a decodable batch or chunk, or an empty batch
+	Oversized  uint64 // decoding it would allocate more than 16× its size (plus slack), or too many messages, entries or membership entries
 	Deployment uint64 // another DeploymentID or transport binary version
 	Shard      uint64 // a shard this node does not host
 	Target     uint64 // To (or a chunk's ReplicaID) is not this node's replica
 	Sender     uint64 // From is 0, this replica, or not a member of the shard
 	Peer       uint64 // the authenticated peer is not the node of From, or the batch names another source
 	Type       uint64 // a message type that never travels between nodes (local, InstallSnapshot)
-	Chunk      uint64 // a snapshot chunk's own fields: file path, counts, file info, membership
+	Chunk      uint64 // a snapshot chunk's own fields (file path, counts, file info, membership) or the records of its stream
 }
 
 // Reasons a batch or chunk is dropped, the indices of guard.counts.
 const (
 	dropMalformed = iota
+	dropOversized
 	dropDeployment
 	dropShard
 	dropTarget
@@ -48,7 +50,7 @@ const (
 	numDrops
 )
 
-var dropNames = [numDrops]string{"malformed", "deployment", "shard", "target", "sender", "peer", "type", "chunk"}
+var dropNames = [numDrops]string{"malformed", "oversized", "deployment", "shard", "target", "sender", "peer", "type", "chunk"}
 
 // maxPinned bounds the replicas learned from traffic while the shard's
 // membership is not known yet.
@@ -268,6 +270,7 @@ func (g *guard) stats() InboundStats {
 		Batches:    g.batches.Load(),
 		Chunks:     g.chunks.Load(),
 		Malformed:  g.counts[dropMalformed].Load(),
+		Oversized:  g.counts[dropOversized].Load(),
 		Deployment: g.counts[dropDeployment].Load(),
 		Shard:      g.counts[dropShard].Load(),
 		Target:     g.counts[dropTarget].Load(),
@@ -276,7 +279,7 @@ func (g *guard) stats() InboundStats {
 		Type:       g.counts[dropType].Load(),
 		Chunk:      g.counts[dropChunk].Load(),
 	}
-	s.Dropped = s.Malformed + s.Deployment + s.Shard + s.Target + s.Sender + s.Peer + s.Type + s.Chunk
+	s.Dropped = s.Malformed + s.Oversized + s.Deployment + s.Shard + s.Target + s.Sender + s.Peer + s.Type + s.Chunk
 	return s
 }
 

@@ -132,7 +132,7 @@ func (n *Node) nodeHostConfig() config.NodeHostConfig {
 // its own TCP transport.
 func (n *Node) transportFactory() config.TransportFactory {
 	if n.cfg.Transport != nil {
-		return muxFactory{t: n.cfg.Transport, guard: n.guard}
+		return muxFactory{t: n.cfg.Transport, guard: n.guard, limits: n.cfg.Limits}
 	}
 	return n.cfg.transport
 }
@@ -180,6 +180,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	}()
 	n.sm = newStateMachine(db, n.cfg.Listener, n.log)
 	n.sm.snapEvery, n.sm.retention.overhead = n.cfg.SnapshotEntries, n.cfg.CompactionOverhead
+	n.sm.limits = n.cfg.Limits
 	if n.cfg.Transport != nil {
 		n.guard = newGuard(n.cfg.DeploymentID, n.cfg.ShardID, n.cfg.ReplicaID)
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 
 	"github.com/dgraph-io/badger/v4"
@@ -41,6 +43,8 @@ type stateMachine struct {
 	snapAt    uint64 // applied index of the last send; Update's goroutine only
 	snapDue   chan struct{}
 	retention *retention
+
+	limits model.Limits // a recovered snapshot's values are checked with these (checkRecord)
 }
 
 var _ sm.IOnDiskStateMachine = (*stateMachine)(nil)
@@ -340,18 +344,88 @@ func writeSnapshot(txn *badger.Txn, w io.Writer, done <-chan struct{}) error {
 	return bw.Flush()
 }
 
-// RecoverFromSnapshot replaces the whole state with the snapshot's: drop
-// everything, load the pairs with a write batch, write the applied index
-// last, sync. A crash in the middle leaves index 0 (or no index), and
-// Dragonboat recovers from the snapshot again on restart.
+// RecoverFromSnapshot replaces the whole state with the snapshot's. The
+// snapshot comes from a peer: every record is checked first (checkRecord:
+// decoded under committedDecode's bound and validated with the commands'
+// rules) while it is copied to a spool file next to Badger's directory,
+// and a snapshot with one bad record is refused whole, the state
+// untouched. Then: drop everything, load the pairs from the spool with a
+// write batch, write the applied index last, sync. A crash in the middle
+// leaves index 0 (or no index), and Dragonboat recovers from the snapshot
+// again on restart.
 func (s *stateMachine) RecoverFromSnapshot(r io.Reader, done <-chan struct{}) error {
-	br := bufio.NewReaderSize(r, 64<<10)
-	hdr, buf, err := readRecord(br, nil)
+	spool, err := os.CreateTemp(filepath.Dir(s.db.Opts().Dir), "recover-*.spool")
 	if err != nil {
+		return fmt.Errorf("raftstore: snapshot spool: %w", err)
+	}
+	defer func() {
+		_ = spool.Close()
+		_ = os.Remove(spool.Name())
+	}()
+	if err := s.checkSnapshot(r, spool, done); err != nil {
 		return err
 	}
-	if string(hdr.K) != string(snapMagic) || len(hdr.V) != 1 || hdr.V[0] != snapVersion {
-		return fmt.Errorf("%w: not a raftstore snapshot (version %v)", ErrCorrupt, hdr.V)
+	if _, err := spool.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("raftstore: snapshot spool: %w", err)
+	}
+	return s.loadSnapshot(bufio.NewReaderSize(spool, 64<<10), done)
+}
+
+// checkSnapshot reads a snapshot stream, checks every record and copies
+// the stream to w.
+func (s *stateMachine) checkSnapshot(r io.Reader, w io.Writer, done <-chan struct{}) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	var buf []byte
+	var rec snapRecord
+	var err error
+	var hdr [binary.MaxVarintLen64]byte
+	for n := 0; ; n++ {
+		if n%256 == 0 {
+			select {
+			case <-done:
+				return sm.ErrSnapshotStopped
+			default:
+			}
+		}
+		rec, buf, err = readRecord(br, buf)
+		if err != nil {
+			return err
+		}
+		switch {
+		case n == 0:
+			if err := checkHeader(rec); err != nil {
+				return err
+			}
+		case len(rec.K) == 0:
+			if c, err := decodeIndex(rec.V); err != nil || c != uint64(n-1) {
+				return fmt.Errorf("%w: snapshot trailer says %d records, read %d", ErrCorrupt, c, n-1)
+			}
+		default:
+			if err := checkRecord(rec.K, rec.V, s.limits); err != nil {
+				return err
+			}
+		}
+		if _, err := bw.Write(hdr[:binary.PutUvarint(hdr[:], uint64(len(buf)))]); err != nil {
+			return fmt.Errorf("raftstore: snapshot spool: %w", err)
+		}
+		if _, err := bw.Write(buf); err != nil {
+			return fmt.Errorf("raftstore: snapshot spool: %w", err)
+		}
+		if n > 0 && len(rec.K) == 0 {
+			if err := bw.Flush(); err != nil {
+				return fmt.Errorf("raftstore: snapshot spool: %w", err)
+			}
+			return nil
+		}
+	}
+}
+
+// loadSnapshot replaces the state with the checked snapshot in br.
+func (s *stateMachine) loadSnapshot(br *bufio.Reader, done <-chan struct{}) error {
+	_, buf, err := readRecord(br, nil) // the header, checked
+	if err != nil {
+		return err
 	}
 	if err := s.db.DropAll(); err != nil {
 		return err
@@ -359,8 +433,7 @@ func (s *stateMachine) RecoverFromSnapshot(r io.Reader, done <-chan struct{}) er
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()
 	var applied []byte
-	var count uint64
-	for {
+	for count := 0; ; count++ {
 		if count%256 == 0 {
 			select {
 			case <-done:
@@ -374,23 +447,11 @@ func (s *stateMachine) RecoverFromSnapshot(r io.Reader, done <-chan struct{}) er
 			return err
 		}
 		if len(rec.K) == 0 {
-			n, err := decodeIndex(rec.V)
-			if err != nil || n != count {
-				return fmt.Errorf("%w: snapshot trailer says %d records, read %d", ErrCorrupt, n, count)
-			}
 			break
 		}
-		count++
-		switch rec.K[0] {
-		case kindApplied:
-			if _, err := decodeIndex(rec.V); err != nil {
-				return err
-			}
+		if rec.K[0] == kindApplied {
 			applied = rec.V
 			continue
-		case kindService, kindInstance, kindPatch, kindDedupe, kindDedupeAt:
-		default:
-			return fmt.Errorf("%w: snapshot key %q", ErrCorrupt, rec.K)
 		}
 		if err := wb.Set(rec.K, rec.V); err != nil {
 			return err

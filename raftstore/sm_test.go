@@ -24,7 +24,7 @@ type testSM struct {
 	index uint64
 }
 
-func openTestSM(t *testing.T, dir string) *testSM {
+func openTestSM(t testing.TB, dir string) *testSM {
 	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
@@ -46,7 +46,7 @@ func openTestSM(t *testing.T, dir string) *testSM {
 
 // apply proposes cmds as one entry at the next index and returns their
 // rejections.
-func (s *testSM) apply(t *testing.T, cmds ...Command) []error {
+func (s *testSM) apply(t testing.TB, cmds ...Command) []error {
 	t.Helper()
 	encs := make([][]byte, len(cmds))
 	for i := range cmds {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lni/dragonboat/v4"
 	pb "github.com/lni/dragonboat/v4/raftpb"
+	"github.com/muster-io/muster/model"
 )
 
 // Log retention around streamed snapshots.
@@ -86,9 +87,11 @@ func (r *retention) endLocked(applied uint64) {
 // it is recorded here as soon as it is handed out, whether or not the
 // snapshot then succeeds.
 func (r *retention) compactTo(applied, floor uint64) (uint64, bool) {
-	keep := r.keepBehind(applied)
+	// One critical section: a stream that starts between computing what to
+	// keep and handing out the index would not be kept.
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	keep := r.keepBehindLocked(applied)
 	r.compacted = max(r.compacted, floor)
 	if applied <= keep || applied-keep <= r.compacted {
 		return 0, false
@@ -97,11 +100,9 @@ func (r *retention) compactTo(applied, floor uint64) (uint64, bool) {
 	return r.compacted, true
 }
 
-// keepBehind is how many entries a snapshot at applied must keep behind
-// it.
-func (r *retention) keepBehind(applied uint64) uint64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// keepBehindLocked is how many entries a snapshot at applied must keep
+// behind it. r.mu is held.
+func (r *retention) keepBehindLocked(applied uint64) uint64 {
 	keep := r.overhead
 	from := func(index uint64) {
 		if index < applied {
@@ -176,10 +177,13 @@ func (n *Node) takeSnapshot() {
 // and its later chunks are refused before Dragonboat sees them (it would
 // panic writing into the removed directory). Deliveries are serialized.
 type receives struct {
-	dir string // Dragonboat's NodeHostDir
+	dir    string       // Dragonboat's NodeHostDir
+	check  bool         // check the state machine's records in each stream (streamCheck)
+	limits model.Limits // the node's, for check
 
-	mu        sync.Mutex // held while a chunk is handed to Dragonboat
-	cur       streamKey  // the stream in progress; zero if none
+	mu        sync.Mutex   // held while a chunk is handed to Dragonboat
+	cur       streamKey    // the stream in progress; zero if none
+	curCheck  *streamCheck // its check, with check
 	abandoned []streamKey
 }
 
@@ -190,8 +194,10 @@ type streamKey struct{ from, index uint64 }
 const maxAbandoned = 64
 
 // deliver hands chunk c to Dragonboat through onChunk, unless it belongs to
-// an abandoned stream; false if it was not taken.
-func (r *receives) deliver(c *pb.Chunk, onChunk func(pb.Chunk) bool) (taken, abandoned bool) {
+// an abandoned stream, or (with check) its records fail streamCheck, which
+// abandons the stream; taken is false if it was not taken, err says why
+// the check refused it.
+func (r *receives) deliver(c *pb.Chunk, onChunk func(pb.Chunk) bool) (taken, abandoned bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	key := streamKey{c.From, c.Index}
@@ -201,17 +207,30 @@ func (r *receives) deliver(c *pb.Chunk, onChunk func(pb.Chunk) bool) (taken, aba
 			r.abandonLocked(r.cur)
 		}
 		r.cur = key
+		r.curCheck = &streamCheck{scan: recordScanner{limits: r.limits}}
 	} else if slices.Contains(r.abandoned, key) {
-		return false, true
+		return false, true, nil
+	}
+	if r.check {
+		if r.cur != key || r.curCheck == nil {
+			// Not the stream in progress (its first chunk was not seen):
+			// Dragonboat refuses it too, but its records cannot be checked.
+			return false, false, fmt.Errorf("chunk %d of a stream whose first chunk was not received", c.ChunkId)
+		}
+		if err := r.curCheck.chunk(c); err != nil {
+			r.abandonLocked(key)
+			r.cur, r.curCheck = streamKey{}, nil
+			return false, false, err
+		}
 	}
 	taken = onChunk(*c)
 	if r.cur == key && (!taken || c.IsLastChunk()) {
 		if !taken {
 			r.abandonLocked(key)
 		}
-		r.cur = streamKey{}
+		r.cur, r.curCheck = streamKey{}, nil
 	}
-	return taken, false
+	return taken, false, nil
 }
 
 // abandonLocked removes the directory of stream k and refuses its chunks

@@ -77,6 +77,8 @@ func decodeIndex(b []byte) (uint64, error) {
 }
 
 // getValue decodes the value of key into v; ok is false if key is absent.
+// Stored values are decoded under committedDecode's bound like committed
+// entries: they may come from a snapshot an older version took in.
 func getValue(txn *badger.Txn, key []byte, v any) (bool, error) {
 	item, err := txn.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {
@@ -85,7 +87,7 @@ func getValue(txn *badger.Txn, key []byte, v any) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	err = item.Value(func(b []byte) error { return msgpack.Unmarshal(b, v) })
+	err = item.Value(func(b []byte) error { return model.UnmarshalWith(b, v, committedDecode) })
 	if err != nil {
 		return false, fmt.Errorf("%w: key %q: %w", ErrCorrupt, key, err)
 	}
@@ -125,7 +127,7 @@ func scan[T any](txn *badger.Txn, prefix []byte, fn func(T)) error {
 	for it.Rewind(); it.Valid(); it.Next() {
 		item := it.Item()
 		var v T
-		err := item.Value(func(b []byte) error { return msgpack.Unmarshal(b, &v) })
+		err := item.Value(func(b []byte) error { return model.UnmarshalWith(b, &v, committedDecode) })
 		if err != nil {
 			return fmt.Errorf("%w: key %q: %w", ErrCorrupt, item.Key(), err)
 		}

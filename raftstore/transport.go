@@ -10,6 +10,7 @@ import (
 	"github.com/lni/dragonboat/v4/config"
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
+	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/transport"
 )
 
@@ -57,13 +58,14 @@ func messageLimit(t transport.Transport) int {
 // Addresses are the transport's node IDs.
 // Inbound traffic passes the guard's checks first.
 type muxFactory struct {
-	t     transport.Transport
-	guard *guard
+	t      transport.Transport
+	guard  *guard
+	limits model.Limits // for the records of received snapshots
 }
 
 func (f muxFactory) Create(nhc config.NodeHostConfig, onMessages raftio.MessageHandler, onChunk raftio.ChunkHandler) raftio.ITransport {
 	return &muxTransport{t: f.t, guard: f.guard, limit: messageLimit(f.t), onMessages: onMessages, onChunk: onChunk,
-		receives: receives{dir: nhc.NodeHostDir}}
+		receives: receives{dir: nhc.NodeHostDir, check: true, limits: f.limits}}
 }
 
 // Validate accepts any node ID.
@@ -106,8 +108,15 @@ func (m *muxTransport) Start() error {
 }
 
 // deliverBatch hands a batch from peer to Dragonboat if it passes the
-// guard's checks.
+// guard's checks. Its wire format is walked first (walkBatch): Dragonboat's
+// decoder would allocate without bound.
 func (m *muxTransport) deliverBatch(peer string, body []byte) error {
+	if _, err := walkBatch(body); err != nil {
+		if errors.Is(err, errBatchTooLarge) {
+			return m.guard.drop(dropOversized, "message batch: %v", err)
+		}
+		return m.guard.drop(dropMalformed, "message batch: %v", err)
+	}
 	var b pb.MessageBatch
 	if err := unmarshal(&b, body); err != nil {
 		return m.guard.drop(dropMalformed, "message batch: %v", err)
@@ -123,6 +132,12 @@ func (m *muxTransport) deliverBatch(peer string, body []byte) error {
 // deliverChunk hands a snapshot chunk from peer to Dragonboat if it passes
 // the guard's checks.
 func (m *muxTransport) deliverChunk(peer string, body []byte) error {
+	if err := walkChunk(body); err != nil {
+		if errors.Is(err, errBatchTooLarge) {
+			return m.guard.drop(dropOversized, "snapshot chunk: %v", err)
+		}
+		return m.guard.drop(dropMalformed, "snapshot chunk: %v", err)
+	}
 	var c pb.Chunk
 	if err := unmarshal(&c, body); err != nil {
 		return m.guard.drop(dropMalformed, "snapshot chunk: %v", err)
@@ -130,8 +145,10 @@ func (m *muxTransport) deliverChunk(peer string, body []byte) error {
 	if err := m.guard.checkChunk(&c, peer); err != nil {
 		return err
 	}
-	taken, abandoned := m.receives.deliver(&c, m.onChunk)
+	taken, abandoned, err := m.receives.deliver(&c, m.onChunk)
 	switch {
+	case err != nil:
+		return m.guard.drop(dropChunk, "snapshot stream (index %d from %d): %v", c.Index, c.From, err)
 	case abandoned:
 		return m.guard.drop(dropChunk, "chunk %d of an abandoned stream (index %d from %d)", c.ChunkId, c.Index, c.From)
 	case !taken:
