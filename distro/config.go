@@ -43,11 +43,19 @@ type Config struct {
 	TombstoneTTL time.Duration
 	// LoadTimeout is how long Start looks for a reachable peer to load from before this node
 	// declares itself the first node and becomes ready empty: the first node of a new cluster
-	// waits it (3 s by default) before it serves. A node whose every known peer answers that it
-	// is loading too (a cold cluster, all nodes starting empty together) does not wait: it is
-	// ready once they have all answered. One peer that does not answer holds it back until
-	// LoadTimeout, so a restarting node never serves before it has loaded.
+	// waits it (3 s by default) before it serves, unless ColdStartMembers lets it go earlier.
 	LoadTimeout time.Duration
+	// ColdStartMembers, when positive, is the size of the cluster (this node included) as the
+	// host knows it from its own configuration (a static peer list, the Raft members). A node
+	// whose membership lists at least that many members, every other one of which answers
+	// twice in a row that it is loading too, is in a cold cluster, all nodes starting empty
+	// together: it is ready at once instead of after LoadTimeout. A membership still
+	// converging lists fewer, and a node restarting beside peers that restart too then waits
+	// for the rest (or LoadTimeout): "every peer I know is loading" is only as good as the
+	// view, and a member holding state may not be in it yet. One peer that does not answer
+	// holds the node back as well, so a restarting node never serves before it has loaded.
+	// 0 (the default) never takes the shortcut.
+	ColdStartMembers int
 	// Buckets is the number of digest buckets. A verify round sends 8 bytes per bucket to each
 	// peer; a differing bucket costs its records' versions. 1024 keeps a round near 8 KiB.
 	Buckets int
@@ -105,6 +113,8 @@ func (c *Config) Validate() error {
 		return bad("TombstoneTTL", "must be at least 2×VerifyInterval")
 	case c.LoadTimeout <= 0:
 		return bad("LoadTimeout", "must be > 0")
+	case c.ColdStartMembers < 0:
+		return bad("ColdStartMembers", "must be >= 0 (0: wait LoadTimeout)")
 	case c.Buckets < 1 || c.Buckets > 1<<16:
 		return bad("Buckets", "must be 1–65536")
 	case c.MaxBatch < 1 || c.MaxBatch > MaxMessageRecords:

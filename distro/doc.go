@@ -85,8 +85,9 @@
 // own load (Nacos #8436): a peer that is itself loading answers ErrNotReady, which does not count
 // as an answer, so nodes restarting together wait for a survivor rather than take each other's
 // empty state. Unanswered peers are retried until one answers; if none does within LoadTimeout
-// (a whole cluster starting cold, or no peer reachable), the node is ready as the first one and
-// logs it. Records of this node's previous incarnation found in the
+// (no peer reachable), the node is ready as the first one and logs it. A whole cluster starting
+// cold is ready at once when Config.ColdStartMembers says how many nodes it has and that many
+// are listed, every other one loading too. Records of this node's previous incarnation found in the
 // snapshots are settled: its sessions died with it and are tombstoned, its beats are adopted if
 // HRW still names it. The Store is given the merged result of the load (each loaded foreign
 // record once, at its final version, before the node is ready), never an intermediate version

@@ -75,10 +75,10 @@ func (r *Replicator) load() {
 		if len(answered) > 0 && notYet == 0 {
 			break // every peer known now was tried, at least one answered
 		}
-		if len(answered) == 0 && len(peers) > 0 && loading == len(peers) {
-			// Every known peer is loading too: a cold cluster, nobody holds state. Two rounds
-			// in a row, a retry apart, so that a membership still converging (a ready member
-			// the join has not reported yet) gets that long to show up.
+		if want := r.cfg.ColdStartMembers; want > 0 && len(answered) == 0 && len(peers)+1 >= want && loading == len(peers) {
+			// Every member of a cluster of the size the host expects is loading too: a cold
+			// cluster, nobody holds state. Two rounds in a row, a retry apart, so that a
+			// member's answer is not a moment's.
 			if coldRounds++; coldRounds >= 2 {
 				cold = true
 				break

@@ -52,8 +52,9 @@
 // run left for the ip:port (clients retry, as Nacos clients do). The first
 // node of a new cluster finds nobody to load from and waits
 // distro.Config.LoadTimeout (3 s) before it is ready; nodes of a cold
-// cluster, all starting empty together, are ready as soon as each has heard
-// from every known peer that it is loading too.
+// cluster, all starting empty together, are ready as soon as each sees the
+// cluster size it expects (distro.Config.ColdStartMembers) and has heard from
+// every other member that it is loading too.
 // Watchers are node-local, as in Nacos: a change made on any node reaches
 // the watchers of every node through replication.
 //

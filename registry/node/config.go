@@ -53,6 +53,14 @@ type Config struct {
 	// and its sessions are never orphaned. Use Seeds unless the membership
 	// is managed by something else. Not allowed with Seeds.
 	Peers map[string]string
+	// Expect is the number of nodes in the cluster, this one included (as
+	// Consul's bootstrap_expect): a node whose membership lists that many,
+	// every other one loading too, is in a cold cluster and ready at once
+	// instead of after the Load timing (distro.Config.ColdStartMembers).
+	// 0 means: the static Peers and this node, or else the RaftMembers; set
+	// it when the cluster has more nodes than Raft replicas. With neither,
+	// a starting node waits the Load timing.
+	Expect int
 
 	// RaftMembers bootstraps a new Raft group for persistent data: replica
 	// ID → node ID of every initial member (the same map on every one of
@@ -230,6 +238,9 @@ func (c *Config) Validate() error {
 	if len(c.Peers) > 0 && len(c.Seeds) > 0 {
 		bad("Peers", "and Seeds are exclusive: a static membership has no gossip")
 	}
+	if c.Expect < 0 {
+		bad("Expect", "must be >= 0 (0: from Peers or RaftMembers)")
+	}
 	for id, addr := range c.Peers {
 		if _, _, err := net.SplitHostPort(addr); err != nil || id == "" {
 			bad("Peers", fmt.Sprintf("must map node IDs to host:port, got %q → %q", id, addr))
@@ -323,6 +334,7 @@ func (c *Config) registryConfig(tr transport.Transport, members distro.Membershi
 	dc.Transport, dc.Membership = tr, members
 	dc.SyncDelay, dc.VerifyInterval, dc.OrphanTimeout = t.SyncDelay, t.Verify, t.Orphan
 	dc.TombstoneTTL, dc.LoadTimeout, dc.RequestTimeout = t.Tombstone, t.Load, t.Request
+	dc.ColdStartMembers = c.expect()
 	cfg.Distro = &dc
 
 	if cfg.HealthChecks != nil {
@@ -348,6 +360,22 @@ func (c *Config) registryConfig(tr transport.Transport, members distro.Membershi
 		cfg.Raft = &rc
 	}
 	return cfg
+}
+
+// expect is the cluster size a cold start waits for: Expect, or else the
+// static peers and this node, or else the Raft members; 0 if none is known.
+func (c *Config) expect() int {
+	switch {
+	case c.Expect > 0:
+		return c.Expect
+	case len(c.Peers) > 0:
+		n := len(c.Peers)
+		if _, ok := c.Peers[c.NodeID]; !ok {
+			n++
+		}
+		return n
+	}
+	return len(c.RaftMembers)
 }
 
 // staticMembers is the Peers list as members, sorted by ID.
