@@ -86,12 +86,20 @@ func (r *Replicator) goBusy(fn func()) {
 	})
 }
 
-// request is Transport.Request from a busy goroutine: while it waits, the network counts the
-// message, not this replicator.
+// request is Transport.Request from a busy goroutine: while the network counts the message
+// (transport.CallHooks), the goroutine does not count as busy here. A transport that does not
+// call the hooks leaves it busy until Request returns.
 func (r *Replicator) request(ctx context.Context, peer string, kind transport.Kind, body []byte) ([]byte, error) {
-	r.busyAdd(-1)
-	defer r.busyAdd(1)
-	return r.cfg.Transport.Request(ctx, peer, kind, body)
+	var sent, back bool // set on this goroutine, inside Request
+	ctx = transport.WithCallHooks(ctx, transport.CallHooks{
+		Sent:     func() { sent = true; r.busyAdd(-1) },
+		Returned: func() { back = true; r.busyAdd(1) },
+	})
+	resp, err := r.cfg.Transport.Request(ctx, peer, kind, body)
+	if sent && !back {
+		r.busyAdd(1)
+	}
+	return resp, err
 }
 
 // sleepUntil makes a busy goroutine sleep until the clock reaches now+d, a poke (loop only) or
