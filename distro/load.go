@@ -44,10 +44,22 @@ func (r *Replicator) load() {
 
 		var wg sync.WaitGroup
 		var mu sync.Mutex
+		left := len(peers)
 		for _, p := range peers {
 			wg.Add(1)
-			r.goFunc(func() {
+			r.goBusy(func() {
 				defer wg.Done()
+				defer func() {
+					// The last one to end counts the load as busy again before the load wakes
+					// (see Drain): from its wg.Wait, the load is waiting for these goroutines.
+					mu.Lock()
+					left--
+					last := left == 0
+					mu.Unlock()
+					if last {
+						r.busyAdd(1)
+					}
+				}()
 				err := r.loadFrom(p)
 				if err != nil {
 					if r.ctx.Err() == nil {
@@ -67,6 +79,9 @@ func (r *Replicator) load() {
 				answered[p] = true
 				mu.Unlock()
 			})
+		}
+		if len(peers) > 0 {
+			r.busyAdd(-1)
 		}
 		wg.Wait()
 		if r.ctx.Err() != nil {
@@ -89,12 +104,8 @@ func (r *Replicator) load() {
 		if !r.clk.Now().Before(deadline) {
 			break
 		}
-		t := r.clk.NewTimer(retry)
-		select {
-		case <-r.ctx.Done():
-			t.Stop()
+		if !r.sleepUntil(r.clk.Now(), retry, false) {
 			return
-		case <-t.Chan():
 		}
 	}
 	r.finishLoad(len(answered), cold, r.clk.Since(start))
@@ -111,7 +122,7 @@ func (r *Replicator) loadFrom(peer string) error {
 			return err
 		}
 		ctx, cancel := r.requestCtx()
-		resp, err := r.cfg.Transport.Request(ctx, peer, kindSnapshot, body)
+		resp, err := r.request(ctx, peer, kindSnapshot, body)
 		cancel()
 		var re *transport.RemoteError
 		if errors.As(err, &re) && re.Msg == ErrNotReady.Error() {

@@ -58,6 +58,10 @@ type Replicator struct {
 	nonMember int
 
 	kick chan struct{}
+	// amu guards act, what the goroutines are doing (see Drain). It is never held while taking
+	// mu.
+	amu sync.Mutex
+	act activity
 	// flushed holds Flush calls waiting for the sync queue to go quiet.
 	flushed []chan struct{}
 	ctx     context.Context
@@ -116,6 +120,7 @@ func New(cfg Config) (*Replicator, error) {
 	r.adoptLater = map[string]struct{}{}
 	r.readyCh = make(chan struct{})
 	r.kick = make(chan struct{}, 1)
+	r.act.init()
 	return r, nil
 }
 
@@ -153,8 +158,8 @@ func (r *Replicator) Start(ctx context.Context) error {
 	r.mu.Unlock()
 	r.onMembers(r.cfg.Membership.Members())
 
-	r.goFunc(r.run)
-	r.goFunc(r.load)
+	r.goBusy(r.run)
+	r.goBusy(r.load)
 	return nil
 }
 
@@ -364,12 +369,15 @@ func (r *Replicator) Range(fn func(Record) bool) {
 	}
 }
 
-// poke wakes the run loop.
+// poke wakes the run loop. The loop counts as busy (see Drain) before poke returns.
 func (r *Replicator) poke() {
 	select {
 	case r.kick <- struct{}{}:
 	default:
 	}
+	r.amu.Lock()
+	r.wakeLoopLocked()
+	r.amu.Unlock()
 }
 
 // emitLocked queues a Store call; drain delivers it.
@@ -638,28 +646,23 @@ func (r *Replicator) run() {
 		r.drain()
 
 		for _, s := range sends {
-			r.goFunc(func() { r.sendSync(s.peer, s.keys, s.recs) })
+			r.goBusy(func() { r.sendSync(s.peer, s.keys, s.recs) })
 		}
 		for _, p := range verifyPeers {
-			r.goFunc(func() { r.verify(p) })
+			r.goBusy(func() { r.verify(p) })
 		}
 
-		d := wake.Sub(r.clk.Now())
+		now = r.clk.Now()
+		d := wake.Sub(now)
 		if d <= 0 {
 			if len(sends) > 0 || len(verifyPeers) > 0 {
 				continue
 			}
 			d = time.Millisecond // all peers busy: wait for a done poke, or a short tick
 		}
-		t := r.clk.NewTimer(d)
-		select {
-		case <-r.ctx.Done():
-			t.Stop()
+		if !r.sleepUntil(now, d, true) {
 			return
-		case <-r.kick:
-		case <-t.Chan():
 		}
-		t.Stop()
 	}
 }
 
@@ -708,7 +711,7 @@ func (r *Replicator) sendSync(peer string, keys []string, recs []Record) {
 	body, err := model.Marshal(syncMsg{Records: wires(recs)})
 	if err == nil {
 		ctx, cancel := r.requestCtx()
-		_, err = r.cfg.Transport.Request(ctx, peer, kindSync, body)
+		_, err = r.request(ctx, peer, kindSync, body)
 		cancel()
 	}
 	r.mu.Lock()

@@ -25,7 +25,7 @@ func (r *Replicator) verify(peer string) {
 		return
 	}
 	ctx, cancel := r.requestCtx()
-	resp, err := r.cfg.Transport.Request(ctx, peer, kindVerify, body)
+	resp, err := r.request(ctx, peer, kindVerify, body)
 	cancel()
 	if err != nil {
 		if r.ctx.Err() == nil {
@@ -128,7 +128,7 @@ func (r *Replicator) sendRepair(ctx context.Context, peer string, recs []Record,
 			return
 		}
 		rctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout) // real-time network deadline
-		_, err = r.cfg.Transport.Request(rctx, peer, kindRepair, body)
+		_, err = r.request(rctx, peer, kindRepair, body)
 		cancel()
 		if err != nil {
 			r.log.Debug("distro: repair failed", "peer", peer, "err", err)

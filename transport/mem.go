@@ -655,7 +655,18 @@ func (t *MemTransport) Request(ctx context.Context, to string, kind Kind, body [
 	if err := t.net.send(t, to, kind, body, deadline, call); err != nil {
 		return nil, err
 	}
-	defer call.leave(t.net)
+	// The network counts the message now (dispatched: in flight; or held), and the caller from
+	// when a handler takes it until leave: the hooks hand the caller over without a gap.
+	h := callHooksFrom(ctx)
+	if h.Sent != nil {
+		h.Sent()
+	}
+	defer func() {
+		if h.Returned != nil {
+			h.Returned()
+		}
+		call.leave(t.net)
+	}()
 	select {
 	case r := <-call.done:
 		if r.err != nil {
