@@ -112,8 +112,11 @@ func (ws *watchState) init() {
 // closed). It is a barrier for tests, which need not poll Next after moving
 // a fake clock (registrytest's Settle and Advance call it); delivery does
 // not need it. It fails with ErrClosed once the registry is closed, or with
-// ctx's error.
+// ctx's error. Before Start there is nothing to flush: it returns nil.
 func (r *Registry) FlushWatchers(ctx context.Context) error {
+	if r.state.Load() == stateNew {
+		return nil // no watcher before Start, and no notifier to ask
+	}
 	done := make(chan struct{})
 	select {
 	case r.watch.flush <- done:

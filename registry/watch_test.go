@@ -267,3 +267,18 @@ func TestIsolation(t *testing.T) {
 		t.Fatalf("a used b's TTL: %v", err)
 	}
 }
+
+// TestFlushWatchersBeforeStart: before Start there is no watcher and no
+// notifier; FlushWatchers returns at once rather than waiting for ever.
+func TestFlushWatchersBeforeStart(t *testing.T) {
+	reg, err := registry.New(registry.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := reg.FlushWatchers(ctx); err != nil {
+		t.Fatalf("FlushWatchers before Start: %v", err)
+	}
+}

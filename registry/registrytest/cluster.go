@@ -54,6 +54,8 @@ type ClusterOptions struct {
 	// periodic work (sync, verify) runs at every period it would in real
 	// time; default 500 ms.
 	Step time.Duration
+	// Parallel is for a test that calls t.Parallel; see Options.Parallel.
+	Parallel bool
 }
 
 // Cluster is a cluster of registries in one process: one MemNetwork, static
@@ -115,7 +117,7 @@ func (n *Node) closeTransports() {
 // NewCluster starts a cluster and returns once every node is ready.
 func NewCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	t.Helper()
-	leaks := newLeakCheck()
+	leaks := newLeakCheck(opts.Parallel)
 	if opts.Nodes <= 0 {
 		opts.Nodes = 3
 	}

@@ -27,9 +27,10 @@
 //
 // When the test ends, the harness checks the registry's index
 // (Registry.CheckConsistency), closes it, and fails the test if a goroutine
-// the test started since New is still running. Only goroutines descended
-// from the test's own goroutine count, so tests may run in parallel
-// (t.Parallel).
+// started since New is still running (as goleak does). A test that calls
+// t.Parallel sets Options.Parallel (ClusterOptions.Parallel): then only
+// goroutines descended from the test's own goroutine count, so that tests
+// running beside it are not taken for its leaks.
 //
 // NewCluster runs several registries as one cluster in the process: a
 // transport.MemNetwork between them, static membership that follows the

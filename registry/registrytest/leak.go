@@ -7,24 +7,31 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
-// leakCheck finds the goroutines that a test's registries left running. It
-// counts only goroutines descended from the goroutine that created the
-// check (the test's), and not running when it was created, so that tests
-// running in parallel (t.Parallel), whose goroutines descend from their own
-// test goroutines, never count as each other's leaks.
+// leakCheck finds the goroutines that a test's registries left running.
 //
-// Descent is read from the "created by … in goroutine N" line of each
-// goroutine's trace. A goroutine whose creator has exited cannot be traced
-// to the test and is not counted: the check may miss such a leak, never
-// report another test's goroutine.
+// By default it is strict, as goleak is: every goroutine that was not
+// running when the check was created must be gone at the end. That cannot
+// tell a test's goroutines from those of tests running beside it
+// (t.Parallel), so a parallel test asks for the descent rule instead: only
+// goroutines descended from the goroutine that created the check (the
+// test's), and not running when it was created, count. Descent is read from
+// the "created by … in goroutine N" line of each goroutine's trace; a
+// goroutine whose creator has exited cannot be traced to the test and is
+// not counted, so that rule may miss a leak (the strict one does not).
 type leakCheck struct {
+	strict goleak.Option // nil under the descent rule
 	root   int64
 	before map[int64]bool
 }
 
-func newLeakCheck() *leakCheck {
+func newLeakCheck(parallel bool) *leakCheck {
+	if !parallel {
+		return &leakCheck{strict: goleak.IgnoreCurrent()}
+	}
 	gs := goroutines()
 	self := currentGoroutine()
 	before := make(map[int64]bool, len(gs))
@@ -37,6 +44,9 @@ func newLeakCheck() *leakCheck {
 // find returns an error describing the leaked goroutines, retrying for up
 // to wait while they finish exiting.
 func (l *leakCheck) find(wait time.Duration) error {
+	if l.strict != nil {
+		return goleak.Find(l.strict) // it retries while goroutines finish exiting
+	}
 	deadline := time.Now().Add(wait)
 	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
 		leaked := l.leaked()

@@ -35,6 +35,11 @@ type Options struct {
 	// Step is the largest single move of the clock in Eventually; default
 	// 500 ms.
 	Step time.Duration
+	// Parallel is for a test that calls t.Parallel: the leak check at
+	// cleanup then counts only the goroutines descended from the test's own
+	// (it may miss a leak whose creator has exited). By default every
+	// goroutine started after New must be gone, as with goleak.
+	Parallel bool
 }
 
 // Registry is a started registry on a fake clock.
@@ -55,7 +60,7 @@ type Registry struct {
 // other tests running in parallel do not count).
 func New(t testing.TB, opts Options) *Registry {
 	t.Helper()
-	leaks := newLeakCheck()
+	leaks := newLeakCheck(opts.Parallel)
 	cfg := registry.DefaultConfig()
 	cfg.HealthChecks = nil
 	if opts.Config != nil {

@@ -173,7 +173,7 @@ func TestLeakCheckAllowsParallel(t *testing.T) {
 		t.Run("mine", func(t *testing.T) {
 			t.Parallel()
 			rec := &recorder{T: t}
-			reg := registrytest.New(rec, registrytest.Options{})
+			reg := registrytest.New(rec, registrytest.Options{Parallel: true})
 			<-started
 			_ = reg.Register(context.Background(), model.NewInstance(model.ServiceKey{Name: "a"}, "10.0.0.1", 1))
 			rec.runCleanups()
@@ -183,6 +183,25 @@ func TestLeakCheckAllowsParallel(t *testing.T) {
 		})
 	})
 	close(stop)
+}
+
+// The default leak check is strict: a goroutine started after New and left
+// running is a leak, whoever started it.
+func TestLeakCheckStrictByDefault(t *testing.T) {
+	stop := make(chan struct{})
+	defer close(stop)
+	rec := &recorder{T: t}
+	registrytest.New(rec, registrytest.Options{})
+	done := make(chan struct{})
+	go func() { // its creator exits at once: the descent rule cannot see it
+		go func() { <-stop }()
+		close(done)
+	}()
+	<-done
+	rec.runCleanups()
+	if len(rec.errors) == 0 {
+		t.Fatal("a goroutine left running was not reported as a leak")
+	}
 }
 
 // fatalRecorder also catches Fatalf, ending the calling goroutine.
