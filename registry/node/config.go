@@ -90,7 +90,8 @@ type Config struct {
 	// 32 bytes, shared by all). Required with gossip unless Insecure.
 	GossipKey []byte
 	// Insecure allows a node without credentials: anyone who can reach
-	// its ports joins the cluster. Tests on loopback only.
+	// its ports joins the cluster. For tests: Validate refuses it unless
+	// TransportAddr and GossipAddr are loopback addresses.
 	Insecure bool
 
 	// Timings are the protocol timings; DefaultConfig uses LAN(), tests and
@@ -225,6 +226,16 @@ func (c *Config) Validate() error {
 	}
 	if len(c.Secret) == 0 && c.TLS == nil && !c.Insecure {
 		bad("Secret", "or TLS must be set (the transport authenticates peers with one of them), or Insecure: true")
+	}
+	if c.Insecure {
+		for field, addr := range map[string]string{"TransportAddr": c.TransportAddr, "GossipAddr": c.GossipAddr} {
+			if addr == "" && field == "GossipAddr" {
+				continue // no gossip (static Peers)
+			}
+			if host, _, err := net.SplitHostPort(addr); err == nil && !isLoopback(host) {
+				bad("Insecure", fmt.Sprintf("is for tests on loopback only, but %s is %q: set credentials to listen elsewhere", field, addr))
+			}
+		}
 	}
 	if host, _, err := net.SplitHostPort(c.TransportAddr); err != nil {
 		bad("TransportAddr", "must be host:port (port 0 for any)")
@@ -398,4 +409,13 @@ func atoiOr(s string, def int) int {
 		return def
 	}
 	return n
+}
+
+// isLoopback reports whether host names a loopback address.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -236,7 +236,7 @@ func TestValidateNamesEveryMissingField(t *testing.T) {
 		t.Fatalf("a short Secret: %v", err)
 	}
 	cfg = node.DefaultConfig()
-	cfg.NodeID, cfg.Insecure = "n1", true
+	cfg.NodeID, cfg.Secret, cfg.GossipKey = "n1", secret, gossipKey
 	cfg.TransportAddr = "0.0.0.0:7001"
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "AdvertiseAddr") {
 		t.Fatalf("a wildcard transport address without AdvertiseAddr: %v", err)
@@ -244,6 +244,10 @@ func TestValidateNamesEveryMissingField(t *testing.T) {
 	cfg.AdvertiseAddr = "10.0.0.1:7001"
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("a wildcard transport address with AdvertiseAddr: %v", err)
+	}
+	cfg.Secret, cfg.GossipKey, cfg.Insecure = nil, nil, true
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "Insecure is for tests on loopback only") {
+		t.Fatalf("Insecure on a wildcard transport address: %v", err)
 	}
 	cfg = node.DefaultConfig()
 	cfg.NodeID, cfg.Insecure = "n1", true
