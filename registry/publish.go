@@ -295,9 +295,6 @@ func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
 // not parse, a port out of range) fails with an error matching
 // model.ErrInvalid that names the field.
 func (r *Registry) Heartbeat(ctx context.Context, key model.InstanceKey) (time.Duration, error) {
-	if err := key.WithDefaults().Validate(); err != nil {
-		return 0, err // ErrInvalid naming the field, not ErrNotFound: no beat can find it
-	}
 	if r.dist != nil {
 		resp, local, err := r.forward(ctx, key.IP, key.Port, &fwdRequest{Op: fwdHeartbeat, Key: key})
 		if !local {
@@ -332,6 +329,12 @@ func (r *Registry) heartbeatLocal(ctx context.Context, key model.InstanceKey) (t
 		}
 	}
 	if pi == nil {
+		// Only a valid key is ever found, so it is checked on a miss alone
+		// (the hot path stays a lookup): an invalid one is ErrInvalid naming
+		// the field, not ErrNotFound, since no beat can ever find it.
+		if err := key.WithDefaults().Validate(); err != nil {
+			return 0, err
+		}
 		return 0, fmt.Errorf("%w: beat instance %s", ErrNotFound, key.WithDefaults())
 	}
 	r.touchBeat(pi)
