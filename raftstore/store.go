@@ -77,8 +77,12 @@ func decodeIndex(b []byte) (uint64, error) {
 }
 
 // getValue decodes the value of key into v; ok is false if key is absent.
-// Stored values are decoded under committedDecode's bound like committed
-// entries: they may come from a snapshot an older version took in.
+// It is the apply path's read, so it trusts what it reads: every stored
+// value was written from a validated command, or from a snapshot record
+// checked before it was stored (RecoverFromSnapshot), and whatever an older
+// version left on disk was decoded under committedDecode's bound when Open
+// loaded the state (loadState, through scan), which refuses to open on a
+// value it cannot bound.
 func getValue(txn *badger.Txn, key []byte, v any) (bool, error) {
 	item, err := txn.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {
@@ -87,7 +91,7 @@ func getValue(txn *badger.Txn, key []byte, v any) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	err = item.Value(func(b []byte) error { return model.UnmarshalWith(b, v, committedDecode) })
+	err = item.Value(func(b []byte) error { return msgpack.Unmarshal(b, v) })
 	if err != nil {
 		return false, fmt.Errorf("%w: key %q: %w", ErrCorrupt, key, err)
 	}
