@@ -10,8 +10,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/raftstore"
 	"github.com/muster-io/muster/registry"
+	"github.com/muster-io/muster/registry/node"
 	"github.com/muster-io/muster/transport"
 	pb "github.com/nacos-group/nacos-sdk-go/v2/api/grpc"
 	"google.golang.org/grpc"
@@ -166,10 +169,8 @@ type Server struct {
 	log  *slog.Logger
 
 	reg     *registry.Registry
-	tcp     *transport.TCP
-	mem     *transport.MemNetwork
+	node    *node.Node // a cluster node: transport, membership, Distro, Raft and reg
 	memTr   transport.Transport
-	ml      *distro.Memberlist
 	tempDir string
 
 	grpcLn  net.Listener
@@ -294,15 +295,26 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if s.grpcLn, err = net.Listen("tcp", s.cfg.GRPCAddr); err != nil {
 		return fmt.Errorf("gRPC listener (HTTP port + 1000): %w", err)
 	}
-	rcfg, err := s.registryConfig(ctx)
-	if err != nil {
-		return err
-	}
-	if s.reg, err = registry.New(rcfg); err != nil {
-		return err
-	}
-	if err = s.reg.Start(ctx); err != nil {
-		return err
+	if len(s.cfg.Peers) > 0 {
+		ncfg, err := s.nodeConfig()
+		if err != nil {
+			return err
+		}
+		if s.node, err = node.Start(ctx, ncfg); err != nil {
+			return fmt.Errorf("cluster node (transport on HTTP port − 1000, gossip on HTTP port + 1001): %w", err)
+		}
+		s.reg = s.node.Registry()
+	} else {
+		rcfg, err := s.standaloneConfig()
+		if err != nil {
+			return err
+		}
+		if s.reg, err = registry.New(rcfg); err != nil {
+			return err
+		}
+		if err = s.reg.Start(ctx); err != nil {
+			return err
+		}
 	}
 
 	s.api = newGRPCAPI(s)
@@ -351,9 +363,9 @@ func (s *Server) Registry() *registry.Registry { return s.reg }
 // WaitReady waits until the registry serves.
 func (s *Server) WaitReady(ctx context.Context) error { return s.reg.WaitReady(ctx) }
 
-// registryConfig wires the registry: standalone, durable standalone (one
-// Raft replica in DataDir over an in-process network) or a cluster node.
-func (s *Server) registryConfig(ctx context.Context) (registry.Config, error) {
+// standaloneConfig wires a standalone registry: in memory, or durable
+// (one Raft replica in DataDir over an in-process network: no port opens).
+func (s *Server) standaloneConfig() (registry.Config, error) {
 	cfg := registry.DefaultConfig()
 	cfg.NodeID, cfg.Logger = s.cfg.NodeID, s.base
 	if s.cfg.Fast {
@@ -363,116 +375,61 @@ func (s *Server) registryConfig(ctx context.Context) (registry.Config, error) {
 		cfg.HealthChecks = &hc
 		cfg.SweepInterval = 100 * time.Millisecond
 	}
-	if len(s.cfg.Peers) == 0 {
-		if s.cfg.DataDir == "" {
-			return cfg, nil
-		}
-		s.mem = &transport.MemNetwork{}
-		tr, err := s.mem.Node(s.cfg.NodeID)
-		if err != nil {
-			return cfg, err
-		}
-		s.memTr = tr
-		rc := raftstore.DefaultConfig()
-		rc.ReplicaID, rc.Transport, rc.Dir, rc.Logger = 1, tr, s.cfg.DataDir, s.base
-		rc.InitialMembers = map[uint64]string{1: s.cfg.NodeID}
-		// The only replica talks to no one (an in-process network), so no
-		// other deployment can reach it: a fixed ID serves.
-		rc.DeploymentID = standaloneDeployment
-		rc.RTTMillisecond = 10
-		cfg.Raft = &rc
+	if s.cfg.DataDir == "" {
 		return cfg, nil
 	}
-	return s.clusterConfig(ctx, cfg)
-}
-
-func (s *Server) clusterConfig(ctx context.Context, cfg registry.Config) (registry.Config, error) {
-	var self Peer
-	var seeds []string
-	initial := map[uint64]string{}
-	var replica uint64
-	peers := append([]Peer(nil), s.cfg.Peers...)
-	sort.Slice(peers, func(i, j int) bool { return peers[i].ID < peers[j].ID })
-	for i, p := range peers {
-		g, _ := portAt(p.Addr, 1001)
-		seeds = append(seeds, g)
-		initial[uint64(i+1)] = p.ID
-		if p.ID == s.cfg.NodeID {
-			self, replica = p, uint64(i+1)
-		}
-	}
-	trAddr, _ := portAt(self.Addr, -1000)
-	gossip, _ := portAt(self.Addr, 1001)
-
-	var members atomic.Pointer[distro.Memberlist]
-	tc := transport.DefaultTCPConfig()
-	tc.NodeID, tc.ListenAddr, tc.Logger = s.cfg.NodeID, trAddr, s.log
-	tc.Secret = derive(s.cfg.Secret, "transport")
-	if s.cfg.Fast {
-		tc.ReconnectMin, tc.ReconnectMax = 20*time.Millisecond, 500*time.Millisecond
-	}
-	tc.Resolve = func(id string) (string, error) {
-		if m := members.Load(); m != nil {
-			return m.Addr(id)
-		}
-		return "", distro.ErrUnknownMember
-	}
-	tcp, err := transport.NewTCP(tc)
+	tr, err := (&transport.MemNetwork{}).Node(s.cfg.NodeID)
 	if err != nil {
 		return cfg, err
 	}
-	if err := tcp.Start(ctx); err != nil {
-		return cfg, fmt.Errorf("node-to-node transport (HTTP port − 1000): %w", err)
-	}
-	s.tcp = tcp
+	s.memTr = tr
+	rc := raftstore.DefaultConfig()
+	rc.ReplicaID, rc.Transport, rc.Dir, rc.Logger = 1, tr, s.cfg.DataDir, s.base
+	rc.InitialMembers = map[uint64]string{1: s.cfg.NodeID}
+	// The only replica talks to no one (an in-process network), so no
+	// other deployment can reach it: a fixed ID serves.
+	rc.DeploymentID = standaloneDeployment
+	rc.RTTMillisecond = 10
+	cfg.Raft = &rc
+	return cfg, nil
+}
 
-	host, port, _ := net.SplitHostPort(gossip)
-	mc := distro.DefaultMemberlistConfig()
-	mc.NodeID, mc.BindAddr, mc.TransportAddr, mc.Seeds, mc.Logger = s.cfg.NodeID, host, tcp.Addr(), seeds, s.log
-	mc.BindPort, _ = strconv.Atoi(port)
-	mc.SecretKey = derive(s.cfg.Secret, "gossip")
-	mc.Label = "nacosd"
+// nodeConfig is the cluster node's configuration: Nacos's port layout
+// (transport on HTTP port − 1000, gossip on + 1001, every peer a seed),
+// Raft replica IDs in the order of the sorted peer IDs, and the transport
+// secret, gossip key and Raft deployment ID derived from the secret.
+func (s *Server) nodeConfig() (node.Config, error) {
+	cfg := node.DefaultConfig()
+	cfg.NodeID, cfg.Logger, cfg.Dir = s.cfg.NodeID, s.base, s.cfg.DataDir
+	peers := slices.SortedFunc(slices.Values(s.cfg.Peers), func(a, b Peer) int { return strings.Compare(a.ID, b.ID) })
+	cfg.RaftMembers = map[uint64]string{}
+	for i, p := range peers {
+		gossip, _ := portAt(p.Addr, 1001)
+		cfg.Seeds = append(cfg.Seeds, gossip)
+		cfg.RaftMembers[uint64(i+1)] = p.ID
+		if p.ID == s.cfg.NodeID {
+			cfg.TransportAddr, _ = portAt(p.Addr, -1000)
+			cfg.GossipAddr = gossip
+		}
+	}
+	cfg.Secret, cfg.GossipKey, cfg.GossipLabel = derive(s.cfg.Secret, "transport"), derive(s.cfg.Secret, "gossip"), "nacosd"
+	cfg.DeploymentID = binary.BigEndian.Uint64(derive(s.cfg.Secret, "deployment")) | 1
+	cfg.Timings = node.LAN()
 	if s.cfg.Fast {
-		probe := 100 * time.Millisecond
-		mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = probe, probe/2, 2
-		mc.GossipInterval, mc.PushPullInterval = probe/5, 5*probe
-		mc.TCPTimeout, mc.GossipToTheDeadTime = probe, 5*probe
-		mc.RejoinInterval, mc.LeaveTimeout = 2*probe, probe
+		t, p := node.Fast(), 100*time.Millisecond
+		t.ProbeInterval, t.ProbeTimeout, t.GossipInterval, t.PushPull = p, p/2, p/5, 5*p
+		t.GossipTCPTimeout, t.GossipDead, t.Rejoin, t.Leave = p, 5*p, 2*p, p
+		t.CheckInterval = p // first checks within 50–100 ms, then every 100–200 ms
+		cfg.Timings = t
 	}
-	ml, err := distro.NewMemberlist(mc)
-	if err == nil {
-		members.Store(ml)
-		err = ml.Start(ctx)
-	}
-	if err != nil {
-		return cfg, fmt.Errorf("membership (gossip on HTTP port + 1001): %w", err)
-	}
-	s.ml = ml
-
-	dc := distro.DefaultConfig()
-	dc.Transport, dc.Membership, dc.Logger = tcp, ml, s.log
-	dc.SyncDelay = 5 * time.Millisecond // Nacos: 1 s
-	if s.cfg.Fast {
-		dc.VerifyInterval, dc.OrphanTimeout, dc.LoadTimeout = time.Second, 2*time.Second, 2*time.Second
-		dc.TombstoneTTL, dc.RequestTimeout = 10*time.Second, time.Second
-	}
-
-	dir := s.cfg.DataDir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "nacosd-"+s.cfg.NodeID+"-"); err != nil {
+	cfg.Timings.SyncDelay, cfg.Timings.Forward = 5*time.Millisecond, time.Second // Nacos: 1 s sync delay
+	if cfg.Dir == "" {
+		dir, err := os.MkdirTemp("", "nacosd-"+s.cfg.NodeID+"-")
+		if err != nil {
 			return cfg, err
 		}
-		s.tempDir = dir
+		s.tempDir, cfg.Dir = dir, dir
 	}
-	rc := raftstore.DefaultConfig()
-	rc.ReplicaID, rc.Transport, rc.Dir, rc.InitialMembers, rc.Logger = replica, tcp, dir, initial, s.log
-	rc.DeploymentID = binary.BigEndian.Uint64(derive(s.cfg.Secret, "deployment")) | 1
-	if s.cfg.Fast {
-		rc.RTTMillisecond = 10
-		rc.ProposeTimeout, rc.ReadTimeout = 2*time.Second, 2*time.Second
-	}
-	cfg.Distro, cfg.Raft = &dc, &rc
-	cfg.ForwardTimeout = time.Second
 	return cfg, nil
 }
 
@@ -489,11 +446,11 @@ func (s *Server) Close() error {
 // network goes first. For tests.
 func (s *Server) Kill() {
 	s.once.Do(func() {
-		if s.tcp != nil {
-			_ = s.tcp.Close()
-		}
-		if s.ml != nil {
-			_ = s.ml.Kill()
+		if s.node != nil { // the network first; shutdown closes the rest
+			_ = s.node.Transport().Close()
+			if ml, ok := s.node.Membership().(*distro.Memberlist); ok {
+				_ = ml.Kill()
+			}
 		}
 		s.shutdown(false)
 	})
@@ -535,14 +492,10 @@ func (s *Server) shutdown(graceful bool) {
 		s.udp.close()
 	}
 	s.wg.Wait()
-	if s.reg != nil {
+	if s.node != nil {
+		_ = s.node.Close() // the registry (handing sessions over), the membership, the transport
+	} else if s.reg != nil {
 		_ = s.reg.Close()
-	}
-	if s.ml != nil {
-		_ = s.ml.Close()
-	}
-	if s.tcp != nil {
-		_ = s.tcp.Close()
 	}
 	if s.memTr != nil {
 		_ = s.memTr.Close()

@@ -89,6 +89,11 @@ type Config struct {
 	// GossipKey encrypts and authenticates memberlist's gossip (16, 24 or
 	// 32 bytes, shared by all). Required with gossip unless Insecure.
 	GossipKey []byte
+	// GossipLabel, if set, labels the node's gossip (memberlist's Label):
+	// packets and streams with another label, or none, are dropped. The
+	// same on every node; an embedder's fixed name keeps its gossip apart
+	// from other memberlist clusters on the network.
+	GossipLabel string
 	// Insecure allows a node without credentials: anyone who can reach
 	// its ports joins the cluster. For tests: Validate refuses it unless
 	// TransportAddr and GossipAddr are loopback addresses.
@@ -319,7 +324,7 @@ func (c *Config) memberlistConfig(transportAddr string) distro.MemberlistConfig 
 	if host, port, err := net.SplitHostPort(c.GossipAdvertiseAddr); err == nil {
 		mc.AdvertiseAddr, mc.AdvertisePort = host, atoiOr(port, 0)
 	}
-	mc.SecretKey, mc.Insecure = c.GossipKey, c.Insecure
+	mc.SecretKey, mc.Insecure, mc.Label = c.GossipKey, c.Insecure, c.GossipLabel
 	mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = t.ProbeInterval, t.ProbeTimeout, t.SuspicionMult
 	mc.GossipInterval, mc.PushPullInterval = t.GossipInterval, t.PushPull
 	mc.TCPTimeout, mc.GossipToTheDeadTime = t.GossipTCPTimeout, t.GossipDead

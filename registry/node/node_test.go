@@ -427,3 +427,39 @@ func TestCloseDuringStart(t *testing.T) {
 		}
 	}
 }
+
+// TestGossipLabel: nodes with the same GossipLabel form one membership; a
+// node with another label, seeded with them, is not let in.
+func TestGossipLabel(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	dir := t.TempDir()
+	ctx := context.Background()
+	start := func(id, label string, seeds []string) *node.Node {
+		cfg := testConfig(t, id, dir, seeds, nil)
+		cfg.GossipLabel = label
+		n, err := node.Start(ctx, cfg)
+		if err != nil {
+			t.Fatalf("start %s: %v", id, err)
+		}
+		t.Cleanup(func() { _ = n.Close() })
+		return n
+	}
+	n1 := start("n1", "blue", nil)
+	seeds := []string{n1.GossipAddr()}
+	n2 := start("n2", "blue", seeds)
+	n3 := start("n3", "green", seeds)
+	waitFor(t, 10*time.Second, func() bool {
+		return len(n1.Membership().Members()) == 2 && len(n2.Membership().Members()) == 2
+	}, "n1 and n2 (same label) see each other")
+	time.Sleep(time.Second) // several gossip and rejoin rounds (Fast)
+	for _, n := range []*node.Node{n1, n2} {
+		for _, m := range n.Membership().Members() {
+			if m.ID == "n3" {
+				t.Fatalf("%s lists n3, whose gossip label differs", n.ID())
+			}
+		}
+	}
+	if got := len(n3.Membership().Members()); got != 1 {
+		t.Fatalf("n3 (another label) lists %d members, want only itself", got)
+	}
+}
