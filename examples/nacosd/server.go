@@ -317,6 +317,8 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.grpcSrv = grpc.NewServer(
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		// One limit for every message (batch registrations need room); a
+		// ConnectionSetupRequest's labels are read only up to maxSetupBody.
 		grpc.MaxRecvMsgSize(10<<20),
 		// gRPC's 32 KiB read and write buffers per connection are most of
 		// what an idle client costs (measured: 175 KiB a connection with
