@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	anypb "github.com/golang/protobuf/ptypes/any"
 	"github.com/muster-io/muster/model"
@@ -61,10 +62,6 @@ type nRequest struct {
 	Clusters    string      `json:"clusters"`
 	Cluster     string      `json:"cluster"`
 	HealthyOnly bool        `json:"healthyOnly"`
-
-	ClientVersion string            `json:"clientVersion"`
-	Tenant        string            `json:"tenant"`
-	Labels        map[string]string `json:"labels"`
 }
 
 func payload(typ string, body any) *pb.Payload {
@@ -184,21 +181,23 @@ func (g *grpcAPI) RequestBiStream(stream pb.BiRequestStream_RequestBiStreamServe
 	if t := first.GetMetadata().GetType(); t != "ConnectionSetupRequest" {
 		return status.Errorf(codes.FailedPrecondition, "the first message of a stream must be ConnectionSetupRequest, not %q", t)
 	}
-	var setup nRequest
-	if err := json.Unmarshal(first.GetBody().GetValue(), &setup); err != nil {
+	setup, err := decodeSetup(first.GetBody().GetValue())
+	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "malformed ConnectionSetupRequest: %v", err)
 	}
 	clientIP := first.GetMetadata().GetClientIp()
 	sess, err := g.s.reg.OpenSession(ctx, registry.SessionOptions{Labels: sessionLabels(&setup, clientIP)})
 	if errors.Is(err, model.ErrInvalid) {
 		// The labels are the client's own: labels the registry refuses (too
-		// many, control characters) do not cost it its connection.
-		g.log.Warn("connection labels refused; the session goes without", "clientIp", clientIP, "err", err)
+		// many, control characters) do not cost it its connection. The
+		// registry's error is bounded (it quotes at most 64 bytes).
+		g.log.Warn("connection labels refused; the session goes without", "clientIp", clip(clientIP), "labels", len(setup.Labels), "err", err)
 		sess, err = g.s.reg.OpenSession(ctx, registry.SessionOptions{})
 	}
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "cannot open a session: %v", err)
 	}
+	setup.Labels = nil // what was accepted is the session's: sess.Labels()
 	c := newConn(g, stream, addr, clientIP, &setup, sess)
 
 	g.mu.Lock()
@@ -218,7 +217,7 @@ func (g *grpcAPI) RequestBiStream(stream pb.BiRequestStream_RequestBiStreamServe
 	if old != nil {
 		old.kill()
 	}
-	c.log.Info("connection set up", "clientIp", c.clientIP, "version", setup.ClientVersion, "labels", setup.Labels)
+	c.log.Info("connection set up", "clientIp", c.clientIP, "version", c.version, "labels", len(c.labels))
 
 	recvErr := make(chan error, 1)
 	go func() { // ends when the stream does: the handler's return ends its context
@@ -329,10 +328,60 @@ func (g *grpcAPI) killAll() {
 	}
 }
 
+// maxSetupBody bounds the ConnectionSetupRequest body whose labels are
+// read. gRPC's MaxRecvMsgSize (10 MiB, see Server.Start) applies to every
+// message of a connection, batch registrations included, so it cannot be
+// lowered for this one; a larger setup body is still accepted, but its
+// labels are skipped unread (the registry would refuse them anyway: a label
+// set holds at most Limits.MaxMetadataSize characters, 1024 by default,
+// HardMaxMetadataSize 64 Ki at most).
+const maxSetupBody = 64 << 10
+
+// setupRequest is what nacosd reads of a ConnectionSetupRequest: the
+// other fields a client may put in the body are skipped, not kept.
+type setupRequest struct {
+	ClientVersion string            `json:"clientVersion"`
+	Tenant        string            `json:"tenant"`
+	Labels        map[string]string `json:"labels"`
+}
+
+// decodeSetup decodes a ConnectionSetupRequest body; past maxSetupBody
+// without its labels, which are then never built.
+func decodeSetup(body []byte) (setupRequest, error) {
+	var setup setupRequest
+	if len(body) <= maxSetupBody {
+		err := json.Unmarshal(body, &setup)
+		return setup, err
+	}
+	var lite struct {
+		ClientVersion string `json:"clientVersion"`
+		Tenant        string `json:"tenant"`
+	}
+	err := json.Unmarshal(body, &lite)
+	setup.ClientVersion, setup.Tenant = lite.ClientVersion, lite.Tenant
+	return setup, err
+}
+
+// maxClip is how much of a client-given string (its IP, its SDK version) a
+// connection keeps and logs.
+const maxClip = 128
+
+// clip cuts s to maxClip bytes, on a rune boundary.
+func clip(s string) string {
+	if len(s) <= maxClip {
+		return s
+	}
+	i := maxClip
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
+}
+
 // sessionLabels are the labels of a connection's session: the client's
 // own (Nacos's SDKs send "source", "module", "AppName" among them), its IP
 // and its SDK version, as Nacos keeps them in a connection's meta.
-func sessionLabels(setup *nRequest, clientIP string) map[string]string {
+func sessionLabels(setup *setupRequest, clientIP string) map[string]string {
 	labels := make(map[string]string, len(setup.Labels)+2)
 	for k, v := range setup.Labels {
 		labels[k] = v
@@ -385,11 +434,11 @@ type subscription struct {
 	cancel context.CancelFunc
 }
 
-func newConn(g *grpcAPI, stream pb.BiRequestStream_RequestBiStreamServer, addr, clientIP string, setup *nRequest, sess *registry.Session) *conn {
+func newConn(g *grpcAPI, stream pb.BiRequestStream_RequestBiStreamServer, addr, clientIP string, setup *setupRequest, sess *registry.Session) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &conn{
 		g: g, id: fmt.Sprintf("%d_%s_%d", time.Now().UnixMilli(), addr, g.seq.Add(1)), addr: addr,
-		clientIP: clientIP, version: setup.ClientVersion, labels: setup.Labels,
+		clientIP: clip(clientIP), version: clip(setup.ClientVersion), labels: sess.Labels(),
 		log: g.log, stream: stream, sess: sess, ctx: ctx, cancel: cancel,
 		pending: map[string]chan *pb.Payload{},
 		subs:    map[subKey]*subscription{},

@@ -301,12 +301,17 @@ func (s *Server) hInstanceList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := p.str("serviceName") // echoed verbatim: the client's cache key
-	if udpPort, _ := p.integer("udpPort", 0); udpPort > 0 && udpPort <= 65535 {
+	// A service the registry does not hold (Revision 0) gets its empty
+	// answer but no subscriber: otherwise any name makes a watcher. The
+	// client's next poll subscribes once the service exists.
+	if udpPort, _ := p.integer("udpPort", 0); udpPort > 0 && udpPort <= 65535 && v.Revision != 0 {
 		// Pushes go to the host the request came from, not to the
 		// clientIP parameter (Nacos's choice), which anyone could set to
 		// make this node send UDP to a third party.
 		ip, _, _ := net.SplitHostPort(r.RemoteAddr)
-		s.udp.subscribe(net.JoinHostPort(ip, strconv.Itoa(udpPort)), model.Query{Service: svc, Clusters: q.Clusters}, name, clusters)
+		if err := s.udp.subscribe(net.JoinHostPort(ip, strconv.Itoa(udpPort)), ip, model.Query{Service: svc, Clusters: q.Clusters}, name, clusters); err != nil {
+			s.log.Debug("no UDP subscription", "client", ip, "service", svc, "err", err)
+		}
 	}
 	si := serviceInfo(v, name, svc.Group, clusters, s.ref.next())
 	writeJSON(w, struct {
@@ -558,7 +563,8 @@ func (s *Server) hMetrics(w http.ResponseWriter, r *http.Request) {
 	p50, p99, pushes := s.metrics.percentiles()
 	writeJSON(w, map[string]any{
 		"status": status, "serviceCount": c.Services, "instanceCount": c.Instances, "watcherCount": c.Watchers,
-		"subscribeCount": s.subs.n.Load() + int64(s.udp.count()), "clientCount": conns + s.udp.count(),
+		"subscribeCount":             s.subs.n.Load(), // gRPC and UDP subscriptions
+		"clientCount":                conns + s.udp.count(),
 		"connectionBasedClientCount": conns, "responsibleClientCount": conns,
 		"pushCount": pushes, "pushP50Ms": p50.Milliseconds(), "pushP99Ms": p99.Milliseconds(),
 		"mem": float64(ms.HeapInuse) / float64(max(ms.Sys, 1)), "cpu": 0, "load": 0,

@@ -39,6 +39,8 @@ func parseFlags(args []string, out io.Writer) (Config, slog.Level, error) {
 	peers := fs.String("peers", "", "cluster members as id=host:port,... (HTTP addresses; this node included)")
 	peersFile := fs.String("cluster-conf", "", "file listing the cluster members, one id=host:port a line (# comments)")
 	secretFile := fs.String("secret-file", "", "file holding the node-to-node secret (required in a cluster; ≥ 16 bytes)")
+	fs.IntVar(&cfg.MaxSubscriptions, "max-subscriptions", cfg.MaxSubscriptions, "cap on the subscriptions (gRPC and UDP) of all clients")
+	fs.IntVar(&cfg.UDPSubsPerIP, "udp-subs-per-ip", cfg.UDPSubsPerIP, "cap on the UDP (Nacos 1.x) subscriptions from one source IP")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintln(out, "usage: nacosd [flags]")

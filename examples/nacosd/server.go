@@ -76,6 +76,10 @@ type Config struct {
 	ResetGrace   time.Duration
 	// MaxSubscriptions caps the subscriptions (watches) of all clients.
 	MaxSubscriptions int
+	// UDPSubsPerIP caps the UDP subscriptions (1.x list calls with
+	// udpPort set) from one source IP; they count against
+	// MaxSubscriptions too.
+	UDPSubsPerIP int
 	// UDPPushRetries and UDPAckTimeout govern UDP pushes to 1.x clients.
 	UDPPushRetries int
 	UDPAckTimeout  time.Duration
@@ -98,6 +102,7 @@ func DefaultConfig() Config {
 		DrainTimeout:     3 * time.Second,
 		ResetGrace:       500 * time.Millisecond,
 		MaxSubscriptions: 1 << 20,
+		UDPSubsPerIP:     256,
 		UDPPushRetries:   3,
 		UDPAckTimeout:    time.Second,
 	}
@@ -154,6 +159,9 @@ func (c *Config) Validate() error {
 		if c.NodeID != "" && !self {
 			errs = append(errs, fmt.Errorf("-node-id %q is not in the peer list", c.NodeID))
 		}
+	}
+	if c.MaxSubscriptions < 0 || c.UDPSubsPerIP < 0 {
+		errs = append(errs, errors.New("subscription limits must not be negative"))
 	}
 	if c.PushTimeout <= 0 || c.PushRetries < 1 || c.IdleTimeout <= 0 || c.DetectTimeout <= 0 || c.DrainTimeout < 0 || c.ResetGrace < 0 {
 		errs = append(errs, errors.New("push and detection timings must be positive"))
@@ -321,6 +329,8 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.grpcSrv = grpc.NewServer(
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		// One limit for every message (batch registrations need room); a
+		// ConnectionSetupRequest's labels are read only up to maxSetupBody.
 		grpc.MaxRecvMsgSize(10<<20),
 		// gRPC's 32 KiB read and write buffers per connection are most of
 		// what an idle client costs (measured: 175 KiB a connection with

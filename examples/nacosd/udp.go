@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"sync"
@@ -25,6 +27,7 @@ type udpPusher struct {
 
 	mu     sync.Mutex
 	subs   map[udpKey]*udpSub
+	perIP  map[string]int           // subscriptions by source IP, at most Config.UDPSubsPerIP
 	acks   map[string]chan struct{} // lastRefTime → waiting push
 	closed bool
 	wg     sync.WaitGroup // push loops
@@ -40,6 +43,7 @@ type udpKey struct {
 
 type udpSub struct {
 	key      udpKey
+	ip       string // the source IP, as counted in perIP
 	addr     *net.UDPAddr
 	name     string
 	lastSeen time.Time
@@ -55,7 +59,7 @@ func newUDPPusher(s *Server) (*udpPusher, error) {
 			return nil, err
 		}
 	}
-	return &udpPusher{s: s, conn: c, subs: map[udpKey]*udpSub{}, acks: map[string]chan struct{}{}}, nil
+	return &udpPusher{s: s, conn: c, subs: map[udpKey]*udpSub{}, perIP: map[string]int{}, acks: map[string]chan struct{}{}}, nil
 }
 
 // readAcks reads the clients' acknowledgements until the socket closes.
@@ -93,8 +97,8 @@ func (u *udpPusher) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			u.mu.Lock()
-			for _, s := range u.subs {
-				s.cancel()
+			for k, s := range u.subs {
+				u.dropLocked(k, s)
 			}
 			u.mu.Unlock()
 			return
@@ -102,8 +106,7 @@ func (u *udpPusher) run(ctx context.Context) {
 			u.mu.Lock()
 			for k, s := range u.subs {
 				if now.Sub(s.lastSeen) > subscriberTTL {
-					s.cancel()
-					delete(u.subs, k)
+					u.dropLocked(k, s)
 				}
 			}
 			u.mu.Unlock()
@@ -127,33 +130,62 @@ func (u *udpPusher) count() int {
 	return len(u.subs)
 }
 
-// subscribe makes addr a subscriber of q, or renews it.
-func (u *udpPusher) subscribe(addr string, q model.Query, name, clusters string) {
+// dropLocked ends subscriber s and gives back what it held: its place in
+// the server's subscription limiter and in its source IP's count. The
+// caller holds u.mu.
+func (u *udpPusher) dropLocked(k udpKey, s *udpSub) {
+	s.cancel()
+	delete(u.subs, k)
+	if u.perIP[s.ip]--; u.perIP[s.ip] <= 0 {
+		delete(u.perIP, s.ip)
+	}
+	u.s.subs.release()
+}
+
+// subscribe makes addr (whose host is ip, the request's source) a
+// subscriber of q, or renews it. A new subscription takes a place in the
+// server's subscription limiter, the one gRPC subscriptions take, and
+// counts against its source IP's cap (Config.UDPSubsPerIP): a host that
+// lists many services with udpPort set cannot fill the registry's watchers
+// and lock gRPC clients out. Past either cap the client is simply not
+// pushed to; it still gets its list answers, and its polls.
+func (u *udpPusher) subscribe(addr, ip string, q model.Query, name, clusters string) error {
 	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
-		return
+		return err
 	}
 	key := udpKey{addr: addr, svc: q.Service.WithDefaults(), clusters: clusters}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if s := u.subs[key]; s != nil {
 		s.lastSeen = time.Now()
-		return
+		return nil
 	}
 	if u.closed || u.s.ctx.Err() != nil {
-		return
+		return errUDPClosed
+	}
+	if lim := u.s.cfg.UDPSubsPerIP; u.perIP[ip] >= lim {
+		return fmt.Errorf("%w: too many UDP subscriptions from %s (%d)", model.ErrInvalid, ip, lim)
+	}
+	if err := u.s.subs.acquire(); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithCancel(u.s.ctx)
 	w, err := u.s.reg.Watch(ctx, q)
 	if err != nil {
 		cancel()
-		return
+		u.s.subs.release()
+		return err
 	}
-	s := &udpSub{key: key, addr: ua, name: name, lastSeen: time.Now(), cancel: cancel}
+	s := &udpSub{key: key, ip: ip, addr: ua, name: name, lastSeen: time.Now(), cancel: cancel}
 	u.subs[key] = s
+	u.perIP[ip]++
 	u.wg.Add(1)
 	go u.loop(ctx, s, w)
+	return nil
 }
+
+var errUDPClosed = errors.New("the UDP pusher is closed")
 
 // loop pushes every change of w after the first view (which the client got
 // from its list call).

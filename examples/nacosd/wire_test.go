@@ -29,6 +29,17 @@ type wireClient struct {
 
 func dialWire(t testing.TB, grpcAddr string, setup bool) *wireClient {
 	t.Helper()
+	var body map[string]any
+	if setup {
+		body = map[string]any{"clientVersion": "wire-test", "labels": map[string]string{"source": "sdk"}}
+	}
+	return dialWireSetup(t, grpcAddr, body)
+}
+
+// dialWireSetup connects; with a setup body, it opens the stream with it.
+func dialWireSetup(t testing.TB, grpcAddr string, setupBody map[string]any) *wireClient {
+	t.Helper()
+	setup := setupBody != nil
 	cc, err := grpc.Dial(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +63,7 @@ func dialWire(t testing.TB, grpcAddr string, setup bool) *wireClient {
 	if w.stream, err = pb.NewBiRequestStreamClient(cc).RequestBiStream(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.stream.Send(wirePayload("ConnectionSetupRequest", map[string]any{"clientVersion": "wire-test", "labels": map[string]string{"source": "sdk"}})); err != nil {
+	if err := w.stream.Send(wirePayload("ConnectionSetupRequest", setupBody)); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
