@@ -3,7 +3,6 @@ package distro
 import (
 	"context"
 	"fmt"
-	"github.com/muster-io/muster/internal/logx"
 	"io"
 	"log"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/jonboulle/clockwork"
+	"github.com/muster-io/muster/internal/logx"
 )
 
 // MemberlistConfig configures a Memberlist membership. Start from DefaultMemberlistConfig.

@@ -3,7 +3,6 @@ package distro
 import (
 	"context"
 	"fmt"
-	"github.com/muster-io/muster/internal/logx"
 	"hash/fnv"
 	"io"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/muster-io/muster/internal/logx"
 	"github.com/muster-io/muster/model"
 )
 

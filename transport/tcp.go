@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/muster-io/muster/internal/logx"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/muster-io/muster/internal/logx"
 )
 
 // TCP is the production [Transport]: one multiplexed, optionally TLS
