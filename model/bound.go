@@ -338,8 +338,14 @@ func (w *walker) value(p *plan, max, depth int) error {
 		}
 	case pSelf:
 		// Its own decoder answers for what it allocates; the walk still
-		// checks that the value is well-formed and fits.
-		return w.skip(depth)
+		// checks that the value is well-formed and fits (skim: the plain
+		// length walk, with a small stack frame, for what may be a large
+		// list).
+		n, err := skim(w.b[w.off:], depth)
+		if err != nil {
+			return w.fail("malformed " + p.name)
+		}
+		w.off += n
 	case pMetadata:
 		if fam != fMap {
 			return w.wrong(p, fam)

@@ -168,10 +168,10 @@ func (r *Registry) forward(ctx context.Context, ip string, port int, req *fwdReq
 		// and a peer that went silent must not hold the caller for ever.
 		rctx, cancel := context.WithTimeout(ctx, r.cfg.ForwardTimeout)
 		out, err := r.trans.Request(rctx, owner, kindForward, body)
-		cancel()
 		if err != nil && ctx.Err() == nil && rctx.Err() != nil {
 			err = fmt.Errorf("%w: no answer within %v: %w", transport.ErrUnreachable, r.cfg.ForwardTimeout, err)
 		}
+		cancel()
 		if err == nil {
 			resp = fwdResponse{}
 			if err = model.Unmarshal(out, &resp); err == nil {

@@ -296,6 +296,11 @@ func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
 // model.ErrInvalid that names the field.
 func (r *Registry) Heartbeat(ctx context.Context, key model.InstanceKey) (time.Duration, error) {
 	if r.dist != nil {
+		// Checked before it travels (a forward costs far more than the
+		// check); locally, only a miss is checked (see heartbeatLocal).
+		if err := key.WithDefaults().Validate(); err != nil {
+			return 0, err
+		}
 		resp, local, err := r.forward(ctx, key.IP, key.Port, &fwdRequest{Op: fwdHeartbeat, Key: key})
 		if !local {
 			return resp.Interval, err

@@ -58,8 +58,11 @@ type Config struct {
 	// every other one loading too, is in a cold cluster and ready at once
 	// instead of after the Load timing (distro.Config.ColdStartMembers).
 	// 0 means: the static Peers and this node, or else the RaftMembers; set
-	// it when the cluster has more nodes than Raft replicas. With neither,
-	// a starting node waits the Load timing.
+	// it when the cluster has more nodes than Raft replicas, and keep it
+	// current when the cluster grows (RaftMembers only bootstraps: it does
+	// not follow AddReplica). Too small a value lets nodes restarting
+	// together, whose views lack the members holding state, be ready
+	// empty. With neither, a starting node waits the Load timing.
 	Expect int
 
 	// RaftMembers bootstraps a new Raft group for persistent data: replica

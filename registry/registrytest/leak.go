@@ -45,7 +45,13 @@ func newLeakCheck(parallel bool) *leakCheck {
 // to wait while they finish exiting.
 func (l *leakCheck) find(wait time.Duration) error {
 	if l.strict != nil {
-		return goleak.Find(l.strict) // it retries while goroutines finish exiting
+		deadline := time.Now().Add(wait)
+		for {
+			err := goleak.Find(l.strict) // it retries for a moment itself
+			if err == nil || time.Now().After(deadline) {
+				return err
+			}
+		}
 	}
 	deadline := time.Now().Add(wait)
 	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {

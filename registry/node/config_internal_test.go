@@ -1,0 +1,23 @@
+package node
+
+import "testing"
+
+// TestExpect: the cluster size a cold start waits for is Expect, else the
+// static peers and this node, else the Raft members.
+func TestExpect(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want int
+	}{
+		{"none", Config{NodeID: "n1"}, 0},
+		{"raft members", Config{NodeID: "n1", RaftMembers: map[uint64]string{1: "n1", 2: "n2", 3: "n3"}}, 3},
+		{"peers without self", Config{NodeID: "n1", Peers: map[string]string{"n2": "a:1", "n3": "b:1"}}, 3},
+		{"peers with self", Config{NodeID: "n1", Peers: map[string]string{"n1": "x:1", "n2": "a:1"}}, 2},
+		{"explicit wins", Config{NodeID: "n1", Expect: 5, RaftMembers: map[uint64]string{1: "n1", 2: "n2", 3: "n3"}}, 5},
+	} {
+		if got := tc.cfg.expect(); got != tc.want {
+			t.Errorf("%s: expect() = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
