@@ -178,7 +178,7 @@ func (w *walker) charge(n int64) error {
 	if w.cost > w.limit || n < 0 {
 		rule := "decoding would allocate more than " + strconv.FormatInt(w.limit, 10) + " bytes"
 		if w.limit == int64(MaxDecodeRatio)*int64(len(w.b))+DecodeSlack {
-			rule += " (" + strconv.Itoa(MaxDecodeRatio) + " × the " + strconv.Itoa(len(w.b)) + "-byte input + " + strconv.Itoa(DecodeSlack) + ")"
+			rule += " (" + itoa(MaxDecodeRatio) + " × the " + itoa(len(w.b)) + "-byte input + " + itoa(DecodeSlack) + ")"
 		}
 		return &DecodeError{Rule: rule, Err: ErrTooLarge}
 	}
@@ -219,7 +219,7 @@ func at(err error, seg string) error {
 	return err
 }
 
-func index(i int) string { return "[" + strconv.Itoa(i) + "]" }
+func index(i int) string { return "[" + itoa(i) + "]" }
 
 func (w *walker) wrong(p *plan, fam family) error {
 	return w.fail("want a value for " + p.name + ", got " + familyNames[fam])
@@ -228,7 +228,7 @@ func (w *walker) wrong(p *plan, fam family) error {
 // value walks one value decoded into p. max, if positive, caps its length.
 func (w *walker) value(p *plan, max, depth int) error {
 	if depth > maxDepth {
-		return w.fail("nested more than " + strconv.Itoa(maxDepth) + " deep")
+		return w.fail("nested more than " + itoa(maxDepth) + " deep")
 	}
 	fam, head, n, ok := header(w.b[w.off:])
 	if !ok {
@@ -250,19 +250,19 @@ func (w *walker) value(p *plan, max, depth int) error {
 	switch fam {
 	case fStr, fBin, fExt:
 		if n > rest {
-			return w.fail("declares " + strconv.Itoa(n) + " bytes, " + strconv.Itoa(rest) + " follow")
+			return w.fail("declares " + itoa(n) + " bytes, " + itoa(rest) + " follow")
 		}
 	case fArray:
 		if n > rest {
-			return w.fail("declares " + strconv.Itoa(n) + " elements, " + strconv.Itoa(rest) + " bytes follow")
+			return w.fail("declares " + itoa(n) + " elements, " + itoa(rest) + " bytes follow")
 		}
 	case fMap:
 		if 2*n > rest {
-			return w.fail("declares " + strconv.Itoa(n) + " entries, " + strconv.Itoa(rest) + " bytes follow")
+			return w.fail("declares " + itoa(n) + " entries, " + itoa(rest) + " bytes follow")
 		}
 	}
 	if max > 0 && n > max && (fam == fStr || fam == fBin || fam == fArray || fam == fMap) && p.kind != pStruct {
-		return &DecodeError{Rule: "must hold at most " + strconv.Itoa(max) + " (declares " + strconv.Itoa(n) + ")", Err: ErrTooLarge}
+		return &DecodeError{Rule: "must hold at most " + itoa(max) + " (declares " + itoa(n) + ")", Err: ErrTooLarge}
 	}
 	switch p.kind {
 	case pBool:
@@ -287,7 +287,7 @@ func (w *walker) value(p *plan, max, depth int) error {
 			err = w.charge(allocSize(int64(n)))
 		default:
 			if n > p.n {
-				err = w.fail("holds " + strconv.Itoa(n) + " bytes, more than " + p.name)
+				err = w.fail("holds " + itoa(n) + " bytes, more than " + p.name)
 			}
 		}
 		if err != nil {
@@ -307,7 +307,7 @@ func (w *walker) value(p *plan, max, depth int) error {
 			err = w.charge(2 * allocSize(mul(int64(n), p.elem.size)))
 		default:
 			if n > p.n {
-				err = w.fail("holds " + strconv.Itoa(n) + " elements, more than " + p.name)
+				err = w.fail("holds " + itoa(n) + " elements, more than " + p.name)
 			}
 		}
 		if err != nil {
@@ -358,7 +358,7 @@ func (w *walker) value(p *plan, max, depth int) error {
 		w.off += head
 		for i := range 2 * n {
 			if err := w.value(&metadataString, 0, depth+1); err != nil {
-				return at(err, "["+strconv.Itoa(i/2)+"]")
+				return at(err, "["+itoa(i/2)+"]")
 			}
 		}
 	case pStruct:
@@ -385,7 +385,7 @@ func (w *walker) structure(p *plan, fam family, head, n, depth int) error {
 			return nil
 		}
 		if n != len(p.list) {
-			return w.fail("an array of " + strconv.Itoa(n) + " for the " + strconv.Itoa(len(p.list)) + " fields of " + p.name)
+			return w.fail("an array of " + itoa(n) + " for the " + itoa(len(p.list)) + " fields of " + p.name)
 		}
 		for _, f := range p.list {
 			if err := w.value(f.p, f.max, depth+1); err != nil {
@@ -439,7 +439,7 @@ func (w *walker) structure(p *plan, fam family, head, n, depth int) error {
 // that only reads through the scratch buffer.
 func (w *walker) skip(depth int) error {
 	if depth > maxDepth {
-		return w.fail("nested more than " + strconv.Itoa(maxDepth) + " deep")
+		return w.fail("nested more than " + itoa(maxDepth) + " deep")
 	}
 	fam, head, n, ok := header(w.b[w.off:])
 	if !ok || head > len(w.b)-w.off {
@@ -450,7 +450,7 @@ func (w *walker) skip(depth int) error {
 	switch fam {
 	case fStr, fBin, fExt:
 		if n > rest {
-			return w.fail("declares " + strconv.Itoa(n) + " bytes, " + strconv.Itoa(rest) + " follow")
+			return w.fail("declares " + itoa(n) + " bytes, " + itoa(rest) + " follow")
 		}
 		w.off += n
 		return w.read(n + 1)
@@ -460,7 +460,7 @@ func (w *walker) skip(depth int) error {
 			items = 2 * n
 		}
 		if items > rest {
-			return w.fail("declares " + strconv.Itoa(n) + " elements, " + strconv.Itoa(rest) + " bytes follow")
+			return w.fail("declares " + itoa(n) + " elements, " + itoa(rest) + " bytes follow")
 		}
 		for range items {
 			if err := w.skip(depth + 1); err != nil {
@@ -477,7 +477,7 @@ func (w *walker) skip(depth int) error {
 // timestamp, which msgpack registers itself.
 func (w *walker) dynamic(depth int) error {
 	if depth > maxDepth {
-		return w.fail("nested more than " + strconv.Itoa(maxDepth) + " deep")
+		return w.fail("nested more than " + itoa(maxDepth) + " deep")
 	}
 	fam, head, n, ok := header(w.b[w.off:])
 	if !ok || head > len(w.b)-w.off {
@@ -494,7 +494,7 @@ func (w *walker) dynamic(depth int) error {
 		}
 	case fStr, fBin:
 		if n > rest {
-			return w.fail("declares " + strconv.Itoa(n) + " bytes, " + strconv.Itoa(rest) + " follow")
+			return w.fail("declares " + itoa(n) + " bytes, " + itoa(rest) + " follow")
 		}
 		if fam == fStr {
 			err = w.str(n)
@@ -513,7 +513,7 @@ func (w *walker) dynamic(depth int) error {
 		err = w.charge(64)
 	case fArray:
 		if n > rest {
-			return w.fail("declares " + strconv.Itoa(n) + " elements, " + strconv.Itoa(rest) + " bytes follow")
+			return w.fail("declares " + itoa(n) + " elements, " + itoa(rest) + " bytes follow")
 		}
 		if err := w.charge(allocSize(16*int64(n)) + 32); err != nil {
 			return err
@@ -527,7 +527,7 @@ func (w *walker) dynamic(depth int) error {
 		return nil
 	case fMap:
 		if 2*n > rest {
-			return w.fail("declares " + strconv.Itoa(n) + " entries, " + strconv.Itoa(rest) + " bytes follow")
+			return w.fail("declares " + itoa(n) + " entries, " + itoa(rest) + " bytes follow")
 		}
 		if err := w.charge(mapCost(int64(n), 40)); err != nil {
 			return err
@@ -566,3 +566,11 @@ func readLen(b []byte, size int) (int, bool) {
 		return int(binary.BigEndian.Uint32(b[1:])), true
 	}
 }
+
+// itoa is strconv.Itoa kept out of line: the walk's error messages use it at
+// many call sites, and inlined, each would add its digit buffer to the stack
+// frame of the recursive walk, which every decode in a fresh goroutine (a
+// transport handler) then pays for in stack growth.
+//
+//go:noinline
+func itoa(n int) string { return strconv.Itoa(n) }
