@@ -442,6 +442,7 @@ func (t *TCP) backoff(n int) time.Duration {
 
 // connFor returns the connection to node `to`, dialling if needed.
 func (t *TCP) connFor(ctx context.Context, to string) (*conn, error) {
+	duplicates := 0 // dials the peer refused as duplicate, in this call
 	for {
 		t.mu.Lock()
 		if t.closed {
@@ -505,16 +506,21 @@ func (t *TCP) connFor(ctx context.Context, to string) (*conn, error) {
 			// for it to be installed, at most one handshake timeout (a real-
 			// time bound on a network event, like a socket deadline).
 			wctx, cancel := context.WithTimeout(ctx, t.cfg.HandshakeTimeout)
+			timedOut := false
 			select {
 			case <-changed:
 			case <-wctx.Done():
+				timedOut = true
 			case <-t.ctx.Done():
 			}
 			cancel()
 			t.mu.Lock()
 			ok := p.conn != nil
 			t.mu.Unlock()
-			if !ok {
+			// The change may have been the peer's connection going away
+			// instead (one retired by a TLS reload, or found dead by the
+			// probe): dial again, a few times, rather than fail the call.
+			if duplicates++; !ok && (timedOut || duplicates >= 3 || t.ctx.Err() != nil) {
 				return nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, to, err)
 			}
 		case ctx.Err() != nil:
