@@ -364,6 +364,31 @@ type syncMsg struct {
 	Records recordList
 }
 
+// DecodeMsgpack decodes a sync message: its records, through their bounded
+// decoder; any other field is skipped.
+func (m *syncMsg) DecodeMsgpack(d *msgpack.Decoder) error {
+	n, err := d.DecodeMapLen()
+	if err != nil {
+		return err
+	}
+	for range max(n, 0) {
+		k, err := d.DecodeString()
+		if err != nil {
+			return err
+		}
+		if k != "Records" {
+			if err := d.Skip(); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := m.Records.DecodeMsgpack(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 type verifyReq struct {
 	_      struct{} `msgpack:",as_array"`
 	Digest []byte   // 8 bytes per bucket, big endian
@@ -518,6 +543,7 @@ func decodeSnapResp(b []byte) ([]Record, snapResp, error) {
 // length against its cap before allocating, and grows by doubling
 // (model.BoundedDecoder; FuzzWire* and TestWireHostileAllocation measure it).
 func (*wireRecord) DecodeBounded()  {}
+func (*syncMsg) DecodeBounded()     {}
 func (*version) DecodeBounded()     {}
 func (*recordList) DecodeBounded()  {}
 func (*pageRecords) DecodeBounded() {}

@@ -363,3 +363,23 @@ func TestBoundedDecoder(t *testing.T) {
 		t.Fatalf("a decoder of its own, unmarked: %v, want ErrUnsupported", err)
 	}
 }
+
+// TestBoundedDecoderTopLevel: a BoundedDecoder as the destination itself
+// takes the length walk alone, which still refuses malformed input,
+// trailing bytes and declared lengths past the input.
+func TestBoundedDecoderTopLevel(t *testing.T) {
+	var v selfBounded
+	b := []byte{0x93, 0xc0, 0xc0, 0xc0}
+	if err := Unmarshal(b, &v); err != nil || v.n != 3 {
+		t.Fatalf("Unmarshal into a BoundedDecoder: %v, n=%d", err, v.n)
+	}
+	for name, in := range map[string][]byte{
+		"truncated":       b[:3],
+		"trailing":        append(b[:4:4], 0xc0),
+		"declared 2^32-1": {0xdd, 0xff, 0xff, 0xff, 0xff, 0xc0},
+	} {
+		if err := Unmarshal(in, &v); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v, want ErrMalformed", name, err)
+		}
+	}
+}

@@ -102,6 +102,19 @@ func UnmarshalWith(b []byte, v any, o DecodeOptions) error {
 	if err != nil {
 		return err
 	}
+	if p.kind == pSelf && o.MaxLen == 0 {
+		// The type bounds its own decoding: only the length walk, with its
+		// small stack frames (a decode often runs in a fresh goroutine, a
+		// transport handler, whose stack the full walk would make grow).
+		n, err := skim(b, 0)
+		if err == nil && n != len(b) {
+			err = ErrMalformed
+		}
+		if err != nil {
+			return &DecodeError{Type: p.name, Rule: "malformed", Err: ErrMalformed}
+		}
+		return decodeInto(b, v)
+	}
 	w := walker{b: b, cost: fixedCost, bufMax: 64, limit: int64(MaxDecodeRatio)*int64(len(b)) + DecodeSlack}
 	if o.MaxAlloc > 0 {
 		w.limit = o.MaxAlloc
@@ -116,12 +129,16 @@ func UnmarshalWith(b []byte, v any, o DecodeOptions) error {
 		}
 		return err
 	}
-	// Not msgpack.Unmarshal: it turns on UsePreallocateValues, which starts
-	// a goroutine per type that allocates values ahead of need, outside
-	// any bound.
+	return decodeInto(b, v)
+}
+
+// decodeInto decodes checked input into v. Not msgpack.Unmarshal: it turns
+// on UsePreallocateValues, which starts a goroutine per type that allocates
+// values ahead of need, outside any bound.
+func decodeInto(b []byte, v any) error {
 	dec := msgpack.GetDecoder()
 	dec.Reset(bytes.NewReader(b))
-	err = dec.Decode(v)
+	err := dec.Decode(v)
 	msgpack.PutDecoder(dec)
 	return err
 }
