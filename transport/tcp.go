@@ -276,6 +276,19 @@ func (t *TCP) ReloadTLS(cfg *tls.Config) error {
 	return nil
 }
 
+// retireIfStale retires c, just installed, if ReloadTLS replaced the TLS
+// configuration while c's handshake ran: retireAll did not see c then, and
+// c would otherwise live on with the old certificates.
+func (t *TCP) retireIfStale(c *conn) {
+	if c.tlsCfg == nil || c.tlsCfg == t.tlsCfg.Load() {
+		return
+	}
+	t.unslot(c, false)
+	if !t.goFunc(c.retire) {
+		c.close("transport closed")
+	}
+}
+
 // retireAll retires every connection: they drain and the next calls dial.
 func (t *TCP) retireAll() {
 	t.mu.Lock()
@@ -609,12 +622,14 @@ func (t *TCP) dial(ctx context.Context, to string) error {
 		return ErrClosed
 	}
 	c.start()
+	t.retireIfStale(c)
 	return nil
 }
 
 func (t *TCP) clientHandshake(ctx context.Context, nc net.Conn, to, addr string) (*conn, error) {
 	rw := nc
-	if base := t.tlsCfg.Load(); base != nil {
+	base := t.tlsCfg.Load()
+	if base != nil {
 		cfg := base.Clone()
 		if cfg.ServerName == "" {
 			if host, _, err := net.SplitHostPort(addr); err == nil {
@@ -667,7 +682,9 @@ func (t *TCP) clientHandshake(ctx context.Context, nc net.Conn, to, addr string)
 	default:
 		return nil, fmt.Errorf("%w: unknown status %d", ErrHandshake, st.Status)
 	}
-	return t.newConn(rw, to, self, negotiate(h)), nil
+	c := t.newConn(rw, to, self, negotiate(h))
+	c.tlsCfg = base
+	return c, nil
 }
 
 func (t *TCP) acceptLoop(ln net.Listener) {
@@ -838,11 +855,13 @@ func (t *TCP) accept(nc net.Conn, ph *pendingHandshake) {
 		return
 	}
 	c.start()
+	t.retireIfStale(c)
 }
 
 func (t *TCP) serverHandshake(ctx context.Context, nc net.Conn) (*conn, uint8, error) {
 	rw := nc
-	if cfg := t.tlsCfg.Load(); cfg != nil {
+	cfg := t.tlsCfg.Load()
+	if cfg != nil {
 		tc := tls.Server(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return nil, 0, fmt.Errorf("%w: tls: %w", ErrHandshake, err)
@@ -883,6 +902,7 @@ func (t *TCP) serverHandshake(ctx context.Context, nc net.Conn) (*conn, uint8, e
 		return nil, 0, fmt.Errorf("peer %q: %w", h.Node, err)
 	}
 	c := t.newConn(rw, h.Node, h.Node, negotiate(h))
+	c.tlsCfg = cfg
 	status := uint8(statusOK)
 	if !t.installInbound(ctx, c) {
 		status = statusDuplicate

@@ -3,6 +3,7 @@ package transport
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ var errRetired = errors.New("transport: connection retired")
 type conn struct {
 	t      *TCP
 	nc     net.Conn
+	tlsCfg *tls.Config // the TLS configuration of its handshake; nil without TLS
 	peer   string
 	dialer string          // the node that dialled it
 	pings  bool            // protocol version 2 or later: the peer answers pings
