@@ -154,41 +154,22 @@ func (w *wireRecord) decode(d *msgpack.Decoder, buf *[16]byte) error {
 		return err
 	}
 	for i := 0; i < n; i++ {
-		var f int
-		{
-			name, err := fieldName(d, buf)
-			if err != nil {
-				return err
-			}
-			switch string(name) {
-			case "Key":
-				f = 0
-			case "Kind":
-				f = 1
-			case "Owner":
-				f = 2
-			case "Revision":
-				f = 3
-			case "Deleted":
-				f = 4
-			case "Payload":
-				f = 5
-			default:
-				f = -1
-			}
+		name, err := fieldName(d, buf)
+		if err != nil {
+			return err
 		}
-		switch f {
-		case 0:
+		switch string(name) { // no allocation; name is not used after
+		case "Key":
 			w.Key, err = d.DecodeString()
-		case 1:
+		case "Kind":
 			w.Kind, err = d.DecodeUint8()
-		case 2:
+		case "Owner":
 			w.Owner, err = d.DecodeString()
-		case 3:
+		case "Revision":
 			w.Revision, err = d.DecodeUint64()
-		case 4:
+		case "Deleted":
 			w.Deleted, err = d.DecodeBool()
-		case 5:
+		case "Payload":
 			w.Payload, err = d.DecodeBytes()
 		default:
 			err = d.Skip()
@@ -210,33 +191,18 @@ func (v *version) decode(d *msgpack.Decoder, buf *[16]byte) error {
 		return err
 	}
 	for i := 0; i < n; i++ {
-		var f int
-		{
-			name, err := fieldName(d, buf)
-			if err != nil {
-				return err
-			}
-			switch string(name) {
-			case "Key":
-				f = 0
-			case "Rev":
-				f = 1
-			case "Deleted":
-				f = 2
-			case "Owner":
-				f = 3
-			default:
-				f = -1
-			}
+		name, err := fieldName(d, buf)
+		if err != nil {
+			return err
 		}
-		switch f {
-		case 0:
+		switch string(name) {
+		case "Key":
 			v.Key, err = d.DecodeString()
-		case 1:
+		case "Rev":
 			v.Rev, err = d.DecodeUint64()
-		case 2:
+		case "Deleted":
 			v.Deleted, err = d.DecodeBool()
-		case 3:
+		case "Owner":
 			v.Owner, err = d.DecodeString()
 		default:
 			err = d.Skip()
