@@ -30,9 +30,9 @@ type sizes struct {
 func fullSizes() sizes {
 	return sizes{
 		writers:             64,
-		standalonePerWriter: 5_000, standaloneDur: 2 * time.Second,
+		standalonePerWriter: 1_000, standaloneDur: 2 * time.Second,
 		clusterPerWriter:    100,
-		persistentPerWriter: 100,
+		persistentPerWriter: 200,
 		keepAliveKeys:       10_000, keepAliveDur: time.Second,
 		queryDur: time.Second,
 		watchers: 10_000, fanoutChanges: 20,
@@ -146,18 +146,22 @@ func rows() []row {
 			}}},
 		},
 		{
-			id: "heap", title: "heap per instance, 100k (session / beat)", unit: "B",
+			id: "heap-session", title: "heap per instance, 100k (sessions of 1,000; etcd: a lease per 1,000 keys)", unit: "B",
 			etcd: func(ctx context.Context, s sizes, dir string) (result, error) {
-				return etcdHeap(ctx, dir, s.writers, s.heapInstances)
+				return etcdHeap(ctx, dir, s.writers, s.heapInstances, 1000)
 			},
-			muster: []variant{
-				{"session", func(ctx context.Context, s sizes, dir string) (result, error) {
-					return musterHeap(ctx, s.heapInstances, true)
-				}},
-				{"beat", func(ctx context.Context, s sizes, dir string) (result, error) {
-					return musterHeap(ctx, s.heapInstances, false)
-				}},
+			muster: []variant{{"session", func(ctx context.Context, s sizes, dir string) (result, error) {
+				return musterHeap(ctx, s.heapInstances, true)
+			}}},
+		},
+		{
+			id: "heap-beat", title: "heap per instance, 100k (beat; etcd: a lease per key)", unit: "B",
+			etcd: func(ctx context.Context, s sizes, dir string) (result, error) {
+				return etcdHeap(ctx, dir, s.writers, s.heapInstances, 1)
 			},
+			muster: []variant{{"beat", func(ctx context.Context, s sizes, dir string) (result, error) {
+				return musterHeap(ctx, s.heapInstances, false)
+			}}},
 		},
 		{
 			id: "persistent-register", title: "persistent register, 3 replicas, fsync, 64 writers", unit: "/s", higher: true,
