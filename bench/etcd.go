@@ -90,7 +90,7 @@ func tryStartEtcd(ctx context.Context, n int, dir string) (*etcdCluster, error) 
 		case err := <-e.Err():
 			c.Close()
 			return nil, fmt.Errorf("etcd member %d: %w", i+1, err)
-		case <-time.After(30 * time.Second):
+		case <-time.After(30 * time.Second): // real time
 			c.Close()
 			return nil, fmt.Errorf("etcd member %d: not ready within 30 s", i+1)
 		case <-ctx.Done():

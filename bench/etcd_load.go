@@ -44,7 +44,7 @@ func etcdRegister(ctx context.Context, dir string, members, writers, perWriter i
 			leases[w] = g.ID
 		}
 	}
-	start := time.Now()
+	start := time.Now() // real time
 	ops, _, err := closedLoop(writers, perWriter, dur, func(w, i int) error {
 		cl := c.clients[w%members]
 		id := w<<18 + i
@@ -72,7 +72,7 @@ func etcdRegister(ctx context.Context, dir string, members, writers, perWriter i
 			return result{}, err
 		}
 	}
-	el := time.Since(start)
+	el := time.Since(start) // real time
 	return result{value: float64(ops) / el.Seconds(), note: fmt.Sprintf("%d ops in %v", ops, el.Round(time.Millisecond))}, nil
 }
 
@@ -248,24 +248,15 @@ func etcdFanout(ctx context.Context, dir string, watchers, changes int) (result,
 		}()
 	}
 	created.Wait()
-	runtime.GC()
-	var lat []time.Duration
-	for ch := range changes {
+	lat, err := timeFanout(changes, watchers, &pending, reached, func(ch int) func() error {
 		in := insts[ch%len(insts)]
 		in.Weight = float64(2 + ch)
 		k, v := etcdKV(in)
-		pending.Store(int64(watchers))
 		want.Store(&target{gen: int64(ch + 1), val: []byte(v)})
-		start := time.Now()
-		if _, err := cl.Put(ctx, k, v); err != nil {
-			return result{}, err
-		}
-		select {
-		case <-reached:
-		case <-time.After(60 * time.Second):
-			return result{}, fmt.Errorf("change %d: %d of %d watchers not notified within 60 s", ch, pending.Load(), watchers)
-		}
-		lat = append(lat, time.Since(start))
+		return func() error { _, err := cl.Put(ctx, k, v); return err }
+	})
+	if err != nil {
+		return result{}, err
 	}
 	return latencyResult(lat, 50), nil
 }
@@ -363,7 +354,7 @@ func etcdVisibility(ctx context.Context, dir string, samples, reps int, perKeyLe
 				lease = g.ID
 			}
 			k, v := etcdKV(instance(svc, rep*samples+i))
-			start := time.Now()
+			start := time.Now() // real time
 			if _, err := c.clients[a].Put(ctx, k, v, clientv3.WithLease(lease)); err != nil {
 				stopWatch()
 				return result{}, err
@@ -372,7 +363,7 @@ func etcdVisibility(ctx context.Context, dir string, samples, reps int, perKeyLe
 				stopWatch()
 				return result{}, err
 			}
-			lat = append(lat, time.Since(start))
+			lat = append(lat, time.Since(start)) // real time
 		}
 		stopWatch()
 		wg.Wait()
@@ -382,7 +373,7 @@ func etcdVisibility(ctx context.Context, dir string, samples, reps int, perKeyLe
 
 // waitSeen waits until want comes out of seen, for at most 10 s.
 func waitSeen(seen <-chan string, want string) error {
-	timeout := time.NewTimer(10 * time.Second)
+	timeout := time.NewTimer(10 * time.Second) // real time
 	defer timeout.Stop()
 	for {
 		select {

@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -59,9 +59,9 @@ func closedLoop(writers, perWriter int, dur time.Duration, op func(w, i int) err
 	var errOnce sync.Once
 	var firstErr error
 	var wg sync.WaitGroup
-	start := time.Now()
+	start := time.Now() // real time
 	if dur > 0 {
-		t := time.AfterFunc(dur, func() { stop.Store(true) })
+		t := time.AfterFunc(dur, func() { stop.Store(true) }) // real time
 		defer t.Stop()
 	}
 	for w := range writers {
@@ -81,7 +81,7 @@ func closedLoop(writers, perWriter int, dur time.Duration, op func(w, i int) err
 		}()
 	}
 	wg.Wait()
-	return int(total.Load()), time.Since(start), firstErr
+	return int(total.Load()), time.Since(start), firstErr // real time
 }
 
 // waitFor polls cond every millisecond until it holds, fails, or timeout
@@ -89,7 +89,7 @@ func closedLoop(writers, perWriter int, dur time.Duration, op func(w, i int) err
 func waitFor(ctx context.Context, timeout time.Duration, what string, cond func() (bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	tick := time.NewTicker(time.Millisecond)
+	tick := time.NewTicker(time.Millisecond) // real time
 	defer tick.Stop()
 	for {
 		ok, err := cond()
@@ -107,5 +107,28 @@ func waitFor(ctx context.Context, timeout time.Duration, what string, cond func(
 	}
 }
 
-// errStopped reports a workload cut short by its context.
-var errStopped = errors.New("stopped")
+// timeFanout times changes changes, each until all watchers have it: for
+// change ch it resets pending to watchers, calls prepare(ch) off the clock
+// (it records what the watchers wait for and returns the write), then
+// times the write until reached receives (the watcher that brings pending
+// to 0 sends). A collection runs first, so no change pays for the set-up's
+// garbage.
+func timeFanout(changes, watchers int, pending *atomic.Int64, reached <-chan struct{}, prepare func(ch int) func() error) ([]time.Duration, error) {
+	runtime.GC()
+	var lat []time.Duration
+	for ch := range changes {
+		pending.Store(int64(watchers))
+		write := prepare(ch)
+		start := time.Now() // real time
+		if err := write(); err != nil {
+			return nil, err
+		}
+		select {
+		case <-reached:
+		case <-time.After(60 * time.Second): // real time
+			return nil, fmt.Errorf("change %d: %d of %d watchers not notified within 60 s", ch, pending.Load(), watchers)
+		}
+		lat = append(lat, time.Since(start)) // real time
+	}
+	return lat, nil
+}
