@@ -1,0 +1,193 @@
+// Command bench runs embedded etcd v3.7.3 and Muster side by side on the
+// same workloads, in interleaved rounds, and prints per-round ratios
+// (Muster / etcd) and their median. See README.md for what each row maps
+// to on each side. A measurement harness, not library code: it reads the
+// real clock to time what it measures (the lines say "real time").
+//
+//	cd bench && go run . -rounds 5 -rows all
+//	cd bench && go run . -rounds 3 -rows register-cluster-session,visibility-batch
+//	cd bench && go run . -smoke            # one short round of every row (CI)
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	rounds := fs.Int("rounds", 5, "rounds per row; each round runs etcd and Muster once, in alternating order")
+	only := fs.String("rows", "all", "comma-separated row ids, or all (see -list)")
+	smoke := fs.Bool("smoke", false, "small workloads and one round (unless -rounds is given): a check that every row runs, not a measurement")
+	list := fs.Bool("list", false, "list the rows and exit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	all := rows()
+	if *list {
+		for _, r := range all {
+			fmt.Fprintf(out, "%-28s %s\n", r.id, r.title)
+		}
+		return nil
+	}
+	sel, err := selectRows(all, *only)
+	if err != nil {
+		return err
+	}
+	sz := fullSizes()
+	if *smoke {
+		sz = smokeSizes()
+		roundsSet := false
+		fs.Visit(func(f *flag.Flag) { roundsSet = roundsSet || f.Name == "rounds" })
+		if !roundsSet {
+			*rounds = 1
+		}
+	}
+	if *rounds < 1 {
+		return fmt.Errorf("-rounds must be at least 1")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	fmt.Fprintf(out, "muster vs embedded etcd v3.7.3: %s, GOMAXPROCS=%d, %d CPUs, %d round(s), smoke=%v, %s\n",
+		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), *rounds, *smoke, time.Now().UTC().Format(time.RFC3339)) // real time
+	var sums []summary
+	for _, r := range sel {
+		s, err := runRow(ctx, out, r, sz, *rounds)
+		if err != nil {
+			return fmt.Errorf("%s: %w", r.id, err)
+		}
+		sums = append(sums, s...)
+	}
+	fmt.Fprintln(out)
+	printTable(out, sums)
+	return nil
+}
+
+// selectRows returns the rows named in spec ("all", or ids separated by
+// commas), in table order.
+func selectRows(all []row, spec string) ([]row, error) {
+	if spec == "" || spec == "all" {
+		return all, nil
+	}
+	want := map[string]bool{}
+	for _, id := range strings.Split(spec, ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			want[id] = true
+		}
+	}
+	var sel []row
+	for _, r := range all {
+		if want[r.id] {
+			sel = append(sel, r)
+			delete(want, r.id)
+		}
+	}
+	for id := range want {
+		return nil, fmt.Errorf("unknown row %q (see -list)", id)
+	}
+	return sel, nil
+}
+
+// summary is one line of the final table: a row's Muster variant.
+type summary struct {
+	title, variant, unit string
+	etcd, muster, ratios []float64
+}
+
+// runRow runs rounds rounds of r: in each, etcd and every Muster variant
+// once, etcd first in even rounds and last in odd ones, each on a fresh
+// system in a fresh temporary directory. It prints every round and the
+// medians.
+func runRow(ctx context.Context, out io.Writer, r row, sz sizes, rounds int) ([]summary, error) {
+	fmt.Fprintf(out, "\n== %s [%s] (ratio = Muster / etcd)\n", r.title, r.id)
+	sums := make([]summary, len(r.muster))
+	for i, v := range r.muster {
+		sums[i] = summary{title: r.title, variant: v.name, unit: r.unit}
+	}
+	for round := 0; round < rounds; round++ {
+		var etcdRes result
+		mres := make([]result, len(r.muster))
+		runEtcd := func() error {
+			res, err := runSide(ctx, sz, r.etcd)
+			etcdRes = res
+			return err
+		}
+		runMuster := func() error {
+			for i, v := range r.muster {
+				res, err := runSide(ctx, sz, v.run)
+				if err != nil {
+					return fmt.Errorf("muster %s: %w", v.name, err)
+				}
+				mres[i] = res
+			}
+			return nil
+		}
+		first, second := runEtcd, runMuster
+		if round%2 == 1 {
+			first, second = runMuster, runEtcd
+		}
+		if err := first(); err != nil {
+			return nil, err
+		}
+		if err := second(); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(out, "round %d: etcd %s (%s)\n", round+1, human(etcdRes.value, r.unit), etcdRes.note)
+		for i, v := range r.muster {
+			rt := mres[i].value / etcdRes.value
+			fmt.Fprintf(out, "         muster %-7s %s (%s)  ratio %s\n", v.name, human(mres[i].value, r.unit), mres[i].note, ratio(rt))
+			sums[i].etcd = append(sums[i].etcd, etcdRes.value)
+			sums[i].muster = append(sums[i].muster, mres[i].value)
+			sums[i].ratios = append(sums[i].ratios, rt)
+		}
+	}
+	for _, s := range sums {
+		fmt.Fprintf(out, "median: etcd %s, muster %s %s, ratio %s (rounds: %s)\n",
+			human(median(s.etcd), s.unit), s.variant, human(median(s.muster), s.unit), ratio(median(s.ratios)), ratioList(s.ratios))
+	}
+	return sums, nil
+}
+
+// runSide runs one side in a temporary directory it removes afterwards.
+func runSide(ctx context.Context, sz sizes, f side) (result, error) {
+	dir, err := os.MkdirTemp("", "muster-bench-")
+	if err != nil {
+		return result{}, err
+	}
+	defer os.RemoveAll(dir)
+	return f(ctx, sz, dir)
+}
+
+func ratioList(rs []float64) string {
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = ratio(r)
+	}
+	return strings.Join(parts, " ")
+}
+
+// printTable prints the medians as a Markdown table.
+func printTable(out io.Writer, sums []summary) {
+	fmt.Fprintln(out, "| workload | Muster variant | etcd (median) | Muster (median) | ratio (median) | per-round ratios |")
+	fmt.Fprintln(out, "|---|---|---:|---:|---:|---|")
+	for _, s := range sums {
+		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s |\n", s.title, s.variant,
+			human(median(s.etcd), s.unit), human(median(s.muster), s.unit), ratio(median(s.ratios)), ratioList(s.ratios))
+	}
+}
