@@ -1,24 +1,32 @@
 package raftstore
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/muster-io/muster/model"
+)
 
 // Rejections: a command that was committed and applied but refused by the
-// state rules carries one of these (wrapped with details) in its Result and
-// in the Listener's Change. Every replica refuses it in the same way.
+// state rules (model.CheckCommand) carries one of these (wrapped with
+// details) in its Result and in the Listener's Change. Every replica
+// refuses it in the same way. They are model's rule errors under
+// raftstore's names: errors.Is matches either.
 var (
 	// ErrServiceExists: CreateService of a service that has a definition.
-	ErrServiceExists = errors.New("raftstore: service exists")
-	// ErrServiceNotFound: UpdateService or DeleteService of an unknown service.
-	ErrServiceNotFound = errors.New("raftstore: service not found")
+	ErrServiceExists = model.ErrServiceExists
+	// ErrServiceNotFound: UpdateService or DeleteService of an unknown
+	// service (it matches model.ErrNotFound).
+	ErrServiceNotFound = model.ErrServiceNotFound
 	// ErrServiceNotEmpty: DeleteService of a service that still has
 	// persistent instances.
-	ErrServiceNotEmpty = errors.New("raftstore: service not empty")
+	ErrServiceNotEmpty = model.ErrServiceNotEmpty
 	// ErrKindMismatch: the command mixes ephemeral and persistent (an
 	// ephemeral definition over persistent instances, a persistent instance
 	// in an ephemeral service, or a definition changing its kind).
-	ErrKindMismatch = errors.New("raftstore: kind mismatch")
-	// ErrInstanceNotFound: SetHealth of an unknown persistent instance.
-	ErrInstanceNotFound = errors.New("raftstore: instance not found")
+	ErrKindMismatch = model.ErrKindMismatch
+	// ErrInstanceNotFound: SetHealth of an unknown persistent instance (it
+	// matches model.ErrNotFound).
+	ErrInstanceNotFound = model.ErrInstanceNotFound
 )
 
 // Operational errors.

@@ -135,7 +135,7 @@ func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 		codes := make([]byte, len(cmds))
 		for j := range cmds {
 			c := &cmds[j]
-			c.normalize()
+			c.Normalize()
 			code, err := w.apply(c)
 			if err != nil {
 				return nil, fmt.Errorf("raftstore: apply index %d: %w", e.Index, err)
