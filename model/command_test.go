@@ -69,3 +69,34 @@ func TestCommandGolden(t *testing.T) {
 		}
 	}
 }
+
+// TestUnmarshalCommandsGolden: the golden bytes take the hand decoder (not
+// msgpack's) and decode to the golden commands.
+func TestUnmarshalCommandsGolden(t *testing.T) {
+	entry, err := hex.DecodeString(goldenEntry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := cmdDecoder{b: entry[17:]}
+	got, ok := d.commands()
+	if !ok || d.off != len(entry)-17 {
+		t.Fatal("the hand decoder refused the golden entry")
+	}
+	if want := goldenCommands()[3:5]; !reflect.DeepEqual(got, want) {
+		t.Fatalf("decoded %+v, want %+v", got, want)
+	}
+	var all [][]byte
+	for _, h := range goldenEncodings {
+		b, _ := hex.DecodeString(h)
+		all = append(all, b)
+	}
+	batch := append([]byte{0x98}, bytes.Join(all, nil)...)
+	d = cmdDecoder{b: batch}
+	if got, ok := d.commands(); !ok || !reflect.DeepEqual(got, goldenCommands()) {
+		t.Fatalf("hand decoder: %t, %+v", ok, got)
+	}
+	got, err = UnmarshalCommands(batch, DecodeOptions{})
+	if err != nil || !reflect.DeepEqual(got, goldenCommands()) {
+		t.Fatalf("UnmarshalCommands: %v, %+v", err, got)
+	}
+}

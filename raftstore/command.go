@@ -101,15 +101,17 @@ func encodeEntry(id entryID, cmds [][]byte) []byte {
 var errBadEntry = errors.New("bad entry header")
 
 // decodeEntry decodes a Raft entry written by encodeEntry. It is safe on
-// untrusted input.
+// untrusted input: model.UnmarshalCommands checks it under committedDecode's
+// bound exactly as model.UnmarshalWith does (and decodes the commands as it
+// would, by hand when they are in the form Marshal writes).
 func decodeEntry(b []byte) (entryID, []Command, error) {
 	var id entryID
 	if len(b) < entryHdrLen || b[0] != entryVersion {
 		return id, nil, fmt.Errorf("%w: entry: %w", ErrCorrupt, errBadEntry)
 	}
 	copy(id[:], b[1:entryHdrLen])
-	var cmds []Command
-	if err := model.UnmarshalWith(b[entryHdrLen:], &cmds, committedDecode); err != nil {
+	cmds, err := model.UnmarshalCommands(b[entryHdrLen:], committedDecode)
+	if err != nil {
 		return id, nil, fmt.Errorf("%w: entry: %w", ErrCorrupt, err)
 	}
 	return id, cmds, nil
