@@ -1,10 +1,6 @@
 package model
 
-import (
-	"strconv"
-
-	"github.com/vmihailenco/msgpack/v5"
-)
+import "strconv"
 
 // Op is the kind of a Command.
 type Op uint8
@@ -131,7 +127,9 @@ func (c *Command) ServiceKey() ServiceKey {
 	return c.Key.Service
 }
 
-// Marshal returns the msgpack encoding of c, the form stored in the log.
+// Marshal returns the msgpack encoding of c, the form stored in the log
+// (msgpack's encoding of the struct, written by AppendMsgpack). The error
+// is always nil.
 func (c *Command) Marshal() ([]byte, error) {
-	return msgpack.Marshal(c)
+	return c.AppendMsgpack(make([]byte, 0, 320)), nil
 }
