@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 
 	"github.com/dgraph-io/badger/v4"
@@ -116,7 +117,7 @@ func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 	w := &writer{txn: s.db.NewTransaction(true), ix: s.ix}
 	defer func() { w.txn.Discard() }()
 	var last uint64
-	changes := make([]Change, 0, len(ents))
+	var changes []Change
 	for i := range ents {
 		e := &ents[i]
 		if last != 0 && (w.bytes+2*len(e.Cmd) > txnBudgetBytes || w.count+maxBatchCommands+2 > txnBudgetCount) {
@@ -145,6 +146,7 @@ func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 		rec := make([]byte, 8+len(cmds))
 		binary.BigEndian.PutUint64(rec, e.Index)
 		codes := rec[8:]
+		changes = slices.Grow(changes, len(cmds))
 		for j := range cmds {
 			c := &cmds[j]
 			c.Normalize()
