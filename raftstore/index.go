@@ -136,7 +136,11 @@ func (ix *memIndex) deleteService(sk []byte) {
 }
 
 func (ix *memIndex) putInstance(ik []byte, svc model.ServiceKey, healthy bool) {
-	if _, ok := ix.instances[string(ik)]; !ok {
+	old, ok := ix.instances[string(ik)]
+	if ok && old == healthy {
+		return // a re-put: nothing to store (and no key to allocate)
+	}
+	if !ok {
 		ix.scratch = appendSvc(append(ix.scratch[:0], kindService), svc)
 		ix.entry(ix.scratch).persistent++
 	}
