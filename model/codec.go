@@ -115,11 +115,19 @@ func UnmarshalWith(b []byte, v any, o DecodeOptions) error {
 		}
 		return decodeInto(b, v)
 	}
+	if err := walkPlan(p, b, o); err != nil {
+		return err
+	}
+	return decodeInto(b, v)
+}
+
+// walkPlan is UnmarshalWith's check of b against the plan p.
+func walkPlan(p *plan, b []byte, o DecodeOptions) error {
 	w := walker{b: b, cost: fixedCost, bufMax: 64, limit: int64(MaxDecodeRatio)*int64(len(b)) + DecodeSlack}
 	if o.MaxAlloc > 0 {
 		w.limit = o.MaxAlloc
 	}
-	err = w.value(p, o.MaxLen, 0)
+	err := w.value(p, o.MaxLen, 0)
 	if err == nil && w.off != len(b) {
 		err = w.fail(strconv.Itoa(len(b)-w.off) + " bytes after the value")
 	}
@@ -129,7 +137,7 @@ func UnmarshalWith(b []byte, v any, o DecodeOptions) error {
 		}
 		return err
 	}
-	return decodeInto(b, v)
+	return nil
 }
 
 // decodeInto decodes checked input into v. Not msgpack.Unmarshal: it turns

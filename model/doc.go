@@ -61,6 +61,19 @@
 // fields may be added, never renamed. Metadata encodes as a map in key order,
 // so equal values encode to equal bytes.
 //
+// # Commands and their rules
+//
+// Command is one change of CP data (service definitions, persistent
+// instances, patches, health): what the registry's standalone store applies
+// and what raftstore writes into the Raft log, whose encoding is frozen
+// (TestCommandGolden). Its state rules are written once, in rules.go, over
+// a small read interface (CommandState): CheckCommand holds the replicated
+// rules that a Raft state machine applies on every replica, AdmitCommand
+// adds the rules that need a node's whole index (ephemeral instances, who
+// asks), and ResolveCommand gives the form the state stores (a re-put keeps
+// the stored health; a patch merges with the stored one).
+// UnmarshalCommands decodes a batch of commands with Unmarshal's checks.
+//
 // Values of this package are safe for concurrent reads; nothing here
 // synchronises writes.
 package model

@@ -20,6 +20,48 @@ var ErrMalformed = errors.New("model: malformed msgpack")
 // allow.
 var ErrTooLarge = errors.New("model: msgpack value too large")
 
+// Rule errors: CheckCommand and AdmitCommand refuse a command with one of
+// these, wrapped with the service or instance concerned. Every replica of
+// a Raft state machine refuses a command in the same way.
+var (
+	// ErrNotFound is matched by ErrServiceNotFound and ErrInstanceNotFound.
+	ErrNotFound = errors.New("model: not found")
+	// ErrServiceNotFound: UpdateService (without Upsert) or DeleteService of
+	// a service the state does not hold. It matches ErrNotFound.
+	ErrServiceNotFound error = &ruleError{"model: service not found", ErrNotFound}
+	// ErrInstanceNotFound: SetHealth of an instance without a persistent
+	// record, or (admission) PatchInstance of an unknown instance. It
+	// matches ErrNotFound.
+	ErrInstanceNotFound error = &ruleError{"model: instance not found", ErrNotFound}
+	// ErrServiceExists: CreateService of a service that has a definition.
+	ErrServiceExists = errors.New("model: service exists")
+	// ErrServiceNotEmpty: DeleteService of a service that still has
+	// instances.
+	ErrServiceNotEmpty = errors.New("model: service not empty")
+	// ErrKindMismatch: the command mixes ephemeral and persistent (an
+	// ephemeral definition over persistent instances, a persistent instance
+	// in an ephemeral service, a definition changing the kind, or
+	// (admission) SetHealth of an ephemeral instance).
+	ErrKindMismatch = errors.New("model: service kind mismatch")
+	// ErrHealthChecked (admission): SetHealth by hand on a cluster whose
+	// health check type is not NONE; its health belongs to the checker.
+	ErrHealthChecked = errors.New("model: cluster is health-checked")
+	// ErrNoop: the command has nothing to do (a RemovePatch of no patch;
+	// admission: an expiry whose instance came back, a checker's result for
+	// a cluster that turned to manual health). Not a refusal: the caller
+	// applies nothing and reports success.
+	ErrNoop = errors.New("model: nothing to do")
+)
+
+// ruleError is a sentinel that also matches a more general one.
+type ruleError struct {
+	msg  string
+	kind error
+}
+
+func (e *ruleError) Error() string { return e.msg }
+func (e *ruleError) Unwrap() error { return e.kind }
+
 // DecodeError reports input that Unmarshal rejected before decoding: where,
 // and which rule. It matches ErrMalformed or ErrTooLarge.
 type DecodeError struct {

@@ -90,7 +90,10 @@
 // command is applied or rejected with a typed reason (ErrServiceExists,
 // ErrServiceNotFound, ErrServiceNotEmpty, ErrKindMismatch,
 // ErrInstanceNotFound) that is part of the replicated result, the same on
-// every replica. The rules are those of the registry's in-memory store:
+// every replica. Command is model.Command, and the rules are model's
+// (model.CheckCommand, the replicated rules; the registry admits a write
+// with model.AdmitCommand, which adds the rules that involve ephemeral
+// data, before it proposes it):
 //
 //   - CreateService: rejected if a definition exists, or if it is ephemeral
 //     and persistent instances exist.
@@ -156,7 +159,15 @@
 // The state machine is a Dragonboat IOnDiskStateMachine. Each Update
 // applies its entries in one Badger transaction (split into several only
 // when it grows large) that also writes the applied index; Open returns that
-// index. Badger runs with SyncWrites off: Sync (which Dragonboat calls
+// index. What the rules and the dedupe check read is kept in memory beside
+// Badger: every service (definition, count of persistent instances), every
+// persistent instance's health, every patch, the dedupe records. It is
+// built from Badger when the state is loaded (Open, RecoverFromSnapshot)
+// and changed with each write, so applying a command reads nothing from
+// Badger (SetHealth reads the record it rewrites). Entries are checked
+// under the committed-data bound and then decoded by hand
+// (model.UnmarshalCommands), and instances are encoded by hand
+// (model.Instance.AppendMsgpack): the same bytes as msgpack's. Badger runs with SyncWrites off: Sync (which Dragonboat calls
 // before snapshots and periodically) calls db.Sync, and the Raft log itself
 // is fsynced by Dragonboat, so a crash loses at most a suffix that is
 // replayed. PrepareSnapshot holds a read-only Badger transaction

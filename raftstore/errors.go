@@ -1,25 +1,41 @@
 package raftstore
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/muster-io/muster/model"
+)
 
 // Rejections: a command that was committed and applied but refused by the
-// state rules carries one of these (wrapped with details) in its Result and
-// in the Listener's Change. Every replica refuses it in the same way.
+// state rules (model.CheckCommand) carries one of these (wrapped with
+// details) in its Result and in the Listener's Change. Every replica
+// refuses it in the same way. Each also matches model's rule error of the
+// same name (errors.Is(err, model.ErrServiceExists), and model.ErrNotFound
+// for both not-found errors), which the registry's rules return too.
 var (
 	// ErrServiceExists: CreateService of a service that has a definition.
-	ErrServiceExists = errors.New("raftstore: service exists")
+	ErrServiceExists error = &ruleError{"raftstore: service exists", model.ErrServiceExists}
 	// ErrServiceNotFound: UpdateService or DeleteService of an unknown service.
-	ErrServiceNotFound = errors.New("raftstore: service not found")
+	ErrServiceNotFound error = &ruleError{"raftstore: service not found", model.ErrServiceNotFound}
 	// ErrServiceNotEmpty: DeleteService of a service that still has
 	// persistent instances.
-	ErrServiceNotEmpty = errors.New("raftstore: service not empty")
+	ErrServiceNotEmpty error = &ruleError{"raftstore: service not empty", model.ErrServiceNotEmpty}
 	// ErrKindMismatch: the command mixes ephemeral and persistent (an
 	// ephemeral definition over persistent instances, a persistent instance
 	// in an ephemeral service, or a definition changing its kind).
-	ErrKindMismatch = errors.New("raftstore: kind mismatch")
+	ErrKindMismatch error = &ruleError{"raftstore: kind mismatch", model.ErrKindMismatch}
 	// ErrInstanceNotFound: SetHealth of an unknown persistent instance.
-	ErrInstanceNotFound = errors.New("raftstore: instance not found")
+	ErrInstanceNotFound error = &ruleError{"raftstore: instance not found", model.ErrInstanceNotFound}
 )
+
+// ruleError is raftstore's name for one of model's rule errors.
+type ruleError struct {
+	msg   string
+	model error
+}
+
+func (e *ruleError) Error() string { return e.msg }
+func (e *ruleError) Unwrap() error { return e.model }
 
 // Operational errors.
 var (

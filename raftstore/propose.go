@@ -41,8 +41,8 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 	if err := n.running(); err != nil {
 		return Result{}, err
 	}
-	cmd.normalize()
-	if err := cmd.validateFields(n.cfg.Limits); err != nil {
+	cmd.Normalize()
+	if err := cmd.ValidateFields(n.cfg.Limits); err != nil {
 		return Result{}, err
 	}
 	enc, err := cmd.Marshal()

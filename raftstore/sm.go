@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 
 	"github.com/dgraph-io/badger/v4"
@@ -45,6 +46,10 @@ type stateMachine struct {
 	retention *retention
 
 	limits model.Limits // a recovered snapshot's values are checked with these (checkRecord)
+
+	// ix is what the rules and the dedupe check read (see memIndex): built
+	// by Open and RecoverFromSnapshot, then Update's goroutine only.
+	ix *memIndex
 }
 
 var _ sm.IOnDiskStateMachine = (*stateMachine)(nil)
@@ -53,7 +58,7 @@ func newStateMachine(db *badger.DB, l Listener, log *slog.Logger) *stateMachine 
 	if l == nil {
 		l = NopListener{}
 	}
-	return &stateMachine{db: db, listener: l, log: log, snapDue: make(chan struct{}, 1), retention: &retention{}}
+	return &stateMachine{db: db, listener: l, log: log, snapDue: make(chan struct{}, 1), retention: &retention{}, ix: newMemIndex()}
 }
 
 // appliedTo records index as applied and says when a snapshot is due.
@@ -71,12 +76,7 @@ func (s *stateMachine) appliedTo(index uint64) {
 // Open returns the applied index persisted with the data and hands the
 // loaded state to the listener.
 func (s *stateMachine) Open(stopc <-chan struct{}) (uint64, error) {
-	var st State
-	err := s.db.View(func(txn *badger.Txn) error {
-		var e error
-		st, e = loadState(txn)
-		return e
-	})
+	st, err := s.load()
 	if err != nil {
 		return 0, err
 	}
@@ -84,6 +84,24 @@ func (s *stateMachine) Open(stopc <-chan struct{}) (uint64, error) {
 	s.snapAt = st.Index
 	s.listener.Reset(st)
 	return st.Index, nil
+}
+
+// load reads the whole state from Badger and builds the index from it.
+func (s *stateMachine) load() (State, error) {
+	var st State
+	ix := newMemIndex()
+	err := s.db.View(func(txn *badger.Txn) error {
+		var e error
+		if st, e = loadState(txn); e != nil {
+			return e
+		}
+		return ix.load(&st, txn)
+	})
+	if err != nil {
+		return State{}, err
+	}
+	s.ix = ix
+	return st, nil
 }
 
 // dedupeWindow: an entry whose ID was applied at most this many indices
@@ -96,17 +114,17 @@ const dedupeWindow = 50000
 // Update applies a batch of entries: one Badger transaction (split into
 // chunks only when it gets large), the applied index written with the data.
 func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
-	w := &writer{txn: s.db.NewTransaction(true)}
+	w := &writer{txn: s.db.NewTransaction(true), ix: s.ix}
 	defer func() { w.txn.Discard() }()
 	var last uint64
-	changes := make([]Change, 0, len(ents))
+	var changes []Change
 	for i := range ents {
 		e := &ents[i]
 		if last != 0 && (w.bytes+2*len(e.Cmd) > txnBudgetBytes || w.count+maxBatchCommands+2 > txnBudgetCount) {
 			if err := s.commit(w, last); err != nil {
 				return nil, err
 			}
-			w = &writer{txn: s.db.NewTransaction(true)}
+			w = &writer{txn: s.db.NewTransaction(true), ix: s.ix}
 		}
 		last = e.Index
 		id, cmds, err := decodeEntry(e.Cmd)
@@ -117,25 +135,21 @@ func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 			continue
 		}
 		if id != (entryID{}) {
-			var rec []byte
-			item, err := w.txn.Get(dedupeKey(id))
-			if err == nil {
-				rec, err = item.ValueCopy(nil)
-			}
-			if err != nil && !errors.Is(err, badger.ErrKeyNotFound) {
-				return nil, err
-			}
-			if len(rec) >= 8 {
+			if rec := s.ix.dedupe[id]; len(rec) >= 8 {
 				if at := binary.BigEndian.Uint64(rec); at+dedupeWindow >= e.Index {
 					e.Result = sm.Result{Value: at, Data: rec[8:]}
 					continue
 				}
 			}
 		}
-		codes := make([]byte, len(cmds))
+		// The dedupe record: the index, then one result code per command.
+		rec := make([]byte, 8+len(cmds))
+		binary.BigEndian.PutUint64(rec, e.Index)
+		codes := rec[8:]
+		changes = slices.Grow(changes, len(cmds))
 		for j := range cmds {
 			c := &cmds[j]
-			c.normalize()
+			c.Normalize()
 			code, err := w.apply(c)
 			if err != nil {
 				return nil, fmt.Errorf("raftstore: apply index %d: %w", e.Index, err)
@@ -145,9 +159,10 @@ func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 		}
 		e.Result = sm.Result{Value: e.Index, Data: codes}
 		if id != (entryID{}) {
-			if err := w.set(dedupeKey(id), append(encodeIndex(e.Index), codes...)); err != nil {
+			if err := w.set(dedupeKey(id), rec); err != nil {
 				return nil, err
 			}
+			s.ix.dedupe[id] = rec
 			if err := w.set(dedupeAtKey(e.Index, id), nil); err != nil {
 				return nil, err
 			}
@@ -195,6 +210,7 @@ func (s *stateMachine) cleanDedupe(w *writer, last uint64) error {
 		if err := w.del(dedupeKey(id)); err != nil {
 			return err
 		}
+		delete(s.ix.dedupe, id)
 	}
 	return nil
 }
@@ -469,12 +485,7 @@ func (s *stateMachine) loadSnapshot(br *bufio.Reader, done <-chan struct{}) erro
 	if err := s.db.Sync(); err != nil {
 		return err
 	}
-	var st State
-	err = s.db.View(func(txn *badger.Txn) error {
-		var e error
-		st, e = loadState(txn)
-		return e
-	})
+	st, err := s.load()
 	if err != nil {
 		return err
 	}

@@ -61,10 +61,7 @@ func instancePrefix(k model.ServiceKey) []byte {
 }
 
 func instKey(kind byte, k model.InstanceKey) []byte {
-	b := appendSvc(make([]byte, 0, 64), k.Service)
-	b = appendStr(append([]byte{kind}, b...), k.Cluster)
-	b = appendStr(b, k.IP)
-	return binary.AppendUvarint(b, uint64(k.Port))
+	return appendInstKey(make([]byte, 0, 64), kind, k)
 }
 
 func encodeIndex(i uint64) []byte { return binary.BigEndian.AppendUint64(nil, i) }
@@ -113,15 +110,6 @@ func readApplied(txn *badger.Txn) (uint64, error) {
 		return e
 	})
 	return idx, err
-}
-
-// hasInstances reports whether service k has a persistent instance.
-func hasInstances(txn *badger.Txn, k model.ServiceKey) bool {
-	p := instancePrefix(k)
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: p})
-	defer it.Close()
-	it.Rewind()
-	return it.Valid()
 }
 
 // scan decodes every value under prefix into a new T and calls fn.
@@ -209,9 +197,11 @@ func rejection(code byte, c *Command) error {
 
 // writer applies commands to one Badger read-write transaction and counts
 // what it wrote, so that the caller can commit before Badger's transaction
-// limits are reached.
+// limits are reached. The rules read the state machine's memIndex, which
+// the writer changes with every write.
 type writer struct {
 	txn   *badger.Txn
+	ix    *memIndex
 	bytes int
 	count int
 }
@@ -236,106 +226,96 @@ func (w *writer) put(k []byte, v any) error {
 	return w.set(k, b)
 }
 
-// apply applies one normalized command. The returned code is the command's
-// outcome; err is an I/O error of Badger (fatal for the state machine).
-// apply rewrites c to what it stored: PutInstance's instance with the kept
-// health, PatchInstance's merged patch.
+// ruleCode turns a rule error of model.CheckCommand into its result code.
+func ruleCode(err error) byte {
+	switch {
+	case err == nil, errors.Is(err, model.ErrNoop):
+		return codeOK
+	case errors.Is(err, model.ErrServiceExists):
+		return codeServiceExists
+	case errors.Is(err, model.ErrServiceNotFound):
+		return codeServiceNotFound
+	case errors.Is(err, model.ErrServiceNotEmpty):
+		return codeServiceNotEmpty
+	case errors.Is(err, model.ErrKindMismatch):
+		return codeKindMismatch
+	case errors.Is(err, model.ErrInstanceNotFound):
+		return codeInstNotFound
+	}
+	return codeInvalid
+}
+
+// apply applies one normalized command: model.CheckCommand's rules, then
+// model.ResolveCommand's form of it, written to the transaction and the
+// index. The returned code is the command's outcome; err is an I/O error of
+// Badger (fatal for the state machine). apply rewrites c to what it
+// stored: PutInstance's instance with the kept health, PatchInstance's
+// merged patch.
 func (w *writer) apply(c *Command) (byte, error) {
-	txn := w.txn
+	if err := model.CheckCommand(c, w.ix); err != nil {
+		return ruleCode(err), nil
+	}
+	if !model.ResolveCommand(c, w.ix) {
+		return codeOK, nil
+	}
 	switch c.Op {
 	case OpCreateService, OpUpdateService:
 		def := c.Service
 		sk := serviceKey(def.Key)
-		var old model.Service
-		exists, err := getValue(txn, sk, &old)
-		if err != nil {
+		if err := w.put(sk, &def); err != nil {
 			return 0, err
 		}
-		insts := hasInstances(txn, def.Key)
-		if c.Op == OpCreateService {
-			if exists {
-				return codeServiceExists, nil
-			}
-			if def.Ephemeral && insts {
-				return codeKindMismatch, nil
-			}
-		} else {
-			if !exists && !insts && !c.Upsert {
-				return codeServiceNotFound, nil
-			}
-			if (def.Ephemeral && insts) || (exists && old.Ephemeral != def.Ephemeral) {
-				return codeKindMismatch, nil
-			}
-		}
-		return codeOK, w.put(sk, &def)
+		w.ix.putService(sk, def.Clone())
 	case OpDeleteService:
 		sk := serviceKey(c.SvcKey)
-		_, err := txn.Get(sk)
-		exists := err == nil
-		if err != nil && !errors.Is(err, badger.ErrKeyNotFound) {
+		if err := w.del(sk); err != nil {
 			return 0, err
 		}
-		insts := hasInstances(txn, c.SvcKey)
-		if !exists && !insts {
-			return codeServiceNotFound, nil
-		}
-		if insts {
-			return codeServiceNotEmpty, nil
-		}
-		return codeOK, w.del(sk)
+		w.ix.deleteService(sk)
 	case OpPutInstance:
-		inst := c.Instance
-		if inst.Ephemeral {
-			return codeKindMismatch, nil
-		}
-		var def model.Service
-		exists, err := getValue(txn, serviceKey(inst.Service), &def)
-		if err != nil {
+		ik := instKey(kindInstance, c.Instance.Key())
+		if err := w.set(ik, c.Instance.AppendMsgpack(make([]byte, 0, 160))); err != nil {
 			return 0, err
 		}
-		if exists && def.Ephemeral {
-			return codeKindMismatch, nil
-		}
-		ik := instKey(kindInstance, inst.Key())
-		var old model.Instance
-		had, err := getValue(txn, ik, &old)
-		if err != nil {
-			return 0, err
-		}
-		if had {
-			inst.Healthy = old.Healthy // health belongs to checks and SetHealth
-		}
-		c.Instance = inst
-		return codeOK, w.put(ik, &inst)
+		w.ix.putInstance(ik, c.Instance.Service, c.Instance.Healthy)
 	case OpDeleteInstance:
-		return codeOK, w.del(instKey(kindInstance, c.Key))
+		ik := instKey(kindInstance, c.Key)
+		if err := w.del(ik); err != nil {
+			return 0, err
+		}
+		w.ix.deleteInstance(ik, c.Key.Service)
 	case OpPatchInstance:
 		pk := instKey(kindPatch, c.Patch.Key)
-		var old model.InstancePatch
-		if _, err := getValue(txn, pk, &old); err != nil {
+		if err := w.put(pk, &c.Patch); err != nil {
 			return 0, err
 		}
-		merged := old.Merge(c.Patch)
-		merged.Key = c.Patch.Key
-		c.Patch = merged
-		return codeOK, w.put(pk, &merged)
+		stored := c.Patch.Merge(model.InstancePatch{}) // shares nothing with the Change
+		w.ix.patches[string(pk)] = &stored
 	case OpRemovePatch:
-		return codeOK, w.del(instKey(kindPatch, c.Key))
+		pk := instKey(kindPatch, c.Key)
+		if err := w.del(pk); err != nil {
+			return 0, err
+		}
+		delete(w.ix.patches, string(pk))
 	case OpSetHealth:
+		// The rules know the instance exists; its record is read to be
+		// written again with the new health.
 		ik := instKey(kindInstance, c.Key)
 		var inst model.Instance
-		had, err := getValue(txn, ik, &inst)
+		had, err := getValue(w.txn, ik, &inst)
 		if err != nil {
 			return 0, err
 		}
 		if !had {
-			return codeInstNotFound, nil
-		}
-		if inst.Healthy == c.Healthy {
-			return codeOK, nil
+			return 0, fmt.Errorf("%w: instance %s is indexed but not stored", ErrCorrupt, c.Key)
 		}
 		inst.Healthy = c.Healthy
-		return codeOK, w.put(ik, &inst)
+		if err := w.set(ik, inst.AppendMsgpack(make([]byte, 0, 160))); err != nil {
+			return 0, err
+		}
+		w.ix.instances[string(ik)] = c.Healthy
+	default:
+		return codeInvalid, nil
 	}
-	return codeInvalid, nil
+	return codeOK, nil
 }
