@@ -151,6 +151,7 @@ func (r *Replicator) Start(ctx context.Context) error {
 	t.Handle(kindVerify, r.handleVerify)
 	t.Handle(kindRepair, r.handleRepair)
 	t.Handle(kindSnapshot, r.handleSnapshot)
+	t.Handle(kindConsistency, r.handleConsistency)
 
 	// Subscribe first, then read the list: no change can fall between the two.
 	unsub := r.cfg.Membership.Subscribe(r.onMembers)
