@@ -144,6 +144,15 @@
 // Config.Clock (tests use a fake one); request deadlines are real time, derived from the
 // context given to the transport. Memberlist always runs on real time.
 //
+// # Monitoring
+//
+// Replicator.Stats returns the counters (syncs sent, received, applied and refused by reason,
+// verify rounds, divergent buckets, repairs, orphans, adoptions) and the state (ready, load
+// duration, members, records) as a plain struct; package registry/metrics exports them to
+// Prometheus. Replicator.Compare reports, record by record, how this node's records differ
+// from a peer's (missing here or there, older, newer), with verify's digests: an operator's
+// consistency check that changes nothing.
+//
 // # Decisions where the design was silent
 //
 //   - The sync answer is a request/response (not a one-way send), so failures are known and

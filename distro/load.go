@@ -207,6 +207,7 @@ func (r *Replicator) finishLoad(peers int, cold bool, took time.Duration) {
 		}
 	}
 	r.adoptScanLocked()
+	r.stats.loaded(took, peers, cold)
 	r.ready = true
 	close(r.readyCh)
 	n := r.tab.len()
@@ -231,6 +232,7 @@ func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte)
 	req, err := decodeSnapReq(body)
 	if err != nil {
 		r.log.Warn("distro: bad snapshot request", "from", from, "err", err)
+		r.stats.malformed.Add(1)
 		return nil, err
 	}
 	budget := int(min(max(req.Max, 1), snapshotPage))
@@ -268,5 +270,6 @@ func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte)
 	resp.Next = uint32(b)
 	resp.Done = b >= r.cfg.Buckets
 	r.mu.Unlock()
+	r.stats.snapshotPages.Add(1)
 	return model.Marshal(resp)
 }

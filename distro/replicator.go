@@ -56,6 +56,7 @@ type Replicator struct {
 	refused    int // records refused because the sender was not their owner (tests assert 0)
 	// nonMember counts messages refused because their sender was not a current member.
 	nonMember int
+	stats     counters // see Stats (stats.go)
 
 	kick chan struct{}
 	// amu guards act, what the goroutines are doing (see Drain). It is never held while taking
@@ -150,6 +151,7 @@ func (r *Replicator) Start(ctx context.Context) error {
 	t.Handle(kindVerify, r.handleVerify)
 	t.Handle(kindRepair, r.handleRepair)
 	t.Handle(kindSnapshot, r.handleSnapshot)
+	t.Handle(kindConsistency, r.handleConsistency)
 
 	// Subscribe first, then read the list: no change can fall between the two.
 	unsub := r.cfg.Membership.Subscribe(r.onMembers)
@@ -524,6 +526,7 @@ func (r *Replicator) adoptEntryLocked(e *entry) {
 		return
 	}
 	e.adopting = true
+	r.stats.adoptions.Add(1)
 	r.emitLocked(storeEvent{op: evAdopt, rec: e.rec, renewed: r.renewedLocked(e)})
 }
 
@@ -698,6 +701,7 @@ func (r *Replicator) orphansLocked(now time.Time) (next time.Time, ok bool) {
 			return true
 		})
 		r.log.Info("distro: removed orphaned records", "owner", owner, "records", n)
+		r.stats.orphansRemoved.Add(uint64(n))
 	}
 	return next, ok
 }
@@ -714,6 +718,7 @@ func (r *Replicator) sendSync(peer string, keys []string, recs []Record) {
 		_, err = r.request(ctx, peer, kindSync, body)
 		cancel()
 	}
+	r.stats.syncSent(len(recs), err == nil)
 	r.mu.Lock()
 	d := r.sched.done(peer, keys, err == nil, r.clk.Now(), r.rnd)
 	r.mu.Unlock()
@@ -751,6 +756,7 @@ func (r *Replicator) handleSync(_ context.Context, from string, body []byte) ([]
 	recs, err := decodeSync(body)
 	if err != nil {
 		r.log.Warn("distro: bad sync message", "from", from, "err", err)
+		r.stats.malformed.Add(1)
 		return nil, err
 	}
 	r.mu.Lock()
@@ -759,6 +765,7 @@ func (r *Replicator) handleSync(_ context.Context, from string, body []byte) ([]
 		return nil, err
 	}
 	r.offerFromLocked(from, recs, r.clk.Now())
+	r.stats.syncsReceived.Add(1)
 	r.mu.Unlock()
 	r.drain()
 	return nil, nil
@@ -773,6 +780,6 @@ func (r *Replicator) offerFromLocked(from string, recs []Record, now time.Time) 
 			r.refused++
 			continue
 		}
-		r.offerLocked(rec, now)
+		r.stats.offered(r.offerLocked(rec, now))
 	}
 }

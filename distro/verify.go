@@ -31,13 +31,16 @@ func (r *Replicator) verify(peer string) {
 		if r.ctx.Err() == nil {
 			r.log.Debug("distro: verify failed", "peer", peer, "err", err)
 		}
+		r.stats.verifyFailures.Add(1)
 		return
 	}
 	vr, err := decodeVerifyResp(resp, nb)
 	if err != nil {
 		r.log.Warn("distro: bad verify answer", "peer", peer, "err", err)
+		r.stats.verifyFailures.Add(1)
 		return
 	}
+	r.stats.verified(len(vr.Buckets))
 	if len(vr.Buckets) == 0 {
 		return
 	}
@@ -45,6 +48,7 @@ func (r *Replicator) verify(peer string) {
 	r.mu.Lock()
 	recs, drops, bumped := r.repairPlanLocked(vr)
 	r.mu.Unlock()
+	r.stats.repairPlanned(len(recs), len(drops))
 	if bumped {
 		r.poke()
 	}
@@ -147,6 +151,7 @@ func (r *Replicator) handleVerify(_ context.Context, from string, body []byte) (
 	sums, err := decodeVerifyReq(body, nb)
 	if err != nil {
 		r.log.Warn("distro: bad verify request", "from", from, "err", err)
+		r.stats.malformed.Add(1)
 		return nil, err
 	}
 	r.mu.Lock()
@@ -193,6 +198,7 @@ func (r *Replicator) handleVerify(_ context.Context, from string, body []byte) (
 		resp.Buckets = append(resp.Buckets, uint32(b))
 	}
 	r.mu.Unlock()
+	r.stats.verifyAnswered.Add(1)
 	return model.Marshal(resp)
 }
 
@@ -205,6 +211,7 @@ func (r *Replicator) handleRepair(_ context.Context, from string, body []byte) (
 	recs, drops, err := decodeRepair(body)
 	if err != nil {
 		r.log.Warn("distro: bad repair message", "from", from, "err", err)
+		r.stats.malformed.Add(1)
 		return nil, err
 	}
 	r.mu.Lock()
@@ -214,6 +221,7 @@ func (r *Replicator) handleRepair(_ context.Context, from string, body []byte) (
 	}
 	now := r.clk.Now()
 	r.offerFromLocked(from, recs, now)
+	r.stats.repairsReceived.Add(1)
 	for _, d := range drops {
 		e := r.tab.get(d.Key)
 		if e == nil || e.rec.Owner != from || e.rec.Revision != d.Rev || !e.live() {

@@ -116,6 +116,7 @@ type core struct {
 	heap    deadlines // due times: one live element (gen == sgen) per scheduled slot, plus stale ones
 	stale   int       // stale elements in heap
 	running int       // dispatched jobs not yet completed, stale ones included
+	stats   coreStats // see SchedulerStats
 }
 
 func newCore(cfg *Config, src rand.Source) *core {
@@ -150,6 +151,7 @@ func (c *core) set(key model.InstanceKey, t Target, healthy bool, now int64) boo
 		e.interval = c.firstMin + c.rnd.Int64N(c.firstSpan)
 		c.index[key] = slot
 		if kind != kindNone {
+			c.stats.probed++
 			c.schedule(slot, now)
 			return true
 		}
@@ -157,10 +159,12 @@ func (c *core) set(key model.InstanceKey, t Target, healthy bool, now int64) boo
 	}
 	e := &c.entries[slot]
 	wasProbed := e.kind != kindNone
+	c.stats.probedChange(wasProbed, kind != kindNone)
 	e.target, e.kind = tp, kind
 	if healthy != e.healthy {
 		e.healthy = healthy
 		e.okRun, e.failRun = 0, 0
+		c.stats.released(e.heldUntil)
 		e.heldUntil, e.heldReason, e.nflips, e.fhead = 0, "", 0, 0
 	}
 	switch {
@@ -184,6 +188,8 @@ func (c *core) remove(key model.InstanceKey) bool {
 		c.unschedule(slot)
 	}
 	e := &c.entries[slot]
+	c.stats.probedChange(e.kind != kindNone, false)
+	c.stats.released(e.heldUntil)
 	*e = entry{gen: e.gen + 1, sgen: e.sgen}
 	c.free = append(c.free, slot)
 	return true
@@ -239,6 +245,7 @@ func (c *core) complete(slot, gen uint32, res Result, now int64) (transition, bo
 	}
 	e.checks++
 	e.last, e.lastAt = res, now
+	c.stats.checked(e.kind, res)
 	flipped := c.judge(e, res, now)
 	next := e.interval
 	e.interval = adapt(e.interval, res, &c.bounds[e.kind])
@@ -249,6 +256,7 @@ func (c *core) complete(slot, gen uint32, res Result, now int64) (transition, bo
 	if !flipped {
 		return transition{}, false
 	}
+	c.stats.flipped(e.healthy)
 	return transition{key: e.key, healthy: e.healthy, status: c.status(e)}, true
 }
 
@@ -272,6 +280,7 @@ func (c *core) judge(e *entry, res Result, now int64) bool {
 		e.okRun = 0
 	}
 	if e.heldUntil != 0 && now >= e.heldUntil {
+		c.stats.released(e.heldUntil)
 		e.heldUntil, e.heldReason, e.nflips, e.fhead = 0, "", 0, 0
 	}
 	var want bool
@@ -290,6 +299,7 @@ func (c *core) judge(e *entry, res Result, now int64) bool {
 	d := &c.damp
 	if d.Flips > 0 && e.nflips == d.Flips && e.flips[e.fhead] > now-int64(d.Window) {
 		e.heldUntil = now + int64(d.Hold)
+		c.stats.held()
 		e.heldReason = fmt.Sprintf("flapping: %d flips within %v, held unhealthy until %s",
 			d.Flips+1, d.Window, time.Unix(0, e.heldUntil).UTC().Format(time.RFC3339))
 		if want {

@@ -195,7 +195,16 @@ func runCoreOps(t *testing.T, r *rand.Rand, ops int) {
 			j := inflight[i]
 			inflight = append(inflight[:i], inflight[i+1:]...)
 			res := Result{Healthy: r.IntN(2) == 0, Definite: r.IntN(4) == 0, Latency: time.Duration(r.IntN(1000)) * time.Millisecond}
-			c.complete(j.slot, j.gen, res, now)
+			before := c.stats
+			tr, flipped := c.complete(j.slot, j.gen, res, now)
+			if flipped {
+				if d := c.stats.toHealthy + c.stats.toUnhealthy - before.toHealthy - before.toUnhealthy; d != 1 {
+					t.Fatalf("op %d: a flip counted %d times", op, d)
+				}
+				if tr.healthy && c.stats.toHealthy != before.toHealthy+1 {
+					t.Fatalf("op %d: a flip to healthy not counted as such", op)
+				}
+			}
 		}
 		checkCore(t, op, c, len(inflight))
 		if c.running > maxRun {
@@ -229,6 +238,19 @@ func checkCore(t *testing.T, op int, c *core, inflight int) {
 	}
 	if len(c.index)+len(c.free) != len(c.entries) {
 		t.Fatalf("op %d: %d keys + %d free != %d slots", op, len(c.index), len(c.free), len(c.entries))
+	}
+	probed, damped := 0, 0
+	for _, slot := range c.index {
+		e := &c.entries[slot]
+		if e.kind != kindNone {
+			probed++
+		}
+		if e.heldUntil != 0 {
+			damped++
+		}
+	}
+	if probed != c.stats.probed || damped != c.stats.damped {
+		t.Fatalf("op %d: %d probed and %d damped targets, counted %d and %d", op, probed, damped, c.stats.probed, c.stats.damped)
 	}
 	for k, slot := range c.index {
 		e := &c.entries[slot]

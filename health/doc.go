@@ -166,4 +166,9 @@
 // Scheduler's methods are safe for concurrent use. Close cancels running checks, waits for
 // every goroutine and closes the built-in checkers; no OnTransition call happens after it
 // returns.
+//
+// Counters. [Scheduler.Stats] returns the checks completed by type and result, the flips each
+// way, the holds damping started and the targets held now, and the targets and checks in
+// flight: plain integers the core keeps under the lock it holds anyway. Package
+// registry/metrics exports them to Prometheus.
 package health

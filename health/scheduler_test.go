@@ -536,6 +536,10 @@ func TestSchedulerFlapDamping(t *testing.T) {
 	if !st.Damped || st.Healthy || !strings.Contains(st.DampReason, "flapping") || st.HeldUntil.Sub(h.clock.Now()) != 60*time.Second {
 		t.Fatalf("after 5 flips: %+v, want held unhealthy for 60s", st)
 	}
+	if ss := h.s.Stats(); ss.ToUnhealthy != 3 || ss.ToHealthy != 2 || ss.Dampings != 1 || ss.Damped != 1 ||
+		ss.TCP.Failed != 3 || ss.TCP.Healthy+ss.TCP.Failed != st.Checks || ss.Targets != 1 || ss.Probed != 1 {
+		t.Fatalf("stats after 5 flips: %+v (checks %d)", ss, st.Checks)
+	}
 	// Held: oks do not flip it.
 	for h.clock.Now().Before(st.HeldUntil) {
 		if nd := h.status(k).NextDue; !nd.Before(st.HeldUntil) {
@@ -555,6 +559,13 @@ func TestSchedulerFlapDamping(t *testing.T) {
 	st = h.status(k)
 	if len(f) != 1 || !f[0].healthy || st.Damped || st.DampReason != "" || st.RecentFlips != 1 {
 		t.Fatalf("after the hold: flips %+v, status %+v", f, st)
+	}
+	if ss := h.s.Stats(); ss.Damped != 0 || ss.Dampings != 1 || ss.ToHealthy != 3 || ss.HTTP != (CheckCounts{}) {
+		t.Fatalf("stats after the hold: %+v", ss)
+	}
+	h.s.Remove(k)
+	if ss := h.s.Stats(); ss.Targets != 0 || ss.Probed != 0 {
+		t.Fatalf("stats after Remove: %+v", ss)
 	}
 }
 

@@ -228,6 +228,13 @@
 // logs (unless the host program installed one before, which is then kept).
 // Badger's logs and the node's own go to Config.Logger.
 //
+// # Monitoring
+//
+// Node.Stats returns the counters and gauges: proposals by outcome and a latency histogram
+// (Stats.ProposeLatency, on Config.Clock), entries, leader changes, the applied and last log
+// index and their difference (apply lag), snapshots created, sent, received and recovered,
+// and InboundStats. Package registry/metrics exports them to Prometheus.
+//
 // # Time
 //
 // Dragonboat runs on real time (its ticks, election and request timeouts);

@@ -48,6 +48,7 @@ type Node struct {
 	wg        sync.WaitGroup
 	nonce     [8]byte       // random per Start: entry IDs never repeat across restarts
 	seq       atomic.Uint64 // entry sequence number
+	stats     *stats        // see Stats (stats.go)
 
 	dbMu sync.RWMutex // guards db against Close
 	db   *badger.DB
@@ -81,7 +82,7 @@ func New(cfg Config) (*Node, error) {
 	if clock == nil {
 		clock = clockwork.NewRealClock()
 	}
-	return &Node{cfg: cfg, log: log, clock: clock, done: make(chan struct{}), closeDone: make(chan struct{})}, nil
+	return &Node{cfg: cfg, log: log, clock: clock, done: make(chan struct{}), closeDone: make(chan struct{}), stats: newStats(cfg.ShardID)}, nil
 }
 
 // badgerOptions is the small-machine profile: small memtables, no block
@@ -121,7 +122,7 @@ func (n *Node) nodeHostConfig() config.NodeHostConfig {
 			TransportFactory: n.transportFactory(),
 		},
 	}
-	nhc.SystemEventListener = nodeEvents{guard: n.guard, sm: n.sm}
+	nhc.SystemEventListener, nhc.RaftEventListener = n.stats.events(nodeEvents{guard: n.guard, sm: n.sm}), n.stats
 	if t := n.cfg.TLS; t != nil && n.cfg.Transport == nil {
 		nhc.MutualTLS, nhc.CAFile, nhc.CertFile, nhc.KeyFile = true, t.CAFile, t.CertFile, t.KeyFile
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/lni/dragonboat/v4"
 )
@@ -18,6 +19,8 @@ type proposal struct {
 	cmd  Command // normalized
 	enc  []byte
 	done chan proposalResult // buffered: the worker never blocks on it
+	// at is when Propose was called (Config.Clock), for Stats.ProposeLatency.
+	at time.Time
 }
 
 type proposalResult struct {
@@ -52,7 +55,7 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 	if err := checkSize(len(enc)); err != nil {
 		return Result{}, err
 	}
-	p := &proposal{cmd: cmd, enc: enc, done: make(chan proposalResult, 1)}
+	p := &proposal{at: n.clock.Now(), cmd: cmd, enc: enc, done: make(chan proposalResult, 1)}
 	select {
 	case n.queue <- p:
 	case <-ctx.Done():
@@ -109,6 +112,7 @@ func (n *Node) batchLoop() {
 			encs = append(encs, p.enc)
 		}
 		index, codes, err := n.proposeEntry(encodeEntry(n.nextEntryID(), encs))
+		n.stats.entryDone(err)
 		for i, p := range batch {
 			var r proposalResult
 			switch {
@@ -119,6 +123,7 @@ func (n *Node) batchLoop() {
 			default:
 				r.err = fmt.Errorf("%w: result of index %d has %d codes for %d commands", ErrCorrupt, index, len(codes), len(batch))
 			}
+			n.stats.proposalDone(n.clock.Since(p.at), r)
 			p.done <- r
 		}
 		clear(batch)

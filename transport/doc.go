@@ -144,8 +144,11 @@
 // deadline (as in version 1), and the takeover probe is the version-1
 // no-op frame.
 //
-// Counters (dials, refusals, frames and bytes each way, open connections)
-// are available from [TCP.Stats].
+// Counters (dials, handshakes accepted and refused by [RefuseReason],
+// frames and bytes each way, messages shed, open connections) are
+// available from [TCP.Stats]: atomic counters the transport keeps anyway,
+// read without stopping it. Package registry/metrics exports them to
+// Prometheus (docs/monitoring.md lists the metrics).
 //
 // Dial tie-break. Both nodes of a pair may dial each other at the same
 // time. An inbound connection never takes over a live one: a server that

@@ -79,7 +79,7 @@ func readHello(r io.Reader) (hello, error) {
 	}
 	n := binary.BigEndian.Uint32(lb[:])
 	if n == 0 || n > maxHelloLen {
-		return hello{}, fmt.Errorf("%w: handshake message of %d bytes", ErrHandshake, n)
+		return hello{}, refuse(RefuseProtocol, fmt.Errorf("%w: handshake message of %d bytes", ErrHandshake, n))
 	}
 	b := make([]byte, n)
 	if _, err := io.ReadFull(r, b); err != nil {
@@ -90,6 +90,14 @@ func readHello(r io.Reader) (hello, error) {
 
 // parseHello decodes an untrusted handshake message.
 func parseHello(b []byte) (hello, error) {
+	h, err := parseHello1(b)
+	if err != nil {
+		return hello{}, refuse(RefuseProtocol, err)
+	}
+	return h, nil
+}
+
+func parseHello1(b []byte) (hello, error) {
 	var h hello
 	if err := model.Unmarshal(b, &h); err != nil {
 		return hello{}, fmt.Errorf("%w: %w", ErrHandshake, err)
@@ -108,6 +116,13 @@ func parseHello(b []byte) (hello, error) {
 
 // checkOpening validates the first message of a handshake (either side's).
 func checkOpening(h hello) error {
+	if err := checkOpening1(h); err != nil {
+		return refuse(RefuseProtocol, err)
+	}
+	return nil
+}
+
+func checkOpening1(h hello) error {
 	switch {
 	case h.Magic != helloMagic:
 		return fmt.Errorf("%w: not a muster transport peer", ErrHandshake)
@@ -145,12 +160,12 @@ func proof(secret []byte, label string, clientNonce, serverNonce []byte, client,
 func verifyProof(secret, got []byte, label string, clientNonce, serverNonce []byte, client, server string) error {
 	if len(secret) == 0 {
 		if len(got) != 0 {
-			return fmt.Errorf("%w: peer sent a proof but no secret is configured", ErrHandshake)
+			return refuse(RefuseSecret, fmt.Errorf("%w: peer sent a proof but no secret is configured", ErrHandshake))
 		}
 		return nil
 	}
 	if !hmac.Equal(got, proof(secret, label, clientNonce, serverNonce, client, server)) {
-		return fmt.Errorf("%w: wrong or missing shared secret", ErrHandshake)
+		return refuse(RefuseSecret, fmt.Errorf("%w: wrong or missing shared secret", ErrHandshake))
 	}
 	return nil
 }

@@ -177,6 +177,9 @@ func TestSecurityAnonymousPeer(t *testing.T) {
 	expectClosed(t, nc)
 	_ = nc.Close()
 	eventually(t, "three refusals", func() bool { return n1.Stats().Refused >= 3 })
+	if st := n1.Stats(); st.RefusedBy[RefuseSecret] != 2 || st.RefusedBy[RefuseProtocol] != 1 || st.Accepted != 0 {
+		t.Errorf("refusals by reason %v (secret 2, protocol 1 expected), accepted %d", st.RefusedBy, st.Accepted)
+	}
 	if n := h.total(); n != 0 {
 		t.Fatalf("the handler ran %d times for peers without the secret", n)
 	}
@@ -184,6 +187,9 @@ func TestSecurityAnonymousPeer(t *testing.T) {
 	n2 := c.Node(t, "n2")
 	if _, err := n2.Request(testCtx(t), "n1", 1, nil); err != nil || h.total() != 1 {
 		t.Fatalf("member: %v, %d calls", err, h.total())
+	}
+	if st := n1.Stats(); st.Accepted != 1 || st.Conns != 1 || st.FramesIn == 0 || st.BytesIn == 0 || st.BytesOut == 0 {
+		t.Errorf("after a member's request: %+v", st)
 	}
 }
 

@@ -54,6 +54,8 @@ type TCP struct {
 		dials, dialFailures, refused, shed     atomic.Uint64
 		shedBytes                              atomic.Uint64
 		limited, kept                          atomic.Uint64
+		accepted                               atomic.Uint64
+		refusedBy                              [NumRefuseReasons]atomic.Uint64
 		framesIn, framesOut, bytesIn, bytesOut atomic.Uint64
 	}
 
@@ -836,7 +838,8 @@ func (t *TCP) accept(nc net.Conn, ph *pendingHandshake) {
 	ctx, done := t.handshakeCtx(t.ctx, nc)
 	c, status, err := t.serverHandshake(ctx, nc)
 	t.release(ph) // authenticated (or refused): the slot is free, and no longer to be evicted
-	if !done() && err == nil {
+	timedOut := !done()
+	if timedOut && err == nil {
 		err = fmt.Errorf("%w: timed out", ErrHandshake)
 	}
 	if err != nil {
@@ -845,11 +848,13 @@ func (t *TCP) accept(nc net.Conn, ph *pendingHandshake) {
 			c.close("handshake failed")
 		}
 		if t.ctx.Err() == nil && !t.wasEvicted(ph) { // an eviction is counted in Limited
+			t.stats.refusedBy[refuseReasonOf(err, timedOut)].Add(1)
 			t.stats.refused.Add(1)
 			t.log.Warn("refused inbound connection", "remote", remote, "err", err)
 		}
 		return
 	}
+	t.stats.accepted.Add(1)
 	if status == statusDuplicate {
 		c.close("duplicate: the preferred connection exists")
 		return
@@ -864,7 +869,7 @@ func (t *TCP) serverHandshake(ctx context.Context, nc net.Conn) (*conn, uint8, e
 	if cfg != nil {
 		tc := tls.Server(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
-			return nil, 0, fmt.Errorf("%w: tls: %w", ErrHandshake, err)
+			return nil, 0, refuse(RefuseTLS, fmt.Errorf("%w: tls: %w", ErrHandshake, err))
 		}
 		rw = tc
 	}
@@ -878,9 +883,9 @@ func (t *TCP) serverHandshake(ctx context.Context, nc net.Conn) (*conn, uint8, e
 	}
 	switch {
 	case h.To != self:
-		return nil, 0, fmt.Errorf("%w: peer %q dialled node %q, this is %q", ErrHandshake, h.Node, h.To, self)
+		return nil, 0, refuse(RefuseProtocol, fmt.Errorf("%w: peer %q dialled node %q, this is %q", ErrHandshake, h.Node, h.To, self))
 	case h.Node == self:
-		return nil, 0, fmt.Errorf("%w: peer uses this node's ID %q", ErrHandshake, self)
+		return nil, 0, refuse(RefuseProtocol, fmt.Errorf("%w: peer uses this node's ID %q", ErrHandshake, self))
 	}
 	// With TLS, the claimed ID must be the one the certificate names.
 	if err := t.checkPeerIdentity(rw, h.Node); err != nil {
@@ -1037,31 +1042,40 @@ func (t *TCP) unslot(c *conn, closed bool) {
 	}
 }
 
-// TCPStats are counters of a [TCP] transport since it was created.
+// TCPStats are counters of a [TCP] transport since it was created. They
+// are atomic counters the transport keeps anyway (no lock, no allocation on
+// the paths that count); Stats copies them. Fields read one by one: a
+// snapshot taken while traffic flows may be off by what was in flight.
 type TCPStats struct {
 	Conns        int    // connections open now (including ones draining after the tie-break)
 	Dials        uint64 // outbound connection attempts
 	DialFailures uint64 // attempts that failed (connect, TLS or handshake)
-	Refused      uint64 // inbound connections refused in the handshake
-	Limited      uint64 // inbound connections closed unread: MaxHandshakes or MaxHandshakesPerIP was reached
-	Kept         uint64 // inbound connections refused because a live connection to the node they claim was held
-	Shed         uint64 // inbound messages refused (ErrBusy) or dropped (one-way) because the handler queue (MaxQueued or MaxQueuedBytes) was full
-	ShedBytes    uint64 // of Shed, those refused for MaxQueuedBytes
-	FramesIn     uint64 // frames received after handshakes
-	FramesOut    uint64 // frames sent after handshakes
-	BytesIn      uint64 // their bytes, framing included
-	BytesOut     uint64
+	Accepted     uint64 // inbound handshakes that passed authentication (including those then answered "duplicate", counted in Kept)
+	Refused      uint64 // inbound connections refused in the handshake: the sum of RefusedBy
+	// RefusedBy splits Refused by reason, indexed by RefuseReason
+	// (RefuseTLS, RefuseSecret, ...).
+	RefusedBy [NumRefuseReasons]uint64
+	Limited   uint64 // inbound connections closed unread: MaxHandshakes or MaxHandshakesPerIP was reached
+	Kept      uint64 // inbound connections refused because a live connection to the node they claim was held
+	Shed      uint64 // inbound messages refused (ErrBusy) or dropped (one-way) because the handler queue (MaxQueued or MaxQueuedBytes) was full
+	ShedBytes uint64 // of Shed, those refused for MaxQueuedBytes
+	FramesIn  uint64 // frames received after handshakes
+	FramesOut uint64 // frames sent after handshakes
+	BytesIn   uint64 // their bytes, framing included
+	BytesOut  uint64
 }
 
-// Stats returns the transport's counters.
+// Stats returns the transport's counters. It is safe for concurrent use
+// and costs a lock (for Conns) and a copy.
 func (t *TCP) Stats() TCPStats {
 	t.mu.Lock()
 	n := len(t.conns)
 	t.mu.Unlock()
-	return TCPStats{
+	s := TCPStats{
 		Conns:        n,
 		Dials:        t.stats.dials.Load(),
 		DialFailures: t.stats.dialFailures.Load(),
+		Accepted:     t.stats.accepted.Load(),
 		Refused:      t.stats.refused.Load(),
 		Limited:      t.stats.limited.Load(),
 		Kept:         t.stats.kept.Load(),
@@ -1072,4 +1086,8 @@ func (t *TCP) Stats() TCPStats {
 		BytesIn:      t.stats.bytesIn.Load(),
 		BytesOut:     t.stats.bytesOut.Load(),
 	}
+	for i := range s.RefusedBy {
+		s.RefusedBy[i] = t.stats.refusedBy[i].Load()
+	}
+	return s
 }

@@ -256,6 +256,7 @@ func TestTCPMutualTLS(t *testing.T) {
 	eventually(t, "refusal logged", func() bool {
 		return strings.Contains(logs.String(), "refused inbound connection") && strings.Contains(logs.String(), "tls")
 	})
+	eventually(t, "TLS refusals counted", func() bool { return b.Stats().RefusedBy[RefuseTLS] >= 1 })
 }
 
 func TestTCPSecret(t *testing.T) {
@@ -710,6 +711,7 @@ func TestTCPHandshakeTimeout(t *testing.T) {
 	defer nc.Close()
 	expectClosed(t, nc)
 	eventually(t, "refusal logged", func() bool { return strings.Contains(logs.String(), "refused inbound connection") })
+	eventually(t, "refusal counted as a timeout", func() bool { return b.Stats().RefusedBy[RefuseTimeout] == 1 })
 }
 
 // A probe (sent when a peer dials although we hold the preferred
