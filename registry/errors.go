@@ -53,4 +53,9 @@ var (
 	// only sessions publish; nothing was changed. Its session removes it
 	// (Session.Deregister, Session.Close).
 	ErrSessionInstance = errors.New("registry: instance is published by a session")
+	// ErrNoLeader: a write of persistent data could not be committed because
+	// the Store's group has no leader (no quorum) within its bounded wait.
+	// Reads go on from the local copy. The Raft store's errors also match
+	// raftstore.ErrNoLeader.
+	ErrNoLeader = errors.New("registry: no leader")
 )

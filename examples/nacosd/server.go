@@ -23,6 +23,7 @@ import (
 	"github.com/muster-io/muster/raftstore"
 	"github.com/muster-io/muster/registry"
 	"github.com/muster-io/muster/registry/node"
+	"github.com/muster-io/muster/registry/raftcp"
 	"github.com/muster-io/muster/transport"
 	pb "github.com/nacos-group/nacos-sdk-go/v2/api/grpc"
 	"google.golang.org/grpc"
@@ -400,7 +401,7 @@ func (s *Server) standaloneConfig() (registry.Config, error) {
 	// other deployment can reach it: a fixed ID serves.
 	rc.DeploymentID = standaloneDeployment
 	rc.RTTMillisecond = 10
-	cfg.Raft = &rc
+	cfg.Store = raftcp.New(rc).Open
 	return cfg, nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/muster-io/muster/distro"
 	"github.com/muster-io/muster/raftstore"
 	"github.com/muster-io/muster/registry"
+	"github.com/muster-io/muster/registry/raftcp"
 	"github.com/muster-io/muster/transport"
 )
 
@@ -107,8 +108,10 @@ type Config struct {
 	Timings Timings
 
 	// Registry is the base registry configuration (limits, TTLs, health
-	// checks, ServeBeforeReady). The node sets NodeID, Logger, Distro and
-	// Raft, and the timings' fields. Default registry.DefaultConfig().
+	// checks, ServeBeforeReady). The node builds its Replicator, Transport
+	// and Store, which must be left unset; NodeID and Logger are the
+	// node's, and SweepInterval and ForwardTimeout the Timings' when those
+	// are set. Default registry.DefaultConfig().
 	Registry registry.Config
 	// Logger receives every component's logs, tagged node=NodeID once
 	// (do not add it yourself). Nil discards.
@@ -282,8 +285,11 @@ func (c *Config) Validate() error {
 			bad("ReplicaID", "must be set, or RaftMembers must map an ID to NodeID")
 		}
 	}
-	base := c.registryConfig(nil, nil, nil) // Distro and Raft, which need the transport, are checked at Start
-	base.NodeID, base.Distro, base.Raft = "node", nil, nil
+	if c.Registry.Replicator != nil || c.Registry.Transport != nil || c.Registry.Store != nil {
+		bad("Registry", "must leave Replicator, Transport and Store unset: the node builds them")
+	}
+	base := c.baseRegistryConfig(nil) // the engines, which need the transport, are checked at Start
+	base.NodeID = "node"
 	if err := base.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("Registry: %w", err))
 	}
@@ -337,8 +343,8 @@ func (c *Config) memberlistConfig(transportAddr string) distro.MemberlistConfig 
 	return mc
 }
 
-// registryConfig is the registry's configuration over tr and members.
-func (c *Config) registryConfig(tr transport.Transport, members distro.Membership, log *slog.Logger) registry.Config {
+// baseRegistryConfig is the registry's configuration without its engines.
+func (c *Config) baseRegistryConfig(log *slog.Logger) registry.Config {
 	t := c.Timings
 	cfg := c.Registry
 	cfg.NodeID, cfg.Logger = c.NodeID, log
@@ -348,14 +354,6 @@ func (c *Config) registryConfig(tr transport.Transport, members distro.Membershi
 	if t.Forward > 0 {
 		cfg.ForwardTimeout = t.Forward
 	}
-
-	dc := distro.DefaultConfig()
-	dc.Transport, dc.Membership = tr, members
-	dc.SyncDelay, dc.VerifyInterval, dc.OrphanTimeout = t.SyncDelay, t.Verify, t.Orphan
-	dc.TombstoneTTL, dc.LoadTimeout, dc.RequestTimeout = t.Tombstone, t.Load, t.Request
-	dc.ColdStartMembers = c.expect()
-	cfg.Distro = &dc
-
 	if cfg.HealthChecks != nil {
 		hc := *cfg.HealthChecks
 		if t.CheckInterval > 0 {
@@ -364,8 +362,31 @@ func (c *Config) registryConfig(tr transport.Transport, members distro.Membershi
 		}
 		cfg.HealthChecks = &hc
 	}
+	return cfg
+}
 
-	cfg.Raft = nil
+// registryConfig is the registry's configuration over tr and members. The
+// replicator the registry builds is handed to keep; cp is the Raft store,
+// nil without Raft.
+func (c *Config) registryConfig(tr transport.Transport, members distro.Membership, log *slog.Logger, keep func(*distro.Replicator)) (cfg registry.Config, cp *raftcp.Store) {
+	t := c.Timings
+	cfg = c.baseRegistryConfig(log)
+
+	dc := distro.DefaultConfig()
+	dc.Transport, dc.Membership = tr, members
+	dc.SyncDelay, dc.VerifyInterval, dc.OrphanTimeout = t.SyncDelay, t.Verify, t.Orphan
+	dc.TombstoneTTL, dc.LoadTimeout, dc.RequestTimeout = t.Tombstone, t.Load, t.Request
+	dc.ColdStartMembers = c.expect()
+	distroFunc := registry.Distro(dc)
+	cfg.Replicator = func(env registry.Env, records distro.Store) (registry.Replicator, error) {
+		d, err := distroFunc(env, records)
+		if err == nil {
+			keep(d.(*distro.Replicator))
+		}
+		return d, err
+	}
+	cfg.Transport = tr
+
 	if c.raft() {
 		rc := raftstore.DefaultConfig()
 		rc.ReplicaID, rc.DeploymentID, rc.Dir = c.replicaID(), c.DeploymentID, c.Dir
@@ -375,10 +396,10 @@ func (c *Config) registryConfig(tr transport.Transport, members distro.Membershi
 		}
 		rc.RTTMillisecond = uint64(max(t.RaftRTT.Milliseconds(), 1))
 		rc.ProposeTimeout, rc.ReadTimeout = t.Propose, t.Read
-		rc.Clock = c.Registry.Clock
-		cfg.Raft = &rc
+		cp = raftcp.New(rc) // Clock nil: the registry's
+		cfg.Store = cp.Open
 	}
-	return cfg
+	return cfg, cp
 }
 
 // expect is the cluster size a cold start waits for: Expect, or else the

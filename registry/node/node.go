@@ -10,7 +10,9 @@ import (
 
 	"github.com/muster-io/muster/distro"
 	"github.com/muster-io/muster/internal/logx"
+	"github.com/muster-io/muster/raftstore"
 	"github.com/muster-io/muster/registry"
+	"github.com/muster-io/muster/registry/raftcp"
 	"github.com/muster-io/muster/transport"
 )
 
@@ -29,6 +31,8 @@ type Node struct {
 	tcp     *transport.TCP
 	ml      *distro.Memberlist // nil with Peers
 	reg     *registry.Registry
+	repl    *distro.Replicator // the registry's
+	raft    *raftcp.Store      // nil without Raft
 	closeMu sync.Mutex
 }
 
@@ -151,11 +155,13 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		}
 	}
 
-	reg, err := registry.New(cfg.registryConfig(tr, members, n.log))
+	var repl *distro.Replicator
+	rcfg, cp := cfg.registryConfig(tr, members, n.log, func(d *distro.Replicator) { repl = d })
+	reg, err := registry.New(rcfg)
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	if err := n.keep(func() { n.reg = reg }); err != nil {
+	if err := n.keep(func() { n.reg, n.repl, n.raft = reg, repl, cp }); err != nil {
 		_ = reg.Close()
 		return err
 	}
@@ -227,6 +233,26 @@ func (n *Node) WaitReady(ctx context.Context) error {
 		return ErrNotStarted
 	}
 	return reg.WaitReady(ctx)
+}
+
+// Replicator returns the node's Distro replicator; nil before Start.
+func (n *Node) Replicator() *distro.Replicator {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.repl
+}
+
+// Raft returns the node's Raft replica, for cluster operations
+// (AddReplica, RemoveReplica, Info, Leader); nil before Start and without
+// Raft.
+func (n *Node) Raft() *raftstore.Node {
+	n.mu.Lock()
+	cp := n.raft
+	n.mu.Unlock()
+	if cp == nil {
+		return nil
+	}
+	return cp.Node()
 }
 
 // Transport returns the node's TCP transport (not wrapped); nil before
