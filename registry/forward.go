@@ -146,7 +146,7 @@ func (r *Registry) beatOwner(ip string, port int) (string, bool) {
 	if !r.cluster {
 		return r.cfg.NodeID, true
 	}
-	owner := r.dist.Owner(beatRecordKey(ip, port))
+	owner := r.replicator.Owner(beatRecordKey(ip, port))
 	return owner, owner == r.cfg.NodeID
 }
 
@@ -299,5 +299,5 @@ func (r *Registry) forwarded(ctx context.Context, req *fwdRequest) (BeatResult, 
 // isMember reports whether node is a current member of the cluster, other
 // than this node, in the replicator's view (the one ownership follows).
 func (r *Registry) isMember(node string) bool {
-	return node != r.cfg.NodeID && slices.Contains(r.dist.Members(), node)
+	return node != r.cfg.NodeID && slices.Contains(r.replicator.Members(), node)
 }

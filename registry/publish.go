@@ -217,7 +217,7 @@ func (r *Registry) Register(ctx context.Context, inst model.Instance) error {
 // know the publisher of an ip:port it owns (its previous run's record, held
 // by the peers), and a write would give it a second, conflicting history.
 func (r *Registry) checkBeatWrite() error {
-	if !r.dist.Ready() {
+	if !r.replicator.Ready() {
 		return fmt.Errorf("%w: loading the cluster's records", ErrNotReady)
 	}
 	return nil

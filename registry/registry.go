@@ -40,10 +40,10 @@ type Registry struct {
 	// rendezvous-hash owner of its ip:port; see replicate.go and
 	// forward.go. sharedCP: persistent data is in a replicated Store
 	// (Config.Store), whose leader proposes clean-ups; see raft.go.
-	cluster  bool
-	sharedCP bool
-	dist     Replicator // solo when standalone
-	trans    Transport  // nil when standalone
+	cluster    bool
+	sharedCP   bool
+	replicator Replicator // solo when standalone
+	trans      Transport  // nil when standalone
 
 	serving atomic.Bool // queries are answered (ready, or ServeBeforeReady)
 
@@ -134,7 +134,7 @@ func New(cfg Config) (*Registry, error) {
 	r.rand = rand.New(src)
 	r.quota.nsServices = make(map[string]int)
 	r.store = &memStore{r: r}
-	r.dist = solo{id: cfg.NodeID}
+	r.replicator = solo{id: cfg.NodeID}
 	r.watch.init()
 	env := Env{NodeID: cfg.NodeID, Clock: r.clock, Logger: r.log, Limits: r.lim.model()}
 	if cfg.Replicator != nil {
@@ -144,7 +144,7 @@ func New(cfg Config) (*Registry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("registry: %w", err)
 		}
-		r.cluster, r.dist, r.trans = true, d, cfg.Transport
+		r.cluster, r.replicator, r.trans = true, d, cfg.Transport
 	}
 	if cfg.HealthChecks != nil {
 		hc := *cfg.HealthChecks
@@ -170,7 +170,7 @@ func New(cfg Config) (*Registry, error) {
 	if cfg.Store != nil {
 		cp, err := cfg.Store(env, storeFeed{r})
 		if err != nil {
-			_ = r.dist.Close()
+			_ = r.replicator.Close()
 			return nil, fmt.Errorf("registry: %w", err)
 		}
 		r.sharedCP = true
@@ -227,7 +227,7 @@ func (r *Registry) Start(ctx context.Context) error {
 		r.trans.Handle(kindForward, r.serveForward)
 		r.trans.Handle(kindLeases, r.serveLeases)
 	}
-	if err := r.dist.Start(ctx); err != nil {
+	if err := r.replicator.Start(ctx); err != nil {
 		_ = r.Close()
 		return fmt.Errorf("registry: starting replication: %w", err)
 	}
@@ -249,7 +249,7 @@ func (r *Registry) awaitReady() {
 		}
 		r.log.Info("waiting for the persistent store to catch up", "err", err)
 	}
-	if err := r.dist.WaitReady(ctx); err != nil {
+	if err := r.replicator.WaitReady(ctx); err != nil {
 		return
 	}
 	r.becomeReady("cluster")
@@ -310,7 +310,7 @@ func (r *Registry) Close() error {
 	if r.checks != nil {
 		_ = r.checks.Close()
 	}
-	if err := r.dist.Close(); err != nil {
+	if err := r.replicator.Close(); err != nil {
 		r.log.Warn("closing replication", "err", err)
 	}
 	for _, p := range sessions {
@@ -346,7 +346,7 @@ func (r *Registry) handOver() {
 	// Real time: the peers' answers do not follow the registry's clock.
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.HandoverTimeout)
 	defer cancel()
-	if err := r.dist.Flush(ctx); err != nil {
+	if err := r.replicator.Flush(ctx); err != nil {
 		r.log.Warn("handing over the sessions at close", "sessions", n, "err", err)
 		return
 	}

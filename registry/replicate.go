@@ -49,7 +49,7 @@ func beatRecordKey(ip string, port int) string { return beatPrefix + model.Endpo
 // replicate puts p's current state in distro, if p is a publisher this node
 // owns. The caller holds mu.
 func (r *Registry) replicate(p *publisher) {
-	d := r.dist
+	d := r.replicator
 	if !r.cluster || p.remote {
 		return
 	}
@@ -118,7 +118,7 @@ func (r *Registry) Replicator() Replicator {
 	if !r.cluster {
 		return nil
 	}
-	return r.dist
+	return r.replicator
 }
 
 // distroStore is the registry as distro sees it.
@@ -279,7 +279,7 @@ func (ds distroStore) MembersChanged(members []string) {
 	handed := map[string][]handedLease{}
 	now := r.now()
 	for _, p := range moved {
-		owner := r.dist.Owner(recordKey(p))
+		owner := r.replicator.Owner(recordKey(p))
 		handed[owner] = append(handed[owner], r.handedLeasesOf(p, now)...)
 		r.demote(p)
 	}
@@ -293,7 +293,7 @@ func (ds distroStore) MembersChanged(members []string) {
 // ownsKey reports whether this node owns the beat record key. The caller
 // need not hold mu.
 func (r *Registry) ownsKey(key string) bool {
-	return !r.cluster || r.dist.Owner(key) == r.cfg.NodeID
+	return !r.cluster || r.replicator.Owner(key) == r.cfg.NodeID
 }
 
 // newRemotePub returns an empty publisher for a record of another node.

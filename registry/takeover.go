@@ -145,7 +145,7 @@ func (r *Registry) takeLeases(from string, body []byte) error {
 		insts = append(insts, inst)
 		ages = append(ages, l.Age)
 	}
-	if !r.dist.Ready() {
+	if !r.replicator.Ready() {
 		return nil // loading: the peers' records, when adopted, carry the leases
 	}
 	r.mu.Lock()

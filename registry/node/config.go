@@ -14,6 +14,10 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/muster-io/muster/distro"
+	"github.com/muster-io/muster/distro/gossip"
+	"github.com/muster-io/muster/health"
+	"github.com/muster-io/muster/health/mysqlcheck"
+	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/raftstore"
 	"github.com/muster-io/muster/registry"
 	"github.com/muster-io/muster/registry/raftcp"
@@ -122,7 +126,7 @@ type Config struct {
 	// still closes the transport it created.
 	WrapTransport func(transport.Transport) transport.Transport
 	// WrapGossipTransport, if set, wraps memberlist's network transport
-	// (see distro.MemberlistConfig.WrapTransport).
+	// (see gossip.Config.WrapTransport).
 	WrapGossipTransport func(memberlist.Transport) memberlist.Transport
 }
 
@@ -130,7 +134,7 @@ type Config struct {
 // should use the same.
 type Timings struct {
 	// Memberlist's failure detection and gossip (see
-	// distro.MemberlistConfig): a crashed node is detected after a few
+	// gossip.Config): a crashed node is detected after a few
 	// probe intervals.
 	ProbeInterval, ProbeTimeout  time.Duration
 	SuspicionMult                int
@@ -160,7 +164,7 @@ type Timings struct {
 // node is detected in about 5 s), Nacos's Distro timings (a starting node
 // that finds nobody to load from waits Load = 3 s), a 50 ms Raft tick.
 func LAN() Timings {
-	ml := distro.DefaultMemberlistConfig()
+	ml := gossip.DefaultConfig()
 	dc := distro.DefaultConfig()
 	rc := raftstore.DefaultConfig()
 	tc := transport.DefaultTCPConfig()
@@ -322,9 +326,9 @@ func (c *Config) tcpConfig() transport.TCPConfig {
 
 // memberlistConfig is the membership's configuration, carrying the
 // transport address peers dial.
-func (c *Config) memberlistConfig(transportAddr string) distro.MemberlistConfig {
+func (c *Config) memberlistConfig(transportAddr string) gossip.Config {
 	t := c.Timings
-	mc := distro.DefaultMemberlistConfig()
+	mc := gossip.DefaultConfig()
 	mc.NodeID, mc.TransportAddr, mc.Seeds = c.NodeID, transportAddr, slices.Clone(c.Seeds)
 	if host, port, err := net.SplitHostPort(c.GossipAddr); err == nil {
 		mc.BindAddr = host
@@ -367,10 +371,22 @@ func (c *Config) baseRegistryConfig(log *slog.Logger) registry.Config {
 
 // registryConfig is the registry's configuration over tr and members. The
 // replicator the registry builds is handed to keep; cp is the Raft store,
-// nil without Raft.
-func (c *Config) registryConfig(tr transport.Transport, members distro.Membership, log *slog.Logger, keep func(*distro.Replicator)) (cfg registry.Config, cp *raftcp.Store) {
+// nil without Raft; mc is the MySQL checker the node made for the health
+// checks (nil if Registry.HealthChecks is nil or names its own), to close
+// after the registry.
+func (c *Config) registryConfig(tr transport.Transport, members distro.Membership, log *slog.Logger, keep func(*distro.Replicator)) (cfg registry.Config, cp *raftcp.Store, mc *mysqlcheck.Checker, err error) {
 	t := c.Timings
 	cfg = c.baseRegistryConfig(log)
+	if hc := cfg.HealthChecks; hc != nil && hc.Checkers[model.CheckMySQL] == nil {
+		if mc, err = mysqlcheck.New(mysqlcheck.Config{Clock: c.Registry.Clock, Logger: log}); err != nil {
+			return cfg, nil, nil, err
+		}
+		hc.Checkers = maps.Clone(hc.Checkers)
+		if hc.Checkers == nil {
+			hc.Checkers = make(map[model.CheckType]health.Checker, 1)
+		}
+		hc.Checkers[model.CheckMySQL] = mc
+	}
 
 	dc := distro.DefaultConfig()
 	dc.Transport, dc.Membership = tr, members
@@ -399,7 +415,7 @@ func (c *Config) registryConfig(tr transport.Transport, members distro.Membershi
 		cp = raftcp.New(rc) // Clock nil: the registry's
 		cfg.Store = cp.Open
 	}
-	return cfg, cp
+	return cfg, cp, mc, nil
 }
 
 // expect is the cluster size a cold start waits for: Expect, or else the

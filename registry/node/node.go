@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/muster-io/muster/distro"
+	"github.com/muster-io/muster/distro/gossip"
+	"github.com/muster-io/muster/health/mysqlcheck"
 	"github.com/muster-io/muster/internal/logx"
 	"github.com/muster-io/muster/raftstore"
 	"github.com/muster-io/muster/registry"
@@ -29,10 +31,11 @@ type Node struct {
 	state   int // stateNew, stateStarted, stateClosed
 	members distro.Membership
 	tcp     *transport.TCP
-	ml      *distro.Memberlist // nil with Peers
+	ml      *gossip.Memberlist // nil with Peers
 	reg     *registry.Registry
-	repl    *distro.Replicator // the registry's
-	raft    *raftcp.Store      // nil without Raft
+	repl    *distro.Replicator  // the registry's
+	raft    *raftcp.Store       // nil without Raft
+	mysql   *mysqlcheck.Checker // the health checks' MySQL checker, when the node made it
 	closeMu sync.Mutex
 }
 
@@ -133,7 +136,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	}
 
 	var members distro.Membership
-	var ml *distro.Memberlist
+	var ml *gossip.Memberlist
 	if len(cfg.Peers) > 0 {
 		st := distro.NewStatic(distro.Member{ID: cfg.NodeID, Addr: tcp.AdvertiseAddr()})
 		st.Set(cfg.staticMembers()...)
@@ -141,7 +144,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	} else {
 		mc := cfg.memberlistConfig(tcp.AdvertiseAddr())
 		mc.Logger = n.log
-		if ml, err = distro.NewMemberlist(mc); err != nil {
+		if ml, err = gossip.New(mc); err != nil {
 			return fmt.Errorf("node: %w", err)
 		}
 		members = ml
@@ -156,7 +159,13 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	}
 
 	var repl *distro.Replicator
-	rcfg, cp := cfg.registryConfig(tr, members, n.log, func(d *distro.Replicator) { repl = d })
+	rcfg, cp, mc, err := cfg.registryConfig(tr, members, n.log, func(d *distro.Replicator) { repl = d })
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	if err := n.keep(func() { n.mysql = mc }); err != nil {
+		return err
+	}
 	reg, err := registry.New(rcfg)
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
@@ -195,7 +204,7 @@ func (n *Node) resolve(id string) (string, error) {
 	m := n.members
 	n.mu.Unlock()
 	switch m := m.(type) {
-	case *distro.Memberlist:
+	case *gossip.Memberlist:
 		return m.Addr(id)
 	case nil:
 		return "", fmt.Errorf("%w: %q (membership not started)", distro.ErrUnknownMember, id)
@@ -272,7 +281,7 @@ func (n *Node) TransportAddr() string {
 	return ""
 }
 
-// Membership returns the node's membership: a *distro.Memberlist, or a
+// Membership returns the node's membership: a *gossip.Memberlist, or a
 // *distro.Static with Peers; nil before Start.
 func (n *Node) Membership() distro.Membership {
 	n.mu.Lock()
@@ -308,7 +317,7 @@ func (n *Node) stop(graceful bool) error {
 	defer n.closeMu.Unlock()
 	n.mu.Lock()
 	n.state = stateClosed
-	tcp, ml, reg := n.tcp, n.ml, n.reg
+	tcp, ml, reg, mc := n.tcp, n.ml, n.reg, n.mysql
 	n.mu.Unlock()
 	var errs []error
 	keep := func(what string, err error) {
@@ -326,6 +335,9 @@ func (n *Node) stop(graceful bool) error {
 	}
 	if reg != nil {
 		keep("registry", reg.Close())
+	}
+	if mc != nil {
+		keep("MySQL checker", mc.Close())
 	}
 	if ml != nil {
 		keep("membership", ml.Close())
