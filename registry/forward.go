@@ -165,7 +165,7 @@ func (r *Registry) beatWrite(ctx context.Context, req *fwdRequest) (BeatResult, 
 	if !r.cluster {
 		return r.serveBeat(ctx, req)
 	}
-	return r.forward(ctx, *req)
+	return r.forward(ctx, req)
 }
 
 // serveBeat carries out a beat write on its owner, this node: the one
@@ -187,9 +187,8 @@ func (r *Registry) serveBeat(ctx context.Context, req *fwdRequest) (BeatResult, 
 
 // forward carries out req on the owner of its ip:port: sent there,
 // retrying while ownership is moving, or served here if this node turns
-// out to own it. req is a copy: only a forwarded write pays for its
-// encoding.
-func (r *Registry) forward(ctx context.Context, req fwdRequest) (BeatResult, error) {
+// out to own it.
+func (r *Registry) forward(ctx context.Context, req *fwdRequest) (BeatResult, error) {
 	if req.Op == fwdHeartbeat {
 		// Checked before it travels (a forward costs far more than the
 		// check); locally, only a miss is checked (see heartbeatOwned).
@@ -203,11 +202,11 @@ func (r *Registry) forward(ctx context.Context, req fwdRequest) (BeatResult, err
 	for attempt := 1; ; attempt++ {
 		owner, mine := r.beatOwner(ip, port)
 		if mine {
-			return r.serveBeat(ctx, &req)
+			return r.serveBeat(ctx, req)
 		}
 		if body == nil {
 			var err error
-			if body, err = model.Marshal(&req); err != nil {
+			if body, err = r.encodeForward(req); err != nil {
 				return BeatResult{}, err
 			}
 		}
@@ -252,6 +251,14 @@ func (r *Registry) forward(ctx context.Context, req fwdRequest) (BeatResult, err
 		}
 		backoff *= 2
 	}
+}
+
+// encodeForward encodes a forwarded write. It takes a copy of req, which
+// escapes to the encoder, so that only a forwarded write puts its request
+// on the heap.
+func (r *Registry) encodeForward(req *fwdRequest) ([]byte, error) {
+	c := *req
+	return model.Marshal(&c)
 }
 
 // serveForward handles a write forwarded by another node. Only a current
