@@ -124,3 +124,23 @@ type nopStore struct{}
 func (nopStore) Apply(distro.Record)            {}
 func (nopStore) Adopt(distro.Record, time.Time) {}
 func (nopStore) MembersChanged([]string)        {}
+
+// A second Start fails with ErrStarted, a Start after Close with ErrClosed.
+func TestStartTwice(t *testing.T) {
+	cfg := registry.DefaultConfig()
+	cfg.HealthChecks = nil
+	r, err := registry.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(t.Context()); !errors.Is(err, registry.ErrStarted) {
+		t.Fatalf("second Start: %v, want ErrStarted", err)
+	}
+	_ = r.Close()
+	if err := r.Start(t.Context()); !errors.Is(err, registry.ErrClosed) {
+		t.Fatalf("Start after Close: %v, want ErrClosed", err)
+	}
+}

@@ -8,6 +8,9 @@ import "errors"
 var (
 	// ErrClosed: the registry has been closed.
 	ErrClosed = errors.New("registry: closed")
+	// ErrStarted: Start was called a second time (as distro's and node's
+	// ErrStarted).
+	ErrStarted = errors.New("registry: already started")
 	// ErrNotReady: the registry has not started, or is still loading its
 	// data, and does not serve yet.
 	ErrNotReady = errors.New("registry: not ready")

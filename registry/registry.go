@@ -191,7 +191,7 @@ func (r *Registry) Start(ctx context.Context) error {
 	switch r.state.Load() {
 	case stateRunning:
 		r.mu.Unlock()
-		return fmt.Errorf("registry: already started")
+		return ErrStarted
 	case stateClosed:
 		r.mu.Unlock()
 		return ErrClosed
