@@ -141,6 +141,9 @@ func New(cfg Config) (*Registry, error) {
 		renv := env
 		renv.Rand = rand.NewPCG(r.rand.Uint64(), r.rand.Uint64())
 		d, err := cfg.Replicator(renv, distroStore{r})
+		if err == nil && d == nil {
+			err = errors.New("Config.Replicator returned no replicator")
+		}
 		if err != nil {
 			return nil, fmt.Errorf("registry: %w", err)
 		}
@@ -169,6 +172,9 @@ func New(cfg Config) (*Registry, error) {
 	}
 	if cfg.Store != nil {
 		cp, err := cfg.Store(env, storeFeed{r})
+		if err == nil && cp == nil {
+			err = errors.New("Config.Store returned no store")
+		}
 		if err != nil {
 			_ = r.replicator.Close()
 			return nil, fmt.Errorf("registry: %w", err)
