@@ -70,7 +70,8 @@ func BenchmarkRegistryReplicationLatency(b *testing.B) {
 		dc.Transport, dc.Membership, dc.SyncDelay = tcps[i], mems[i], 0
 		dc.LoadTimeout = 200 * time.Millisecond
 		cfg := registry.DefaultConfig()
-		cfg.NodeID, cfg.Distro, cfg.HealthChecks = id, &dc, nil
+		cfg.NodeID, cfg.HealthChecks = id, nil
+		cfg.Replicator, cfg.Transport = registry.Distro(dc), tcps[i]
 		reg, err := registry.New(cfg)
 		if err != nil {
 			b.Fatal(err)

@@ -208,12 +208,8 @@ func (r *Registry) Register(ctx context.Context, inst model.Instance) error {
 	if !inst.Ephemeral {
 		return r.store.Apply(ctx, &command{op: opPutInstance, inst: inst})
 	}
-	if r.dist != nil {
-		if _, local, err := r.forward(ctx, inst.IP, inst.Port, &fwdRequest{Op: fwdRegister, Inst: inst}); !local {
-			return err
-		}
-	}
-	return r.registerEphemeral(ctx, inst)
+	_, err := r.beatWrite(ctx, &fwdRequest{Op: fwdRegister, Inst: inst})
+	return err
 }
 
 // checkBeatWrite reports whether this node takes beat writes: in cluster
@@ -221,15 +217,15 @@ func (r *Registry) Register(ctx context.Context, inst model.Instance) error {
 // know the publisher of an ip:port it owns (its previous run's record, held
 // by the peers), and a write would give it a second, conflicting history.
 func (r *Registry) checkBeatWrite() error {
-	if r.dist != nil && !r.dist.Ready() {
+	if !r.replicator.Ready() {
 		return fmt.Errorf("%w: loading the cluster's records", ErrNotReady)
 	}
 	return nil
 }
 
-// registerEphemeral registers a beat instance this node owns. inst is
-// valid, ephemeral and has its defaults.
-func (r *Registry) registerEphemeral(ctx context.Context, inst model.Instance) error {
+// registerOwned is Register of a beat instance on its owner, this node.
+// inst is valid, ephemeral and has its defaults.
+func (r *Registry) registerOwned(ctx context.Context, inst model.Instance) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -249,7 +245,7 @@ func (r *Registry) registerEphemeral(ctx context.Context, inst model.Instance) e
 // ip:port and (re)starts its lease. The caller holds mu.
 func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
 	pub := r.beatPub(inst.IP, inst.Port)
-	if pub == nil && r.dist != nil {
+	if pub == nil && r.cluster {
 		// A copy of another node's publisher: this node owns it now.
 		if rp := r.remote[beatRecordKey(inst.IP, inst.Port)]; rp != nil {
 			// Checked first: a refused write leaves the copy as it is.
@@ -263,7 +259,7 @@ func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
 	fresh := pub == nil
 	if fresh {
 		pub = &publisher{kind: pubBeat, port: uint16(inst.Port)}
-		if r.dist != nil {
+		if r.cluster {
 			// A replicated publisher needs its key after its last instance
 			// has gone (for the tombstone); a standalone one saves the string.
 			pub.id = model.Endpoint(inst.IP, inst.Port)
@@ -295,22 +291,12 @@ func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
 // not parse, a port out of range) fails with an error matching
 // model.ErrInvalid that names the field.
 func (r *Registry) Heartbeat(ctx context.Context, key model.InstanceKey) (time.Duration, error) {
-	if r.dist != nil {
-		// Checked before it travels (a forward costs far more than the
-		// check); locally, only a miss is checked (see heartbeatLocal).
-		if err := key.WithDefaults().Validate(); err != nil {
-			return 0, err
-		}
-		resp, local, err := r.forward(ctx, key.IP, key.Port, &fwdRequest{Op: fwdHeartbeat, Key: key})
-		if !local {
-			return resp.Interval, err
-		}
-	}
-	return r.heartbeatLocal(ctx, key)
+	res, err := r.beatWrite(ctx, &fwdRequest{Op: fwdHeartbeat, Key: key})
+	return res.Interval, err
 }
 
-// heartbeatLocal is Heartbeat on the owner.
-func (r *Registry) heartbeatLocal(ctx context.Context, key model.InstanceKey) (time.Duration, error) {
+// heartbeatOwned is Heartbeat on the owner, this node.
+func (r *Registry) heartbeatOwned(ctx context.Context, key model.InstanceKey) (time.Duration, error) {
 	if err := r.checkBeatWrite(); err != nil {
 		return 0, err
 	}
@@ -325,7 +311,7 @@ func (r *Registry) heartbeatLocal(ctx context.Context, key model.InstanceKey) (t
 		return 0, err
 	}
 	pi := r.beatPubInst(key.IP, key.Port, cluster, svc)
-	if pi == nil && r.dist != nil {
+	if pi == nil && r.cluster {
 		// A copy of another node's publisher that this node owns now, its
 		// adoption still on the way: take it over here.
 		if rp := r.remote[beatRecordKey(key.IP, key.Port)]; rp != nil {
@@ -367,17 +353,11 @@ type BeatResult struct {
 // matching model.ErrInvalid for an invalid one, and with ErrLimit past a
 // limit; a beat that renews a lease is never refused by the limits.
 func (r *Registry) HeartbeatInstance(ctx context.Context, inst model.Instance) (BeatResult, error) {
-	if r.dist != nil {
-		resp, local, err := r.forward(ctx, inst.IP, inst.Port, &fwdRequest{Op: fwdHeartbeatInstance, Inst: inst})
-		if !local {
-			return BeatResult{Interval: resp.Interval, Registered: resp.Registered}, err
-		}
-	}
-	return r.heartbeatInstanceLocal(ctx, inst)
+	return r.beatWrite(ctx, &fwdRequest{Op: fwdHeartbeatInstance, Inst: inst})
 }
 
-// heartbeatInstanceLocal is HeartbeatInstance on the owner.
-func (r *Registry) heartbeatInstanceLocal(ctx context.Context, inst model.Instance) (BeatResult, error) {
+// heartbeatInstanceOwned is HeartbeatInstance on the owner, this node.
+func (r *Registry) heartbeatInstanceOwned(ctx context.Context, inst model.Instance) (BeatResult, error) {
 	if err := r.checkBeatWrite(); err != nil {
 		return BeatResult{}, err
 	}
@@ -468,10 +448,10 @@ func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) error 
 		// goes where the instance would be: the Raft store, and the owner of
 		// its ip:port. Both are idempotent.
 		var errs []error
-		if _, replicated := r.store.(*raftStore); replicated {
+		if r.sharedCP {
 			errs = append(errs, r.store.Apply(ctx, &command{op: opDeleteInstance, key: key}))
 		}
-		if r.dist != nil {
+		if r.cluster {
 			errs = append(errs, r.deregisterBeat(ctx, key))
 		}
 		return errors.Join(errs...)
@@ -484,16 +464,13 @@ func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) error 
 
 // deregisterBeat removes a beat instance through its owner.
 func (r *Registry) deregisterBeat(ctx context.Context, key model.InstanceKey) error {
-	if r.dist != nil {
-		if _, local, err := r.forward(ctx, key.IP, key.Port, &fwdRequest{Op: fwdDeregister, Key: key}); !local {
-			return err
-		}
-	}
-	return r.deregisterEphemeral(ctx, key)
+	_, err := r.beatWrite(ctx, &fwdRequest{Op: fwdDeregister, Key: key})
+	return err
 }
 
-// deregisterEphemeral removes a beat instance this node owns.
-func (r *Registry) deregisterEphemeral(ctx context.Context, key model.InstanceKey) error {
+// deregisterOwned is Deregister of a beat instance on its owner, this
+// node.
+func (r *Registry) deregisterOwned(ctx context.Context, key model.InstanceKey) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -49,8 +49,8 @@ func beatRecordKey(ip string, port int) string { return beatPrefix + model.Endpo
 // replicate puts p's current state in distro, if p is a publisher this node
 // owns. The caller holds mu.
 func (r *Registry) replicate(p *publisher) {
-	d := r.dist
-	if d == nil || p.remote {
+	d := r.replicator
+	if !r.cluster || p.remote {
 		return
 	}
 	key := recordKey(p)
@@ -111,10 +111,15 @@ func (r *Registry) decodePayload(rec distro.Record) ([]model.Instance, error) {
 	return pl.Instances, nil
 }
 
-// Replicator returns the registry's replicator, or nil for a standalone
-// registry. It is meant for diagnostics and tests (registrytest compares
-// the records of every node); writing through it bypasses the registry.
-func (r *Registry) Replicator() *distro.Replicator { return r.dist }
+// Replicator returns the registry's replicator (Config.Replicator), or nil
+// for a standalone registry. It is meant for diagnostics and tests;
+// writing through it bypasses the registry.
+func (r *Registry) Replicator() Replicator {
+	if !r.cluster {
+		return nil
+	}
+	return r.replicator
+}
 
 // distroStore is the registry as distro sees it.
 type distroStore struct{ r *Registry }
@@ -274,7 +279,7 @@ func (ds distroStore) MembersChanged(members []string) {
 	handed := map[string][]handedLease{}
 	now := r.now()
 	for _, p := range moved {
-		owner := r.dist.Owner(recordKey(p))
+		owner := r.replicator.Owner(recordKey(p))
 		handed[owner] = append(handed[owner], r.handedLeasesOf(p, now)...)
 		r.demote(p)
 	}
@@ -288,7 +293,7 @@ func (ds distroStore) MembersChanged(members []string) {
 // ownsKey reports whether this node owns the beat record key. The caller
 // need not hold mu.
 func (r *Registry) ownsKey(key string) bool {
-	return r.dist == nil || r.dist.Owner(key) == r.cfg.NodeID
+	return !r.cluster || r.replicator.Owner(key) == r.cfg.NodeID
 }
 
 // newRemotePub returns an empty publisher for a record of another node.
