@@ -396,9 +396,24 @@ func (r *Replicator) drain() {
 		evs := r.events
 		r.events = nil
 		r.mu.Unlock()
+		bs, batched := r.cfg.Store.(BatchStore)
+		var run []Record // consecutive Apply calls, for a BatchStore
+		flush := func() {
+			if len(run) > 0 {
+				bs.ApplyBatch(run)
+				run = run[:0]
+			}
+		}
 		for _, ev := range evs {
 			if (ev.op == evApply || ev.op == evAdopt) && r.stale(ev) {
 				continue
+			}
+			if batched && (ev.op == evApply || ev.op == evRemove) {
+				run = append(run, ev.rec)
+				continue
+			}
+			if batched {
+				flush()
 			}
 			switch ev.op {
 			case evApply, evRemove:
@@ -408,6 +423,9 @@ func (r *Replicator) drain() {
 			case evMembers:
 				r.cfg.Store.MembersChanged(ev.members)
 			}
+		}
+		if batched {
+			flush()
 		}
 		r.mu.Lock()
 	}

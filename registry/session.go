@@ -100,10 +100,16 @@ func (s *Session) Register(ctx context.Context, inst model.Instance) error {
 	if !inst.Ephemeral {
 		return &model.ValidationError{Field: "instance.ephemeral", Rule: "must be true for a session's instances"}
 	}
+	if s.unchanged(&inst) { // issue 15: the same instance again changes nothing
+		return nil
+	}
 	if err := s.r.validInstance(&inst); err != nil {
 		return err
 	}
 	return s.whileOpen(func(r *Registry) error {
+		if r.publishedAs(s.pub, &inst) != nil { // issue 15 (raced with a writer)
+			return nil
+		}
 		if _, err := r.publish(s.pub, inst, true); err != nil {
 			return err
 		}
