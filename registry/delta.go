@@ -344,3 +344,30 @@ func (s *Session) unchanged(inst *model.Instance) bool {
 	r.mu.RUnlock()
 	return ok
 }
+
+// renewIfUnchanged renews the lease of beat publisher pub's publication of
+// inst, and returns it, if it holds inst exactly (pub may be nil). The
+// caller holds mu.
+func (r *Registry) renewIfUnchanged(pub *publisher, inst *model.Instance) *pubInst {
+	if pub == nil {
+		return nil
+	}
+	pi := r.publishedAs(pub, inst)
+	if pi == nil {
+		return nil
+	}
+	t := inst.BeatTimings()
+	now := r.now()
+	_ = r.beatLeases.Put(pi, now, beatTimeouts(t)) // the stored timings passed validation
+	r.wakeAt(now.Add(min(t.Unhealthy, t.Delete)))
+	return pi
+}
+
+// renewUnchangedBeat is Register's answer, standalone, to a beat
+// registration of an instance held exactly: its lease is renewed, before
+// validation (what is stored was valid). It reports whether it was.
+func (r *Registry) renewUnchangedBeat(inst *model.Instance) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.checkWrite() == nil && r.renewIfUnchanged(r.beatPub(inst.IP, inst.Port), inst) != nil
+}

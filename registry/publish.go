@@ -219,6 +219,9 @@ func (r *Registry) Register(ctx context.Context, inst model.Instance) error {
 		return err
 	}
 	inst = inst.WithDefaults()
+	if inst.Ephemeral && r.dist == nil && r.renewUnchangedBeat(&inst) {
+		return nil // issue 15: the same instance again only renews its lease (delta.go)
+	}
 	if err := r.validInstance(&inst); err != nil {
 		return err
 	}
@@ -266,13 +269,8 @@ func (r *Registry) registerEphemeral(ctx context.Context, inst model.Instance) e
 // ip:port and (re)starts its lease. The caller holds mu.
 func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
 	pub := r.beatPub(inst.IP, inst.Port)
-	if pub != nil { // issue 15: the same instance again only renews its lease
-		if pi := r.publishedAs(pub, &inst); pi != nil {
-			now := r.now()
-			_ = r.beatLeases.Put(pi, now, beatTimeouts(inst.BeatTimings()))
-			r.wakeAt(now.Add(min(inst.BeatTimings().Unhealthy, inst.BeatTimings().Delete)))
-			return pi, nil
-		}
+	if pi := r.renewIfUnchanged(pub, &inst); pi != nil {
+		return pi, nil // issue 15: the same instance again only renews its lease
 	}
 	if pub == nil && r.dist != nil {
 		// A copy of another node's publisher: this node owns it now.
