@@ -216,4 +216,3 @@ func BenchmarkIdenticalRegister(b *testing.B) {
 		})
 	}
 }
-

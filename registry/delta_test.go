@@ -487,4 +487,3 @@ func TestSessionCloseRemovesEverywhere(t *testing.T) {
 		t.Fatalf("%d live records after the session closed", live)
 	}
 }
-
