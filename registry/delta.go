@@ -252,6 +252,10 @@ func (r *Registry) applyInstLocked(ir instRecord) {
 		p = &publisher{kind: pubSession, id: ir.sid, remote: true, repl: &replState{rkey: gkey, insts: map[string]*pubInst{}}}
 		r.remote[gkey] = p
 	}
+	// No per-session cap here: the owner keeps MaxInstancesPerSession, and
+	// a copy passes it for a moment when a new instance's record arrives
+	// before the removal that made room for it (a refused record would
+	// never be repaired: distro holds its version).
 	pi, err := r.publish(p, *ir.inst, false)
 	if err != nil {
 		r.log.Warn("a replicated instance conflicts with this node's index", "instance", ir.inst.Key().String(), "err", err)

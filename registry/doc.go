@@ -27,8 +27,9 @@
 // membership, Distro, Raft and checks, closed in the right order.
 //
 // Config.Distro makes it one node of a cluster (package distro). Every
-// publisher (session or beat ip:port) is one replicated record, owned by
-// one node: a session by the node it was opened on, a beat publisher by the
+// publisher (session or beat ip:port) is replicated, owned by one node (a
+// beat publisher as one record, a session as one record per instance, so
+// that a change costs what changed): a session by the node it was opened on, a beat publisher by the
 // rendezvous-hash owner of its ip:port among the live members. Only the
 // owner changes the record and runs its leases; every change is pushed to
 // the other nodes, whose copies are read-only. A Register, Heartbeat or
@@ -171,8 +172,9 @@
 // (a re-registration, a beat) is never refused. In a cluster, every node
 // checks the writes it takes against its index, which holds the whole
 // cluster's data, and a publisher record from a peer with more instances
-// than the per-publisher caps is refused whole before it is decoded; the
-// nodes must share one Limits. See Limits for the cost of each unit.
+// than the per-publisher caps is refused whole before it is decoded (a
+// session's instance records are one instance each: its owner keeps
+// MaxInstancesPerSession); the nodes must share one Limits. See Limits for the cost of each unit.
 //
 // Only current members of the Distro membership may forward writes: the
 // owner refuses any other transport peer with ErrNotMember.
