@@ -12,6 +12,7 @@ import (
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/registry"
 	"github.com/muster-io/muster/registry/registrytest"
+	"github.com/muster-io/muster/transport"
 )
 
 // Issue 15: a session replicates as one record per instance (delta.go).
@@ -485,5 +486,102 @@ func TestSessionCloseRemovesEverywhere(t *testing.T) {
 	})
 	if live != 0 {
 		t.Fatalf("%d live records after the session closed", live)
+	}
+}
+
+// TestSessionInstanceChangeRacesRepair: a peer that missed a change of an
+// instance is being repaired by verify when the owner changes the instance
+// again. Whichever of the repair (the older version) and the sync (the
+// newer) arrives first, the peer ends at the newer, and never serves the
+// older after it.
+func TestSessionInstanceChangeRacesRepair(t *testing.T) {
+	const (
+		kindSync   = 1 // distro's message kinds (distro/wire.go)
+		kindVerify = 2
+		kindRepair = 3
+	)
+	for _, syncFirst := range []bool{true, false} {
+		t.Run(fmt.Sprint("syncFirst=", syncFirst), func(t *testing.T) {
+			c := registrytest.NewCluster(t, clusterOpts())
+			a, lagging := c.Node(0), c.Node(2)
+			sess, err := a.OpenSession(ctx, registry.SessionOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := inst("race", 1)
+			mustRegister(t, sess, weighted("race", 1, 1), inst("race", 2))
+			c.Settle()
+			// n3 misses weight 2.
+			c.Partition([]int{0, 1}, []int{2})
+			mustRegister(t, sess, weighted("race", 1, 2))
+			c.Settle()
+			c.Heal()
+			if got := weightsOn(t, lagging, "race")[x.IP]; got != 1 {
+				t.Fatalf("n3 serves weight %v before the repair, want 1", got)
+			}
+			c.Net.SetManual(true)
+			deliver := func(kind transport.Kind, to string) int {
+				n := 0
+				for _, e := range c.Net.Pending() {
+					if e.Kind == kind && e.To == to {
+						_ = c.Net.Deliver(e.ID)
+						n++
+					}
+				}
+				c.Settle()
+				return n
+			}
+			// A verify round: n1's digest reaches n3, whose answer makes n1
+			// send a repair carrying weight 2, held.
+			c.Advance(distro.DefaultConfig().VerifyInterval)
+			if deliver(kindVerify, lagging.ID) == 0 {
+				t.Fatal("no verify to n3")
+			}
+			repairs := 0
+			for _, e := range c.Net.Pending() {
+				if e.Kind == kindRepair && e.To == lagging.ID {
+					repairs++
+				}
+			}
+			if repairs == 0 {
+				t.Fatal("no repair to n3")
+			}
+			// Meanwhile the owner moves the instance to weight 3.
+			mustRegister(t, sess, weighted("race", 1, 3))
+			c.Settle()
+			if syncFirst {
+				if deliver(kindSync, lagging.ID) == 0 {
+					t.Fatal("no sync to n3")
+				}
+				if got := weightsOn(t, lagging, "race")[x.IP]; got != 3 {
+					t.Fatalf("n3 serves weight %v after the sync, want 3", got)
+				}
+				deliver(kindRepair, lagging.ID)
+			} else {
+				deliver(kindRepair, lagging.ID)
+				if got := weightsOn(t, lagging, "race")[x.IP]; got != 2 {
+					t.Fatalf("n3 serves weight %v after the repair, want 2", got)
+				}
+				if deliver(kindSync, lagging.ID) == 0 {
+					t.Fatal("no sync to n3")
+				}
+			}
+			if got := weightsOn(t, lagging, "race")[x.IP]; got != 3 {
+				t.Fatalf("n3 serves weight %v, want 3", got)
+			}
+			c.Net.SetManual(false)
+			for c.Net.DeliverAll() > 0 {
+				c.Settle()
+			}
+			c.Advance(2 * distro.DefaultConfig().VerifyInterval)
+			for _, n := range c.Nodes() {
+				if got := weightsOn(t, n, "race"); got[x.IP] != 3 || len(got) != 2 {
+					t.Fatalf("%s serves %v", n.ID, got)
+				}
+			}
+			if err := c.CheckConverged(); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
