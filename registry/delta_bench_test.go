@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -214,5 +215,52 @@ func BenchmarkIdenticalRegister(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkClusterMemoryPerInstance: the heap of a two-node cluster in one
+// process (owner and peer) per session instance, with 1,000 sessions of 100
+// instances on n1, replicated to n2 (issue 15: what the per-instance
+// records cost in memory).
+func BenchmarkClusterMemoryPerInstance(b *testing.B) {
+	ctx := context.Background()
+	for i := 0; i < b.N; i++ {
+		var before runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		_, a, peer := benchPair(b)
+		const sessions, per = 1000, 100
+		for s := range sessions {
+			sess, err := a.OpenSession(ctx, registry.SessionOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, in := range benchInstances(model.ServiceKey{Name: "mem-" + strconv.Itoa(s%100)}, per, s*per) {
+				if err := sess.Register(ctx, in); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			n := 0
+			for s := range 100 {
+				v, err := peer.Query(ctx, model.Query{Service: model.ServiceKey{Name: "mem-" + strconv.Itoa(s)}})
+				if err == nil {
+					n += len(v.Instances)
+				}
+			}
+			if n == sessions*per {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("peer holds %d instances after 60 s", n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		var after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(sessions*per), "B/instance")
 	}
 }
