@@ -140,33 +140,37 @@ func (p *publisher) replState() *replState {
 // since its last replicate, and its header: O(what changed). A closed
 // session deletes them all, and its header. The caller holds mu.
 func (r *Registry) replicateSession(p *publisher) {
-	d := r.dist
 	key := recordKey(p)
 	st := p.replState()
-	if !p.closed && !st.header {
-		if _, err := d.Put(distro.KindSession, key, encodeInsts(nil)); err != nil {
-			r.log.Debug("replicating a session failed", "record", key, "err", err)
-		} else {
-			st.header = true
-		}
-	}
+	// One Write: the records of one change leave in one sync message.
+	changes := make([]distro.Change, 0, len(st.dirty)+1)
+	header := !p.closed && !st.header
 	for h, pi := range st.dirty {
 		k := key + "/" + h
 		if pi == nil || p.closed {
-			if _, err := d.Delete(k); err != nil && !errors.Is(err, distro.ErrNotFound) {
-				r.log.Debug("replicating a removal failed", "record", k, "err", err)
-			}
+			changes = append(changes, distro.Change{Key: k, Delete: true})
 			continue
 		}
-		if _, err := d.Put(distro.KindSession, k, encodeInsts([]*pubInst{pi})); err != nil {
-			r.log.Debug("replicating a change failed", "record", k, "err", err)
-		}
+		changes = append(changes, distro.Change{Kind: distro.KindSession, Key: k, Payload: encodeInsts([]*pubInst{pi})})
 	}
 	clear(st.dirty)
-	if p.closed {
-		if _, err := d.Delete(key); err != nil && !errors.Is(err, distro.ErrNotFound) {
-			r.log.Debug("replicating a removal failed", "record", key, "err", err)
+	switch {
+	case header: // after the instances: what a peer serves comes first
+		changes = append(changes, distro.Change{Kind: distro.KindSession, Key: key, Payload: encodeInsts(nil)})
+	case p.closed:
+		changes = append(changes, distro.Change{Key: key, Delete: true})
+	}
+	if len(changes) == 0 {
+		return
+	}
+	errs := r.dist.Write(changes)
+	for i, err := range errs {
+		if err != nil && !errors.Is(err, distro.ErrNotFound) {
+			r.log.Debug("replicating a session change failed", "record", changes[i].Key, "delete", changes[i].Delete, "err", err)
 		}
+	}
+	if header && (errs == nil || errs[len(changes)-1] == nil) {
+		st.header = true
 	}
 }
 
