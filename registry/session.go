@@ -107,9 +107,6 @@ func (s *Session) Register(ctx context.Context, inst model.Instance) error {
 		return err
 	}
 	return s.whileOpen(func(r *Registry) error {
-		if r.publishedAs(s.pub, &inst) != nil { // issue 15 (raced with a writer)
-			return nil
-		}
 		if _, err := r.publish(s.pub, inst, true); err != nil {
 			return err
 		}
