@@ -15,10 +15,13 @@ import (
 // publish a thousand instances; sending its whole record on every change
 // cost the owner an encoding of all of them under the registry's lock, and
 // every peer a decoding and a diff of all of them. So a session is
-// replicated as records of one instance each, plus a header:
+// replicated as records of one instance each:
 //
-//	"s/" + sessionID               header: the session exists (payload: no instance)
-//	"s/" + sessionID + "/" + hash  one instance: payload pubPayload{Instances: [inst]}
+//	"s/" + sessionID + "/" + hash  payload pubPayload{Instances: [inst]}
+//
+// (a session with no instance has no record; a header record was tried
+// and dropped: it cost a second record for every session of one instance,
+// the common case, and nothing read it).
 //
 // hash is the first 16 bytes, in lower-case hex, of the SHA-256 of the
 // instance's key (namespace, group, service, cluster, ip, port): a key of
@@ -53,8 +56,6 @@ type replState struct {
 	// replicate, by instance hash: the publication to send, or nil to
 	// delete the record.
 	dirty map[string]*pubInst
-	// header is set once a local session's header record is written.
-	header bool
 }
 
 // instHash returns the record key hash of the instance key (svc, cluster,
@@ -137,14 +138,16 @@ func (p *publisher) replState() *replState {
 }
 
 // replicateSession writes the instance records of session p that changed
-// since its last replicate, and its header: O(what changed). A closed
-// session deletes them all, and its header. The caller holds mu.
+// since its last replicate: O(what changed). A closed session deletes them
+// all. The caller holds mu.
 func (r *Registry) replicateSession(p *publisher) {
+	st := p.repl
+	if st == nil || len(st.dirty) == 0 {
+		return
+	}
 	key := recordKey(p)
-	st := p.replState()
 	// One Write: the records of one change leave in one sync message.
-	changes := make([]distro.Change, 0, len(st.dirty)+1)
-	header := !p.closed && !st.header
+	changes := make([]distro.Change, 0, len(st.dirty))
 	for h, pi := range st.dirty {
 		k := key + "/" + h
 		if pi == nil || p.closed {
@@ -154,23 +157,10 @@ func (r *Registry) replicateSession(p *publisher) {
 		changes = append(changes, distro.Change{Kind: distro.KindSession, Key: k, Payload: encodeInsts([]*pubInst{pi})})
 	}
 	clear(st.dirty)
-	switch {
-	case header: // after the instances: what a peer serves comes first
-		changes = append(changes, distro.Change{Kind: distro.KindSession, Key: key, Payload: encodeInsts(nil)})
-	case p.closed:
-		changes = append(changes, distro.Change{Key: key, Delete: true})
-	}
-	if len(changes) == 0 {
-		return
-	}
-	errs := r.dist.Write(changes)
-	for i, err := range errs {
+	for i, err := range r.dist.Write(changes) {
 		if err != nil && !errors.Is(err, distro.ErrNotFound) {
 			r.log.Debug("replicating a session change failed", "record", changes[i].Key, "delete", changes[i].Delete, "err", err)
 		}
-	}
-	if header && (errs == nil || errs[len(changes)-1] == nil) {
-		st.header = true
 	}
 }
 

@@ -65,7 +65,8 @@ func FuzzInstRecord(f *testing.F) {
 }
 
 // TestInstKeys: the key of an instance record parses back to its session
-// and hash; a header, and keys of other shapes, do not parse.
+// and hash; a whole session record's key, and keys of other shapes, do
+// not parse.
 func TestInstKeys(t *testing.T) {
 	h := instHash(model.ServiceKey{Namespace: "public", Group: "DEFAULT_GROUP", Name: "svc"}, "DEFAULT", "10.0.0.1", 80)
 	if len(h) != instHashLen {
@@ -78,7 +79,7 @@ func TestInstKeys(t *testing.T) {
 	}{
 		{"s/n1-0123456789abcdef/" + h, "n1-0123456789abcdef", true},
 		{"s/a/b-0123456789abcdef/" + h, "a/b-0123456789abcdef", true}, // a node ID with a slash
-		{"s/n1-0123456789abcdef", "", false},                          // a header
+		{"s/n1-0123456789abcdef", "", false},                          // a whole session record
 		{"s/n1-0123456789abcdef-2", "", false},
 		{"s//" + h, "", false},
 		{"b/10.0.0.1:80", "", false},

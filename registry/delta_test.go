@@ -230,7 +230,7 @@ func TestSessionChangeCostsOneRecord(t *testing.T) {
 }
 
 // TestSessionInstanceWithoutTheRest: a peer that missed everything else of
-// a session (its header and its other instances: the messages were lost)
+// a session (its other instances: it was cut off)
 // applies a later change of one instance at once, on its own; verify then
 // brings it the rest.
 func TestSessionInstanceWithoutTheRest(t *testing.T) {
