@@ -1,7 +1,8 @@
 // Package distro replicates publisher records between Muster nodes: the AP half of the
 // registry, after Nacos's Distro protocol, with the version checks Nacos lacks.
 //
-// A Record is the whole state of one publisher (the registry encodes it into Payload) with a
+// A Record is the whole state of one unit of replication (the registry encodes it into Payload:
+// a beat publisher, or one instance of a session, so that a change costs what changed) with a
 // version: Revision, then Owner as a tie-break. Every node holds every record. Only the record's
 // owner changes it: a session record belongs to the node it was opened on, a beat record to the
 // rendezvous-hash (HRW) owner of its key among the live members. The registry implements Store
@@ -19,8 +20,10 @@
 //	defer r.Close()
 //
 // Membership is an interface: Static is driven by hand (tests, harnesses; notifications are
-// synchronous), Memberlist runs hashicorp/memberlist and carries each node's transport address
-// in its node meta (Memberlist.Addr plugs into transport.TCPConfig.Resolve).
+// synchronous); package distro/gossip's Memberlist runs hashicorp/memberlist and carries each
+// node's transport address in its node meta (Memberlist.Addr plugs into
+// transport.TCPConfig.Resolve). It is a package of its own, so that distro does not link
+// memberlist.
 //
 // # Security
 //
@@ -31,10 +34,11 @@
 // reach a peer before the peer lists it, so syncs retry with backoff, verify runs again, and the
 // loader asks such a peer again until it answers or LoadTimeout passes.
 //
-// Memberlist requires a gossip key (MemberlistConfig.SecretKey; Validate refuses a config without
-// one unless Insecure is set): a node without it cannot join, so it is never a member and never
-// owns a key. It binds 127.0.0.1 unless BindAddr says otherwise. Keys rotate on a running cluster
-// with Memberlist.AddKey (everywhere), UseKey (everywhere), RemoveKey (everywhere).
+// The gossip membership requires a gossip key (gossip.Config.SecretKey; Validate refuses a
+// config without one unless Insecure is set): a node without it cannot join, so it is never a
+// member and never owns a key. It binds 127.0.0.1 unless BindAddr says otherwise. Keys rotate
+// on a running cluster with gossip.Memberlist.AddKey (everywhere), UseKey (everywhere),
+// RemoveKey (everywhere).
 //
 // Every list in a message has a per-type cap checked at its header before anything is
 // allocated (MaxMessageRecords records per sync or repair, 65,536 per snapshot page, 16,384
@@ -142,7 +146,7 @@
 // goroutine drives the clock (sync timers, verify rounds, orphan timeouts, tombstone expiry);
 // sends, verify rounds and the load run in goroutines tracked by Close. Time comes from
 // Config.Clock (tests use a fake one); request deadlines are real time, derived from the
-// context given to the transport. Memberlist always runs on real time.
+// context given to the transport. The gossip membership always runs on real time.
 //
 // # Monitoring
 //

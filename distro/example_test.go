@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/muster-io/muster/distro"
+	"github.com/muster-io/muster/distro/gossip"
 	"github.com/muster-io/muster/transport"
 )
 
@@ -109,9 +110,9 @@ func ExampleReplicator_Owner() {
 // Wiring one node of a real cluster: a TCP transport whose Resolve asks memberlist for the
 // peers' transport addresses, memberlist carrying this node's, and the replicator on both.
 // (Not run: it binds real ports.)
-func ExampleNewMemberlist() {
+func Example_memberlist() {
 	ctx := context.Background()
-	var ml *distro.Memberlist
+	var ml *gossip.Memberlist
 	tc := transport.DefaultTCPConfig()
 	tc.NodeID, tc.ListenAddr = "node-1", "127.0.0.1:0"
 	tc.Secret = []byte("the cluster's transport secret") // shared by every node (or TLS)
@@ -125,12 +126,12 @@ func ExampleNewMemberlist() {
 	}
 	defer tcp.Close()
 
-	mc := distro.DefaultMemberlistConfig()
+	mc := gossip.DefaultConfig()
 	mc.NodeID, mc.BindAddr, mc.BindPort = "node-1", "127.0.0.1", 7946
 	mc.SecretKey = []byte("the cluster's 32-byte gossip key") // required; rotate with ml.AddKey, UseKey, RemoveKey
 	mc.TransportAddr = tcp.Addr()                             // published in the node meta
 	mc.Seeds = []string{"127.0.0.1:7947", "127.0.0.1:7948"}   // other nodes' gossip addresses
-	ml, err = distro.NewMemberlist(mc)
+	ml, err = gossip.New(mc)
 	if err != nil {
 		panic(err)
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"go.uber.org/goleak"
+
+	"github.com/muster-io/muster/distro/gossip"
 )
 
 func TestStaticNotifiesSynchronously(t *testing.T) {
@@ -44,7 +46,7 @@ func TestStaticNotifiesSynchronously(t *testing.T) {
 }
 
 func TestMemberlistConfigValidate(t *testing.T) {
-	base := DefaultMemberlistConfig()
+	base := gossip.DefaultConfig()
 	base.NodeID = "n1"
 	if err := base.Validate(); !errors.Is(err, ErrInvalidConfig) || !contains(err.Error(), "SecretKey is required") || !contains(err.Error(), "Insecure: true") {
 		t.Fatalf("the default config without a gossip key: %v, want SecretKey required unless Insecure: true", err)
@@ -61,15 +63,15 @@ func TestMemberlistConfigValidate(t *testing.T) {
 	if err := base.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	for name, mod := range map[string]func(*MemberlistConfig){
-		"NodeID":         func(c *MemberlistConfig) { c.NodeID = "" },
-		"BindPort":       func(c *MemberlistConfig) { c.BindPort = 70000 },
-		"SecretKey":      func(c *MemberlistConfig) { c.SecretKey = []byte("short") },
-		"ExtraKeys[1]":   func(c *MemberlistConfig) { c.ExtraKeys = [][]byte{testGossipKey[:16], []byte("short")} },
-		"ExtraKeys need": func(c *MemberlistConfig) { c.SecretKey, c.Insecure, c.ExtraKeys = nil, true, [][]byte{testGossipKey} },
-		"ProbeTimeout":   func(c *MemberlistConfig) { c.ProbeTimeout = c.ProbeInterval },
-		"Seeds[0]":       func(c *MemberlistConfig) { c.Seeds = []string{"no-port"} },
-		"RejoinInterval": func(c *MemberlistConfig) { c.RejoinInterval = -time.Second },
+	for name, mod := range map[string]func(*gossip.Config){
+		"NodeID":         func(c *gossip.Config) { c.NodeID = "" },
+		"BindPort":       func(c *gossip.Config) { c.BindPort = 70000 },
+		"SecretKey":      func(c *gossip.Config) { c.SecretKey = []byte("short") },
+		"ExtraKeys[1]":   func(c *gossip.Config) { c.ExtraKeys = [][]byte{testGossipKey[:16], []byte("short")} },
+		"ExtraKeys need": func(c *gossip.Config) { c.SecretKey, c.Insecure, c.ExtraKeys = nil, true, [][]byte{testGossipKey} },
+		"ProbeTimeout":   func(c *gossip.Config) { c.ProbeTimeout = c.ProbeInterval },
+		"Seeds[0]":       func(c *gossip.Config) { c.Seeds = []string{"no-port"} },
+		"RejoinInterval": func(c *gossip.Config) { c.RejoinInterval = -time.Second },
 	} {
 		cfg := base
 		mod(&cfg)
@@ -77,8 +79,8 @@ func TestMemberlistConfigValidate(t *testing.T) {
 		if !errors.Is(err, ErrInvalidConfig) || !contains(err.Error(), name) {
 			t.Errorf("%s: %v", name, err)
 		}
-		if _, err := NewMemberlist(cfg); err == nil {
-			t.Errorf("%s: NewMemberlist accepted it", name)
+		if _, err := gossip.New(cfg); err == nil {
+			t.Errorf("%s: gossip.New accepted it", name)
 		}
 	}
 }
@@ -174,9 +176,9 @@ func (m *muteTransport) DialTimeout(addr string, timeout time.Duration) (net.Con
 
 // startMemberlist starts a membership from cfg; it closes when the test
 // ends (Close is idempotent, so a test may close or kill it earlier).
-func startMemberlist(t *testing.T, cfg MemberlistConfig) *Memberlist {
+func startMemberlist(t *testing.T, cfg gossip.Config) *gossip.Memberlist {
 	t.Helper()
-	m, err := NewMemberlist(cfg)
+	m, err := gossip.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,11 +202,11 @@ func TestMemberlistSecretKey(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real sockets")
 	}
-	start := func(id string, key []byte, seeds []string) *Memberlist {
+	start := func(id string, key []byte, seeds []string) *gossip.Memberlist {
 		c := fastMemberlist(id, "", seeds)
 		c.SecretKey = key
 		c.RejoinInterval = 0
-		m, err := NewMemberlist(c)
+		m, err := gossip.New(c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -233,13 +235,13 @@ func TestMemberlistCloseDuringStart(t *testing.T) {
 		t.Skip("real sockets")
 	}
 	leaks := goleak.IgnoreCurrent()
-	var m *Memberlist
+	var m *gossip.Memberlist
 	cfg := fastMemberlist("x1", "127.0.0.1:1", nil)
 	cfg.WrapTransport = func(tr memberlist.Transport) memberlist.Transport {
 		_ = m.Close() // runs inside Start, before memberlist.Create
 		return tr
 	}
-	m, err := NewMemberlist(cfg)
+	m, err := gossip.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

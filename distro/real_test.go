@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/muster-io/muster/distro/gossip"
 	"github.com/muster-io/muster/transport"
 )
 
@@ -16,7 +17,7 @@ import (
 type realNode struct {
 	id    string
 	tcp   *transport.TCP
-	ml    *Memberlist
+	ml    *gossip.Memberlist
 	store *testStore
 	r     *Replicator
 }
@@ -28,8 +29,8 @@ var (
 )
 
 // fastMemberlist is a memberlist profile for tests: crash detection well under a second.
-func fastMemberlist(id, tcpAddr string, seeds []string) MemberlistConfig {
-	c := DefaultMemberlistConfig()
+func fastMemberlist(id, tcpAddr string, seeds []string) gossip.Config {
+	c := gossip.DefaultConfig()
 	c.NodeID, c.BindAddr, c.BindPort, c.TransportAddr, c.Seeds = id, "127.0.0.1", 0, tcpAddr, seeds
 	c.SecretKey = testGossipKey
 	c.ProbeInterval, c.ProbeTimeout, c.SuspicionMult = 100*time.Millisecond, 50*time.Millisecond, 2
@@ -43,7 +44,7 @@ func fastMemberlist(id, tcpAddr string, seeds []string) MemberlistConfig {
 func startRealNode(tb testing.TB, id string, seeds []string, mod func(*Config)) *realNode {
 	tb.Helper()
 	n := &realNode{id: id, store: newTestStore(id)}
-	var ml atomic.Pointer[Memberlist]
+	var ml atomic.Pointer[gossip.Memberlist]
 	tc := transport.DefaultTCPConfig()
 	tc.NodeID, tc.ListenAddr, tc.Secret = id, "127.0.0.1:0", testTransportSecret
 	tc.ReconnectMin, tc.ReconnectMax = 20*time.Millisecond, 200*time.Millisecond
@@ -61,7 +62,7 @@ func startRealNode(tb testing.TB, id string, seeds []string, mod func(*Config)) 
 		tb.Fatal(err)
 	}
 	n.tcp = tcp
-	m, err := NewMemberlist(fastMemberlist(id, tcp.Addr(), seeds))
+	m, err := gossip.New(fastMemberlist(id, tcp.Addr(), seeds))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -96,7 +97,11 @@ func startRealNode(tb testing.TB, id string, seeds []string, mod func(*Config)) 
 // stop closes the node; crash skips memberlist's leave broadcast (peers must detect it).
 func (n *realNode) stop(crash bool) {
 	n.r.Close()
-	n.ml.stop(!crash)
+	if crash {
+		_ = n.ml.Kill()
+	} else {
+		_ = n.ml.Close()
+	}
 	n.tcp.Close()
 }
 

@@ -3,6 +3,8 @@ package distro
 import (
 	"fmt"
 	"strconv"
+
+	"github.com/muster-io/muster/distro/membership"
 )
 
 // Kind says what a record's publisher is. It decides ownership: a session record belongs to the
@@ -36,7 +38,7 @@ const (
 	// MaxKeyLen is the longest record key (bytes).
 	MaxKeyLen = 1024
 	// MaxOwnerLen is the longest node ID (bytes).
-	MaxOwnerLen = 256
+	MaxOwnerLen = membership.MaxIDLen
 	// MaxPayloadLen is the largest payload (bytes).
 	MaxPayloadLen = 1 << 20
 	// MaxMessageRecords is the most records a sync or repair message may carry (Config.MaxBatch

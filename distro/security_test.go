@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"go.uber.org/goleak"
 
+	"github.com/muster-io/muster/distro/gossip"
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/transport"
 )
@@ -269,9 +270,9 @@ func TestMemberlistDefaultBindIsLoopback(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real sockets")
 	}
-	c := DefaultMemberlistConfig()
+	c := gossip.DefaultConfig()
 	c.NodeID, c.BindAddr, c.BindPort, c.SecretKey = "lo", "", 0, testGossipKey
-	m, err := NewMemberlist(c)
+	m, err := gossip.New(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,8 +284,8 @@ func TestMemberlistDefaultBindIsLoopback(t *testing.T) {
 	if err != nil || !net.ParseIP(host).IsLoopback() {
 		t.Fatalf("bound %q, want a loopback address", m.BindAddr())
 	}
-	if !strings.HasPrefix(DefaultMemberlistConfig().BindAddr, "127.") {
-		t.Fatalf("DefaultMemberlistConfig().BindAddr = %q", DefaultMemberlistConfig().BindAddr)
+	if !strings.HasPrefix(gossip.DefaultConfig().BindAddr, "127.") {
+		t.Fatalf("gossip.DefaultConfig().BindAddr = %q", gossip.DefaultConfig().BindAddr)
 	}
 }
 
@@ -388,10 +389,10 @@ func TestMemberlistKeyRotation(t *testing.T) {
 		}
 	}
 
-	join := func(id string, key []byte) *Memberlist {
+	join := func(id string, key []byte) *gossip.Memberlist {
 		c := fastMemberlist(id, "", []string{nodes[0].ml.BindAddr()})
 		c.SecretKey, c.RejoinInterval = key, 0
-		m, err := NewMemberlist(c)
+		m, err := gossip.New(c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -415,7 +416,7 @@ func TestMemberlistKeyRotationErrors(t *testing.T) {
 		t.Skip("real sockets")
 	}
 	c := fastMemberlist("kr", "", nil)
-	m, err := NewMemberlist(c)
+	m, err := gossip.New(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,7 +442,7 @@ func TestMemberlistKeyRotationErrors(t *testing.T) {
 
 	ic := fastMemberlist("insecure", "", nil)
 	ic.SecretKey, ic.Insecure = nil, true
-	im, err := NewMemberlist(ic)
+	im, err := gossip.New(ic)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,3 +74,11 @@ type NoneChecker struct{}
 func (NoneChecker) Check(context.Context, Target) Result {
 	return Result{Reason: "check type NONE: not probed"}
 }
+
+// noMySQL is the checker of MYSQL checks when Config.Checkers has none: it
+// says that one is missing.
+type noMySQL struct{}
+
+func (noMySQL) Check(context.Context, Target) Result {
+	return Result{Definite: true, Reason: "no MySQL checker: put one (package health/mysqlcheck) in health.Config.Checkers"}
+}

@@ -23,16 +23,17 @@ type Config struct {
 	// under the scheduler's lock, so any rand.Source works.
 	Rand rand.Source
 
-	// Checkers replaces the checker of a check type (TCP, HTTP, MYSQL). A type that is
-	// absent or nil gets the built-in checker, made from TCP, HTTP or MySQL below, which
-	// the scheduler closes on Close; checkers given here are not closed by it. NONE and
+	// Checkers replaces the checker of a check type (TCP, HTTP, MYSQL). TCP or HTTP absent
+	// or nil gets the built-in checker, made from TCP or HTTP below, which the scheduler
+	// closes on Close; checkers given here are not closed by it. MYSQL has no built-in
+	// checker, so that the scheduler does not link a MySQL driver: package health/mysqlcheck
+	// has one. Without it, a MYSQL check is a definite failure that says so. NONE and
 	// unknown types are never probed.
 	Checkers map[model.CheckType]Checker
-	// TCP, HTTP and MySQL configure the built-in checkers. A nil Clock or Logger in them
-	// means this Config's.
-	TCP   TCPConfig
-	HTTP  HTTPConfig
-	MySQL MySQLConfig
+	// TCP and HTTP configure the built-in checkers. A nil Clock in them means this
+	// Config's.
+	TCP  TCPConfig
+	HTTP HTTPConfig
 
 	// MaxConcurrent bounds the checks running at once; due checks wait their turn, earliest
 	// due first. Default 64.

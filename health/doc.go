@@ -102,7 +102,8 @@
 //     ordinary failure, as it may pass; any other unexpected status is definite (Nacos: all
 //     but 302 and 503). A refused connection is definite, a timeout not. At most 4 KiB of the
 //     body is read, so that the connection can be reused.
-//   - [MySQLChecker] runs Command (default [model.DefaultMySQLCommand]) as User with
+//   - mysqlcheck.Checker (package health/mysqlcheck, so that the scheduler links no MySQL
+//     driver: put it in Config.Checkers; without one a MYSQL check fails and says so) runs Command (default [model.DefaultMySQLCommand]) as User with
 //     Password. With the default command only a writable primary (read_only OFF) is healthy:
 //     a replica fails with "read_only=ON", an ordinary failure. With another command the
 //     instance is healthy iff the command runs without error. An error the server reports (SQL

@@ -116,20 +116,7 @@ func NewScheduler(cfg Config) (*Scheduler, error) {
 	if c := given(model.CheckMySQL); c != nil {
 		s.checkers[kindMySQL] = c
 	} else {
-		mc := cfg.MySQL
-		if mc.Clock == nil {
-			mc.Clock = cfg.Clock
-		}
-		if mc.Logger == nil {
-			mc.Logger = cfg.Logger
-		}
-		c, err := NewMySQLChecker(mc)
-		if err != nil {
-			s.closeOwned()
-			return nil, err
-		}
-		s.checkers[kindMySQL] = c
-		s.owned = append(s.owned, c)
+		s.checkers[kindMySQL] = noMySQL{}
 	}
 	return s, nil
 }

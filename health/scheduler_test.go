@@ -756,54 +756,6 @@ func TestSchedulerCallbackMayCallScheduler(t *testing.T) {
 	}
 }
 
-// End to end on MariaDB, with the real clock and short intervals: read_only=ON turns the
-// primary unhealthy after 3 checks, OFF turns it back after 3.
-func TestSchedulerMySQLReadOnly(t *testing.T) {
-	t.Cleanup(func() { goleak.VerifyNone(t) }) // after mysqlTarget's cleanup
-	tg, admin := mysqlTarget(t)
-	ctx := context.Background()
-	flips := make(chan bool, 4)
-	cfg := DefaultConfig()
-	cfg.FirstIntervalMin, cfg.FirstIntervalMax = 10*time.Millisecond, 20*time.Millisecond
-	cfg.MySQLInterval = Interval{Min: 10 * time.Millisecond, Max: 20 * time.Millisecond, Factor: 0.5}
-	cfg.OnTransition = func(_ model.InstanceKey, healthy bool, _ Status) { flips <- healthy }
-	s, err := NewScheduler(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	k := model.InstanceKey{Service: model.ServiceKey{Name: "db"}, IP: tg.IP, Port: tg.Port}
-	s.Set(k, tg, true)
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	next := func() bool {
-		select {
-		case h := <-flips:
-			return h
-		case <-time.After(10 * time.Second):
-			t.Fatal("no flip in 10s")
-			return false
-		}
-	}
-	if _, err := admin.ExecContext(ctx, "SET GLOBAL read_only=ON"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = admin.ExecContext(ctx, "SET GLOBAL read_only=OFF") })
-	if next() {
-		t.Fatal("flip to healthy on read_only=ON")
-	}
-	if st, _ := s.Status(k); st.Last.Reason != "read_only=ON" || st.ConsecutiveFail < 3 {
-		t.Fatalf("%+v", st)
-	}
-	if _, err := admin.ExecContext(ctx, "SET GLOBAL read_only=OFF"); err != nil {
-		t.Fatal(err)
-	}
-	if !next() {
-		t.Fatal("flip to unhealthy on read_only=OFF")
-	}
-}
-
 // CheckTimeout bounds a checker that ignores its own timeout: the check's ctx ends and its
 // slot is freed.
 func TestSchedulerCheckTimeoutBoundsStuckChecker(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/registry"
 	"github.com/muster-io/muster/registry/registrytest"
@@ -223,5 +224,40 @@ func TestHeartbeatInstanceRegisteredForwarded(t *testing.T) {
 	res, err = via.HeartbeatInstance(ctx, in)
 	if err != nil || res.Registered || res.Interval != 5*time.Second {
 		t.Fatalf("second forwarded beat = %+v, %v; want a renewal, 5s", res, err)
+	}
+}
+
+// TestDeleteTimeoutBelowBeatTimeout: Nacos accepts a delete timeout below the
+// beat timeout; the instance then goes without turning unhealthy first.
+func TestDeleteTimeoutBelowBeatTimeout(t *testing.T) {
+	r := newReg(t)
+	in := inst("s", 1)
+	in.Metadata = model.NewMetadata(map[string]string{model.MetaIPDeleteTimeout: "10000"})
+	mustRegister(t, r, in)
+	r.Advance(10*time.Second - time.Millisecond)
+	if v := all(t, r, "s"); len(v.Instances) != 1 || !v.RealHealthy(0) {
+		t.Fatalf("before 10 s: %+v", v.Instances)
+	}
+	r.Advance(2 * time.Millisecond)
+	if v := all(t, r, "s"); len(v.Instances) != 0 {
+		t.Fatal("not deleted at 10 s")
+	}
+}
+
+// TestSharedClockSettles: with a clock shared by two registries, Advance
+// returns once this registry has handled what passed.
+func TestSharedClockSettles(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(registrytest.Epoch)
+	a := registrytest.New(t, registrytest.Options{Clock: clock})
+	cfg := registry.DefaultConfig()
+	cfg.NodeID = "b"
+	cfg.SweepInterval = time.Hour
+	registrytest.New(t, registrytest.Options{Clock: clock, Config: &cfg})
+	for i := range 100 {
+		mustRegister(t, a, inst("s", i))
+		a.Advance(31 * time.Second)
+		if v := all(t, a, "s"); len(v.Instances) != 0 {
+			t.Fatalf("round %d: the instance is still there right after Advance(31s)", i)
+		}
 	}
 }

@@ -69,14 +69,13 @@ func (r *Registry) syncTargets(s *service) {
 // persistent data is its own (no Raft: standalone, or Distro alone, where
 // persistent data is not replicated and no other node holds it).
 func (r *Registry) probes(key model.InstanceKey) bool {
-	rs, replicated := r.store.(*raftStore)
 	switch {
-	case !replicated:
+	case !r.sharedCP:
 		return true
-	case r.dist != nil:
+	case r.cluster:
 		return r.ownsKey(beatRecordKey(key.IP, key.Port))
 	default:
-		return rs.leader()
+		return r.store.Leader()
 	}
 }
 
@@ -84,13 +83,12 @@ func (r *Registry) probes(key model.InstanceKey) bool {
 // for a Raft store without Distro (see probes). The housekeeper calls it
 // at least every SweepInterval.
 func (r *Registry) checksLeaderChanged() {
-	rs, ok := r.store.(*raftStore)
-	if !ok || r.dist != nil || r.checks == nil {
+	if !r.sharedCP || r.cluster || r.checks == nil {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if l := rs.leader(); l != r.wasLeader {
+	if l := r.store.Leader(); l != r.wasLeader {
 		r.wasLeader = l
 		r.checksMembersChanged()
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/registry"
+	"github.com/muster-io/muster/registry/raftcp"
 	"github.com/muster-io/muster/registry/registrytest"
 )
 
@@ -219,7 +220,11 @@ func TestActiveCheckWriteRetriedWithoutQuorum(t *testing.T) {
 	for {
 		written := true
 		for _, n := range c.Live() {
-			v, _ := n.Query(ctx, model.Query{Service: svcKey("db"), Linearizable: true})
+			v, err := n.Query(ctx, model.Query{Service: svcKey("db"), Linearizable: true})
+			if err != nil { // no leader yet: a linearizable read fails
+				written = false
+				continue
+			}
 			if len(v.Instances) != 1 || v.RealHealthy(0) {
 				written = false
 			}
@@ -314,6 +319,7 @@ func TestActiveCheckRaftLeaderProbes(t *testing.T) {
 		a.Close()
 	}
 	var regs []*registry.Registry
+	var stores []*raftcp.Store
 	defer func() {
 		for _, r := range regs {
 			if r != nil {
@@ -328,7 +334,9 @@ func TestActiveCheckRaftLeaderProbes(t *testing.T) {
 		rc := *raftConfig()
 		rc.ReplicaID, rc.RaftAddress, rc.Dir, rc.InitialMembers = id, members[id], filepath.Join(dir, cfg.NodeID), members
 		rc.Insecure = true // Dragonboat's own TCP transport on loopback
-		cfg.Raft = &rc
+		cp := raftcp.New(rc)
+		cfg.Store = cp.Open
+		stores = append(stores, cp)
 		reg, err := registry.New(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -366,7 +374,7 @@ func TestActiveCheckRaftLeaderProbes(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		p := probers()
-		if len(p) == 1 && regs[p[0]].RaftNode().IsLeader() {
+		if len(p) == 1 && stores[p[0]].Node().IsLeader() {
 			leader = p[0]
 			break
 		}
@@ -381,7 +389,7 @@ func TestActiveCheckRaftLeaderProbes(t *testing.T) {
 	deadline = time.Now().Add(20 * time.Second)
 	for {
 		p := probers()
-		if len(p) == 1 && p[0] != leader && regs[p[0]].RaftNode().IsLeader() {
+		if len(p) == 1 && p[0] != leader && stores[p[0]].Node().IsLeader() {
 			return
 		}
 		if time.Now().After(deadline) {

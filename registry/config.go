@@ -8,9 +8,8 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"github.com/muster-io/muster/distro"
 	"github.com/muster-io/muster/health"
-	"github.com/muster-io/muster/raftstore"
+	"github.com/muster-io/muster/model"
 )
 
 // Config configures a Registry. Start from DefaultConfig. New copies it; the
@@ -23,9 +22,10 @@ type Config struct {
 	// clean-ups. Nil means the real clock. Tests pass a
 	// clockwork.FakeClock and advance it.
 	Clock clockwork.Clock
-	// Logger receives the registry's logs, and those of the Distro,
-	// health and Raft components it starts. The registry tags every line
-	// with node=NodeID, once: do not add it yourself. Nil discards them.
+	// Logger receives the registry's logs, and those of the engines it
+	// builds (Replicator, Store, health checks) unless their configs name
+	// their own. The registry tags every line with node=NodeID, once: do
+	// not add it yourself. Nil discards them.
 	Logger *slog.Logger
 	// Rand is the random source for session IDs and weighted selection. Nil
 	// means a source seeded from crypto/rand. It is used under a lock, so
@@ -49,26 +49,29 @@ type Config struct {
 	// registry. Default 5 s.
 	SweepInterval time.Duration
 
-	// Distro, when set, makes the registry one node of a cluster: its
+	// Replicator, when set, makes the registry one node of a cluster: its
 	// ephemeral data (sessions and beat publishers) is replicated to every
-	// other node, and beat writes for an ip:port owned elsewhere are
-	// forwarded to the owner. Transport and Membership must be set; the
-	// registry sets NodeID, Store, Clock, Logger and Rand. The transport and
-	// the membership stay the caller's: close them after the registry. Nil
-	// means standalone.
-	Distro *distro.Config
+	// other node by the Replicator it builds (Distro builds a
+	// distro.Replicator), and beat writes for an ip:port owned elsewhere
+	// are forwarded to the owner over Transport. Nil means standalone.
+	Replicator ReplicatorFunc
+	// Transport carries forwarded beat writes and handed-over beat leases
+	// between the nodes: required with Replicator, unused without. It stays
+	// the caller's: close it after the registry.
+	Transport Transport
 	// HealthChecks configures the active health checks (TCP, HTTP, MySQL)
 	// of persistent instances; nil turns them off, and persistent instances
-	// then keep the health SetHealth gives them. The registry sets Clock,
-	// Logger, Rand and OnTransition. DefaultConfig turns them on with
-	// health.DefaultConfig (Nacos's timings).
+	// then keep the health SetHealth gives them. A nil Clock, Logger or
+	// Rand in it means the registry's; OnTransition is the registry's and
+	// must be nil. DefaultConfig turns them on with health.DefaultConfig
+	// (Nacos's timings).
 	HealthChecks *health.Config
-	// Raft, when set, keeps persistent data (service definitions,
-	// persistent instances and their health, instance patches) in a Raft
-	// group on disk: see package raftstore. The registry sets Listener,
-	// Logger and Limits. Nil means persistent data lives in this process's
+	// Store, when set, keeps persistent data (service definitions,
+	// persistent instances and their health, instance patches) in the
+	// replicated Store it builds: package registry/raftcp builds a Raft
+	// group on disk. Nil means persistent data lives in this process's
 	// memory only and is lost on Close.
-	Raft *raftstore.Config
+	Store StoreFunc
 	// ServeBeforeReady lets queries and watches answer while the node is
 	// still loading its data from its peers. By default they fail with
 	// ErrNotReady until the load is done, rather than serve partial lists.
@@ -125,12 +128,15 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s must be positive (got %v)", d.name, d.v))
 		}
 	}
-	if c.Distro != nil {
-		if c.Distro.Transport == nil {
-			errs = append(errs, errors.New("Distro.Transport must be set"))
-		}
-		if c.Distro.Membership == nil {
-			errs = append(errs, errors.New("Distro.Membership must be set"))
+	if c.HealthChecks != nil && c.HealthChecks.OnTransition != nil {
+		errs = append(errs, errors.New("HealthChecks.OnTransition must be nil: the registry stores the transitions"))
+	}
+	if c.Replicator == nil && c.Transport != nil {
+		errs = append(errs, errors.New("Transport is only used with Replicator"))
+	}
+	if c.Replicator != nil {
+		if c.Transport == nil {
+			errs = append(errs, errors.New("Transport must be set with Replicator"))
 		}
 		if c.ForwardAttempts < 1 {
 			errs = append(errs, fmt.Errorf("ForwardAttempts must be at least 1 (got %d)", c.ForwardAttempts))
@@ -150,4 +156,21 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return nil
+}
+
+// Env is what the registry hands the engines it builds (ReplicatorFunc,
+// StoreFunc): the values it owns, which an engine takes from here rather
+// than from its own config.
+type Env struct {
+	// NodeID is the registry's node ID.
+	NodeID string
+	// Clock is the registry's clock.
+	Clock clockwork.Clock
+	// Logger is the registry's logger, already tagged node=NodeID.
+	Logger *slog.Logger
+	// Rand is a random source of the engine's own, drawn from the
+	// registry's (nil for the Store, which draws none).
+	Rand rand.Source
+	// Limits are the validation limits of the registry's writes.
+	Limits model.Limits
 }

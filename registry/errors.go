@@ -8,6 +8,9 @@ import "errors"
 var (
 	// ErrClosed: the registry has been closed.
 	ErrClosed = errors.New("registry: closed")
+	// ErrStarted: Start was called a second time (as distro's and node's
+	// ErrStarted).
+	ErrStarted = errors.New("registry: already started")
 	// ErrNotReady: the registry has not started, or is still loading its
 	// data, and does not serve yet.
 	ErrNotReady = errors.New("registry: not ready")
@@ -53,4 +56,9 @@ var (
 	// only sessions publish; nothing was changed. Its session removes it
 	// (Session.Deregister, Session.Close).
 	ErrSessionInstance = errors.New("registry: instance is published by a session")
+	// ErrNoLeader: a write of persistent data could not be committed because
+	// the Store's group has no leader (no quorum) within its bounded wait.
+	// Reads go on from the local copy. The Raft store's errors also match
+	// raftstore.ErrNoLeader.
+	ErrNoLeader = errors.New("registry: no leader")
 )

@@ -143,27 +143,75 @@ func (r *Registry) Owner(ip string, port int) string {
 // beatOwner returns the owner of the beat publisher of ip:port and whether
 // it is this node.
 func (r *Registry) beatOwner(ip string, port int) (string, bool) {
-	if r.dist == nil {
+	if !r.cluster {
 		return r.cfg.NodeID, true
 	}
-	owner := r.dist.Owner(beatRecordKey(ip, port))
+	owner := r.replicator.Owner(beatRecordKey(ip, port))
 	return owner, owner == r.cfg.NodeID
 }
 
-// forward sends req to the owner of ip:port, retrying while ownership is
-// moving. It returns local=true when this node turned out to own the key,
-// and the caller then serves it.
-func (r *Registry) forward(ctx context.Context, ip string, port int, req *fwdRequest) (resp fwdResponse, local bool, err error) {
-	body, err := model.Marshal(req)
-	if err != nil {
-		return resp, false, err
+// endpoint returns the ip:port whose owner serves req.
+func (req *fwdRequest) endpoint() (string, int) {
+	if req.Op == fwdRegister || req.Op == fwdHeartbeatInstance {
+		return req.Inst.IP, req.Inst.Port
 	}
+	return req.Key.IP, req.Key.Port
+}
+
+// beatWrite is the one way a beat write (register, beat, deregister) is
+// carried out: on this node when it owns the write's ip:port (always, when
+// standalone), else forwarded to the owner, which serves it with serveBeat.
+func (r *Registry) beatWrite(ctx context.Context, req *fwdRequest) (BeatResult, error) {
+	if !r.cluster {
+		return r.serveBeat(ctx, req)
+	}
+	return r.forward(ctx, req)
+}
+
+// serveBeat carries out a beat write on its owner, this node: the one
+// table from forwarded operations to what they do.
+func (r *Registry) serveBeat(ctx context.Context, req *fwdRequest) (BeatResult, error) {
+	switch req.Op {
+	case fwdRegister:
+		return BeatResult{}, r.registerOwned(ctx, req.Inst)
+	case fwdHeartbeat:
+		iv, err := r.heartbeatOwned(ctx, req.Key)
+		return BeatResult{Interval: iv}, err
+	case fwdHeartbeatInstance:
+		return r.heartbeatInstanceOwned(ctx, req.Inst)
+	case fwdDeregister:
+		return BeatResult{}, r.deregisterOwned(ctx, req.Key)
+	}
+	return BeatResult{}, &model.ValidationError{Field: "forward.op", Rule: "must be a known operation", Value: fmt.Sprint(req.Op)}
+}
+
+// forward carries out req on the owner of its ip:port: sent there,
+// retrying while ownership is moving, or served here if this node turns
+// out to own it.
+func (r *Registry) forward(ctx context.Context, req *fwdRequest) (BeatResult, error) {
+	if req.Op == fwdHeartbeat {
+		// Checked before it travels (a forward costs far more than the
+		// check); locally, only a miss is checked (see heartbeatOwned).
+		if err := req.Key.WithDefaults().Validate(); err != nil {
+			return BeatResult{}, err
+		}
+	}
+	ip, port := req.endpoint()
+	var body []byte
 	backoff := r.cfg.ForwardBackoff
 	for attempt := 1; ; attempt++ {
 		owner, mine := r.beatOwner(ip, port)
 		if mine {
-			return resp, true, nil
+			return r.serveBeat(ctx, req)
 		}
+		if body == nil {
+			var err error
+			if body, err = r.encodeForward(req); err != nil {
+				return BeatResult{}, err
+			}
+		}
+		var resp fwdResponse
+		r.stats.forwarded.Add(1)
 		// A real-time bound: the network does not follow the registry's clock,
 		// and a peer that went silent must not hold the caller for ever.
 		rctx, cancel := context.WithTimeout(ctx, r.cfg.ForwardTimeout)
@@ -173,7 +221,6 @@ func (r *Registry) forward(ctx context.Context, ip string, port int, req *fwdReq
 		}
 		cancel()
 		if err == nil {
-			resp = fwdResponse{}
 			if err = model.Unmarshal(out, &resp); err == nil {
 				err = resp.err(owner)
 			}
@@ -181,10 +228,11 @@ func (r *Registry) forward(ctx context.Context, ip string, port int, req *fwdReq
 		// An owner that does not count this node as a member yet (it has
 		// just joined) is a membership view that differs too: retry.
 		if err == nil || !errors.Is(err, errNotOwner) && !errors.Is(err, ErrNotMember) && !errors.Is(err, transport.ErrUnreachable) {
-			return resp, false, err
+			return BeatResult{Interval: resp.Interval, Registered: resp.Registered}, err
 		}
+		r.stats.forwardFailures.Add(1)
 		if attempt >= r.cfg.ForwardAttempts {
-			return resp, false, fmt.Errorf("%w: forwarding to %s: %w", ErrUnavailable, owner, err)
+			return BeatResult{}, fmt.Errorf("%w: forwarding to %s: %w", ErrUnavailable, owner, err)
 		}
 		if errors.Is(err, transport.ErrUnreachable) {
 			// Until the membership declares the owner dead, waiting does not
@@ -193,18 +241,26 @@ func (r *Registry) forward(ctx context.Context, ip string, port int, req *fwdReq
 			if next, _ := r.beatOwner(ip, port); next != owner {
 				continue
 			}
-			return resp, false, fmt.Errorf("%w: forwarding to %s: %w", ErrUnavailable, owner, err)
+			return BeatResult{}, fmt.Errorf("%w: forwarding to %s: %w", ErrUnavailable, owner, err)
 		}
 		r.log.Debug("forward failed; retrying", "owner", owner, "attempt", attempt, "err", err)
 		select {
 		case <-r.clock.After(backoff):
 		case <-ctx.Done():
-			return resp, false, ctx.Err()
+			return BeatResult{}, ctx.Err()
 		case <-r.stop:
-			return resp, false, ErrClosed
+			return BeatResult{}, ErrClosed
 		}
 		backoff *= 2
 	}
+}
+
+// encodeForward encodes a forwarded write. It takes a copy of req, which
+// escapes to the encoder, so that only a forwarded write puts its request
+// on the heap.
+func (r *Registry) encodeForward(req *fwdRequest) ([]byte, error) {
+	c := *req
+	return model.Marshal(&c)
 }
 
 // serveForward handles a write forwarded by another node. Only a current
@@ -219,6 +275,7 @@ func (r *Registry) serveForward(ctx context.Context, from string, body []byte) (
 		r.log.Warn("refusing a forwarded write from a non-member", "from", from)
 		err = fmt.Errorf("%w: %q may not forward writes to %s", ErrNotMember, from, r.cfg.NodeID)
 	} else if err = model.Unmarshal(body, &req); err == nil {
+		r.stats.served.Add(1)
 		var res BeatResult
 		res, err = r.forwarded(ctx, &req)
 		resp.Interval, resp.Registered = res.Interval, res.Registered
@@ -230,38 +287,27 @@ func (r *Registry) serveForward(ctx context.Context, from string, body []byte) (
 	return model.Marshal(&resp)
 }
 
-// forwarded serves one forwarded write, if this node owns its key.
+// forwarded serves one forwarded write, if this node owns its key. A
+// peer's register is checked as Register checks its caller's instance;
+// the other operations check what they are given themselves.
 func (r *Registry) forwarded(ctx context.Context, req *fwdRequest) (BeatResult, error) {
-	ip, port := req.Key.IP, req.Key.Port
-	if req.Op == fwdRegister || req.Op == fwdHeartbeatInstance {
-		ip, port = req.Inst.IP, req.Inst.Port
-	}
-	if _, mine := r.beatOwner(ip, port); !mine {
+	if _, mine := r.beatOwner(req.endpoint()); !mine {
 		return BeatResult{}, errNotOwner
 	}
-	switch req.Op {
-	case fwdRegister:
-		inst := req.Inst.WithDefaults()
-		if !inst.Ephemeral {
+	if req.Op == fwdRegister {
+		req.Inst = req.Inst.WithDefaults()
+		if !req.Inst.Ephemeral {
 			return BeatResult{}, &model.ValidationError{Field: "instance.ephemeral", Rule: "must be true for a beat instance"}
 		}
-		if err := r.validInstance(&inst); err != nil {
+		if err := r.validInstance(&req.Inst); err != nil {
 			return BeatResult{}, err
 		}
-		return BeatResult{}, r.registerEphemeral(ctx, inst)
-	case fwdHeartbeat:
-		iv, err := r.heartbeatLocal(ctx, req.Key)
-		return BeatResult{Interval: iv}, err
-	case fwdHeartbeatInstance:
-		return r.heartbeatInstanceLocal(ctx, req.Inst)
-	case fwdDeregister:
-		return BeatResult{}, r.deregisterEphemeral(ctx, req.Key)
 	}
-	return BeatResult{}, &model.ValidationError{Field: "forward.op", Rule: "must be a known operation", Value: fmt.Sprint(req.Op)}
+	return r.serveBeat(ctx, req)
 }
 
 // isMember reports whether node is a current member of the cluster, other
 // than this node, in the replicator's view (the one ownership follows).
 func (r *Registry) isMember(node string) bool {
-	return node != r.cfg.NodeID && slices.Contains(r.dist.Members(), node)
+	return node != r.cfg.NodeID && slices.Contains(r.replicator.Members(), node)
 }

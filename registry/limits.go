@@ -18,13 +18,10 @@ import (
 // zero field means its default (DefaultLimits); a negative one is invalid.
 //
 // The defaults are meant never to be reached by a real deployment by
-// accident. The costs given per field are the heap one unit holds, measured
-// on amd64 by BenchmarkLimitCosts at the largest names and metadata the
-// default rules and limits allow (the worst a hostile client can choose);
-// typical ones cost a tenth to a third of that. At the defaults, the worst
-// case is dominated by MaxInstances: about 5 GiB at the largest names and
-// metadata (up to 3 KiB more per instance when the metadata is in 4-byte
-// characters), 0.5 GiB with typical ones; lower it on a smaller host.
+// accident. What one unit of each costs in memory, at typical sizes and at
+// the largest names and metadata the rules allow, is measured by
+// BenchmarkLimitCosts and listed in docs/security.md; at the defaults the
+// worst case is dominated by MaxInstances: lower it on a smaller host.
 //
 // In a cluster, every node must be configured with the same limits: a
 // replicated publisher is refused whole by a node whose per-publisher caps
@@ -51,9 +48,8 @@ type Limits struct {
 	MaxMetadataEntries int
 
 	// MaxSessions caps the sessions open on this node (default 100,000;
-	// 0.3 KiB each, empty, without a TTL or labels; its labels add up to
-	// one metadata set's worth). Sessions of other nodes, replicated here,
-	// count on their own node.
+	// a session's labels add up to one metadata set's worth). Sessions of
+	// other nodes, replicated here, count on their own node.
 	MaxSessions int
 	// MaxInstancesPerSession caps the instances one session publishes
 	// (default 1,000). It also bounds a replicated session record: one from
@@ -68,13 +64,10 @@ type Limits struct {
 	// or persistent (default 10,000).
 	MaxInstancesPerService int
 	// MaxInstances caps the instances the registry holds in all (default
-	// 1,000,000; a beat instance with its publisher and lease holds 5.0 KiB
-	// at a 253-byte host name, every name at its limit and 64 metadata
-	// entries of 1,024 characters in all, 0.5 KiB with three short entries).
+	// 1,000,000).
 	MaxInstances int
 	// MaxServices caps the services the registry holds in all, defined or
-	// implicit (default 200,000; 1.0 KiB each at every name-length limit,
-	// with no instance).
+	// implicit (default 200,000).
 	MaxServices int
 	// MaxServicesPerNamespace caps the services of one namespace (default
 	// 100,000).
@@ -83,9 +76,9 @@ type Limits struct {
 	// 1,000).
 	MaxNamespaces int
 	// MaxWatchers caps the open watchers of this node, of Watch and
-	// WatchServices together (default 100,000; 1.6 KiB each, each on a
-	// service of its own with every name at its limit). Watchers of one query share their views: a host that serves
-	// many subscribers of one service can give them one watcher.
+	// WatchServices together (default 100,000). Watchers of one query
+	// share their views: a host that serves many subscribers of one
+	// service can give them one watcher.
 	MaxWatchers int
 }
 

@@ -24,7 +24,8 @@ type publisher struct {
 	port    uint16     // beat publishers
 	kind    pubKind
 	closed  bool
-	remote  bool // owned by another node: a replica (see replicate.go)
+	remote  bool       // owned by another node: a replica (see replicate.go)
+	repl    *replState // sessions in a cluster: per-instance replication (delta.go)
 }
 
 // beatPub returns the beat publisher of ip:port, or nil. Beat publishers are
@@ -116,8 +117,17 @@ func (r *Registry) publish(pub *publisher, inst model.Instance, limited bool) (*
 	}
 	if found {
 		if pi := s.slots[i].publication(pub); pi != nil {
+			// issue 15: the same instance again changes nothing; a
+			// publication that is not the one served changes no view.
+			if pi.inst.sameInstance(&inst) {
+				return pi, nil
+			}
+			served := s.slots[i].current() == pi.inst
 			pi.inst = newRec(&inst)
-			r.changed(s)
+			if served {
+				r.changed(s)
+			}
+			r.notePublished(pub, pi)
 			return pi, nil
 		}
 	}
@@ -138,6 +148,7 @@ func (r *Registry) publish(pub *publisher, inst model.Instance, limited bool) (*
 		sl = r.insertSlot(s, i)
 	}
 	born := !sl.live()
+	prev := sl.current() // issue 15: what the view shows before
 	pi := &pubInst{pub: pub, slot: sl, inst: stored}
 	pub.insts = append(pub.insts, pi)
 	if len(sl.pubs) == 0 {
@@ -150,7 +161,12 @@ func (r *Registry) publish(pub *publisher, inst model.Instance, limited bool) (*
 	if born {
 		r.slotBorn(sl)
 	}
-	r.changed(s)
+	// issue 15: another publisher of a key, with the same instance, changes
+	// no view.
+	if born || sl.current() == stored && !stored.equal(prev) {
+		r.changed(s)
+	}
+	r.notePublished(pub, pi)
 	return pi, nil
 }
 
@@ -168,6 +184,7 @@ func (sl *slot) publication(pub *publisher) *pubInst {
 // its publisher's list (a caller removing them all skips that). The caller
 // drops the publication's lease, if any.
 func (r *Registry) unpublish(pi *pubInst, detach bool) {
+	r.noteUnpublished(pi) // issue 15: per-instance replication (delta.go)
 	sl := pi.slot
 	if i := slices.Index(sl.pubs, pi); i >= 0 {
 		sl.pubs = slices.Delete(sl.pubs, i, i+1)
@@ -197,23 +214,23 @@ func (r *Registry) replaceInst(pi *pubInst, next *rec) {
 // re-registration also renews its lease. It fails with ErrKindMismatch when
 // the service is of the other kind, and with an error matching
 // model.ErrInvalid when inst is invalid.
-func (r *Registry) Register(ctx context.Context, inst model.Instance) error {
+func (r *Registry) Register(ctx context.Context, inst model.Instance) (err error) {
+	defer r.stats.op(OpRegister, &err)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	inst = inst.WithDefaults()
+	if inst.Ephemeral && !r.cluster && r.renewUnchangedBeat(&inst) {
+		return nil // issue 15: the same instance again only renews its lease (delta.go)
+	}
 	if err := r.validInstance(&inst); err != nil {
 		return err
 	}
 	if !inst.Ephemeral {
 		return r.store.Apply(ctx, &command{op: opPutInstance, inst: inst})
 	}
-	if r.dist != nil {
-		if _, local, err := r.forward(ctx, inst.IP, inst.Port, &fwdRequest{Op: fwdRegister, Inst: inst}); !local {
-			return err
-		}
-	}
-	return r.registerEphemeral(ctx, inst)
+	_, err = r.beatWrite(ctx, &fwdRequest{Op: fwdRegister, Inst: inst})
+	return err
 }
 
 // checkBeatWrite reports whether this node takes beat writes: in cluster
@@ -221,15 +238,15 @@ func (r *Registry) Register(ctx context.Context, inst model.Instance) error {
 // know the publisher of an ip:port it owns (its previous run's record, held
 // by the peers), and a write would give it a second, conflicting history.
 func (r *Registry) checkBeatWrite() error {
-	if r.dist != nil && !r.dist.Ready() {
+	if !r.replicator.Ready() {
 		return fmt.Errorf("%w: loading the cluster's records", ErrNotReady)
 	}
 	return nil
 }
 
-// registerEphemeral registers a beat instance this node owns. inst is
-// valid, ephemeral and has its defaults.
-func (r *Registry) registerEphemeral(ctx context.Context, inst model.Instance) error {
+// registerOwned is Register of a beat instance on its owner, this node.
+// inst is valid, ephemeral and has its defaults.
+func (r *Registry) registerOwned(ctx context.Context, inst model.Instance) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -249,7 +266,10 @@ func (r *Registry) registerEphemeral(ctx context.Context, inst model.Instance) e
 // ip:port and (re)starts its lease. The caller holds mu.
 func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
 	pub := r.beatPub(inst.IP, inst.Port)
-	if pub == nil && r.dist != nil {
+	if pi := r.renewIfUnchanged(pub, &inst); pi != nil {
+		return pi, nil // issue 15: the same instance again only renews its lease
+	}
+	if pub == nil && r.cluster {
 		// A copy of another node's publisher: this node owns it now.
 		if rp := r.remote[beatRecordKey(inst.IP, inst.Port)]; rp != nil {
 			// Checked first: a refused write leaves the copy as it is.
@@ -263,7 +283,7 @@ func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
 	fresh := pub == nil
 	if fresh {
 		pub = &publisher{kind: pubBeat, port: uint16(inst.Port)}
-		if r.dist != nil {
+		if r.cluster {
 			// A replicated publisher needs its key after its last instance
 			// has gone (for the tombstone); a standalone one saves the string.
 			pub.id = model.Endpoint(inst.IP, inst.Port)
@@ -295,22 +315,15 @@ func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
 // not parse, a port out of range) fails with an error matching
 // model.ErrInvalid that names the field.
 func (r *Registry) Heartbeat(ctx context.Context, key model.InstanceKey) (time.Duration, error) {
-	if r.dist != nil {
-		// Checked before it travels (a forward costs far more than the
-		// check); locally, only a miss is checked (see heartbeatLocal).
-		if err := key.WithDefaults().Validate(); err != nil {
-			return 0, err
-		}
-		resp, local, err := r.forward(ctx, key.IP, key.Port, &fwdRequest{Op: fwdHeartbeat, Key: key})
-		if !local {
-			return resp.Interval, err
-		}
+	res, err := r.beatWrite(ctx, &fwdRequest{Op: fwdHeartbeat, Key: key})
+	if err != nil {
+		r.stats.fail(OpHeartbeat, err) // the calls count where they are served (heartbeatOwned)
 	}
-	return r.heartbeatLocal(ctx, key)
+	return res.Interval, err
 }
 
-// heartbeatLocal is Heartbeat on the owner.
-func (r *Registry) heartbeatLocal(ctx context.Context, key model.InstanceKey) (time.Duration, error) {
+// heartbeatOwned is Heartbeat on the owner, this node.
+func (r *Registry) heartbeatOwned(ctx context.Context, key model.InstanceKey) (time.Duration, error) {
 	if err := r.checkBeatWrite(); err != nil {
 		return 0, err
 	}
@@ -321,11 +334,12 @@ func (r *Registry) heartbeatLocal(ctx context.Context, key model.InstanceKey) (t
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.beatsServed++
 	if err := r.checkWrite(); err != nil {
 		return 0, err
 	}
 	pi := r.beatPubInst(key.IP, key.Port, cluster, svc)
-	if pi == nil && r.dist != nil {
+	if pi == nil && r.cluster {
 		// A copy of another node's publisher that this node owns now, its
 		// adoption still on the way: take it over here.
 		if rp := r.remote[beatRecordKey(key.IP, key.Port)]; rp != nil {
@@ -367,22 +381,21 @@ type BeatResult struct {
 // matching model.ErrInvalid for an invalid one, and with ErrLimit past a
 // limit; a beat that renews a lease is never refused by the limits.
 func (r *Registry) HeartbeatInstance(ctx context.Context, inst model.Instance) (BeatResult, error) {
-	if r.dist != nil {
-		resp, local, err := r.forward(ctx, inst.IP, inst.Port, &fwdRequest{Op: fwdHeartbeatInstance, Inst: inst})
-		if !local {
-			return BeatResult{Interval: resp.Interval, Registered: resp.Registered}, err
-		}
+	res, err := r.beatWrite(ctx, &fwdRequest{Op: fwdHeartbeatInstance, Inst: inst})
+	if err != nil {
+		r.stats.fail(OpHeartbeat, err)
 	}
-	return r.heartbeatInstanceLocal(ctx, inst)
+	return res, err
 }
 
-// heartbeatInstanceLocal is HeartbeatInstance on the owner.
-func (r *Registry) heartbeatInstanceLocal(ctx context.Context, inst model.Instance) (BeatResult, error) {
+// heartbeatInstanceOwned is HeartbeatInstance on the owner, this node.
+func (r *Registry) heartbeatInstanceOwned(ctx context.Context, inst model.Instance) (BeatResult, error) {
 	if err := r.checkBeatWrite(); err != nil {
 		return BeatResult{}, err
 	}
 	inst = inst.WithDefaults()
 	r.mu.Lock()
+	r.beatsServed++
 	if err := r.checkWrite(); err != nil {
 		r.mu.Unlock()
 		return BeatResult{}, err
@@ -446,7 +459,8 @@ func (r *Registry) touchBeat(pi *pubInst) {
 // removed through their session). Removing an instance that is not there is
 // not an error; removing one that only sessions publish fails with
 // ErrSessionInstance and changes nothing.
-func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) error {
+func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) (err error) {
+	defer r.stats.op(OpDeregister, &err)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -468,10 +482,10 @@ func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) error 
 		// goes where the instance would be: the Raft store, and the owner of
 		// its ip:port. Both are idempotent.
 		var errs []error
-		if _, replicated := r.store.(*raftStore); replicated {
+		if r.sharedCP {
 			errs = append(errs, r.store.Apply(ctx, &command{op: opDeleteInstance, key: key}))
 		}
-		if r.dist != nil {
+		if r.cluster {
 			errs = append(errs, r.deregisterBeat(ctx, key))
 		}
 		return errors.Join(errs...)
@@ -484,16 +498,13 @@ func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) error 
 
 // deregisterBeat removes a beat instance through its owner.
 func (r *Registry) deregisterBeat(ctx context.Context, key model.InstanceKey) error {
-	if r.dist != nil {
-		if _, local, err := r.forward(ctx, key.IP, key.Port, &fwdRequest{Op: fwdDeregister, Key: key}); !local {
-			return err
-		}
-	}
-	return r.deregisterEphemeral(ctx, key)
+	_, err := r.beatWrite(ctx, &fwdRequest{Op: fwdDeregister, Key: key})
+	return err
 }
 
-// deregisterEphemeral removes a beat instance this node owns.
-func (r *Registry) deregisterEphemeral(ctx context.Context, key model.InstanceKey) error {
+// deregisterOwned is Deregister of a beat instance on its owner, this
+// node.
+func (r *Registry) deregisterOwned(ctx context.Context, key model.InstanceKey) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}

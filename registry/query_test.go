@@ -279,3 +279,19 @@ func TestQuerySnapshotFreshness(t *testing.T) {
 		}
 	}
 }
+
+func TestQueryEmptyClusterNameIsDefault(t *testing.T) {
+	r := newReg(t)
+	mustRegister(t, r, inst("c", 1))
+	if v := query(t, r, model.Query{Service: svcKey("c"), Clusters: []string{""}}); len(v.Instances) != 1 {
+		t.Fatalf("Clusters [\"\"]: %d instances, want 1", len(v.Instances))
+	}
+	w, err := r.Watch(ctx, model.Query{Service: svcKey("c"), Clusters: []string{""}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if u := next(t, w); len(u.View.Instances) != 1 {
+		t.Fatalf("watch of Clusters [\"\"]: %d instances", len(u.View.Instances))
+	}
+}

@@ -6,40 +6,24 @@ import (
 	"fmt"
 
 	"github.com/muster-io/muster/model"
-	"github.com/muster-io/muster/raftstore"
 )
 
-// CP data through Raft. With Config.Raft set, every write of persistent data
-// is proposed to the raftstore node; the state machine decides it on every
-// replica alike, and its change feed (raftListener) mirrors each applied
-// command into this node's index, so queries and watches on every node see
-// it. Propose returns once the command has been applied here, so a write
-// is visible in this node's queries when the call returns.
-
-// ErrNoLeader: a write of persistent data could not be committed because
-// the Raft group has no leader (no quorum) within the bounded wait. Reads
-// go on from the local copy.
-var ErrNoLeader = raftstore.ErrNoLeader
-
-// RaftNode returns the registry's Raft replica, or nil when persistent data
-// is not in Raft. Use it for cluster operations (AddReplica, RemoveReplica,
-// Info, Leader); writing through it bypasses the registry's checks of
-// ephemeral data, though every node's index still follows what it applies.
-func (r *Registry) RaftNode() *raftstore.Node {
-	if rs, ok := r.store.(*raftStore); ok {
-		return rs.node
-	}
-	return nil
-}
+// CP data in a replicated Store (Raft: package registry/raftcp). With
+// Config.Store set, every write of persistent data is proposed to the
+// Store; its rules decide it on every replica alike, and its change feed
+// (storeFeed) mirrors each applied command into this node's index, so
+// queries and watches on every node see it. Propose returns once the
+// command has been applied here, so a write is visible in this node's
+// queries when the call returns.
 
 // errNotLeader: a clean-up that only the Raft leader proposes was asked of
 // another node; it counts down again.
 var errNotLeader = errors.New("registry: not the raft leader")
 
-// raftStore is the replicated store.
+// raftStore is the replicated store: the registry's side of a Store.
 type raftStore struct {
-	r    *Registry
-	node *raftstore.Node
+	r  *Registry
+	cp Store
 }
 
 func (s *raftStore) Apply(ctx context.Context, cmd *command) error {
@@ -51,7 +35,7 @@ func (s *raftStore) Apply(ctx context.Context, cmd *command) error {
 		// This node's index may lag the log (a delete committed through
 		// another node a moment ago): check again once it has applied
 		// everything committed so far. Only refusals pay for the barrier.
-		if berr := s.node.Barrier(ctx); berr == nil {
+		if berr := s.cp.Barrier(ctx); berr == nil {
 			rc, err = s.prepare(cmd)
 		}
 	}
@@ -61,68 +45,68 @@ func (s *raftStore) Apply(ctx context.Context, cmd *command) error {
 		}
 		return err
 	}
-	res, err := s.node.Propose(ctx, rc)
+	rejected, err := s.cp.Propose(ctx, rc)
 	if err != nil {
-		if errors.Is(err, raftstore.ErrClosed) {
+		if errors.Is(err, ErrClosed) {
 			return ErrClosed
 		}
 		return fmt.Errorf("registry: %w", err)
 	}
-	if res.Rejected != nil {
-		return rejection(res.Rejected)
-	}
-	return nil
+	return rejected
 }
 
 // prepare checks cmd against this node's index (the rules that involve
 // ephemeral data can only be checked here) and converts it.
-func (s *raftStore) prepare(cmd *command) (raftstore.Command, error) {
+func (s *raftStore) prepare(cmd *command) (StoreCommand, error) {
 	r := s.r
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if err := r.checkWrite(); err != nil {
-		return raftstore.Command{}, err
+		return StoreCommand{}, err
 	}
 	if err := r.checkLocked(cmd); err != nil {
-		return raftstore.Command{}, err
+		return StoreCommand{}, err
 	}
-	rc := raftstore.Command{Healthy: cmd.healthy}
+	rc := StoreCommand{Healthy: cmd.healthy}
 	switch cmd.op {
 	case opCreateService:
-		rc.Op, rc.Service = raftstore.OpCreateService, cmd.service
+		rc.Op, rc.Service = StoreCreateService, cmd.service
 	case opUpdateService:
-		rc.Op, rc.Service = raftstore.OpUpdateService, cmd.service
+		rc.Op, rc.Service = StoreUpdateService, cmd.service
 		// A service that exists here only through its ephemeral instances
 		// has no record in the state machine: the update creates it.
 		rc.Upsert = true
 	case opDeleteService:
-		rc.Op, rc.SvcKey = raftstore.OpDeleteService, cmd.skey
+		rc.Op, rc.SvcKey = StoreDeleteService, cmd.skey
 		if svc := r.services[cmd.skey]; svc != nil && svc.def == nil && svc.ephemeral {
 			// Nothing stored: the implicit service goes when it is empty.
 			return rc, errSkip
 		}
 	case opPutInstance:
-		rc.Op, rc.Instance = raftstore.OpPutInstance, cmd.inst
+		rc.Op, rc.Instance = StorePutInstance, cmd.inst
 	case opDeleteInstance:
-		rc.Op, rc.Key = raftstore.OpDeleteInstance, cmd.key
+		rc.Op, rc.Key = StoreDeleteInstance, cmd.key
 	case opPatchInstance:
-		rc.Op, rc.Patch = raftstore.OpPatchInstance, cmd.patch
+		rc.Op, rc.Patch = StorePatchInstance, cmd.patch
 	case opRemovePatch:
-		rc.Op, rc.Key = raftstore.OpRemovePatch, cmd.key
-		if cmd.expiry && !s.leader() {
+		rc.Op, rc.Key = StoreRemovePatch, cmd.key
+		if cmd.expiry && !s.Leader() {
 			return rc, errNotLeader // every node counts down; the leader proposes
 		}
 	case opSetHealth:
-		rc.Op, rc.Key = raftstore.OpSetHealth, cmd.key
+		rc.Op, rc.Key = StoreSetHealth, cmd.key
 	default:
 		return rc, fmt.Errorf("registry: unknown command %d", cmd.op)
 	}
 	return rc, nil
 }
 
-func (s *raftStore) leader() bool { return s.node.IsLeader() }
+func (s *raftStore) Leader() bool { return s.cp.IsLeader() }
 
-func (s *raftStore) Close() error { return s.node.Close() }
+func (s *raftStore) Start(ctx context.Context) error     { return s.cp.Start(ctx) }
+func (s *raftStore) WaitReady(ctx context.Context) error { return s.cp.WaitReady(ctx) }
+func (s *raftStore) Barrier(ctx context.Context) error   { return s.cp.Barrier(ctx) }
+func (s *raftStore) Close() error                        { return s.cp.Close() }
 
 // refusedByIndex reports whether err is a state rule's refusal, which a
 // lagging index may have caused.
@@ -135,74 +119,53 @@ func refusedByIndex(err error) bool {
 	return false
 }
 
-// rejection maps a state machine's rejection to the registry's errors.
-func rejection(err error) error {
-	var base error
-	switch {
-	case errors.Is(err, raftstore.ErrServiceExists):
-		base = ErrServiceExists
-	case errors.Is(err, raftstore.ErrServiceNotFound), errors.Is(err, raftstore.ErrInstanceNotFound):
-		base = ErrNotFound
-	case errors.Is(err, raftstore.ErrServiceNotEmpty):
-		base = ErrServiceNotEmpty
-	case errors.Is(err, raftstore.ErrKindMismatch):
-		base = ErrKindMismatch
-	default:
-		return err
-	}
-	return fmt.Errorf("%w: %w", base, err)
-}
-
-// fromRaft converts an applied raftstore command.
-func fromRaft(rc *raftstore.Command) command {
+// fromRaft converts a command the Store applied.
+func fromRaft(rc *StoreCommand) command {
 	cmd := command{healthy: rc.Healthy, checked: true}
 	switch rc.Op {
-	case raftstore.OpCreateService:
+	case StoreCreateService:
 		cmd.op, cmd.service = opCreateService, rc.Service.WithDefaults()
-	case raftstore.OpUpdateService:
+	case StoreUpdateService:
 		cmd.op, cmd.service = opUpdateService, rc.Service.WithDefaults()
-	case raftstore.OpDeleteService:
+	case StoreDeleteService:
 		cmd.op, cmd.skey = opDeleteService, rc.SvcKey.WithDefaults()
-	case raftstore.OpPutInstance:
+	case StorePutInstance:
 		cmd.op, cmd.inst = opPutInstance, rc.Instance.WithDefaults()
-	case raftstore.OpDeleteInstance:
+	case StoreDeleteInstance:
 		cmd.op, cmd.key = opDeleteInstance, rc.Key.WithDefaults()
-	case raftstore.OpPatchInstance:
+	case StorePatchInstance:
 		cmd.op, cmd.patch = opPatchInstance, rc.Patch
 		cmd.patch.Key = cmd.patch.Key.WithDefaults()
-	case raftstore.OpRemovePatch:
+	case StoreRemovePatch:
 		cmd.op, cmd.key = opRemovePatch, rc.Key.WithDefaults()
-	case raftstore.OpSetHealth:
+	case StoreSetHealth:
 		cmd.op, cmd.key = opSetHealth, rc.Key.WithDefaults()
 	}
 	return cmd
 }
 
-// raftListener mirrors the state machine into the index.
-type raftListener struct{ r *Registry }
+// storeFeed mirrors the Store's applied commands into the index.
+type storeFeed struct{ r *Registry }
 
-var _ raftstore.Listener = raftListener{}
+var _ StoreFeed = storeFeed{}
 
 // Applied mirrors committed commands, in log order.
-func (l raftListener) Applied(changes []raftstore.Change) {
+func (l storeFeed) Applied(cmds []StoreCommand) {
 	r := l.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.state.Load() == stateClosed {
 		return
 	}
-	for i := range changes {
-		if changes[i].Rejected != nil {
-			continue
-		}
-		cmd := fromRaft(&changes[i].Cmd)
+	for i := range cmds {
+		cmd := fromRaft(&cmds[i])
 		r.mirrorLocked(&cmd)
 	}
 }
 
 // Reset replaces the index's CP data with st: on start, from disk, and
 // after a snapshot was installed.
-func (l raftListener) Reset(st raftstore.State) {
+func (l storeFeed) Reset(st StoreState) {
 	r := l.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -257,11 +220,10 @@ func (l raftListener) Reset(st raftstore.State) {
 // barrier waits until this node has applied every persistent write
 // committed before it was called.
 func (r *Registry) barrier(ctx context.Context) error {
-	rs, ok := r.store.(*raftStore)
-	if !ok {
+	if !r.sharedCP {
 		return ctx.Err()
 	}
-	if err := rs.node.Barrier(ctx); err != nil {
+	if err := r.store.Barrier(ctx); err != nil {
 		return fmt.Errorf("registry: linearizable read: %w", err)
 	}
 	return nil

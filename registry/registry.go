@@ -13,12 +13,9 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"github.com/muster-io/muster/distro"
 	"github.com/muster-io/muster/health"
 	"github.com/muster-io/muster/internal/logx"
 	"github.com/muster-io/muster/model"
-	"github.com/muster-io/muster/raftstore"
-	"github.com/muster-io/muster/transport"
 )
 
 // lifecycle states.
@@ -38,9 +35,15 @@ type Registry struct {
 	log   *slog.Logger
 	store store
 
-	// Cluster mode (nil when standalone); see replicate.go and forward.go.
-	dist  *distro.Replicator
-	trans transport.Transport
+	// The mode, fixed by New. cluster: ephemeral data is replicated
+	// (Config.Replicator), and a beat publisher is owned by the
+	// rendezvous-hash owner of its ip:port; see replicate.go and
+	// forward.go. sharedCP: persistent data is in a replicated Store
+	// (Config.Store), whose leader proposes clean-ups; see raft.go.
+	cluster    bool
+	sharedCP   bool
+	replicator Replicator // solo when standalone
+	trans      Transport  // nil when standalone
 
 	serving atomic.Bool // queries are answered (ready, or ServeBeforeReady)
 
@@ -94,6 +97,9 @@ type Registry struct {
 	wg       sync.WaitGroup
 	closeErr error
 	closeMu  sync.Mutex
+
+	stats       *stats // counters for Stats, written without mu
+	beatsServed uint64 // heartbeats served as the owner, for Stats; guarded by mu
 }
 
 // New validates cfg and returns a registry that is not started yet.
@@ -131,26 +137,34 @@ func New(cfg Config) (*Registry, error) {
 	r.rand = rand.New(src)
 	r.quota.nsServices = make(map[string]int)
 	r.store = &memStore{r: r}
+	r.replicator = solo{id: cfg.NodeID}
 	r.watch.init()
-	if cfg.Distro != nil {
-		dc := *cfg.Distro
-		dc.NodeID = cfg.NodeID
-		dc.Store = distroStore{r}
-		dc.Clock = r.clock
-		dc.Logger = r.log
-		dc.Rand = rand.NewPCG(r.rand.Uint64(), r.rand.Uint64())
-		d, err := distro.New(dc)
+	r.stats = newStats()
+	env := Env{NodeID: cfg.NodeID, Clock: r.clock, Logger: r.log, Limits: r.lim.model()}
+	if cfg.Replicator != nil {
+		renv := env
+		renv.Rand = rand.NewPCG(r.rand.Uint64(), r.rand.Uint64())
+		d, err := cfg.Replicator(renv, distroStore{r})
+		if err == nil && d == nil {
+			err = errors.New("Config.Replicator returned no replicator")
+		}
 		if err != nil {
 			return nil, fmt.Errorf("registry: %w", err)
 		}
-		r.dist = d
-		r.trans = dc.Transport
+		r.cluster, r.replicator, r.trans = true, d, cfg.Transport
 	}
 	if cfg.HealthChecks != nil {
 		hc := *cfg.HealthChecks
-		hc.Clock = r.clock
-		hc.Logger = r.log
-		hc.Rand = rand.NewPCG(r.rand.Uint64(), r.rand.Uint64())
+		hrand := rand.NewPCG(r.rand.Uint64(), r.rand.Uint64())
+		if hc.Clock == nil {
+			hc.Clock = r.clock
+		}
+		if hc.Logger == nil {
+			hc.Logger = r.log
+		}
+		if hc.Rand == nil {
+			hc.Rand = hrand
+		}
 		hc.OnTransition = r.onTransition
 		sched, err := health.NewScheduler(hc)
 		if err != nil {
@@ -160,16 +174,17 @@ func New(cfg Config) (*Registry, error) {
 		r.hw.pending = make(map[model.InstanceKey]bool)
 		r.hw.wake = make(chan struct{}, 1)
 	}
-	if cfg.Raft != nil {
-		rc := *cfg.Raft
-		rc.Listener = raftListener{r}
-		rc.Logger = r.log
-		rc.Limits = r.lim.model()
-		node, err := raftstore.New(rc)
+	if cfg.Store != nil {
+		cp, err := cfg.Store(env, storeFeed{r})
+		if err == nil && cp == nil {
+			err = errors.New("Config.Store returned no store")
+		}
 		if err != nil {
+			_ = r.replicator.Close()
 			return nil, fmt.Errorf("registry: %w", err)
 		}
-		r.store = &raftStore{r: r, node: node}
+		r.sharedCP = true
+		r.store = &raftStore{r: r, cp: cp}
 	}
 	return r, nil
 }
@@ -186,7 +201,7 @@ func (r *Registry) Start(ctx context.Context) error {
 	switch r.state.Load() {
 	case stateRunning:
 		r.mu.Unlock()
-		return fmt.Errorf("registry: already started")
+		return ErrStarted
 	case stateClosed:
 		r.mu.Unlock()
 		return ErrClosed
@@ -210,24 +225,21 @@ func (r *Registry) Start(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 
-	rs, _ := r.store.(*raftStore)
-	if r.dist == nil && rs == nil {
+	if !r.cluster && !r.sharedCP {
 		r.becomeReady("standalone")
 		return nil
 	}
-	if rs != nil {
-		if err := rs.node.Start(ctx); err != nil {
-			_ = r.Close()
-			return fmt.Errorf("registry: starting the raft store: %w", err)
-		}
+	if err := r.store.Start(ctx); err != nil {
+		_ = r.Close()
+		return fmt.Errorf("registry: starting the persistent store: %w", err)
 	}
-	if r.dist != nil {
+	if r.cluster {
 		r.trans.Handle(kindForward, r.serveForward)
 		r.trans.Handle(kindLeases, r.serveLeases)
-		if err := r.dist.Start(ctx); err != nil {
-			_ = r.Close()
-			return fmt.Errorf("registry: starting replication: %w", err)
-		}
+	}
+	if err := r.replicator.Start(ctx); err != nil {
+		_ = r.Close()
+		return fmt.Errorf("registry: starting replication: %w", err)
 	}
 	r.goFunc(r.awaitReady)
 	return nil
@@ -237,22 +249,18 @@ func (r *Registry) Start(ctx context.Context) error {
 // peers and the raft store has applied what was committed when it started.
 func (r *Registry) awaitReady() {
 	ctx := r.runCtx
-	if rs, ok := r.store.(*raftStore); ok {
-		for {
-			err := rs.node.WaitReady(ctx)
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil || errors.Is(err, raftstore.ErrClosed) {
-				return
-			}
-			r.log.Info("waiting for the raft store to catch up", "err", err)
+	for {
+		err := r.store.WaitReady(ctx)
+		if err == nil {
+			break
 		}
-	}
-	if r.dist != nil {
-		if err := r.dist.WaitReady(ctx); err != nil {
+		if ctx.Err() != nil || errors.Is(err, ErrClosed) {
 			return
 		}
+		r.log.Info("waiting for the persistent store to catch up", "err", err)
+	}
+	if err := r.replicator.WaitReady(ctx); err != nil {
+		return
 	}
 	r.becomeReady("cluster")
 }
@@ -312,10 +320,8 @@ func (r *Registry) Close() error {
 	if r.checks != nil {
 		_ = r.checks.Close()
 	}
-	if r.dist != nil {
-		if err := r.dist.Close(); err != nil {
-			r.log.Warn("closing replication", "err", err)
-		}
+	if err := r.replicator.Close(); err != nil {
+		r.log.Warn("closing replication", "err", err)
 	}
 	for _, p := range sessions {
 		p.session.end()
@@ -329,7 +335,7 @@ func (r *Registry) Close() error {
 // handOver ends this node's sessions and sends their removal to the peers
 // before a cluster node closes (see Config.HandoverTimeout).
 func (r *Registry) handOver() {
-	if r.dist == nil || r.cfg.HandoverTimeout <= 0 {
+	if !r.cluster || r.cfg.HandoverTimeout <= 0 {
 		return
 	}
 	r.mu.Lock()
@@ -350,7 +356,7 @@ func (r *Registry) handOver() {
 	// Real time: the peers' answers do not follow the registry's clock.
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.HandoverTimeout)
 	defer cancel()
-	if err := r.dist.Flush(ctx); err != nil {
+	if err := r.replicator.Flush(ctx); err != nil {
 		r.log.Warn("handing over the sessions at close", "sessions", n, "err", err)
 		return
 	}

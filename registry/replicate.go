@@ -37,6 +37,9 @@ type pubPayload struct {
 
 // recordKey returns p's distro record key.
 func recordKey(p *publisher) string {
+	if p.repl != nil && p.repl.rkey != "" {
+		return p.repl.rkey // a peer's grouped session copy (delta.go)
+	}
 	if p.kind == pubSession {
 		return sessionPrefix + p.key()
 	}
@@ -49,25 +52,22 @@ func beatRecordKey(ip string, port int) string { return beatPrefix + model.Endpo
 // replicate puts p's current state in distro, if p is a publisher this node
 // owns. The caller holds mu.
 func (r *Registry) replicate(p *publisher) {
-	d := r.dist
-	if d == nil || p.remote {
+	d := r.replicator
+	if !r.cluster || p.remote {
+		return
+	}
+	if p.kind == pubSession {
+		r.replicateSession(p) // a record per instance (delta.go)
 		return
 	}
 	key := recordKey(p)
-	// An open session with no instance left stays a (empty) record: its
-	// revisions keep counting up. A tombstone, once expired, would let a
-	// later write start again at revision 1.
-	if p.closed || len(p.insts) == 0 && p.kind == pubBeat {
+	if p.closed || len(p.insts) == 0 {
 		if _, err := d.Delete(key); err != nil {
 			r.log.Debug("replicating a removal failed", "record", key, "err", err)
 		}
 		return
 	}
-	kind := distro.KindBeat
-	if p.kind == pubSession {
-		kind = distro.KindSession
-	}
-	if _, err := d.Put(kind, key, p.encode()); err != nil {
+	if _, err := d.Put(distro.KindBeat, key, p.encode()); err != nil {
 		r.log.Debug("replicating a change failed", "record", key, "err", err)
 	}
 }
@@ -111,10 +111,15 @@ func (r *Registry) decodePayload(rec distro.Record) ([]model.Instance, error) {
 	return pl.Instances, nil
 }
 
-// Replicator returns the registry's replicator, or nil for a standalone
-// registry. It is meant for diagnostics and tests (registrytest compares
-// the records of every node); writing through it bypasses the registry.
-func (r *Registry) Replicator() *distro.Replicator { return r.dist }
+// Replicator returns the registry's replicator (Config.Replicator), or nil
+// for a standalone registry. It is meant for diagnostics and tests;
+// writing through it bypasses the registry.
+func (r *Registry) Replicator() Replicator {
+	if !r.cluster {
+		return nil
+	}
+	return r.replicator
+}
 
 // distroStore is the registry as distro sees it.
 type distroStore struct{ r *Registry }
@@ -124,6 +129,10 @@ var _ distro.Store = distroStore{}
 // Apply installs a record of another owner.
 func (ds distroStore) Apply(rec distro.Record) {
 	r := ds.r
+	if _, _, ok := splitInstKey(rec.Key); ok && rec.Kind == distro.KindSession {
+		ds.applyBatch([]distro.Record{rec}) // an instance record (delta.go)
+		return
+	}
 	var insts []model.Instance
 	if !rec.Deleted {
 		var err error
@@ -274,7 +283,7 @@ func (ds distroStore) MembersChanged(members []string) {
 	handed := map[string][]handedLease{}
 	now := r.now()
 	for _, p := range moved {
-		owner := r.dist.Owner(recordKey(p))
+		owner := r.replicator.Owner(recordKey(p))
 		handed[owner] = append(handed[owner], r.handedLeasesOf(p, now)...)
 		r.demote(p)
 	}
@@ -288,7 +297,7 @@ func (ds distroStore) MembersChanged(members []string) {
 // ownsKey reports whether this node owns the beat record key. The caller
 // need not hold mu.
 func (r *Registry) ownsKey(key string) bool {
-	return r.dist == nil || r.dist.Owner(key) == r.cfg.NodeID
+	return !r.cluster || r.replicator.Owner(key) == r.cfg.NodeID
 }
 
 // newRemotePub returns an empty publisher for a record of another node.

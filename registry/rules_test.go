@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -322,5 +323,38 @@ func TestListServicesPaging(t *testing.T) {
 	past, err := r.ListServices(ctx, registry.ListOptions{Page: 5, PageSize: 10})
 	if err != nil || past.Total != 1 || len(past.Services) != 0 {
 		t.Fatalf("page past the end: %+v, %v", past, err)
+	}
+}
+
+// TestDefinitionsAreCopied: neither the caller's value nor the copy
+// GetService returns shares memory with the stored definition.
+func TestDefinitionsAreCopied(t *testing.T) {
+	r := newReg(t)
+	def := model.Service{Key: svcKey("p"), Clusters: []model.Cluster{{Name: "DEFAULT",
+		HealthCheck: model.HealthCheck{Type: model.CheckNone, ExpectedCodes: []int{200}, Password: "secret"}}}}
+	if err := r.CreateService(ctx, def); err != nil {
+		t.Fatal(err)
+	}
+	mustRegister(t, r, persistent("p", 1))
+	def.Clusters[0].HealthCheck.ExpectedCodes[0] = 999
+	got, _ := r.GetService(ctx, svcKey("p"))
+	if got.Clusters[0].HealthCheck.ExpectedCodes[0] != 200 || got.Clusters[0].HealthCheck.Password != "secret" {
+		t.Fatalf("stored definition: %+v", got.Clusters[0].HealthCheck)
+	}
+	got.Clusters[0].HealthCheck.Type = model.CheckTCP
+	if err := r.SetHealth(ctx, persistent("p", 1).Key(), false); err != nil {
+		t.Fatalf("editing GetService's result changed the registry: %v", err)
+	}
+	if v := all(t, r, "p"); v.Service.Clusters[0].HealthCheck.Password != "" {
+		t.Fatal("views carry the MySQL password")
+	}
+}
+
+func TestListServicesHugePage(t *testing.T) {
+	r := newReg(t)
+	mustRegister(t, r, inst("a", 1))
+	page, err := r.ListServices(ctx, registry.ListOptions{Page: math.MaxInt / 50, PageSize: 100})
+	if err != nil || len(page.Services) != 0 || page.Total != 1 {
+		t.Fatalf("huge page: %+v, %v", page, err)
 	}
 }

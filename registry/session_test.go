@@ -143,3 +143,46 @@ func TestSessionRejectsPersistent(t *testing.T) {
 		t.Fatalf("negative TTL: %v", err)
 	}
 }
+
+type zeroSource struct{}
+
+func (zeroSource) Uint64() uint64 { return 0 }
+
+// TestSessionIDsUniqueWithARepeatingSource: a random source that repeats
+// itself still yields distinct session IDs.
+func TestSessionIDsUniqueWithARepeatingSource(t *testing.T) {
+	cfg := registry.DefaultConfig()
+	cfg.Rand = zeroSource{} // registrytest would replace it: a plain registry
+	reg, err := registry.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	var sessions []*registry.Session
+	for range 5 {
+		s, err := reg.OpenSession(ctx, registry.SessionOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[s.ID()] = true
+		sessions = append(sessions, s)
+		_ = s.Register(ctx, inst("z", len(sessions)))
+	}
+	if len(ids) != 5 {
+		t.Fatalf("ids %v", ids)
+	}
+	if err := reg.CheckConsistency(); err != nil {
+		t.Fatal(err)
+	}
+	reg.Close()
+	for _, s := range sessions {
+		select {
+		case <-s.Done():
+		default:
+			t.Fatal("a session is still open after Close")
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/raftstore"
 	"github.com/muster-io/muster/registry"
+	"github.com/muster-io/muster/registry/raftcp"
 	"github.com/muster-io/muster/transport"
 	"go.uber.org/goleak"
 )
@@ -32,7 +33,7 @@ func TestStandaloneRaftDurable(t *testing.T) {
 		rc.ReplicaID, rc.DeploymentID, rc.Dir, rc.Transport = 1, 1, dir, tr
 		rc.InitialMembers = map[uint64]string{1: "solo"}
 		cfg := registry.DefaultConfig()
-		cfg.NodeID, cfg.Raft, cfg.HealthChecks = "solo", &rc, nil
+		cfg.NodeID, cfg.Store, cfg.HealthChecks = "solo", raftcp.New(rc).Open, nil
 		reg, err := registry.New(cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -16,8 +16,16 @@ import (
 // The standalone store applies commands in memory at once; nothing survives
 // Close. A replicated store (Raft) proposes them and feeds the applied ones
 // to every node's index.
+//
+// Start, WaitReady, Barrier, Leader and Close are the exported Store's
+// (see cpstore.go); the standalone store has nothing to start, wait for or
+// close, and leads alone.
 type store interface {
 	Apply(ctx context.Context, cmd *command) error
+	Leader() bool
+	Start(ctx context.Context) error
+	WaitReady(ctx context.Context) error
+	Barrier(ctx context.Context) error
 	Close() error
 }
 
@@ -71,7 +79,11 @@ func (m *memStore) Apply(ctx context.Context, cmd *command) error {
 	return r.applyLocked(cmd)
 }
 
-func (m *memStore) Close() error { return nil }
+func (m *memStore) Start(context.Context) error       { return nil }
+func (m *memStore) WaitReady(context.Context) error   { return nil }
+func (m *memStore) Barrier(ctx context.Context) error { return ctx.Err() }
+func (m *memStore) Leader() bool                      { return true }
+func (m *memStore) Close() error                      { return nil }
 
 // applyLocked checks cmd against the state rules and applies it to the
 // index. The caller holds mu, so that concurrent writers cannot both pass a

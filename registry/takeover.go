@@ -126,7 +126,7 @@ func (r *Registry) serveLeases(_ context.Context, from string, body []byte) ([]b
 
 // takeLeases serves one handover from node from.
 func (r *Registry) takeLeases(from string, body []byte) error {
-	if r.dist == nil || !r.isMember(from) {
+	if !r.cluster || !r.isMember(from) {
 		r.log.Warn("refusing beat leases from a non-member", "from", from)
 		return fmt.Errorf("%w: %q may not hand beat leases to %s", ErrNotMember, from, r.cfg.NodeID)
 	}
@@ -145,7 +145,7 @@ func (r *Registry) takeLeases(from string, body []byte) error {
 		insts = append(insts, inst)
 		ages = append(ages, l.Age)
 	}
-	if !r.dist.Ready() {
+	if !r.replicator.Ready() {
 		return nil // loading: the peers' records, when adopted, carry the leases
 	}
 	r.mu.Lock()
@@ -228,7 +228,7 @@ func (r *Registry) takeLease(inst model.Instance, last, now time.Time) *publishe
 // deregistered on this node, so that a lease handed over later does not
 // bring it back. The caller holds mu.
 func (r *Registry) noteDeregistered(key model.InstanceKey, pi *pubInst) {
-	if r.dist == nil {
+	if !r.cluster {
 		return
 	}
 	ttl := model.DefaultIPDeleteTimeout

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/registry"
 	"github.com/muster-io/muster/registry/registrytest"
@@ -280,5 +282,74 @@ func TestFlushWatchersBeforeStart(t *testing.T) {
 	defer cancel()
 	if err := reg.FlushWatchers(ctx); err != nil {
 		t.Fatalf("FlushWatchers before Start: %v", err)
+	}
+}
+
+// doneCtx is done from the start but says so only from its second Err: a
+// context cancelled between Watch's check and its hook.
+type doneCtx struct {
+	context.Context
+	calls atomic.Int32
+	done  chan struct{}
+}
+
+func (c *doneCtx) Done() <-chan struct{} { return c.done }
+func (c *doneCtx) Err() error {
+	if c.calls.Add(1) == 1 {
+		return nil
+	}
+	return context.Canceled
+}
+
+// TestWatchContextEndsDuringWatch: the watcher closes, without a race, and
+// its context hook does not outlive it.
+func TestWatchContextEndsDuringWatch(t *testing.T) {
+	r := newReg(t)
+	leaks := goleak.IgnoreCurrent()
+	for range 50 {
+		c := &doneCtx{Context: context.Background(), done: make(chan struct{})}
+		close(c.done)
+		w, err := r.Watch(c, model.Query{Service: svcKey("x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if _, err := w.Next(n); err == nil {
+			if _, err = w.Next(n); err == nil || err == context.DeadlineExceeded {
+				t.Fatalf("watcher of an ended context still open: %v", err)
+			}
+		}
+		cancel()
+	}
+	if err := goleak.Find(leaks); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAdvanceRightAfterAWatch: a fake clock advanced right after a watcher
+// saw the previous change still fires the next deadline (the timer is armed
+// again if the clock jumps while it is armed).
+func TestAdvanceRightAfterAWatch(t *testing.T) {
+	for range 200 {
+		clock := clockwork.NewFakeClock()
+		cfg := registry.DefaultConfig()
+		cfg.Clock = clock
+		reg, _ := registry.New(cfg)
+		_ = reg.Start(ctx)
+		web := model.ServiceKey{Name: "web"}
+		_, _ = reg.HeartbeatInstance(ctx, model.NewInstance(web, "10.0.0.7", 80))
+		w, _ := reg.Watch(ctx, model.Query{Service: web, IncludeDisabled: true})
+		_, _ = w.Next(ctx)
+		clock.Advance(16 * time.Second)
+		_, _ = w.Next(ctx)
+		clock.Advance(15 * time.Second)
+		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		u, err := w.Next(c)
+		cancel()
+		w.Close()
+		reg.Close()
+		if err != nil || len(u.View.Instances) != 0 {
+			t.Fatalf("no removal after 31 s of fake time: %v", err)
+		}
 	}
 }

@@ -219,7 +219,7 @@ func (c *cluster) index(id string) int {
 func (c *cluster) leader() string {
 	leader := ""
 	for _, n := range c.live() {
-		id, ok := n.reg.RaftNode().Leader()
+		id, ok := n.n.Raft().Leader()
 		if !ok {
 			return ""
 		}

@@ -193,7 +193,7 @@ func TestClusterFailover(t *testing.T) {
 		}
 		eventually(t, 10*time.Second, "the survivors drop the dead node's records", func() bool {
 			held := false
-			s.Registry().Replicator().Range(func(r distro.Record) bool {
+			s.node.Replicator().Range(func(r distro.Record) bool {
 				held = held || (r.Owner == victimID && !r.Deleted)
 				return !held
 			})

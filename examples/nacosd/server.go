@@ -18,11 +18,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/muster-io/muster/distro"
+	"github.com/muster-io/muster/distro/gossip"
+	"github.com/muster-io/muster/health"
+	"github.com/muster-io/muster/health/mysqlcheck"
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/raftstore"
 	"github.com/muster-io/muster/registry"
 	"github.com/muster-io/muster/registry/node"
+	"github.com/muster-io/muster/registry/raftcp"
 	"github.com/muster-io/muster/transport"
 	pb "github.com/nacos-group/nacos-sdk-go/v2/api/grpc"
 	"google.golang.org/grpc"
@@ -179,6 +182,7 @@ type Server struct {
 	reg     *registry.Registry
 	node    *node.Node // a cluster node: transport, membership, Distro, Raft and reg
 	memTr   transport.Transport
+	mysql   *mysqlcheck.Checker // the standalone registry's MySQL health checker
 	tempDir string
 
 	grpcLn  net.Listener
@@ -385,6 +389,15 @@ func (s *Server) standaloneConfig() (registry.Config, error) {
 		cfg.HealthChecks = &hc
 		cfg.SweepInterval = 100 * time.Millisecond
 	}
+	// MySQL checks, as in Nacos (the registry has no built-in MySQL checker).
+	mc, err := mysqlcheck.New(mysqlcheck.Config{Logger: s.base})
+	if err != nil {
+		return cfg, err
+	}
+	s.mysql = mc
+	hc := *cfg.HealthChecks
+	hc.Checkers = map[model.CheckType]health.Checker{model.CheckMySQL: mc}
+	cfg.HealthChecks = &hc
 	if s.cfg.DataDir == "" {
 		return cfg, nil
 	}
@@ -400,7 +413,7 @@ func (s *Server) standaloneConfig() (registry.Config, error) {
 	// other deployment can reach it: a fixed ID serves.
 	rc.DeploymentID = standaloneDeployment
 	rc.RTTMillisecond = 10
-	cfg.Raft = &rc
+	cfg.Store = raftcp.New(rc).Open
 	return cfg, nil
 }
 
@@ -458,7 +471,7 @@ func (s *Server) Kill() {
 	s.once.Do(func() {
 		if s.node != nil { // the network first; shutdown closes the rest
 			_ = s.node.Transport().Close()
-			if ml, ok := s.node.Membership().(*distro.Memberlist); ok {
+			if ml, ok := s.node.Membership().(*gossip.Memberlist); ok {
 				_ = ml.Kill()
 			}
 		}
@@ -506,6 +519,9 @@ func (s *Server) shutdown(graceful bool) {
 		_ = s.node.Close() // the registry (handing sessions over), the membership, the transport
 	} else if s.reg != nil {
 		_ = s.reg.Close()
+	}
+	if s.mysql != nil {
+		_ = s.mysql.Close()
 	}
 	if s.memTr != nil {
 		_ = s.memTr.Close()

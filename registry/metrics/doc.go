@@ -14,7 +14,7 @@
 //	reg.MustRegister(metrics.New(metrics.Sources{
 //		Registry:  n.Registry(),
 //		Transport: n.Transport(),
-//		Raft:      n.Registry().RaftNode(), // nil without Raft: skipped
+//		Raft:      n.Raft(), // nil without Raft: skipped
 //	}))
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //

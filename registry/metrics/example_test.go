@@ -19,10 +19,7 @@ func Example() {
 	defer reg.Close()
 
 	promReg := prometheus.NewRegistry()
-	promReg.MustRegister(metrics.New(metrics.Sources{
-		Registry: reg,
-		Raft:     reg.RaftNode(), // nil for a standalone registry: skipped
-	}))
+	promReg.MustRegister(metrics.New(metrics.Sources{Registry: reg}))
 	mfs, err := promReg.Gather()
 	if err != nil {
 		panic(err)

@@ -83,7 +83,7 @@ func New(src Sources) prometheus.Collector {
 }
 
 // isNil reports whether v is nil or a nil pointer, map, slice, func or channel in an
-// interface (a standalone registry's RaftNode() is a nil *raftstore.Node).
+// interface (a node without Raft returns a nil *raftstore.Node from Raft()).
 func isNil(v any) bool {
 	if v == nil {
 		return true

@@ -288,7 +288,7 @@ func TestScrapeNodeCluster(t *testing.T) {
 	}
 	n1 := nodes[0]
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(metrics.New(metrics.Sources{Registry: n1.Registry(), Transport: n1.Transport(), Raft: n1.Registry().RaftNode()}))
+	reg.MustRegister(metrics.New(metrics.Sources{Registry: n1.Registry(), Transport: n1.Transport(), Raft: n1.Raft()}))
 	before := scrape(t, reg)
 	if v := value(t, before, "muster_registry_instances"); v != 0 {
 		t.Fatalf("instances before = %v", v)

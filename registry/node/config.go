@@ -14,8 +14,13 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/muster-io/muster/distro"
+	"github.com/muster-io/muster/distro/gossip"
+	"github.com/muster-io/muster/health"
+	"github.com/muster-io/muster/health/mysqlcheck"
+	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/raftstore"
 	"github.com/muster-io/muster/registry"
+	"github.com/muster-io/muster/registry/raftcp"
 	"github.com/muster-io/muster/transport"
 )
 
@@ -107,8 +112,10 @@ type Config struct {
 	Timings Timings
 
 	// Registry is the base registry configuration (limits, TTLs, health
-	// checks, ServeBeforeReady). The node sets NodeID, Logger, Distro and
-	// Raft, and the timings' fields. Default registry.DefaultConfig().
+	// checks, ServeBeforeReady). The node builds its Replicator, Transport
+	// and Store, which must be left unset; NodeID and Logger are the
+	// node's, and SweepInterval and ForwardTimeout the Timings' when those
+	// are set. Default registry.DefaultConfig().
 	Registry registry.Config
 	// Logger receives every component's logs, tagged node=NodeID once
 	// (do not add it yourself). Nil discards.
@@ -119,7 +126,7 @@ type Config struct {
 	// still closes the transport it created.
 	WrapTransport func(transport.Transport) transport.Transport
 	// WrapGossipTransport, if set, wraps memberlist's network transport
-	// (see distro.MemberlistConfig.WrapTransport).
+	// (see gossip.Config.WrapTransport).
 	WrapGossipTransport func(memberlist.Transport) memberlist.Transport
 }
 
@@ -127,7 +134,7 @@ type Config struct {
 // should use the same.
 type Timings struct {
 	// Memberlist's failure detection and gossip (see
-	// distro.MemberlistConfig): a crashed node is detected after a few
+	// gossip.Config): a crashed node is detected after a few
 	// probe intervals.
 	ProbeInterval, ProbeTimeout  time.Duration
 	SuspicionMult                int
@@ -157,7 +164,7 @@ type Timings struct {
 // node is detected in about 5 s), Nacos's Distro timings (a starting node
 // that finds nobody to load from waits Load = 3 s), a 50 ms Raft tick.
 func LAN() Timings {
-	ml := distro.DefaultMemberlistConfig()
+	ml := gossip.DefaultConfig()
 	dc := distro.DefaultConfig()
 	rc := raftstore.DefaultConfig()
 	tc := transport.DefaultTCPConfig()
@@ -282,8 +289,11 @@ func (c *Config) Validate() error {
 			bad("ReplicaID", "must be set, or RaftMembers must map an ID to NodeID")
 		}
 	}
-	base := c.registryConfig(nil, nil, nil) // Distro and Raft, which need the transport, are checked at Start
-	base.NodeID, base.Distro, base.Raft = "node", nil, nil
+	if c.Registry.Replicator != nil || c.Registry.Transport != nil || c.Registry.Store != nil {
+		bad("Registry", "must leave Replicator, Transport and Store unset: the node builds them")
+	}
+	base := c.baseRegistryConfig(nil) // the engines, which need the transport, are checked at Start
+	base.NodeID = "node"
 	if err := base.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("Registry: %w", err))
 	}
@@ -316,9 +326,9 @@ func (c *Config) tcpConfig() transport.TCPConfig {
 
 // memberlistConfig is the membership's configuration, carrying the
 // transport address peers dial.
-func (c *Config) memberlistConfig(transportAddr string) distro.MemberlistConfig {
+func (c *Config) memberlistConfig(transportAddr string) gossip.Config {
 	t := c.Timings
-	mc := distro.DefaultMemberlistConfig()
+	mc := gossip.DefaultConfig()
 	mc.NodeID, mc.TransportAddr, mc.Seeds = c.NodeID, transportAddr, slices.Clone(c.Seeds)
 	if host, port, err := net.SplitHostPort(c.GossipAddr); err == nil {
 		mc.BindAddr = host
@@ -337,8 +347,8 @@ func (c *Config) memberlistConfig(transportAddr string) distro.MemberlistConfig 
 	return mc
 }
 
-// registryConfig is the registry's configuration over tr and members.
-func (c *Config) registryConfig(tr transport.Transport, members distro.Membership, log *slog.Logger) registry.Config {
+// baseRegistryConfig is the registry's configuration without its engines.
+func (c *Config) baseRegistryConfig(log *slog.Logger) registry.Config {
 	t := c.Timings
 	cfg := c.Registry
 	cfg.NodeID, cfg.Logger = c.NodeID, log
@@ -348,14 +358,6 @@ func (c *Config) registryConfig(tr transport.Transport, members distro.Membershi
 	if t.Forward > 0 {
 		cfg.ForwardTimeout = t.Forward
 	}
-
-	dc := distro.DefaultConfig()
-	dc.Transport, dc.Membership = tr, members
-	dc.SyncDelay, dc.VerifyInterval, dc.OrphanTimeout = t.SyncDelay, t.Verify, t.Orphan
-	dc.TombstoneTTL, dc.LoadTimeout, dc.RequestTimeout = t.Tombstone, t.Load, t.Request
-	dc.ColdStartMembers = c.expect()
-	cfg.Distro = &dc
-
 	if cfg.HealthChecks != nil {
 		hc := *cfg.HealthChecks
 		if t.CheckInterval > 0 {
@@ -364,8 +366,43 @@ func (c *Config) registryConfig(tr transport.Transport, members distro.Membershi
 		}
 		cfg.HealthChecks = &hc
 	}
+	return cfg
+}
 
-	cfg.Raft = nil
+// registryConfig is the registry's configuration over tr and members. The
+// replicator the registry builds is handed to keep; cp is the Raft store,
+// nil without Raft; mc is the MySQL checker the node made for the health
+// checks (nil if Registry.HealthChecks is nil or names its own), to close
+// after the registry.
+func (c *Config) registryConfig(tr transport.Transport, members distro.Membership, log *slog.Logger, keep func(*distro.Replicator)) (cfg registry.Config, cp *raftcp.Store, mc *mysqlcheck.Checker, err error) {
+	t := c.Timings
+	cfg = c.baseRegistryConfig(log)
+	if hc := cfg.HealthChecks; hc != nil && hc.Checkers[model.CheckMySQL] == nil {
+		if mc, err = mysqlcheck.New(mysqlcheck.Config{Clock: c.Registry.Clock, Logger: log}); err != nil {
+			return cfg, nil, nil, err
+		}
+		hc.Checkers = maps.Clone(hc.Checkers)
+		if hc.Checkers == nil {
+			hc.Checkers = make(map[model.CheckType]health.Checker, 1)
+		}
+		hc.Checkers[model.CheckMySQL] = mc
+	}
+
+	dc := distro.DefaultConfig()
+	dc.Transport, dc.Membership = tr, members
+	dc.SyncDelay, dc.VerifyInterval, dc.OrphanTimeout = t.SyncDelay, t.Verify, t.Orphan
+	dc.TombstoneTTL, dc.LoadTimeout, dc.RequestTimeout = t.Tombstone, t.Load, t.Request
+	dc.ColdStartMembers = c.expect()
+	distroFunc := registry.Distro(dc)
+	cfg.Replicator = func(env registry.Env, records distro.Store) (registry.Replicator, error) {
+		d, err := distroFunc(env, records)
+		if err == nil {
+			keep(d.(*distro.Replicator))
+		}
+		return d, err
+	}
+	cfg.Transport = tr
+
 	if c.raft() {
 		rc := raftstore.DefaultConfig()
 		rc.ReplicaID, rc.DeploymentID, rc.Dir = c.replicaID(), c.DeploymentID, c.Dir
@@ -375,10 +412,10 @@ func (c *Config) registryConfig(tr transport.Transport, members distro.Membershi
 		}
 		rc.RTTMillisecond = uint64(max(t.RaftRTT.Milliseconds(), 1))
 		rc.ProposeTimeout, rc.ReadTimeout = t.Propose, t.Read
-		rc.Clock = c.Registry.Clock
-		cfg.Raft = &rc
+		cp = raftcp.New(rc) // Clock nil: the registry's
+		cfg.Store = cp.Open
 	}
-	return cfg
+	return cfg, cp, mc, nil
 }
 
 // expect is the cluster size a cold start waits for: Expect, or else the

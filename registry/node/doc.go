@@ -60,6 +60,15 @@
 // # Hooks
 //
 // WrapTransport and WrapGossipTransport wrap the node's transport and
-// memberlist's network transport, for fault injection; Transport and
-// Membership expose what the node runs.
+// memberlist's network transport, for fault injection; Transport,
+// Membership, Replicator and Raft expose what the node runs.
+//
+// # Engines
+//
+// The node builds the registry's engines (registry.Config's Replicator,
+// Transport and Store: they must be left unset in Config.Registry): a
+// distro.Replicator over its transport and membership (registry.Distro), a
+// Raft store with RaftMembers or JoinRaft (package registry/raftcp), and,
+// when health checks are on and name no MySQL checker, a
+// health/mysqlcheck checker, which it closes after the registry.
 package node

@@ -9,8 +9,12 @@ import (
 	"sync"
 
 	"github.com/muster-io/muster/distro"
+	"github.com/muster-io/muster/distro/gossip"
+	"github.com/muster-io/muster/health/mysqlcheck"
 	"github.com/muster-io/muster/internal/logx"
+	"github.com/muster-io/muster/raftstore"
 	"github.com/muster-io/muster/registry"
+	"github.com/muster-io/muster/registry/raftcp"
 	"github.com/muster-io/muster/transport"
 )
 
@@ -27,8 +31,11 @@ type Node struct {
 	state   int // stateNew, stateStarted, stateClosed
 	members distro.Membership
 	tcp     *transport.TCP
-	ml      *distro.Memberlist // nil with Peers
+	ml      *gossip.Memberlist // nil with Peers
 	reg     *registry.Registry
+	repl    *distro.Replicator  // the registry's
+	raft    *raftcp.Store       // nil without Raft
+	mysql   *mysqlcheck.Checker // the health checks' MySQL checker, when the node made it
 	closeMu sync.Mutex
 }
 
@@ -129,7 +136,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	}
 
 	var members distro.Membership
-	var ml *distro.Memberlist
+	var ml *gossip.Memberlist
 	if len(cfg.Peers) > 0 {
 		st := distro.NewStatic(distro.Member{ID: cfg.NodeID, Addr: tcp.AdvertiseAddr()})
 		st.Set(cfg.staticMembers()...)
@@ -137,7 +144,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	} else {
 		mc := cfg.memberlistConfig(tcp.AdvertiseAddr())
 		mc.Logger = n.log
-		if ml, err = distro.NewMemberlist(mc); err != nil {
+		if ml, err = gossip.New(mc); err != nil {
 			return fmt.Errorf("node: %w", err)
 		}
 		members = ml
@@ -151,11 +158,19 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		}
 	}
 
-	reg, err := registry.New(cfg.registryConfig(tr, members, n.log))
+	var repl *distro.Replicator
+	rcfg, cp, mc, err := cfg.registryConfig(tr, members, n.log, func(d *distro.Replicator) { repl = d })
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	if err := n.keep(func() { n.reg = reg }); err != nil {
+	if err := n.keep(func() { n.mysql = mc }); err != nil {
+		return err
+	}
+	reg, err := registry.New(rcfg)
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	if err := n.keep(func() { n.reg, n.repl, n.raft = reg, repl, cp }); err != nil {
 		_ = reg.Close()
 		return err
 	}
@@ -189,7 +204,7 @@ func (n *Node) resolve(id string) (string, error) {
 	m := n.members
 	n.mu.Unlock()
 	switch m := m.(type) {
-	case *distro.Memberlist:
+	case *gossip.Memberlist:
 		return m.Addr(id)
 	case nil:
 		return "", fmt.Errorf("%w: %q (membership not started)", distro.ErrUnknownMember, id)
@@ -229,6 +244,26 @@ func (n *Node) WaitReady(ctx context.Context) error {
 	return reg.WaitReady(ctx)
 }
 
+// Replicator returns the node's Distro replicator; nil before Start.
+func (n *Node) Replicator() *distro.Replicator {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.repl
+}
+
+// Raft returns the node's Raft replica, for cluster operations
+// (AddReplica, RemoveReplica, Info, Leader); nil before Start and without
+// Raft.
+func (n *Node) Raft() *raftstore.Node {
+	n.mu.Lock()
+	cp := n.raft
+	n.mu.Unlock()
+	if cp == nil {
+		return nil
+	}
+	return cp.Node()
+}
+
 // Transport returns the node's TCP transport (not wrapped); nil before
 // Start.
 func (n *Node) Transport() *transport.TCP {
@@ -246,7 +281,7 @@ func (n *Node) TransportAddr() string {
 	return ""
 }
 
-// Membership returns the node's membership: a *distro.Memberlist, or a
+// Membership returns the node's membership: a *gossip.Memberlist, or a
 // *distro.Static with Peers; nil before Start.
 func (n *Node) Membership() distro.Membership {
 	n.mu.Lock()
@@ -282,7 +317,7 @@ func (n *Node) stop(graceful bool) error {
 	defer n.closeMu.Unlock()
 	n.mu.Lock()
 	n.state = stateClosed
-	tcp, ml, reg := n.tcp, n.ml, n.reg
+	tcp, ml, reg, mc := n.tcp, n.ml, n.reg, n.mysql
 	n.mu.Unlock()
 	var errs []error
 	keep := func(what string, err error) {
@@ -300,6 +335,9 @@ func (n *Node) stop(graceful bool) error {
 	}
 	if reg != nil {
 		keep("registry", reg.Close())
+	}
+	if mc != nil {
+		keep("MySQL checker", mc.Close())
 	}
 	if ml != nil {
 		keep("membership", ml.Close())

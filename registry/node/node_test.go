@@ -127,7 +127,7 @@ func TestClusterOnLoopback(t *testing.T) {
 	for _, nd := range nodes {
 		waitFor(t, 10*time.Second, func() bool { return serves(nd.Registry(), per, 1) }, nd.ID()+" serves the persistent instance")
 	}
-	if _, ok := nodes[0].Registry().RaftNode().Leader(); !ok {
+	if _, ok := nodes[0].Raft().Leader(); !ok {
 		t.Fatal("no Raft leader")
 	}
 

@@ -19,6 +19,7 @@ import (
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/raftstore"
 	"github.com/muster-io/muster/registry"
+	"github.com/muster-io/muster/registry/raftcp"
 	"github.com/muster-io/muster/transport"
 )
 
@@ -28,11 +29,11 @@ type ClusterOptions struct {
 	Nodes int
 	// Config is every node's registry configuration; nil means
 	// registry.DefaultConfig() without active health checks. NodeID, Clock,
-	// Logger, Rand and Distro are set per node.
+	// Logger, Rand, Replicator, Transport and Store are set per node.
 	Config *registry.Config
 	// Distro is the replication configuration; nil means
-	// distro.DefaultConfig(). Transport, Membership and NodeID are set per
-	// node.
+	// distro.DefaultConfig(). Transport and Membership are set per node;
+	// NodeID, Store, Clock, Logger and Rand are the node's registry's.
 	Distro *distro.Config
 	// Seed seeds the nodes' random sources and the network; 0 derives one
 	// from the test's name.
@@ -43,8 +44,8 @@ type ClusterOptions struct {
 	Clock *clockwork.FakeClock
 	// Raft, when set, gives every node a raftstore replica (real Dragonboat
 	// and Badger, data in the test's temporary directory, which survives
-	// Stop and Restart), configured from it: ReplicaID, Dir, Transport and
-	// InitialMembers are set per node. Raft traffic goes over the node's
+	// Stop and Restart) through registry/raftcp, configured from it:
+	// ReplicaID, Dir, Transport and InitialMembers are set per node. Raft traffic goes over the node's
 	// endpoint on RaftNet (raftstore.Config.Transport), which Partition,
 	// Isolate, Heal and Stop cut like Net. Dragonboat runs on real time:
 	// use a small RTTMillisecond, and WaitFor rather than Eventually for
@@ -103,7 +104,28 @@ type Node struct {
 	// Membership is the node's view of the live members.
 	Membership *distro.Static
 
+	repl   *distro.Replicator // the running registry's
+	raft   *raftcp.Store      // with ClusterOptions.Raft
 	starts int
+}
+
+// Replicator returns the node's replicator (nil while the node is
+// stopped). It shadows Registry.Replicator, to give tests the
+// *distro.Replicator itself: Get, Range, Drain.
+func (n *Node) Replicator() *distro.Replicator {
+	if n.Registry == nil {
+		return nil
+	}
+	return n.repl
+}
+
+// RaftNode returns the node's Raft replica, nil without
+// ClusterOptions.Raft or while the node is stopped.
+func (n *Node) RaftNode() *raftstore.Node {
+	if n.Registry == nil || n.raft == nil {
+		return nil
+	}
+	return n.raft.Node()
 }
 
 // closeTransports closes the node's network endpoints.
@@ -202,8 +224,18 @@ func (c *Cluster) start(n *Node) {
 	dc := c.dcfg
 	dc.Transport = tr
 	dc.Membership = n.Membership
-	cfg.Distro = &dc
+	dc.NodeID, dc.Store, dc.Clock, dc.Logger, dc.Rand = "", nil, nil, nil, nil // the registry's
+	distroFunc := registry.Distro(dc)
+	cfg.Replicator = func(env registry.Env, records distro.Store) (registry.Replicator, error) {
+		d, err := distroFunc(env, records)
+		if err == nil {
+			n.repl = d.(*distro.Replicator)
+		}
+		return d, err
+	}
+	cfg.Transport = tr
 	cfg.NodeID = n.ID
+	cfg.Store, n.raft = nil, nil
 	if c.opts.Raft != nil {
 		rc := *c.opts.Raft
 		rc.ReplicaID = uint64(c.Index(n) + 1)
@@ -215,7 +247,8 @@ func (c *Cluster) start(n *Node) {
 		rc.RaftAddress, rc.Transport = n.ID, rt
 		rc.Dir = filepath.Join(c.raftDir, n.ID)
 		rc.InitialMembers = maps.Clone(c.raftMem)
-		cfg.Raft = &rc
+		n.raft = raftcp.New(rc)
+		cfg.Store = n.raft.Open
 	}
 	cfg.Clock = c.Clock
 	seed := c.Seed ^ uint64(n.starts)<<32 ^ fnvString(n.ID)

@@ -1,22 +1,63 @@
-package health
+package mysqlcheck
 
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/muster-io/muster/health"
 	"github.com/muster-io/muster/model"
 	"go.uber.org/goleak"
 )
 
+// mysqlSkipReason is why the MySQL checker's tests skip, or "".
+func mysqlSkipReason() string {
+	if os.Getenv("MUSTER_TEST_MYSQL_DSN") != "" {
+		return ""
+	}
+	return "MUSTER_TEST_MYSQL_DSN is not set: no MariaDB to check (.ci/run starts one)"
+}
+
+// TestMain says once why the MySQL tests skip. go test shows nothing of a
+// passing package but its "ok" line (t.Skip messages only with -v), so the
+// note also goes to the terminal, when there is one: a plain `go test ./...`
+// at a shell shows it. CI, which has no terminal, sets the variable.
+func TestMain(m *testing.M) {
+	if why := mysqlSkipReason(); why != "" {
+		msg := "health/mysqlcheck: MySQL checker tests skipped: " + why + "\n"
+		fmt.Print(msg) // with -v, and in the output of a failed run
+		if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
+			_, _ = tty.WriteString(msg)
+			_ = tty.Close()
+		}
+	}
+	os.Exit(m.Run())
+}
+
+func tcpTarget(t *testing.T, addr string) health.Target {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return health.Target{IP: host, Port: p}
+}
+
 // mysqlTarget returns the MariaDB of MUSTER_TEST_MYSQL_DSN (a go-sql-driver DSN of a user
 // allowed to SET GLOBAL read_only; .ci/run makes one) as a target with the default command,
 // and an admin connection. It skips the test when the variable is unset.
-func mysqlTarget(t *testing.T) (Target, *sql.DB) {
+func mysqlTarget(t *testing.T) (health.Target, *sql.DB) {
 	t.Helper()
 	dsn := os.Getenv("MUSTER_TEST_MYSQL_DSN")
 	if why := mysqlSkipReason(); why != "" {
@@ -40,7 +81,7 @@ func TestMySQLChecker(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) }) // after mysqlTarget's cleanup
 	tg, admin := mysqlTarget(t)
 	ctx := context.Background()
-	c, err := NewMySQLChecker(MySQLConfig{})
+	c, err := New(Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +168,7 @@ func TestMySQLChecker(t *testing.T) {
 func TestMySQLCheckerCacheBounded(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) }) // after mysqlTarget's cleanup
 	tg, _ := mysqlTarget(t)
-	c, _ := NewMySQLChecker(MySQLConfig{MaxDBs: 2})
+	c, _ := New(Config{MaxDBs: 2})
 	defer c.Close()
 	for _, pw := range []string{"a", "b", "c", tg.Check.Password} {
 		x := tg
@@ -152,7 +193,7 @@ func TestMySQLCheckerRefusedAndClosed(t *testing.T) {
 	tg := tcpTarget(t, ln.Addr().String())
 	_ = ln.Close()
 	tg.Check = model.HealthCheck{Type: model.CheckMySQL, User: "u", Password: "p"}
-	c, _ := NewMySQLChecker(MySQLConfig{})
+	c, _ := New(Config{})
 	r := c.Check(context.Background(), tg)
 	if r.Healthy || !r.Definite || r.Reason != "connection refused" {
 		t.Fatalf("%+v, want a definite failure, connection refused", r)
@@ -169,9 +210,63 @@ func TestMySQLCheckerRefusedAndClosed(t *testing.T) {
 }
 
 func TestNewMySQLCheckerRejectsNegatives(t *testing.T) {
-	for _, cfg := range []MySQLConfig{{Timeout: -1}, {MaxDBs: -1}, {IdleTimeout: -1}} {
-		if _, err := NewMySQLChecker(cfg); err == nil {
+	for _, cfg := range []Config{{Timeout: -1}, {MaxDBs: -1}, {IdleTimeout: -1}} {
+		if _, err := New(cfg); err == nil {
 			t.Errorf("%+v: no error", cfg)
 		}
+	}
+}
+
+// End to end on MariaDB, with the real clock and short intervals: read_only=ON turns the
+// primary unhealthy after 3 checks, OFF turns it back after 3.
+func TestSchedulerMySQLReadOnly(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after mysqlTarget's cleanup
+	tg, admin := mysqlTarget(t)
+	ctx := context.Background()
+	flips := make(chan bool, 4)
+	c, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cfg := health.DefaultConfig()
+	cfg.Checkers = map[model.CheckType]health.Checker{model.CheckMySQL: c}
+	cfg.FirstIntervalMin, cfg.FirstIntervalMax = 10*time.Millisecond, 20*time.Millisecond
+	cfg.MySQLInterval = health.Interval{Min: 10 * time.Millisecond, Max: 20 * time.Millisecond, Factor: 0.5}
+	cfg.OnTransition = func(_ model.InstanceKey, healthy bool, _ health.Status) { flips <- healthy }
+	s, err := health.NewScheduler(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	k := model.InstanceKey{Service: model.ServiceKey{Name: "db"}, IP: tg.IP, Port: tg.Port}
+	s.Set(k, tg, true)
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next := func() bool {
+		select {
+		case h := <-flips:
+			return h
+		case <-time.After(10 * time.Second):
+			t.Fatal("no flip in 10s")
+			return false
+		}
+	}
+	if _, err := admin.ExecContext(ctx, "SET GLOBAL read_only=ON"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.ExecContext(ctx, "SET GLOBAL read_only=OFF") })
+	if next() {
+		t.Fatal("flip to healthy on read_only=ON")
+	}
+	if st, _ := s.Status(k); st.Last.Reason != "read_only=ON" || st.ConsecutiveFail < 3 {
+		t.Fatalf("%+v", st)
+	}
+	if _, err := admin.ExecContext(ctx, "SET GLOBAL read_only=OFF"); err != nil {
+		t.Fatal(err)
+	}
+	if !next() {
+		t.Fatal("flip to unhealthy on read_only=OFF")
 	}
 }

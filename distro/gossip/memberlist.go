@@ -1,4 +1,15 @@
-package distro
+// Package gossip is a distro membership over hashicorp/memberlist: SWIM failure
+// detection and gossip, this node's transport address carried in its node meta (Memberlist.Addr
+// plugs into transport.TCPConfig.Resolve), and a periodic re-join of the seeds, which heals
+// long partitions memberlist does not heal by itself. It is a package of its own so that
+// distro, and a registry built on it, do not link memberlist (and its init) unless the host
+// uses it. Static (package distro) is the membership driven by hand.
+//
+// Gossip is authenticated and encrypted with a key (Config.SecretKey; Validate refuses a
+// config without one unless Insecure is set); keys rotate on a running cluster with AddKey,
+// UseKey and RemoveKey. It binds 127.0.0.1 unless BindAddr says otherwise. It always runs on
+// real time.
+package gossip
 
 import (
 	"context"
@@ -16,11 +27,12 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/jonboulle/clockwork"
+	"github.com/muster-io/muster/distro/membership"
 	"github.com/muster-io/muster/internal/logx"
 )
 
-// MemberlistConfig configures a Memberlist membership. Start from DefaultMemberlistConfig.
-type MemberlistConfig struct {
+// Config configures a Memberlist membership. Start from DefaultConfig.
+type Config struct {
 	NodeID        string   // required: unique node name (memberlist's Name)
 	BindAddr      string   // address to bind gossip to; default (and when empty) "127.0.0.1", never a wildcard unless set so
 	BindPort      int      // gossip port (UDP and TCP); 0 picks a free one (see Memberlist.BindAddr)
@@ -68,12 +80,12 @@ type MemberlistConfig struct {
 	Logger *slog.Logger    // memberlist's own log lines are bridged to it at their level; nil discards
 }
 
-// DefaultMemberlistConfig returns memberlist's LAN timings, BindAddr "127.0.0.1" (loopback: set a
+// DefaultConfig returns memberlist's LAN timings, BindAddr "127.0.0.1" (loopback: set a
 // reachable address to form a cluster across hosts), port 7946, a 10 s re-join and a 1 s leave
 // timeout. SecretKey has no default: Validate refuses a config without it unless Insecure is set.
-func DefaultMemberlistConfig() MemberlistConfig {
+func DefaultConfig() Config {
 	d := memberlist.DefaultLANConfig()
-	return MemberlistConfig{
+	return Config{
 		BindAddr:            defaultBindAddr,
 		BindPort:            d.BindPort,
 		RejoinInterval:      10 * time.Second,
@@ -94,14 +106,14 @@ const defaultBindAddr = "127.0.0.1"
 // validGossipKey reports whether key has an AES key size.
 func validGossipKey(key []byte) bool { return len(key) == 16 || len(key) == 24 || len(key) == 32 }
 
-// Validate reports an error wrapping ErrInvalidConfig and naming the field and the rule.
-func (c *MemberlistConfig) Validate() error {
+// Validate reports an error wrapping membership.ErrInvalidConfig and naming the field and the rule.
+func (c *Config) Validate() error {
 	bad := func(field, rule string) error {
-		return fmt.Errorf("%w: Memberlist %s %s", ErrInvalidConfig, field, rule)
+		return fmt.Errorf("%w: Memberlist %s %s", membership.ErrInvalidConfig, field, rule)
 	}
 	switch {
-	case c.NodeID == "" || len(c.NodeID) > MaxOwnerLen:
-		return bad("NodeID", fmt.Sprintf("must be 1–%d bytes", MaxOwnerLen))
+	case c.NodeID == "" || len(c.NodeID) > membership.MaxIDLen:
+		return bad("NodeID", fmt.Sprintf("must be 1–%d bytes", membership.MaxIDLen))
 	case c.BindPort < 0 || c.BindPort > 65535:
 		return bad("BindPort", "must be 0–65535")
 	case c.AdvertisePort < 0 || c.AdvertisePort > 65535:
@@ -145,7 +157,7 @@ func (c *MemberlistConfig) Validate() error {
 // Memberlist's own notifier goroutine, never from memberlist's internals (whose locks are held
 // while it reports events), with the latest list; intermediate lists may be skipped.
 type Memberlist struct {
-	cfg MemberlistConfig
+	cfg Config
 	clk clockwork.Clock
 	log *slog.Logger
 
@@ -156,8 +168,8 @@ type Memberlist struct {
 	kr      *memberlist.Keyring // nil for an Insecure node
 	keyMu   sync.Mutex          // serializes key rotation calls (the keyring's slice is shared)
 	self    string              // the bound gossip address (host:port), set by Start
-	members map[string]Member
-	subs    map[int]func([]Member)
+	members map[string]membership.Member
+	subs    map[int]func([]membership.Member)
 	nextSub int
 	started bool
 	closed  bool
@@ -171,8 +183,8 @@ type Memberlist struct {
 	wg       sync.WaitGroup
 }
 
-// NewMemberlist validates cfg and returns a membership that has not started.
-func NewMemberlist(cfg MemberlistConfig) (*Memberlist, error) {
+// New validates cfg and returns a membership that has not started.
+func New(cfg Config) (*Memberlist, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -186,7 +198,7 @@ func NewMemberlist(cfg MemberlistConfig) (*Memberlist, error) {
 	if cfg.BindAddr == "" {
 		cfg.BindAddr = defaultBindAddr
 	}
-	m := &Memberlist{cfg: cfg, clk: cfg.Clock, log: cfg.Logger, members: map[string]Member{}, subs: map[int]func([]Member){}, changed: make(chan struct{}, 1)}
+	m := &Memberlist{cfg: cfg, clk: cfg.Clock, log: cfg.Logger, members: map[string]membership.Member{}, subs: map[int]func([]membership.Member){}, changed: make(chan struct{}, 1)}
 	if m.clk == nil {
 		m.clk = clockwork.NewRealClock()
 	}
@@ -194,7 +206,7 @@ func NewMemberlist(cfg MemberlistConfig) (*Memberlist, error) {
 		m.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	m.log = logx.WithNode(m.log, cfg.NodeID)
-	m.members[cfg.NodeID] = Member{ID: cfg.NodeID, Addr: cfg.TransportAddr}
+	m.members[cfg.NodeID] = membership.Member{ID: cfg.NodeID, Addr: cfg.TransportAddr}
 	return m, nil
 }
 
@@ -207,11 +219,11 @@ func (m *Memberlist) Start(ctx context.Context) error {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		return ErrClosed
+		return membership.ErrClosed
 	}
 	if m.started {
 		m.mu.Unlock()
-		return ErrStarted
+		return membership.ErrStarted
 	}
 	m.started = true
 	m.ctx, m.cancel = context.WithCancel(context.Background())
@@ -220,7 +232,7 @@ func (m *Memberlist) Start(ctx context.Context) error {
 	// A fresh *Config every time: memberlist.Create writes into it.
 	c := memberlist.DefaultLANConfig()
 	c.Name = m.cfg.NodeID
-	c.BindAddr = m.cfg.BindAddr // never empty (NewMemberlist): memberlist's own default is a wildcard
+	c.BindAddr = m.cfg.BindAddr // never empty (New): memberlist's own default is a wildcard
 	c.BindPort = m.cfg.BindPort
 	c.AdvertiseAddr = m.cfg.AdvertiseAddr
 	c.AdvertisePort = m.cfg.AdvertisePort
@@ -272,7 +284,7 @@ func (m *Memberlist) Start(ctx context.Context) error {
 	if m.closed { // Close ran while memberlist was being created: undo
 		m.mu.Unlock()
 		_ = ml.Shutdown()
-		return ErrClosed
+		return membership.ErrClosed
 	}
 	m.ml, m.self, m.kr = ml, self, c.Keyring
 	seeds := m.seedsToJoin()
@@ -382,11 +394,11 @@ func (m *Memberlist) keyring() (*memberlist.Keyring, error) {
 	defer m.mu.Unlock()
 	switch {
 	case m.closed:
-		return nil, ErrClosed
+		return nil, membership.ErrClosed
 	case m.kr == nil && m.ml == nil:
-		return nil, fmt.Errorf("%w: memberlist not started", ErrNotStarted)
+		return nil, fmt.Errorf("%w: memberlist not started", membership.ErrNotStarted)
 	case m.kr == nil:
-		return nil, fmt.Errorf("%w: Memberlist has no gossip key (Insecure): it cannot rotate keys", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: Memberlist has no gossip key (Insecure): it cannot rotate keys", membership.ErrInvalidConfig)
 	}
 	return m.kr, nil
 }
@@ -397,7 +409,7 @@ func (m *Memberlist) keyring() (*memberlist.Keyring, error) {
 // every step each node can read what every other sends. Safe for concurrent use.
 func (m *Memberlist) AddKey(key []byte) error {
 	if !validGossipKey(key) {
-		return fmt.Errorf("%w: Memberlist AddKey key must be 16, 24 or 32 bytes, got %d", ErrInvalidConfig, len(key))
+		return fmt.Errorf("%w: Memberlist AddKey key must be 16, 24 or 32 bytes, got %d", membership.ErrInvalidConfig, len(key))
 	}
 	kr, err := m.keyring()
 	if err != nil {
@@ -418,7 +430,7 @@ func (m *Memberlist) UseKey(key []byte) error {
 	m.keyMu.Lock()
 	defer m.keyMu.Unlock()
 	if err := kr.UseKey(key); err != nil {
-		return fmt.Errorf("%w: Memberlist UseKey: %w", ErrInvalidConfig, err)
+		return fmt.Errorf("%w: Memberlist UseKey: %w", membership.ErrInvalidConfig, err)
 	}
 	return nil
 }
@@ -433,7 +445,7 @@ func (m *Memberlist) RemoveKey(key []byte) error {
 	m.keyMu.Lock()
 	defer m.keyMu.Unlock()
 	if err := kr.RemoveKey(key); err != nil {
-		return fmt.Errorf("%w: Memberlist RemoveKey: %w", ErrInvalidConfig, err)
+		return fmt.Errorf("%w: Memberlist RemoveKey: %w", membership.ErrInvalidConfig, err)
 	}
 	return nil
 }
@@ -455,29 +467,29 @@ func (m *Memberlist) Keys() [][]byte {
 }
 
 // Members returns the live members, self included, sorted by ID.
-func (m *Memberlist) Members() []Member {
+func (m *Memberlist) Members() []membership.Member {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.listLocked()
 }
 
-func (m *Memberlist) listLocked() []Member {
-	out := make([]Member, 0, len(m.members))
+func (m *Memberlist) listLocked() []membership.Member {
+	out := make([]membership.Member, 0, len(m.members))
 	for _, mb := range m.members {
 		out = append(out, mb)
 	}
-	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b membership.Member) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
 
 // Addr returns the transport address of a live member (for transport.TCPConfig.Resolve). It
-// fails with ErrUnknownMember for an ID that is not live or has no address.
+// fails with membership.ErrUnknownMember for an ID that is not live or has no address.
 func (m *Memberlist) Addr(id string) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	mb, ok := m.members[id]
 	if !ok || mb.Addr == "" {
-		return "", fmt.Errorf("%w: %q", ErrUnknownMember, id)
+		return "", fmt.Errorf("%w: %q", membership.ErrUnknownMember, id)
 	}
 	return mb.Addr, nil
 }
@@ -491,7 +503,7 @@ func (m *Memberlist) BindAddr() string {
 }
 
 // Subscribe registers fn; see Membership. fn is called from the notifier goroutine.
-func (m *Memberlist) Subscribe(fn func([]Member)) (cancel func()) {
+func (m *Memberlist) Subscribe(fn func([]membership.Member)) (cancel func()) {
 	m.mu.Lock()
 	id := m.nextSub
 	m.nextSub++
@@ -525,7 +537,7 @@ func (m *Memberlist) notifier() {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
-		subs := make([]func([]Member), len(keys))
+		subs := make([]func([]membership.Member), len(keys))
 		for i, k := range keys {
 			subs[i] = m.subs[k]
 		}
@@ -540,7 +552,7 @@ func (m *Memberlist) notifier() {
 func (m *Memberlist) update(n *memberlist.Node, alive bool) {
 	m.mu.Lock()
 	if alive {
-		m.members[n.Name] = Member{ID: n.Name, Addr: string(n.Meta)}
+		m.members[n.Name] = membership.Member{ID: n.Name, Addr: string(n.Meta)}
 	} else if n.Name != m.cfg.NodeID {
 		delete(m.members, n.Name)
 	}

@@ -1,4 +1,9 @@
-package health
+// Package mysqlcheck is the MySQL health checker: a health.Checker that runs a
+// command on a MySQL or MariaDB server (Nacos's MYSQL check). It is a package of
+// its own so that a registry that does not check MySQL does not link the driver:
+// put one in health.Config.Checkers under model.CheckMySQL (registry/node does),
+// and close it after the scheduler.
+package mysqlcheck
 
 import (
 	"context"
@@ -6,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"syscall"
@@ -13,13 +19,14 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jonboulle/clockwork"
+	"github.com/muster-io/muster/health"
 	"github.com/muster-io/muster/model"
 )
 
-// MySQLConfig configures a [MySQLChecker].
-type MySQLConfig struct {
+// Config configures a [Checker].
+type Config struct {
 	// Timeout bounds a whole check, and is also the driver's dial, read and write timeout
-	// (the DSN's timeout, readTimeout and writeTimeout). 0 means DefaultCheckTimeout (500 ms).
+	// (the DSN's timeout, readTimeout and writeTimeout). 0 means health.DefaultCheckTimeout (500 ms).
 	Timeout time.Duration
 	// MaxDBs bounds the cached connection pools (one per address, user and password).
 	// When it is reached the least recently used pool is closed. 0 means 256.
@@ -33,7 +40,7 @@ type MySQLConfig struct {
 	Logger *slog.Logger
 }
 
-// MySQLChecker checks a target by running the check's Command (DefaultMySQLCommand when
+// Checker checks a target by running the check's Command (DefaultMySQLCommand when
 // empty) as the check's User with its Password.
 //
 // With the default command, "show global variables where variable_name='read_only'", the
@@ -48,8 +55,8 @@ type MySQLConfig struct {
 // Connections are reused: a *sql.DB holding at most one connection is cached per (address,
 // user, password), at most MaxDBs of them, and the cache is closed by Close. It is safe for
 // concurrent use.
-type MySQLChecker struct {
-	cfg    MySQLConfig
+type Checker struct {
+	cfg    Config
 	logger mysql.Logger
 
 	mu     sync.Mutex
@@ -67,19 +74,19 @@ type dbEntry struct {
 	evicted bool // out of the cache; closed when refs drops to 0
 }
 
-// NewMySQLChecker returns a MySQLChecker. It opens no connection. It reports an error
+// New returns a Checker. It opens no connection. It reports an error
 // wrapping [ErrInvalidConfig] if a field is negative.
-func NewMySQLChecker(cfg MySQLConfig) (*MySQLChecker, error) {
+func New(cfg Config) (*Checker, error) {
 	switch {
 	case cfg.Timeout < 0:
-		return nil, fmt.Errorf("%w: MySQLConfig.Timeout must be >= 0 (0: %v), got %v", ErrInvalidConfig, DefaultCheckTimeout, cfg.Timeout)
+		return nil, fmt.Errorf("%w: Config.Timeout must be >= 0 (0: %v), got %v", health.ErrInvalidConfig, health.DefaultCheckTimeout, cfg.Timeout)
 	case cfg.MaxDBs < 0:
-		return nil, fmt.Errorf("%w: MySQLConfig.MaxDBs must be >= 0 (0: 256), got %d", ErrInvalidConfig, cfg.MaxDBs)
+		return nil, fmt.Errorf("%w: Config.MaxDBs must be >= 0 (0: 256), got %d", health.ErrInvalidConfig, cfg.MaxDBs)
 	case cfg.IdleTimeout < 0:
-		return nil, fmt.Errorf("%w: MySQLConfig.IdleTimeout must be >= 0 (0: 30s), got %v", ErrInvalidConfig, cfg.IdleTimeout)
+		return nil, fmt.Errorf("%w: Config.IdleTimeout must be >= 0 (0: 30s), got %v", health.ErrInvalidConfig, cfg.IdleTimeout)
 	}
 	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultCheckTimeout
+		cfg.Timeout = health.DefaultCheckTimeout
 	}
 	if cfg.MaxDBs == 0 {
 		cfg.MaxDBs = 256
@@ -94,7 +101,7 @@ func NewMySQLChecker(cfg MySQLConfig) (*MySQLChecker, error) {
 	if cfg.Logger != nil {
 		logger = driverLogger{cfg.Logger}
 	}
-	return &MySQLChecker{cfg: cfg, logger: logger, dbs: make(map[dbKey]*dbEntry)}, nil
+	return &Checker{cfg: cfg, logger: logger, dbs: make(map[dbKey]*dbEntry)}, nil
 }
 
 // driverLogger passes the driver's logs (it logs, for example, connections it finds broken)
@@ -103,8 +110,8 @@ type driverLogger struct{ l *slog.Logger }
 
 func (d driverLogger) Print(v ...any) { d.l.Debug("mysql driver", "msg", fmt.Sprint(v...)) }
 
-// Check runs the command. It never returns an error: every failure is a Result.
-func (c *MySQLChecker) Check(ctx context.Context, t Target) Result {
+// Check runs the command. It never returns an error: every failure is a health.Result.
+func (c *Checker) Check(ctx context.Context, t health.Target) health.Result {
 	start := c.clock().Now()
 	// The deadline bounds socket I/O: context's real-time timer is the documented exception
 	// to the injected clock.
@@ -113,7 +120,7 @@ func (c *MySQLChecker) Check(ctx context.Context, t Target) Result {
 	key := dbKey{addr: t.Addr(), user: t.Check.User, password: t.Check.Password}
 	e, err := c.acquire(key)
 	if err != nil {
-		return Result{Latency: c.clock().Since(start), Reason: err.Error()}
+		return health.Result{Latency: c.clock().Since(start), Reason: err.Error()}
 	}
 	defer c.release(e)
 
@@ -126,10 +133,10 @@ func (c *MySQLChecker) Check(ctx context.Context, t Target) Result {
 	if err != nil {
 		return mysqlFailure(err, lat)
 	}
-	return Result{Healthy: healthy, Latency: lat, Reason: reason}
+	return health.Result{Healthy: healthy, Latency: lat, Reason: reason}
 }
 
-func (c *MySQLChecker) clock() clockwork.Clock { return c.cfg.Clock }
+func (c *Checker) clock() clockwork.Clock { return c.cfg.Clock }
 
 // runCommand runs cmd on db and judges it.
 func runCommand(ctx context.Context, db *sql.DB, cmd string) (healthy bool, reason string, err error) {
@@ -179,22 +186,22 @@ func isDefaultCommand(cmd string) bool {
 
 // mysqlFailure maps an error to a result: an error reported by the server (SQL, access
 // denied) and a refused connection are definite, the rest is not.
-func mysqlFailure(err error, lat time.Duration) Result {
+func mysqlFailure(err error, lat time.Duration) health.Result {
 	var me *mysql.MySQLError
 	switch {
 	case errors.As(err, &me):
-		return Result{Definite: true, Latency: lat, Reason: fmt.Sprintf("mysql error %d: %s", me.Number, me.Message)}
+		return health.Result{Definite: true, Latency: lat, Reason: fmt.Sprintf("mysql error %d: %s", me.Number, me.Message)}
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return Result{Definite: true, Latency: lat, Reason: "connection refused"}
+		return health.Result{Definite: true, Latency: lat, Reason: "connection refused"}
 	case errors.Is(err, context.DeadlineExceeded), isTimeout(err):
-		return Result{Latency: lat, Reason: "timeout"}
+		return health.Result{Latency: lat, Reason: "timeout"}
 	}
-	return Result{Latency: lat, Reason: err.Error()}
+	return health.Result{Latency: lat, Reason: err.Error()}
 }
 
 // acquire returns the cached pool for key, opening it if needed, with a reference that the
 // caller gives back with release.
-func (c *MySQLChecker) acquire(key dbKey) (*dbEntry, error) {
+func (c *Checker) acquire(key dbKey) (*dbEntry, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -234,7 +241,7 @@ func (c *MySQLChecker) acquire(key dbKey) (*dbEntry, error) {
 
 // evictLocked drops the least recently used pool from the cache; it is closed now or, if a
 // check is using it, when that check releases it. O(MaxDBs), only on a miss of a full cache.
-func (c *MySQLChecker) evictLocked() {
+func (c *Checker) evictLocked() {
 	var (
 		oldest *dbEntry
 		okey   dbKey
@@ -254,7 +261,7 @@ func (c *MySQLChecker) evictLocked() {
 	}
 }
 
-func (c *MySQLChecker) release(e *dbEntry) {
+func (c *Checker) release(e *dbEntry) {
 	c.mu.Lock()
 	e.refs--
 	closeIt := e.evicted && e.refs == 0
@@ -266,7 +273,7 @@ func (c *MySQLChecker) release(e *dbEntry) {
 
 // Close closes every cached pool (those in use when their check returns) and makes later
 // checks fail. It is idempotent.
-func (c *MySQLChecker) Close() error {
+func (c *Checker) Close() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -290,8 +297,13 @@ func (c *MySQLChecker) Close() error {
 }
 
 // cached returns the number of cached pools (tests).
-func (c *MySQLChecker) cached() int {
+func (c *Checker) cached() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.dbs)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

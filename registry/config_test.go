@@ -1,0 +1,146 @@
+package registry_test
+
+import (
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/muster-io/muster/distro"
+	"github.com/muster-io/muster/health"
+	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/registry"
+	"github.com/muster-io/muster/transport"
+)
+
+// TestConfigMeansWhatItSays: the fields of nested configs that the
+// registry owns are refused when set, and the engines get what the
+// registry owns through Env; nothing of the caller's is overwritten.
+func TestConfigMeansWhatItSays(t *testing.T) {
+	tr, err := (&transport.MemNetwork{}).Node("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	members := distro.NewStatic(distro.Member{ID: "n1"})
+	base := func() registry.Config {
+		cfg := registry.DefaultConfig()
+		cfg.NodeID = "n1"
+		cfg.HealthChecks = nil
+		return cfg
+	}
+	dc := func() distro.Config {
+		c := distro.DefaultConfig()
+		c.Transport, c.Membership = tr, members
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		mod  func(*registry.Config)
+		want string // "" accepted
+	}{
+		{"Distro with its owned fields unset", func(c *registry.Config) { c.Replicator, c.Transport = registry.Distro(dc()), tr }, ""},
+		{"Distro.NodeID set", func(c *registry.Config) {
+			d := dc()
+			d.NodeID = "n1"
+			c.Replicator, c.Transport = registry.Distro(d), tr
+		}, "NodeID must be empty"},
+		{"Distro.Store set", func(c *registry.Config) {
+			d := dc()
+			d.Store = nopStore{}
+			c.Replicator, c.Transport = registry.Distro(d), tr
+		}, "Store must be nil"},
+		{"Distro without a membership", func(c *registry.Config) {
+			d := dc()
+			d.Membership = nil
+			c.Replicator, c.Transport = registry.Distro(d), tr
+		}, "Membership must be set"},
+		{"Replicator without Transport", func(c *registry.Config) { c.Replicator = registry.Distro(dc()) }, "Transport must be set"},
+		{"Transport without Replicator", func(c *registry.Config) { c.Transport = tr }, "only used with Replicator"},
+		{"HealthChecks.OnTransition set", func(c *registry.Config) {
+			hc := health.DefaultConfig()
+			hc.OnTransition = func(model.InstanceKey, bool, health.Status) {}
+			c.HealthChecks = &hc
+		}, "OnTransition must be nil"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := base()
+			tc.mod(&cfg)
+			r, err := registry.New(cfg)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				_ = r.Close()
+				return
+			}
+			if !errors.Is(err, registry.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New: %v, want ErrInvalidConfig saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestEnv: a ReplicatorFunc is handed the registry's node ID, clock,
+// logger (tagged), limits and a random source of its own; a StoreFunc the
+// same without the random source.
+func TestEnv(t *testing.T) {
+	clock := clockwork.NewFakeClock()
+	cfg := registry.DefaultConfig()
+	cfg.NodeID, cfg.Clock, cfg.HealthChecks = "n7", clock, nil
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	var renv, senv registry.Env
+	boom := errors.New("stop here")
+	cfg.Replicator = func(env registry.Env, _ distro.Store) (registry.Replicator, error) {
+		renv = env
+		return nil, boom
+	}
+	tr, _ := (&transport.MemNetwork{}).Node("n7")
+	defer tr.Close()
+	cfg.Transport = tr
+	if _, err := registry.New(cfg); !errors.Is(err, boom) {
+		t.Fatalf("New: %v, want the replicator's error", err)
+	}
+	if renv.NodeID != "n7" || renv.Clock != clock || renv.Logger == nil || renv.Rand == nil {
+		t.Fatalf("replicator env %+v", renv)
+	}
+	cfg.Replicator, cfg.Transport = nil, nil
+	cfg.Store = func(env registry.Env, _ registry.StoreFeed) (registry.Store, error) {
+		senv = env
+		return nil, boom
+	}
+	if _, err := registry.New(cfg); !errors.Is(err, boom) {
+		t.Fatalf("New: %v, want the store's error", err)
+	}
+	if senv.NodeID != "n7" || senv.Clock != clock || senv.Logger == nil || senv.Rand != nil {
+		t.Fatalf("store env %+v", senv)
+	}
+}
+
+type nopStore struct{}
+
+func (nopStore) Apply(distro.Record)            {}
+func (nopStore) Adopt(distro.Record, time.Time) {}
+func (nopStore) MembersChanged([]string)        {}
+
+// A second Start fails with ErrStarted, a Start after Close with ErrClosed.
+func TestStartTwice(t *testing.T) {
+	cfg := registry.DefaultConfig()
+	cfg.HealthChecks = nil
+	r, err := registry.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(t.Context()); !errors.Is(err, registry.ErrStarted) {
+		t.Fatalf("second Start: %v, want ErrStarted", err)
+	}
+	_ = r.Close()
+	if err := r.Start(t.Context()); !errors.Is(err, registry.ErrClosed) {
+		t.Fatalf("Start after Close: %v, want ErrClosed", err)
+	}
+}
