@@ -231,7 +231,11 @@ func (r *Registry) applyInstLocked(ir instRecord) {
 		}
 		delete(p.repl.insts, ir.hash)
 		served := pi.slot.current() == pi.inst
-		r.unpublish(pi, true, "removed by its owner")
+		why := "removed by its owner"
+		if r.members != nil && !r.members[ir.rec.Owner] {
+			why = "orphaned: its owner node left" // distro's orphan removal (OrphanTimeout)
+		}
+		r.unpublish(pi, true, why)
 		if served {
 			r.changed(pi.slot.svc)
 		}

@@ -33,10 +33,12 @@ const (
 	EventDamped
 	// EventRemoved: it left the index. Reason is one of "deregistered",
 	// "session closed", "session expired", "lease expired" (no beat for the
-	// delete timeout), "orphaned" (its owner node left and the orphan
-	// timeout ran out), "replaced" (its session replaced its instances),
-	// "repaired" (a verify round found the owner no longer holds it),
-	// "deleted" (the persistent store removed it).
+	// delete timeout), "replaced" (its session replaced its instances),
+	// "write undone" (a session's write refused midway was rolled back),
+	// "deleted" (the persistent store removed it), and on the nodes that
+	// hold a replica: "removed by its owner" (the owner node's own event
+	// says why), "orphaned: its owner node left" (the orphan timeout ran
+	// out), "taken over by another node".
 	EventRemoved
 )
 

@@ -71,9 +71,10 @@ type Registry struct {
 	sessions map[string]*publisher // session publishers by ID
 	remote   map[string]*publisher // replicas of other nodes' publishers, by record key
 	patches  map[model.InstanceKey]*model.InstancePatch
-	rev      uint64  // last revision handed out; revisions are unique across services
-	quota    quotas  // what the limits count (see limits.go)
-	journal  journal // the latest instance events, for Explain (history.go)
+	rev      uint64          // last revision handed out; revisions are unique across services
+	quota    quotas          // what the limits count (see limits.go)
+	journal  journal         // the latest instance events, for Explain (history.go)
+	members  map[string]bool // the replicator's members as last told (MembersChanged), for the journal
 
 	beatLeases    health.Leases[*pubInst]
 	sessionLeases health.Leases[*publisher]

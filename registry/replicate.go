@@ -271,6 +271,10 @@ func (ds distroStore) MembersChanged(members []string) {
 	if r.state.Load() == stateClosed {
 		return
 	}
+	r.members = make(map[string]bool, len(members))
+	for _, m := range members {
+		r.members[m] = true
+	}
 	var moved []*publisher
 	for _, head := range r.beats {
 		for p := head; p != nil; p = p.next {
