@@ -25,6 +25,7 @@ type publisher struct {
 	kind    pubKind
 	closed  bool
 	remote  bool       // owned by another node: a replica (see replicate.go)
+	owner   string     // the node of a remote publisher, for the journal
 	repl    *replState // sessions in a cluster: per-instance replication (delta.go)
 }
 
@@ -123,6 +124,7 @@ func (r *Registry) publish(pub *publisher, inst model.Instance, limited bool) (*
 				return pi, nil
 			}
 			served := s.slots[i].current() == pi.inst
+			r.noteChange(pi, &inst, pub)
 			pi.inst = newRec(&inst)
 			if served {
 				r.changed(s)
@@ -161,6 +163,7 @@ func (r *Registry) publish(pub *publisher, inst model.Instance, limited bool) (*
 	if born {
 		r.slotBorn(sl)
 	}
+	r.note(sl.key(), EventRegistered, pub, "")
 	// issue 15: another publisher of a key, with the same instance, changes
 	// no view.
 	if born || sl.current() == stored && !stored.equal(prev) {
@@ -180,10 +183,11 @@ func (sl *slot) publication(pub *publisher) *pubInst {
 	return nil
 }
 
-// unpublish removes one publication. With detach, it is also removed from
-// its publisher's list (a caller removing them all skips that). The caller
-// drops the publication's lease, if any.
-func (r *Registry) unpublish(pi *pubInst, detach bool) {
+// unpublish removes one publication, why (the journal's reason). With
+// detach, it is also removed from its publisher's list (a caller removing
+// them all skips that). The caller drops the publication's lease, if any.
+func (r *Registry) unpublish(pi *pubInst, detach bool, why string) {
+	r.note(pi.slot.key(), EventRemoved, pi.pub, why)
 	r.noteUnpublished(pi) // issue 15: per-instance replication (delta.go)
 	sl := pi.slot
 	if i := slices.Index(sl.pubs, pi); i >= 0 {
@@ -450,6 +454,7 @@ func (r *Registry) beatPubInst(ip string, port int, cluster string, svc model.Se
 func (r *Registry) touchBeat(pi *pubInst) {
 	_, revived := r.beatLeases.Touch(pi, r.now())
 	if revived || !pi.inst.healthy {
+		r.note(pi.slot.key(), EventHealthy, pi.pub, "beat resumed")
 		r.replaceInst(pi, pi.inst.withHealth(true))
 	}
 }
@@ -524,7 +529,7 @@ func (r *Registry) deregisterOwned(ctx context.Context, key model.InstanceKey) e
 	r.noteDeregistered(key, pi)
 	if pi != nil {
 		r.beatLeases.Remove(pi)
-		r.dropBeat(pi)
+		r.dropBeat(pi, "deregistered")
 		return nil
 	}
 	if _, sl := r.lookup(key); sl != nil && len(sl.pubs) > 0 {
@@ -537,8 +542,8 @@ func (r *Registry) deregisterOwned(ctx context.Context, key model.InstanceKey) e
 
 // dropBeat removes a beat publication, and its publisher once it has no
 // other. The caller holds mu and has dropped the publication's lease.
-func (r *Registry) dropBeat(pi *pubInst) {
-	r.unpublish(pi, true)
+func (r *Registry) dropBeat(pi *pubInst, why string) {
+	r.unpublish(pi, true, why)
 	r.changed(pi.slot.svc)
 	r.pubChanged(pi.pub)
 	r.dropBeatPublisherIfEmpty(pi.pub, pi.inst)
@@ -558,10 +563,11 @@ func (r *Registry) beatEvent(pi *pubInst, ev health.Event) {
 	switch ev {
 	case health.EventUnhealthy:
 		if pi.inst.healthy {
+			r.note(pi.slot.key(), EventUnhealthy, pi.pub, "beat missed")
 			r.replaceInst(pi, pi.inst.withHealth(false))
 		}
 	case health.EventExpired: // the tracker has dropped the lease already
-		r.dropBeat(pi)
+		r.dropBeat(pi, "lease expired")
 	}
 }
 

@@ -71,8 +71,10 @@ type Registry struct {
 	sessions map[string]*publisher // session publishers by ID
 	remote   map[string]*publisher // replicas of other nodes' publishers, by record key
 	patches  map[model.InstanceKey]*model.InstancePatch
-	rev      uint64 // last revision handed out; revisions are unique across services
-	quota    quotas // what the limits count (see limits.go)
+	rev      uint64          // last revision handed out; revisions are unique across services
+	quota    quotas          // what the limits count (see limits.go)
+	journal  journal         // the latest instance events, for Explain (history.go)
+	members  map[string]bool // the replicator's members as last told (MembersChanged), for the journal
 
 	beatLeases    health.Leases[*pubInst]
 	sessionLeases health.Leases[*publisher]
@@ -140,6 +142,9 @@ func New(cfg Config) (*Registry, error) {
 	r.replicator = solo{id: cfg.NodeID}
 	r.watch.init()
 	r.stats = newStats()
+	if cfg.HistoryEvents > 0 {
+		r.journal = newJournal(cfg.HistoryEvents)
+	}
 	env := Env{NodeID: cfg.NodeID, Clock: r.clock, Logger: r.log, Limits: r.lim.model()}
 	if cfg.Replicator != nil {
 		renv := env
@@ -346,7 +351,7 @@ func (r *Registry) handOver() {
 	n := 0
 	for _, p := range r.sessions {
 		r.sessionLeases.Remove(p)
-		r.closeSessionLocked(p)
+		r.closeSessionLocked(p, "session closed")
 		n++
 	}
 	r.mu.Unlock()
@@ -560,7 +565,7 @@ func (r *Registry) runDue() []model.InstanceKey {
 	r.sessionLeases.ExpireAt(now, func(p *publisher, _ health.Event, at time.Time) {
 		r.due = at
 		r.log.Info("session keep-alive lapsed", "session", p.id)
-		r.closeSessionLocked(p)
+		r.closeSessionLocked(p, "session expired")
 	})
 	r.emptySvcs.ExpireAt(now, func(key model.ServiceKey, _ health.Event, at time.Time) {
 		r.due = at

@@ -207,6 +207,7 @@ func (r *Registry) mirrorLocked(cmd *command) {
 		}
 		last := sl.pers
 		sl.pers = nil
+		r.note(cmd.key, EventRemoved, nil, "deleted")
 		r.untarget(cmd.key)
 		r.dropSlotIfDead(sl, last)
 		r.changed(s)
@@ -219,6 +220,7 @@ func (r *Registry) mirrorLocked(cmd *command) {
 		merged := old.Merge(p)
 		merged.Key = p.Key
 		r.patches[p.Key] = &merged
+		r.note(p.Key, EventPatched, nil, "")
 		if s, sl := r.lookup(p.Key); sl != nil {
 			sl.patch = &merged
 			r.changed(s)
@@ -230,6 +232,11 @@ func (r *Registry) mirrorLocked(cmd *command) {
 			return
 		}
 		delete(r.patches, cmd.key)
+		why := ""
+		if cmd.expiry {
+			why = "expired"
+		}
+		r.note(cmd.key, EventPatchRemoved, nil, why)
 		r.patchGone.Remove(cmd.key)
 		if s, sl := r.lookup(cmd.key); sl != nil {
 			sl.patch = nil
@@ -241,6 +248,7 @@ func (r *Registry) mirrorLocked(cmd *command) {
 			return
 		}
 		sl.pers = sl.pers.withHealth(cmd.healthy)
+		r.noteHealth(s, cmd.key, cmd.healthy)
 		r.changed(s)
 		r.syncTarget(s, sl)
 	}
@@ -285,6 +293,9 @@ func (r *Registry) mirrorPutInstance(inst model.Instance, withHealth bool) {
 	sl.pers = stored
 	if born {
 		r.slotBorn(sl)
+		r.note(sl.key(), EventRegistered, nil, "")
+	} else {
+		r.note(sl.key(), EventUpdated, nil, "")
 	}
 	r.changed(s)
 	r.syncTarget(s, sl)

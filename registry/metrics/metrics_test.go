@@ -327,6 +327,21 @@ func TestScrapeNodeCluster(t *testing.T) {
 	if v := value(t, after, "muster_registry_services", "namespace", model.DefaultNamespace); v != 2 {
 		t.Errorf("services in %s = %v, want 2", model.DefaultNamespace, v)
 	}
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"muster_registry_writes_total", []string{"op", "session_register"}, 1},
+		{"muster_registry_writes_total", []string{"op", "register"}, 1},
+		{"muster_registry_namespace_instances", []string{"namespace", model.DefaultNamespace, "kind", "ephemeral"}, 1},
+		{"muster_registry_namespace_instances", []string{"namespace", model.DefaultNamespace, "kind", "persistent"}, 1},
+		{"muster_registry_namespace_sessions", []string{"namespace", model.DefaultNamespace}, 1},
+	} {
+		if v := value(t, after, c.name, c.labels...); v != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, v, c.want)
+		}
+	}
 	if v := value(t, after, "muster_raft_proposals_total", "outcome", "applied"); v <= applied {
 		t.Errorf("applied proposals %v, want more than %v", v, applied)
 	}
@@ -434,7 +449,7 @@ func TestLintAndAbsentSources(t *testing.T) {
 
 type countsFunc func() registry.Counts
 
-func (f countsFunc) Counts() registry.Counts { return f() }
+func (f countsFunc) Stats() registry.Stats { return registry.Stats{Counts: f()} }
 
 type tcpStats struct{}
 
