@@ -25,7 +25,7 @@ type params struct {
 	Batch     int    // changes per step in the batched measurement (Changes/Batch steps)
 	InFlight  int    // changes per owner waiting in their merge window when a verify round runs (churn)
 	Chunk     int    // records written per owner between two sync rounds while loading the cluster
-	Profile   string // if set, a CPU profile of the single changes is written to Profile + ".<nodes>x<instances>"
+	Profile   string // if set, CPU profiles of the single changes and of the join are written to Profile + "[.join].<nodes>x<instances>"
 }
 
 // result is what one configuration measured.
@@ -379,6 +379,19 @@ func measure(p params, log logf) (res result, err error) {
 		return res, err
 	}
 	hj := heap()
+	if p.Profile != "" {
+		f, err := os.Create(fmt.Sprintf("%s.join.%dx%d", p.Profile, p.Nodes, p.Instances))
+		if err != nil {
+			return res, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return res, err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
+	}
 	js0, t0 := j.st.snap(), cpuTime()
 	began := time.Now() // real time
 	if err := j.rep.Start(ctx); err != nil {
