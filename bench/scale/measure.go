@@ -387,10 +387,8 @@ func measure(p params, log logf) (res result, err error) {
 		if err := pprof.StartCPUProfile(f); err != nil {
 			return res, err
 		}
-		defer func() {
-			pprof.StopCPUProfile()
-			_ = f.Close()
-		}()
+		defer func() { _ = f.Close() }()
+		defer pprof.StopCPUProfile() // (a no-op once stopped at ready)
 	}
 	js0, t0 := j.st.snap(), cpuTime()
 	began := time.Now() // real time
@@ -404,6 +402,9 @@ func measure(p params, log logf) (res result, err error) {
 	}
 	res.JoinReady = time.Since(began) // real time
 	res.JoinCPU = cpuTime() - t0
+	if p.Profile != "" {
+		pprof.StopCPUProfile() // the join only, not the collections that measure the heap after it
+	}
 	js := j.st.snap().sub(js0)
 	res.JoinBytes = float64(js.bytes[kindSnapshot])
 	res.JoinPeers = j.rep.Stats().LoadPeers
