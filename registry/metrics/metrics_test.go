@@ -26,8 +26,8 @@ import (
 	"github.com/muster-io/muster/raftstore"
 	"github.com/muster-io/muster/registry"
 	"github.com/muster-io/muster/registry/metrics"
-	"github.com/muster-io/muster/registry/registrytest"
 	"github.com/muster-io/muster/registry/node"
+	"github.com/muster-io/muster/registry/registrytest"
 	"github.com/muster-io/muster/transport"
 )
 
