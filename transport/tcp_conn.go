@@ -45,10 +45,10 @@ type conn struct {
 	lanes     map[Kind]*lane // the queues of ordered kinds, created on their first message
 	serving   int            // lanes with a running laneLoop
 	held      int            // body bytes of the messages running or queued, lanes included (MaxQueuedBytes)
-	closed    bool // close ran
-	retired   bool // no new outbound calls; go-away sent
-	goaway    bool // the peer sent go-away
-	finishing bool // the close marker is queued
+	closed    bool           // close ran
+	retired   bool           // no new outbound calls; go-away sent
+	goaway    bool           // the peer sent go-away
+	finishing bool           // the close marker is queued
 }
 
 func (t *TCP) newConn(nc net.Conn, peer, dialer string, version uint8) *conn {
