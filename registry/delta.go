@@ -314,43 +314,109 @@ func (r *rec) sameInstance(inst *model.Instance) bool {
 		r.weight == inst.Weight && r.healthy == inst.Healthy && r.enabled == inst.Enabled && r.md.Equal(inst.Metadata)
 }
 
-// publishedAs returns pub's publication of inst's key if it holds inst
-// exactly, or nil. The caller holds mu (read or write).
-func (r *Registry) publishedAs(pub *publisher, inst *model.Instance) *pubInst {
+// instLoc is where an instance key is in the index, or would go: found
+// under mu by locate, and checked again in O(1) by relocate once the lock
+// has been released and taken again (Session.Register validates in
+// between), so that a registration looks its key up once.
+type instLoc struct {
+	ok    bool
+	gen   uint64   // r.svcGen when s was read
+	s     *service // nil: no service of the key
+	i     int      // the slot's index in s.slots, or where it would go
+	found bool
+	// at is the slot at i (nil at the end); before, the one before it
+	// (nil at the start). The keys of slots never change and s.slots is
+	// sorted, so while both are still at i-1 and i the key is still at i,
+	// or still goes there.
+	at, before *slot
+}
+
+// locate looks inst's key up, fills loc, and returns pub's publication of
+// it if pub holds inst exactly, or nil. The caller holds mu (read or
+// write).
+func (r *Registry) locate(pub *publisher, inst *model.Instance, loc *instLoc) *pubInst {
 	s := r.services[inst.Service]
-	if s == nil || !s.ephemeral {
+	*loc = instLoc{ok: true, gen: r.svcGen.Load(), s: s}
+	if s == nil {
 		return nil
 	}
 	i, found := s.findSlot(inst.Cluster, inst.IP, inst.Port)
-	if !found {
+	loc.i, loc.found = i, found
+	if i < len(s.slots) {
+		loc.at = s.slots[i]
+	}
+	if i > 0 {
+		loc.before = s.slots[i-1]
+	}
+	if !found || !s.ephemeral {
 		return nil
 	}
-	if pi := s.slots[i].publication(pub); pi != nil && pi.inst.sameInstance(inst) {
+	if pi := loc.at.publication(pub); pi != nil && pi.inst.sameInstance(inst) {
 		return pi
 	}
 	return nil
 }
 
+// relocate returns inst's service, slot index and whether the slot is
+// there, as publishAt takes them: loc's, if nothing moved since locate
+// filled it, or looked up again. The caller holds mu.
+func (r *Registry) relocate(loc *instLoc, inst *model.Instance) (*service, int, bool) {
+	if loc.ok && loc.gen == r.svcGen.Load() {
+		s, i := loc.s, loc.i
+		if s == nil {
+			return nil, 0, false
+		}
+		n := len(s.slots)
+		atOK := i < n && s.slots[i] == loc.at || i == n && loc.at == nil
+		beforeOK := i == 0 && loc.before == nil || i > 0 && i <= n && s.slots[i-1] == loc.before
+		if atOK && (loc.found || beforeOK) {
+			return s, i, loc.found
+		}
+	}
+	s := r.services[inst.Service]
+	if s == nil {
+		return nil, 0, false
+	}
+	i, found := s.findSlot(inst.Cluster, inst.IP, inst.Port)
+	return s, i, found
+}
+
 // unchanged reports whether the open session already publishes inst (with
 // its defaults) exactly: registering it again changes nothing, and is
 // answered under the read lock, before validation (what is stored was
-// valid).
-func (s *Session) unchanged(inst *model.Instance) bool {
+// valid). It leaves in loc where inst's key is, for the publish.
+func (s *Session) unchanged(inst *model.Instance, loc *instLoc) bool {
 	r := s.r
 	r.mu.RLock()
-	ok := r.checkWrite() == nil && !s.pub.closed && !s.pub.remote && r.publishedAs(s.pub, inst) != nil
+	ok := r.checkWrite() == nil && !s.pub.closed && !s.pub.remote && r.locate(s.pub, inst, loc) != nil
 	r.mu.RUnlock()
 	return ok
+}
+
+// beatPublishedAs returns beat publisher pub's publication of inst's key
+// if it holds inst exactly, or nil (pub may be nil). pub publishes inst's
+// ip:port, nearly always once, so its own list is shorter than a lookup
+// in the index. The caller holds mu.
+func beatPublishedAs(pub *publisher, inst *model.Instance) *pubInst {
+	if pub == nil {
+		return nil
+	}
+	for _, pi := range pub.insts {
+		if pi.inst.cluster == inst.Cluster && pi.slot.svc.key == inst.Service {
+			if pi.inst.sameInstance(inst) {
+				return pi
+			}
+			return nil
+		}
+	}
+	return nil
 }
 
 // renewIfUnchanged renews the lease of beat publisher pub's publication of
 // inst, and returns it, if it holds inst exactly (pub may be nil). The
 // caller holds mu.
 func (r *Registry) renewIfUnchanged(pub *publisher, inst *model.Instance) *pubInst {
-	if pub == nil {
-		return nil
-	}
-	pi := r.publishedAs(pub, inst)
+	pi := beatPublishedAs(pub, inst)
 	if pi == nil {
 		return nil
 	}

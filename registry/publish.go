@@ -108,12 +108,20 @@ type pubInst struct {
 // changes. The caller holds mu and bumps pub.rev.
 func (r *Registry) publish(pub *publisher, inst model.Instance, limited bool) (*pubInst, error) {
 	s := r.services[inst.Service]
-	if s != nil && !s.ephemeral {
-		return nil, kindMismatch(s)
-	}
 	i, found := 0, false
 	if s != nil {
 		i, found = s.findSlot(inst.Cluster, inst.IP, inst.Port)
+	}
+	return r.publishAt(s, i, found, pub, inst, limited)
+}
+
+// publishAt is publish with inst's key looked up already: s is the
+// service of inst's key (or nil), i the index of the key's slot in s.slots
+// or where it would go, found whether it is there (see instLoc in
+// delta.go). The caller holds mu.
+func (r *Registry) publishAt(s *service, i int, found bool, pub *publisher, inst model.Instance, limited bool) (*pubInst, error) {
+	if s != nil && !s.ephemeral {
+		return nil, kindMismatch(s)
 	}
 	if found {
 		if pi := s.slots[i].publication(pub); pi != nil {
