@@ -2,7 +2,6 @@ package registry
 
 import (
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"strconv"
 	"strings"
@@ -23,10 +22,13 @@ import (
 // and dropped: it cost a second record for every session of one instance,
 // the common case, and nothing read it).
 //
-// hash is the first 16 bytes, in lower-case hex, of the SHA-256 of the
-// instance's key (namespace, group, service, cluster, ip, port): a key of
-// fixed length, whatever the instance's names, that a peer checks against
-// the payload (a record never carries another key's instance). Every
+// hash is the first 12 bytes of the SHA-256 of the instance's key
+// (namespace, group, service, cluster, ip, port) in 16 characters (see
+// hashDigits): a key of fixed length, whatever the instance's names, that
+// a peer checks against the payload (a record never carries another key's
+// instance). (The first version, never released, wrote 32 hex digits: a
+// node reads such a key as a whole session record, see below, and so does
+// that version read this one's.) Every
 // record is an ordinary distro record: versioned, synced, verified,
 // repaired, loaded, tombstoned and orphaned on its own, so each invariant
 // of distro holds per instance, and a change costs one record to encode,
@@ -43,8 +45,18 @@ import (
 // instances, nearly always one) stay whole records: their takeover moves
 // the publisher as a whole (takeover.go).
 
-// instHashLen is the length of an instance record key's hash (hex digits).
-const instHashLen = 32
+// instHashLen is the length of an instance record key's hash: 12 bytes of
+// SHA-256 (96 bits: a collision within one session needs about 2^48 of
+// its instances) in 16 characters of hashDigits.
+const instHashLen = 16
+
+// hashDigits are the digits of an instance hash: base64's, with '.' and
+// '_' for '+' and '/' ('/' separates the key's parts). Neither is '-',
+// which the tail of every session ID holds ("<nodeID>-<16 hex digits>"),
+// so that the key of a whole session record ("s/" + sessionID, written
+// by an earlier version) never parses as an instance record's, whatever
+// the node ID.
+const hashDigits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._"
 
 // replState is what replication keeps on a session publisher.
 type replState struct {
@@ -75,8 +87,16 @@ func instHash(svc model.ServiceKey, cluster, ip string, port int) string {
 	b = strconv.AppendInt(b, int64(port), 10)
 	sum := sha256.Sum256(b)
 	var out [instHashLen]byte
-	hex.Encode(out[:], sum[:instHashLen/2])
+	for i := 0; i < instHashLen/4; i++ { // 3 bytes make 4 digits
+		v := uint32(sum[3*i])<<16 | uint32(sum[3*i+1])<<8 | uint32(sum[3*i+2])
+		out[4*i], out[4*i+1], out[4*i+2], out[4*i+3] = hashDigits[v>>18&63], hashDigits[v>>12&63], hashDigits[v>>6&63], hashDigits[v&63]
+	}
 	return string(out[:])
+}
+
+// isHashDigit reports whether c is one of hashDigits.
+func isHashDigit(c byte) bool {
+	return c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '_'
 }
 
 // piHash returns the instance hash of a publication.
@@ -97,7 +117,7 @@ func splitInstKey(key string) (sid, hash string, ok bool) {
 	}
 	hash = rest[i+1:]
 	for j := 0; j < len(hash); j++ {
-		if c := hash[j]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+		if !isHashDigit(hash[j]) {
 			return "", "", false
 		}
 	}

@@ -83,8 +83,14 @@ func TestInstKeys(t *testing.T) {
 		{"s/n1-0123456789abcdef-2", "", false},
 		{"s//" + h, "", false},
 		{"b/10.0.0.1:80", "", false},
-		{"s/n1/" + h[:31] + "G", "", false},
+		{"s/n1/" + h[:instHashLen-1] + "-", "", false},
 		{"s/n1/" + h + "0", "", false},
+		// The first (unreleased) key format, 32 hex digits, reads as a
+		// whole session record.
+		{"s/n1-0123456789abcdef/0123456789abcdef0123456789abcdef", "", false},
+		// A whole session record of a node ID with a slash whose tail is
+		// as long as a hash: its session ID's '-' is no hash digit.
+		{"s/x/ab-0123456789abc", "", false},
 	} {
 		sid, hash, ok := splitInstKey(tc.key)
 		if ok != tc.ok || ok && (sid != tc.sid || hash != h) {
@@ -93,5 +99,36 @@ func TestInstKeys(t *testing.T) {
 	}
 	if instHash(model.ServiceKey{Name: "a"}, "b", "c", 1) == instHash(model.ServiceKey{Name: "a", Group: ""}, "b", "c", 10) {
 		t.Fatal("hash ignores the port")
+	}
+}
+
+// TestInstRecordKeyCheck: a peer refuses an instance record whose payload
+// carries another key's instance than the one its key hashes (issue 15:
+// a record never carries another key's instance).
+func TestInstRecordKeyCheck(t *testing.T) {
+	r, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := model.NewInstance(model.ServiceKey{Name: "svc"}, "10.0.0.1", 8080).WithDefaults()
+	other := model.NewInstance(model.ServiceKey{Name: "svc"}, "10.0.0.2", 8080).WithDefaults()
+	payload, err := model.Marshal(&pubPayload{Instances: []model.Instance{in}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		of model.Instance
+		ok bool
+	}{{in, true}, {other, false}} {
+		key := sessionPrefix + "n2-0123456789abcdef/" + instHash(tc.of.Service, tc.of.Cluster, tc.of.IP, tc.of.Port)
+		sid, hash, ok := splitInstKey(key)
+		if !ok {
+			t.Fatalf("splitInstKey(%q) failed", key)
+		}
+		rec := distro.Record{Key: key, Kind: distro.KindSession, Owner: "n2", Revision: 1, Payload: payload}
+		ir, err := r.decodeInstRecord(rec, sid, hash)
+		if tc.ok != (err == nil) || tc.ok && ir.inst.IP != in.IP {
+			t.Errorf("record %q carrying %s: %v", key, in.Key(), err)
+		}
 	}
 }
