@@ -132,3 +132,92 @@ func TestInstRecordKeyCheck(t *testing.T) {
 		}
 	}
 }
+
+// TestRelocate: a location found by locate and checked again by relocate
+// after the index changed (Session.Register's one lookup) is where a fresh
+// lookup puts the key, whatever moved in between.
+func TestRelocate(t *testing.T) {
+	ctx := context.Background()
+	r, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	sess, err := r.OpenSession(ctx, SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := model.ServiceKey{Name: "reloc"}
+	inst := func(ip string) model.Instance { return model.NewInstance(svc, ip, 80).WithDefaults() }
+	key := inst("10.0.0.5")
+	for _, tc := range []struct {
+		name   string
+		before []string // registered before locate
+		add    []string // registered between locate and relocate
+		remove []string // deregistered between
+	}{
+		{"no service", nil, nil, nil},
+		{"service created", nil, []string{"10.0.0.1"}, nil},
+		{"empty neighbours unchanged", []string{"10.0.0.1", "10.0.0.9"}, nil, nil},
+		{"one before", []string{"10.0.0.1", "10.0.0.9"}, []string{"10.0.0.2"}, nil},
+		{"one after", []string{"10.0.0.1", "10.0.0.9"}, []string{"10.0.0.7"}, nil},
+		{"neighbour gone", []string{"10.0.0.1", "10.0.0.9"}, nil, []string{"10.0.0.1"}},
+		{"found, one before", []string{"10.0.0.1", "10.0.0.5"}, []string{"10.0.0.0"}, nil},
+		{"found, gone", []string{"10.0.0.5"}, nil, []string{"10.0.0.5"}},
+		{"found, gone and back", []string{"10.0.0.1", "10.0.0.5"}, []string{"10.0.0.5"}, []string{"10.0.0.5", "10.0.0.1"}},
+		{"service gone", []string{"10.0.0.1"}, nil, []string{"10.0.0.1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, pi := range sess.Instances() {
+				if err := sess.Deregister(ctx, pi.Key()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r.mu.Lock()
+			if s := r.services[key.Service]; s != nil && s.empty() {
+				r.removeService(s)
+			}
+			r.mu.Unlock()
+			for _, ip := range tc.before {
+				if err := sess.Register(ctx, inst(ip)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var loc instLoc
+			r.mu.RLock()
+			r.locate(sess.pub, &key, &loc)
+			r.mu.RUnlock()
+			for _, ip := range tc.remove {
+				if err := sess.Deregister(ctx, inst(ip).Key()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if len(tc.remove) > 0 && tc.name == "service gone" {
+				r.mu.Lock()
+				if s := r.services[key.Service]; s != nil {
+					r.removeService(s)
+				}
+				r.mu.Unlock()
+			}
+			for _, ip := range tc.add {
+				if err := sess.Register(ctx, inst(ip)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			s, i, found := r.relocate(&loc, &key)
+			want := r.services[key.Service]
+			wi, wfound := 0, false
+			if want != nil {
+				wi, wfound = want.findSlot(key.Cluster, key.IP, key.Port)
+			}
+			if s != want || i != wi || found != wfound {
+				t.Fatalf("relocate = %p, %d, %v; a lookup = %p, %d, %v", s, i, found, want, wi, wfound)
+			}
+		})
+	}
+}

@@ -237,6 +237,9 @@ func (r *Registry) Register(ctx context.Context, inst model.Instance) (err error
 	if !inst.Ephemeral {
 		return r.store.Apply(ctx, &command{op: opPutInstance, inst: inst})
 	}
+	if !r.cluster {
+		return r.registerOwned(ctx, inst) // beatWrite's route standalone, without its request
+	}
 	_, err = r.beatWrite(ctx, &fwdRequest{Op: fwdRegister, Inst: inst})
 	return err
 }
