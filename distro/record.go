@@ -51,13 +51,17 @@ const (
 //
 // Records are values; the Payload slice is shared and must never be modified after it was
 // handed to Put or received from the Replicator.
+//
+// The one-byte fields come last, so that they share one word: a node
+// holds an entry per record, one per instance of a session (72 bytes, not
+// 80; the table's entry 112, not 128).
 type Record struct {
 	Key      string // opaque to distro; unique per publisher
-	Kind     Kind
 	Owner    string // node ID of the only node that may change it
 	Revision uint64
-	Deleted  bool   // tombstone
 	Payload  []byte // registry's encoding of the publisher; nil for tombstones
+	Kind     Kind
+	Deleted  bool // tombstone
 }
 
 // Newer reports whether a's version (Revision, then Owner as tie-break) is greater than b's.

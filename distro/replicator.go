@@ -863,6 +863,7 @@ func (r *Replicator) offerFromLocked(from string, recs []Record, now time.Time) 
 			r.refused++
 			continue
 		}
+		rec.Owner = from // the same bytes: one string held for all of the sender's records, not one each
 		r.stats.offered(r.offerLocked(rec, now))
 	}
 }

@@ -2,7 +2,6 @@ package registry
 
 import (
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"strconv"
 	"strings"
@@ -23,10 +22,13 @@ import (
 // and dropped: it cost a second record for every session of one instance,
 // the common case, and nothing read it).
 //
-// hash is the first 16 bytes, in lower-case hex, of the SHA-256 of the
-// instance's key (namespace, group, service, cluster, ip, port): a key of
-// fixed length, whatever the instance's names, that a peer checks against
-// the payload (a record never carries another key's instance). Every
+// hash is the first 12 bytes of the SHA-256 of the instance's key
+// (namespace, group, service, cluster, ip, port) in 16 characters (see
+// hashDigits): a key of fixed length, whatever the instance's names, that
+// a peer checks against the payload (a record never carries another key's
+// instance). (The first version, never released, wrote 32 hex digits: a
+// node reads such a key as a whole session record, see below, and so does
+// that version read this one's.) Every
 // record is an ordinary distro record: versioned, synced, verified,
 // repaired, loaded, tombstoned and orphaned on its own, so each invariant
 // of distro holds per instance, and a change costs one record to encode,
@@ -43,8 +45,18 @@ import (
 // instances, nearly always one) stay whole records: their takeover moves
 // the publisher as a whole (takeover.go).
 
-// instHashLen is the length of an instance record key's hash (hex digits).
-const instHashLen = 32
+// instHashLen is the length of an instance record key's hash: 12 bytes of
+// SHA-256 (96 bits: a collision within one session needs about 2^48 of
+// its instances) in 16 characters of hashDigits.
+const instHashLen = 16
+
+// hashDigits are the digits of an instance hash: base64's, with '.' and
+// '_' for '+' and '/' ('/' separates the key's parts). Neither is '-',
+// which the tail of every session ID holds ("<nodeID>-<16 hex digits>"),
+// so that the key of a whole session record ("s/" + sessionID, written
+// by an earlier version) never parses as an instance record's, whatever
+// the node ID.
+const hashDigits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._"
 
 // replState is what replication keeps on a session publisher.
 type replState struct {
@@ -75,8 +87,16 @@ func instHash(svc model.ServiceKey, cluster, ip string, port int) string {
 	b = strconv.AppendInt(b, int64(port), 10)
 	sum := sha256.Sum256(b)
 	var out [instHashLen]byte
-	hex.Encode(out[:], sum[:instHashLen/2])
+	for i := 0; i < instHashLen/4; i++ { // 3 bytes make 4 digits
+		v := uint32(sum[3*i])<<16 | uint32(sum[3*i+1])<<8 | uint32(sum[3*i+2])
+		out[4*i], out[4*i+1], out[4*i+2], out[4*i+3] = hashDigits[v>>18&63], hashDigits[v>>12&63], hashDigits[v>>6&63], hashDigits[v&63]
+	}
 	return string(out[:])
+}
+
+// isHashDigit reports whether c is one of hashDigits.
+func isHashDigit(c byte) bool {
+	return c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '_'
 }
 
 // piHash returns the instance hash of a publication.
@@ -97,7 +117,7 @@ func splitInstKey(key string) (sid, hash string, ok bool) {
 	}
 	hash = rest[i+1:]
 	for j := 0; j < len(hash); j++ {
-		if c := hash[j]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+		if !isHashDigit(hash[j]) {
 			return "", "", false
 		}
 	}
@@ -318,43 +338,109 @@ func (r *rec) sameInstance(inst *model.Instance) bool {
 		r.weight == inst.Weight && r.healthy == inst.Healthy && r.enabled == inst.Enabled && r.md.Equal(inst.Metadata)
 }
 
-// publishedAs returns pub's publication of inst's key if it holds inst
-// exactly, or nil. The caller holds mu (read or write).
-func (r *Registry) publishedAs(pub *publisher, inst *model.Instance) *pubInst {
+// instLoc is where an instance key is in the index, or would go: found
+// under mu by locate, and checked again in O(1) by relocate once the lock
+// has been released and taken again (Session.Register validates in
+// between), so that a registration looks its key up once.
+type instLoc struct {
+	ok    bool
+	gen   uint64   // r.svcGen when s was read
+	s     *service // nil: no service of the key
+	i     int      // the slot's index in s.slots, or where it would go
+	found bool
+	// at is the slot at i (nil at the end); before, the one before it
+	// (nil at the start). The keys of slots never change and s.slots is
+	// sorted, so while both are still at i-1 and i the key is still at i,
+	// or still goes there.
+	at, before *slot
+}
+
+// locate looks inst's key up, fills loc, and returns pub's publication of
+// it if pub holds inst exactly, or nil. The caller holds mu (read or
+// write).
+func (r *Registry) locate(pub *publisher, inst *model.Instance, loc *instLoc) *pubInst {
 	s := r.services[inst.Service]
-	if s == nil || !s.ephemeral {
+	*loc = instLoc{ok: true, gen: r.svcGen.Load(), s: s}
+	if s == nil {
 		return nil
 	}
 	i, found := s.findSlot(inst.Cluster, inst.IP, inst.Port)
-	if !found {
+	loc.i, loc.found = i, found
+	if i < len(s.slots) {
+		loc.at = s.slots[i]
+	}
+	if i > 0 {
+		loc.before = s.slots[i-1]
+	}
+	if !found || !s.ephemeral {
 		return nil
 	}
-	if pi := s.slots[i].publication(pub); pi != nil && pi.inst.sameInstance(inst) {
+	if pi := loc.at.publication(pub); pi != nil && pi.inst.sameInstance(inst) {
 		return pi
 	}
 	return nil
 }
 
+// relocate returns inst's service, slot index and whether the slot is
+// there, as publishAt takes them: loc's, if nothing moved since locate
+// filled it, or looked up again. The caller holds mu.
+func (r *Registry) relocate(loc *instLoc, inst *model.Instance) (*service, int, bool) {
+	if loc.ok && loc.gen == r.svcGen.Load() {
+		s, i := loc.s, loc.i
+		if s == nil {
+			return nil, 0, false
+		}
+		n := len(s.slots)
+		atOK := i < n && s.slots[i] == loc.at || i == n && loc.at == nil
+		beforeOK := i == 0 && loc.before == nil || i > 0 && i <= n && s.slots[i-1] == loc.before
+		if atOK && (loc.found || beforeOK) {
+			return s, i, loc.found
+		}
+	}
+	s := r.services[inst.Service]
+	if s == nil {
+		return nil, 0, false
+	}
+	i, found := s.findSlot(inst.Cluster, inst.IP, inst.Port)
+	return s, i, found
+}
+
 // unchanged reports whether the open session already publishes inst (with
 // its defaults) exactly: registering it again changes nothing, and is
 // answered under the read lock, before validation (what is stored was
-// valid).
-func (s *Session) unchanged(inst *model.Instance) bool {
+// valid). It leaves in loc where inst's key is, for the publish.
+func (s *Session) unchanged(inst *model.Instance, loc *instLoc) bool {
 	r := s.r
 	r.mu.RLock()
-	ok := r.checkWrite() == nil && !s.pub.closed && !s.pub.remote && r.publishedAs(s.pub, inst) != nil
+	ok := r.checkWrite() == nil && !s.pub.closed && !s.pub.remote && r.locate(s.pub, inst, loc) != nil
 	r.mu.RUnlock()
 	return ok
+}
+
+// beatPublishedAs returns beat publisher pub's publication of inst's key
+// if it holds inst exactly, or nil (pub may be nil). pub publishes inst's
+// ip:port, nearly always once, so its own list is shorter than a lookup
+// in the index. The caller holds mu.
+func beatPublishedAs(pub *publisher, inst *model.Instance) *pubInst {
+	if pub == nil {
+		return nil
+	}
+	for _, pi := range pub.insts {
+		if pi.inst.cluster == inst.Cluster && pi.slot.svc.key == inst.Service {
+			if pi.inst.sameInstance(inst) {
+				return pi
+			}
+			return nil
+		}
+	}
+	return nil
 }
 
 // renewIfUnchanged renews the lease of beat publisher pub's publication of
 // inst, and returns it, if it holds inst exactly (pub may be nil). The
 // caller holds mu.
 func (r *Registry) renewIfUnchanged(pub *publisher, inst *model.Instance) *pubInst {
-	if pub == nil {
-		return nil
-	}
-	pi := r.publishedAs(pub, inst)
+	pi := beatPublishedAs(pub, inst)
 	if pi == nil {
 		return nil
 	}

@@ -83,8 +83,14 @@ func TestInstKeys(t *testing.T) {
 		{"s/n1-0123456789abcdef-2", "", false},
 		{"s//" + h, "", false},
 		{"b/10.0.0.1:80", "", false},
-		{"s/n1/" + h[:31] + "G", "", false},
+		{"s/n1/" + h[:instHashLen-1] + "-", "", false},
 		{"s/n1/" + h + "0", "", false},
+		// The first (unreleased) key format, 32 hex digits, reads as a
+		// whole session record.
+		{"s/n1-0123456789abcdef/0123456789abcdef0123456789abcdef", "", false},
+		// A whole session record of a node ID with a slash whose tail is
+		// as long as a hash: its session ID's '-' is no hash digit.
+		{"s/x/ab-0123456789abc", "", false},
 	} {
 		sid, hash, ok := splitInstKey(tc.key)
 		if ok != tc.ok || ok && (sid != tc.sid || hash != h) {
@@ -93,5 +99,125 @@ func TestInstKeys(t *testing.T) {
 	}
 	if instHash(model.ServiceKey{Name: "a"}, "b", "c", 1) == instHash(model.ServiceKey{Name: "a", Group: ""}, "b", "c", 10) {
 		t.Fatal("hash ignores the port")
+	}
+}
+
+// TestInstRecordKeyCheck: a peer refuses an instance record whose payload
+// carries another key's instance than the one its key hashes (issue 15:
+// a record never carries another key's instance).
+func TestInstRecordKeyCheck(t *testing.T) {
+	r, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := model.NewInstance(model.ServiceKey{Name: "svc"}, "10.0.0.1", 8080).WithDefaults()
+	other := model.NewInstance(model.ServiceKey{Name: "svc"}, "10.0.0.2", 8080).WithDefaults()
+	payload, err := model.Marshal(&pubPayload{Instances: []model.Instance{in}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		of model.Instance
+		ok bool
+	}{{in, true}, {other, false}} {
+		key := sessionPrefix + "n2-0123456789abcdef/" + instHash(tc.of.Service, tc.of.Cluster, tc.of.IP, tc.of.Port)
+		sid, hash, ok := splitInstKey(key)
+		if !ok {
+			t.Fatalf("splitInstKey(%q) failed", key)
+		}
+		rec := distro.Record{Key: key, Kind: distro.KindSession, Owner: "n2", Revision: 1, Payload: payload}
+		ir, err := r.decodeInstRecord(rec, sid, hash)
+		if tc.ok != (err == nil) || tc.ok && ir.inst.IP != in.IP {
+			t.Errorf("record %q carrying %s: %v", key, in.Key(), err)
+		}
+	}
+}
+
+// TestRelocate: a location found by locate and checked again by relocate
+// after the index changed (Session.Register's one lookup) is where a fresh
+// lookup puts the key, whatever moved in between.
+func TestRelocate(t *testing.T) {
+	ctx := context.Background()
+	r, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	sess, err := r.OpenSession(ctx, SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := model.ServiceKey{Name: "reloc"}
+	inst := func(ip string) model.Instance { return model.NewInstance(svc, ip, 80).WithDefaults() }
+	key := inst("10.0.0.5")
+	for _, tc := range []struct {
+		name   string
+		before []string // registered before locate
+		add    []string // registered between locate and relocate
+		remove []string // deregistered between
+	}{
+		{"no service", nil, nil, nil},
+		{"service created", nil, []string{"10.0.0.1"}, nil},
+		{"empty neighbours unchanged", []string{"10.0.0.1", "10.0.0.9"}, nil, nil},
+		{"one before", []string{"10.0.0.1", "10.0.0.9"}, []string{"10.0.0.2"}, nil},
+		{"one after", []string{"10.0.0.1", "10.0.0.9"}, []string{"10.0.0.7"}, nil},
+		{"neighbour gone", []string{"10.0.0.1", "10.0.0.9"}, nil, []string{"10.0.0.1"}},
+		{"found, one before", []string{"10.0.0.1", "10.0.0.5"}, []string{"10.0.0.0"}, nil},
+		{"found, gone", []string{"10.0.0.5"}, nil, []string{"10.0.0.5"}},
+		{"found, gone and back", []string{"10.0.0.1", "10.0.0.5"}, []string{"10.0.0.5"}, []string{"10.0.0.5", "10.0.0.1"}},
+		{"service gone", []string{"10.0.0.1"}, nil, []string{"10.0.0.1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, pi := range sess.Instances() {
+				if err := sess.Deregister(ctx, pi.Key()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r.mu.Lock()
+			if s := r.services[key.Service]; s != nil && s.empty() {
+				r.removeService(s)
+			}
+			r.mu.Unlock()
+			for _, ip := range tc.before {
+				if err := sess.Register(ctx, inst(ip)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var loc instLoc
+			r.mu.RLock()
+			r.locate(sess.pub, &key, &loc)
+			r.mu.RUnlock()
+			for _, ip := range tc.remove {
+				if err := sess.Deregister(ctx, inst(ip).Key()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if len(tc.remove) > 0 && tc.name == "service gone" {
+				r.mu.Lock()
+				if s := r.services[key.Service]; s != nil {
+					r.removeService(s)
+				}
+				r.mu.Unlock()
+			}
+			for _, ip := range tc.add {
+				if err := sess.Register(ctx, inst(ip)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			s, i, found := r.relocate(&loc, &key)
+			want := r.services[key.Service]
+			wi, wfound := 0, false
+			if want != nil {
+				wi, wfound = want.findSlot(key.Cluster, key.IP, key.Port)
+			}
+			if s != want || i != wi || found != wfound {
+				t.Fatalf("relocate = %p, %d, %v; a lookup = %p, %d, %v", s, i, found, want, wi, wfound)
+			}
+		})
 	}
 }

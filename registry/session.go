@@ -102,14 +102,18 @@ func (s *Session) Register(ctx context.Context, inst model.Instance) (err error)
 	if !inst.Ephemeral {
 		return &model.ValidationError{Field: "instance.ephemeral", Rule: "must be true for a session's instances"}
 	}
-	if s.unchanged(&inst) { // issue 15: the same instance again changes nothing
+	// issue 15: the same instance again changes nothing. The lookup that
+	// tells is kept for the publish (relocate checks it in O(1)).
+	var loc instLoc
+	if s.unchanged(&inst, &loc) {
 		return nil
 	}
 	if err := s.r.validInstance(&inst); err != nil {
 		return err
 	}
 	return s.whileOpen(func(r *Registry) error {
-		if _, err := r.publish(s.pub, inst, true); err != nil {
+		sv, i, found := r.relocate(&loc, &inst)
+		if _, err := r.publishAt(sv, i, found, s.pub, inst, true); err != nil {
 			return err
 		}
 		r.pubChanged(s.pub)
