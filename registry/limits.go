@@ -327,19 +327,19 @@ func (r *Registry) pubCap(beat bool) (int, string) {
 // admitCommand checks a command of persistent data against the limits:
 // what would create a service or an instance must fit. The caller holds
 // mu.
-func (r *Registry) admitCommand(cmd *command) error {
-	switch cmd.op {
-	case opCreateService, opUpdateService:
-		if r.services[cmd.service.Key] == nil {
-			return r.admitService(cmd.service.Key)
+func (r *Registry) admitCommand(cmd *model.Command) error {
+	switch cmd.Op {
+	case model.OpCreateService, model.OpUpdateService:
+		if r.services[cmd.Service.Key] == nil {
+			return r.admitService(cmd.Service.Key)
 		}
-	case opPutInstance:
-		in := &cmd.inst
+	case model.OpPutInstance:
+		in := &cmd.Instance
 		return r.admitInstance(r.services[in.Service], in.Service, in.Cluster, in.IP, in.Port)
-	case opPatchInstance:
+	case model.OpPatchInstance:
 		// Patches merge: the merged metadata must fit too.
-		if old := r.patches[cmd.patch.Key]; old != nil {
-			merged := old.Merge(cmd.patch)
+		if old := r.patches[cmd.Patch.Key]; old != nil {
+			merged := old.Merge(cmd.Patch)
 			return r.lim.checkMetadata("patch.metadata", merged.Metadata)
 		}
 	}

@@ -206,7 +206,7 @@ func (r *Registry) Register(ctx context.Context, inst model.Instance) error {
 		return err
 	}
 	if !inst.Ephemeral {
-		return r.store.Apply(ctx, &command{op: opPutInstance, inst: inst})
+		return r.store.Apply(ctx, &model.Command{Op: model.OpPutInstance, Instance: inst}, model.Origin{})
 	}
 	_, err := r.beatWrite(ctx, &fwdRequest{Op: fwdRegister, Inst: inst})
 	return err
@@ -449,7 +449,7 @@ func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) error 
 		// its ip:port. Both are idempotent.
 		var errs []error
 		if r.sharedCP {
-			errs = append(errs, r.store.Apply(ctx, &command{op: opDeleteInstance, key: key}))
+			errs = append(errs, r.store.Apply(ctx, &model.Command{Op: model.OpDeleteInstance, Key: key}, model.Origin{}))
 		}
 		if r.cluster {
 			errs = append(errs, r.deregisterBeat(ctx, key))
@@ -457,7 +457,7 @@ func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) error 
 		return errors.Join(errs...)
 	}
 	if !ephemeral {
-		return r.store.Apply(ctx, &command{op: opDeleteInstance, key: key})
+		return r.store.Apply(ctx, &model.Command{Op: model.OpDeleteInstance, Key: key}, model.Origin{})
 	}
 	return r.deregisterBeat(ctx, key)
 }

@@ -2,16 +2,17 @@ package registry
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/muster-io/muster/model"
 )
 
 // store keeps the CP data: service definitions, persistent instances,
-// instance patches and the health of persistent instances. Apply returns
-// once cmd has taken effect in this registry's index (through applyLocked),
-// or with the error that refused it.
+// instance patches and the health of persistent instances. Apply takes a
+// normalized command (model.Command) and who asks for it (model.Origin);
+// it returns once cmd has taken effect in this registry's index (through
+// applyLocked or the Store's feed), or with the error that refused it. It
+// may rewrite cmd (model.ResolveCommand).
 //
 // The standalone store applies commands in memory at once; nothing survives
 // Close. A replicated store (Raft) proposes them and feeds the applied ones
@@ -21,7 +22,7 @@ import (
 // (see cpstore.go); the standalone store has nothing to start, wait for or
 // close, and leads alone.
 type store interface {
-	Apply(ctx context.Context, cmd *command) error
+	Apply(ctx context.Context, cmd *model.Command, o model.Origin) error
 	Leader() bool
 	Start(ctx context.Context) error
 	WaitReady(ctx context.Context) error
@@ -29,44 +30,10 @@ type store interface {
 	Close() error
 }
 
-type op uint8
-
-const (
-	opCreateService op = iota + 1
-	opUpdateService
-	opDeleteService
-	opPutInstance
-	opDeleteInstance
-	opPatchInstance
-	opRemovePatch
-	opSetHealth
-)
-
-// command is one change of CP data. Fields are used according to op.
-type command struct {
-	op      op
-	service model.Service     // create, update
-	skey    model.ServiceKey  // delete service
-	inst    model.Instance    // put instance
-	key     model.InstanceKey // delete instance, remove patch, set health
-	patch   model.InstancePatch
-	healthy bool
-	// expiry marks a removal by the registry's own clean-up: it applies only
-	// if the patch's instance is still gone.
-	expiry bool
-	// checked marks a health change by the active health checks, which may
-	// set the health of a checked cluster (SetHealth may not).
-	checked bool
-}
-
-// errSkip is checkLocked's answer for a command that has become moot (an
-// expiry whose instance came back): not an error, nothing to apply.
-var errSkip = errors.New("registry: nothing to do")
-
 // memStore is the standalone store.
 type memStore struct{ r *Registry }
 
-func (m *memStore) Apply(ctx context.Context, cmd *command) error {
+func (m *memStore) Apply(ctx context.Context, cmd *model.Command, o model.Origin) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -76,7 +43,7 @@ func (m *memStore) Apply(ctx context.Context, cmd *command) error {
 	if err := r.checkWrite(); err != nil {
 		return err
 	}
-	return r.applyLocked(cmd)
+	return r.applyLocked(cmd, o)
 }
 
 func (m *memStore) Start(context.Context) error       { return nil }
@@ -85,12 +52,11 @@ func (m *memStore) Barrier(ctx context.Context) error { return ctx.Err() }
 func (m *memStore) Leader() bool                      { return true }
 func (m *memStore) Close() error                      { return nil }
 
-// applyLocked checks cmd against the state rules and applies it to the
-// index. The caller holds mu, so that concurrent writers cannot both pass a
-// check made earlier.
-func (r *Registry) applyLocked(cmd *command) error {
-	if err := r.checkLocked(cmd); err != nil {
-		if err == errSkip {
+// applyLocked admits cmd and applies it to the index. The caller holds mu,
+// so that concurrent writers cannot both pass a check made earlier.
+func (r *Registry) applyLocked(cmd *model.Command, o model.Origin) error {
+	if err := r.admitLocked(cmd, o); err != nil {
+		if err == model.ErrNoop {
 			return nil
 		}
 		return err
@@ -99,96 +65,90 @@ func (r *Registry) applyLocked(cmd *command) error {
 	return nil
 }
 
-// checkLocked checks cmd against the state rules: a service's kind, no
-// delete while instances exist, patches only for instances the registry
-// holds, manual health only for NONE clusters. The caller holds mu (read or
-// write).
+// admitLocked checks a normalized cmd from o against the rules
+// (model.AdmitCommand over the index: a service's kind, no delete while
+// instances exist, patches only for instances the registry holds, manual
+// health only for NONE clusters), then against what only the registry
+// knows: a patch's expiry waits for its newest countdown, and the limits
+// (admitCommand). It returns model.ErrNoop for a command that has nothing
+// to do. The caller holds mu (read or write).
 //
-// A replicated store checks again in its state machine the rules that
-// depend on CP data alone, at apply time; the ones that involve ephemeral
-// data can only be checked here, on the node that takes the write.
-func (r *Registry) checkLocked(cmd *command) error {
-	switch cmd.op {
-	case opCreateService:
-		if s := r.services[cmd.service.Key]; s != nil {
-			if s.def != nil {
-				return fmt.Errorf("%w: %s", ErrServiceExists, s.key)
-			}
-			if s.ephemeral != cmd.service.Ephemeral {
-				return kindMismatch(s)
-			}
+// A replicated store checks the replicated rules again in its state
+// machine (model.CheckCommand), at apply time; the others involve
+// ephemeral data and can only be checked here, on the node that takes the
+// write.
+func (r *Registry) admitLocked(cmd *model.Command, o model.Origin) error {
+	if err := model.AdmitCommand(cmd, (*indexState)(r), o); err != nil {
+		return err
+	}
+	if cmd.Op == model.OpRemovePatch && o.Expiry {
+		if _, ok := r.patchGone.Get(cmd.Key); ok {
+			return model.ErrNoop // it came back and went again since: a new countdown runs
 		}
-	case opUpdateService:
-		s := r.services[cmd.service.Key]
-		if s == nil {
-			return fmt.Errorf("%w: service %s", ErrNotFound, cmd.service.Key)
-		}
-		if s.ephemeral != cmd.service.Ephemeral {
-			return kindMismatch(s)
-		}
-	case opDeleteService:
-		s := r.services[cmd.skey]
-		if s == nil {
-			return fmt.Errorf("%w: service %s", ErrNotFound, cmd.skey)
-		}
-		if !s.empty() {
-			return fmt.Errorf("%w: %s has %d", ErrServiceNotEmpty, s.key, len(s.slots))
-		}
-	case opPutInstance:
-		if s := r.services[cmd.inst.Service]; s != nil && s.ephemeral {
-			return kindMismatch(s)
-		}
-	case opPatchInstance:
-		if _, sl := r.lookup(cmd.patch.Key); sl == nil {
-			return fmt.Errorf("%w: instance %s", ErrNotFound, cmd.patch.Key)
-		}
-	case opRemovePatch:
-		if r.patches[cmd.key] == nil {
-			return errSkip
-		}
-		if cmd.expiry {
-			if _, sl := r.lookup(cmd.key); sl != nil {
-				return errSkip // the instance came back: the patch stays
-			}
-			if _, ok := r.patchGone.Get(cmd.key); ok {
-				return errSkip // it came back and went again since: a new countdown runs
-			}
-		}
-	case opSetHealth:
-		s, sl := r.lookup(cmd.key)
-		if sl == nil || sl.pers == nil && !s.ephemeral {
-			return fmt.Errorf("%w: instance %s", ErrNotFound, cmd.key)
-		}
-		if s.ephemeral {
-			return fmt.Errorf("%w: %s is ephemeral; its health follows its beats or session", ErrKindMismatch, cmd.key.Service)
-		}
-		def := s.definition()
-		t := def.Cluster(cmd.key.Cluster).HealthCheck.EffectiveType()
-		switch {
-		case t != model.CheckNone && !cmd.checked:
-			return fmt.Errorf("%w: cluster %s of %s uses %s checks", ErrHealthChecked, cmd.key.Cluster, cmd.key.Service, t)
-		case t == model.CheckNone && cmd.checked:
-			return errSkip // a check result from before the cluster turned to manual health
-		}
-	case opDeleteInstance:
-	default:
-		return fmt.Errorf("registry: unknown command %d", cmd.op)
 	}
 	return r.admitCommand(cmd)
 }
 
-// mirrorLocked applies cmd, which the state rules accepted, to the index.
-// In cluster mode every node's index mirrors the commands its replicated
-// store applied, so this never refuses: where the node's ephemeral data
-// conflicts with an accepted command (a race between an ephemeral and a
-// persistent registration of one service on two nodes), the conflict is
-// logged and the ephemeral side keeps the service. The caller holds mu.
-func (r *Registry) mirrorLocked(cmd *command) {
-	switch cmd.op {
-	case opCreateService, opUpdateService:
-		r.mirrorService(cmd.service)
-	case opDeleteService:
-		s := r.services[cmd.skey]
+// indexState is the index as the rules read it (model.CommandState). The
+// caller of the rules holds mu.
+type indexState Registry
+
+var _ model.CommandState = (*indexState)(nil)
+
+// Service reports the service of k. The index never holds a persistent
+// record in an ephemeral service (CheckConsistency), and a persistent
+// service's slots all hold one, so Persistent is its slot count.
+func (x *indexState) Service(k model.ServiceKey) model.ServiceState {
+	s := x.services[k]
+	if s == nil {
+		return model.ServiceState{}
+	}
+	st := model.ServiceState{Exists: true, Ephemeral: s.ephemeral, Definition: s.def, Instances: len(s.slots)}
+	if !s.ephemeral {
+		st.Persistent = len(s.slots)
+	}
+	return st
+}
+
+// Instance reports the slot of k.
+func (x *indexState) Instance(k model.InstanceKey) model.InstanceState {
+	_, sl := (*Registry)(x).lookup(k)
+	if sl == nil {
+		return model.InstanceState{}
+	}
+	st := model.InstanceState{Exists: true}
+	if sl.pers != nil {
+		st.Persistent, st.Healthy = true, sl.pers.healthy
+	}
+	return st
+}
+
+// Patch returns the stored patch of k.
+func (x *indexState) Patch(k model.InstanceKey) (model.InstancePatch, bool) {
+	if p := x.patches[k]; p != nil {
+		return *p, true
+	}
+	return model.InstancePatch{}, false
+}
+
+// mirrorLocked applies cmd, which the rules accepted, to the index: first
+// model.ResolveCommand (a re-put keeps the stored health, a patch merges
+// with the stored one), then the change. In cluster mode every node's
+// index mirrors the commands its replicated store applied, so this never
+// refuses: where the node's ephemeral data conflicts with an accepted
+// command (a race between an ephemeral and a persistent registration of
+// one service on two nodes), the conflict is logged and the ephemeral side
+// keeps the service. The caller holds mu.
+func (r *Registry) mirrorLocked(cmd *model.Command) {
+	changes := model.ResolveCommand(cmd, (*indexState)(r))
+	switch cmd.Op {
+	case model.OpCreateService, model.OpUpdateService:
+		r.mirrorService(cmd.Service)
+	case model.OpDeleteService:
+		// Not only a definition goes: an empty implicit service goes with
+		// it, a change that ResolveCommand, which counts definitions, does
+		// not report.
+		s := r.services[cmd.SvcKey]
 		if s == nil {
 			return
 		}
@@ -198,49 +158,44 @@ func (r *Registry) mirrorLocked(cmd *command) {
 		} else {
 			r.changed(s)
 		}
-	case opPutInstance:
-		r.mirrorPutInstance(cmd.inst, false)
-	case opDeleteInstance:
-		s, sl := r.lookup(cmd.key)
-		if sl == nil || sl.pers == nil {
+	case model.OpPutInstance:
+		r.mirrorPutInstance(cmd.Instance)
+	case model.OpDeleteInstance:
+		if !changes {
 			return
 		}
+		s, sl := r.lookup(cmd.Key)
 		last := sl.pers
 		sl.pers = nil
-		r.untarget(cmd.key)
+		r.untarget(cmd.Key)
 		r.dropSlotIfDead(sl, last)
 		r.changed(s)
-	case opPatchInstance:
-		p := cmd.patch
-		var old model.InstancePatch
-		if o := r.patches[p.Key]; o != nil {
-			old = *o
-		}
-		merged := old.Merge(p)
-		merged.Key = p.Key
-		r.patches[p.Key] = &merged
-		if s, sl := r.lookup(p.Key); sl != nil {
+	case model.OpPatchInstance:
+		merged := cmd.Patch
+		had := r.patches[merged.Key] != nil
+		r.patches[merged.Key] = &merged
+		if s, sl := r.lookup(merged.Key); sl != nil {
 			sl.patch = &merged
 			r.changed(s)
-		} else if old.Key != p.Key {
-			r.startPatchCountdown(p.Key)
+		} else if !had {
+			r.startPatchCountdown(merged.Key)
 		}
-	case opRemovePatch:
-		if r.patches[cmd.key] == nil {
+	case model.OpRemovePatch:
+		if !changes {
 			return
 		}
-		delete(r.patches, cmd.key)
-		r.patchGone.Remove(cmd.key)
-		if s, sl := r.lookup(cmd.key); sl != nil {
+		delete(r.patches, cmd.Key)
+		r.patchGone.Remove(cmd.Key)
+		if s, sl := r.lookup(cmd.Key); sl != nil {
 			sl.patch = nil
 			r.changed(s)
 		}
-	case opSetHealth:
-		s, sl := r.lookup(cmd.key)
-		if sl == nil || sl.pers == nil || sl.pers.healthy == cmd.healthy {
+	case model.OpSetHealth:
+		if !changes {
 			return
 		}
-		sl.pers = sl.pers.withHealth(cmd.healthy)
+		s, sl := r.lookup(cmd.Key)
+		sl.pers = sl.pers.withHealth(cmd.Healthy)
 		r.changed(s)
 		r.syncTarget(s, sl)
 	}
@@ -263,11 +218,10 @@ func (r *Registry) mirrorService(def model.Service) {
 	r.syncTargets(s)
 }
 
-// mirrorPutInstance stores a persistent instance. A re-registration keeps
-// the stored health (it belongs to the checks and SetHealth) unless
-// withHealth says the instance carries the health to store (a state
-// reload).
-func (r *Registry) mirrorPutInstance(inst model.Instance, withHealth bool) {
+// mirrorPutInstance stores a persistent instance as given, health
+// included (mirrorLocked resolved a re-put's health; a state reload
+// carries it).
+func (r *Registry) mirrorPutInstance(inst model.Instance) {
 	s, err := r.ensureService(inst.Service, false)
 	if err != nil {
 		r.log.Warn("a stored instance conflicts with this node's ephemeral instances", "instance", inst.Key().String(), "err", err)
@@ -276,9 +230,6 @@ func (r *Registry) mirrorPutInstance(inst model.Instance, withHealth bool) {
 	stored := newRec(&inst)
 	sl := r.slotFor(s, stored)
 	born := !sl.live()
-	if sl.pers != nil && !withHealth {
-		stored.healthy = sl.pers.healthy
-	}
 	if sl.pers != nil && sl.pers.equal(stored) {
 		return
 	}
