@@ -211,6 +211,7 @@ func (r *Registry) forward(ctx context.Context, req *fwdRequest) (BeatResult, er
 			}
 		}
 		var resp fwdResponse
+		r.stats.forwarded.Add(1)
 		// A real-time bound: the network does not follow the registry's clock,
 		// and a peer that went silent must not hold the caller for ever.
 		rctx, cancel := context.WithTimeout(ctx, r.cfg.ForwardTimeout)
@@ -229,6 +230,7 @@ func (r *Registry) forward(ctx context.Context, req *fwdRequest) (BeatResult, er
 		if err == nil || !errors.Is(err, errNotOwner) && !errors.Is(err, ErrNotMember) && !errors.Is(err, transport.ErrUnreachable) {
 			return BeatResult{Interval: resp.Interval, Registered: resp.Registered}, err
 		}
+		r.stats.forwardFailures.Add(1)
 		if attempt >= r.cfg.ForwardAttempts {
 			return BeatResult{}, fmt.Errorf("%w: forwarding to %s: %w", ErrUnavailable, owner, err)
 		}
@@ -273,6 +275,7 @@ func (r *Registry) serveForward(ctx context.Context, from string, body []byte) (
 		r.log.Warn("refusing a forwarded write from a non-member", "from", from)
 		err = fmt.Errorf("%w: %q may not forward writes to %s", ErrNotMember, from, r.cfg.NodeID)
 	} else if err = model.Unmarshal(body, &req); err == nil {
+		r.stats.served.Add(1)
 		var res BeatResult
 		res, err = r.forwarded(ctx, &req)
 		resp.Interval, resp.Registered = res.Interval, res.Registered

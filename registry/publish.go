@@ -197,7 +197,8 @@ func (r *Registry) replaceInst(pi *pubInst, next *rec) {
 // re-registration also renews its lease. It fails with ErrKindMismatch when
 // the service is of the other kind, and with an error matching
 // model.ErrInvalid when inst is invalid.
-func (r *Registry) Register(ctx context.Context, inst model.Instance) error {
+func (r *Registry) Register(ctx context.Context, inst model.Instance) (err error) {
+	defer r.stats.op(OpRegister, &err)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -208,7 +209,7 @@ func (r *Registry) Register(ctx context.Context, inst model.Instance) error {
 	if !inst.Ephemeral {
 		return r.store.Apply(ctx, &model.Command{Op: model.OpPutInstance, Instance: inst}, model.Origin{})
 	}
-	_, err := r.beatWrite(ctx, &fwdRequest{Op: fwdRegister, Inst: inst})
+	_, err = r.beatWrite(ctx, &fwdRequest{Op: fwdRegister, Inst: inst})
 	return err
 }
 
@@ -292,6 +293,9 @@ func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
 // model.ErrInvalid that names the field.
 func (r *Registry) Heartbeat(ctx context.Context, key model.InstanceKey) (time.Duration, error) {
 	res, err := r.beatWrite(ctx, &fwdRequest{Op: fwdHeartbeat, Key: key})
+	if err != nil {
+		r.stats.fail(OpHeartbeat, err) // the calls count where they are served (heartbeatOwned)
+	}
 	return res.Interval, err
 }
 
@@ -307,6 +311,7 @@ func (r *Registry) heartbeatOwned(ctx context.Context, key model.InstanceKey) (t
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.beatsServed++
 	if err := r.checkWrite(); err != nil {
 		return 0, err
 	}
@@ -353,7 +358,11 @@ type BeatResult struct {
 // matching model.ErrInvalid for an invalid one, and with ErrLimit past a
 // limit; a beat that renews a lease is never refused by the limits.
 func (r *Registry) HeartbeatInstance(ctx context.Context, inst model.Instance) (BeatResult, error) {
-	return r.beatWrite(ctx, &fwdRequest{Op: fwdHeartbeatInstance, Inst: inst})
+	res, err := r.beatWrite(ctx, &fwdRequest{Op: fwdHeartbeatInstance, Inst: inst})
+	if err != nil {
+		r.stats.fail(OpHeartbeat, err)
+	}
+	return res, err
 }
 
 // heartbeatInstanceOwned is HeartbeatInstance on the owner, this node.
@@ -363,6 +372,7 @@ func (r *Registry) heartbeatInstanceOwned(ctx context.Context, inst model.Instan
 	}
 	inst = inst.WithDefaults()
 	r.mu.Lock()
+	r.beatsServed++
 	if err := r.checkWrite(); err != nil {
 		r.mu.Unlock()
 		return BeatResult{}, err
@@ -426,7 +436,8 @@ func (r *Registry) touchBeat(pi *pubInst) {
 // removed through their session). Removing an instance that is not there is
 // not an error; removing one that only sessions publish fails with
 // ErrSessionInstance and changes nothing.
-func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) error {
+func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) (err error) {
+	defer r.stats.op(OpDeregister, &err)
 	if err := ctx.Err(); err != nil {
 		return err
 	}

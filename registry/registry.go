@@ -97,6 +97,9 @@ type Registry struct {
 	wg       sync.WaitGroup
 	closeErr error
 	closeMu  sync.Mutex
+
+	stats       *stats // counters for Stats, written without mu
+	beatsServed uint64 // heartbeats served as the owner, for Stats; guarded by mu
 }
 
 // New validates cfg and returns a registry that is not started yet.
@@ -136,6 +139,7 @@ func New(cfg Config) (*Registry, error) {
 	r.store = &memStore{r: r}
 	r.replicator = solo{id: cfg.NodeID}
 	r.watch.init()
+	r.stats = newStats()
 	env := Env{NodeID: cfg.NodeID, Clock: r.clock, Logger: r.log, Limits: r.lim.model()}
 	if cfg.Replicator != nil {
 		renv := env

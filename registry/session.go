@@ -43,7 +43,8 @@ type Session struct {
 }
 
 // OpenSession opens a session owned by this node.
-func (r *Registry) OpenSession(ctx context.Context, opts SessionOptions) (*Session, error) {
+func (r *Registry) OpenSession(ctx context.Context, opts SessionOptions) (_ *Session, err error) {
+	defer r.stats.op(OpSessionOpen, &err)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -92,7 +93,8 @@ func (s *Session) Done() <-chan struct{} { return s.done }
 
 // Register publishes inst, which must be ephemeral, on the session.
 // Registering a key the session already publishes replaces the instance.
-func (s *Session) Register(ctx context.Context, inst model.Instance) error {
+func (s *Session) Register(ctx context.Context, inst model.Instance) (err error) {
+	defer s.r.stats.op(OpSessionRegister, &err)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -124,7 +126,8 @@ func (s *Session) Register(ctx context.Context, inst model.Instance) error {
 // when the new set would pass a limit (ErrLimit), the session keeps its
 // instances (the instances that leave make room first, so a set of the
 // same size always fits), though the service's revision may move.
-func (s *Session) ReplaceService(ctx context.Context, svc model.ServiceKey, insts []model.Instance) error {
+func (s *Session) ReplaceService(ctx context.Context, svc model.ServiceKey, insts []model.Instance) (err error) {
+	defer s.r.stats.op(OpSessionRegister, &err)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -218,7 +221,8 @@ func (s *Session) Instances() []model.Instance {
 
 // Deregister removes the session's instance with key. Removing an instance
 // the session does not publish is not an error.
-func (s *Session) Deregister(ctx context.Context, key model.InstanceKey) error {
+func (s *Session) Deregister(ctx context.Context, key model.InstanceKey) (err error) {
+	defer s.r.stats.op(OpSessionDeregister, &err)
 	if err := ctx.Err(); err != nil {
 		return err
 	}

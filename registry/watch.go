@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/muster-io/muster/model"
 )
@@ -65,8 +66,8 @@ type Watcher struct {
 // guarded by Registry.mu.
 type watchState struct {
 	groups map[model.ServiceKey]*watchGroup
-	dirty  map[model.ServiceKey]struct{} // services changed since the notifier last ran
-	spare  map[model.ServiceKey]struct{}
+	dirty  map[model.ServiceKey]time.Time // services changed since the notifier last ran, and when they first did
+	spare  map[model.ServiceKey]time.Time
 	signal chan struct{}      // capacity 1: wakes the notifier
 	flush  chan chan struct{} // FlushWatchers: closed once the notifier has delivered
 
@@ -97,8 +98,8 @@ type delivery struct {
 
 func (ws *watchState) init() {
 	ws.groups = make(map[model.ServiceKey]*watchGroup)
-	ws.dirty = make(map[model.ServiceKey]struct{})
-	ws.spare = make(map[model.ServiceKey]struct{})
+	ws.dirty = make(map[model.ServiceKey]time.Time)
+	ws.spare = make(map[model.ServiceKey]time.Time)
 	ws.signal = make(chan struct{}, 1)
 	ws.catalogs = make(map[string]*catalogGroup)
 	ws.catDirty = make(map[string]struct{})
@@ -140,7 +141,9 @@ func (r *Registry) markDirty(key model.ServiceKey) {
 	if _, ok := r.watch.groups[key]; !ok {
 		return
 	}
-	r.watch.dirty[key] = struct{}{}
+	if _, ok := r.watch.dirty[key]; !ok {
+		r.watch.dirty[key] = r.now() // the delivery latency runs from the first change
+	}
 	select {
 	case r.watch.signal <- struct{}{}:
 	default:
@@ -347,7 +350,8 @@ func (r *Registry) deliverDirty() {
 	r.watch.catDirty, r.watch.catSpare = r.watch.catSpare, catDirty
 	r.mu.Unlock()
 
-	for key := range dirty {
+	var now time.Time // read once, when the first view is handed out
+	for key, since := range dirty {
 		buf := r.watch.buf[:0]
 		var last *step
 		r.mu.RLock()
@@ -370,6 +374,12 @@ func (r *Registry) deliverDirty() {
 		r.mu.RUnlock()
 		for _, d := range buf {
 			d.w.offer(d.s)
+		}
+		if len(buf) > 0 {
+			if now.IsZero() {
+				now = r.now()
+			}
+			r.stats.watchDelivery.ObserveN(now.Sub(since), uint64(len(buf)))
 		}
 		clear(buf)
 		r.watch.buf = buf[:0]

@@ -56,7 +56,13 @@ func NewHistogram(bounds ...time.Duration) *Histogram {
 }
 
 // Observe counts one duration. Negative durations (a clock step) count as 0.
-func (h *Histogram) Observe(d time.Duration) {
+func (h *Histogram) Observe(d time.Duration) { h.ObserveN(d, 1) }
+
+// ObserveN counts n observations of one duration, at the cost of one.
+func (h *Histogram) ObserveN(d time.Duration, n uint64) {
+	if n == 0 {
+		return
+	}
 	if d < 0 {
 		d = 0
 	}
@@ -69,8 +75,8 @@ func (h *Histogram) Observe(d time.Duration) {
 			hi = m
 		}
 	}
-	h.counts[lo].Add(1)
-	h.sum.Add(int64(d))
+	h.counts[lo].Add(n)
+	h.sum.Add(int64(d) * int64(n))
 }
 
 // Snapshot returns the counts so far. The buckets are read one by one, so
