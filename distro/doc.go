@@ -1,7 +1,8 @@
 // Package distro replicates publisher records between Muster nodes: the AP half of the
 // registry, after Nacos's Distro protocol, with the version checks Nacos lacks.
 //
-// A Record is the whole state of one publisher (the registry encodes it into Payload) with a
+// A Record is the whole state of one unit of replication (the registry encodes it into Payload:
+// a beat publisher, or one instance of a session, so that a change costs what changed) with a
 // version: Revision, then Owner as a tie-break. Every node holds every record. Only the record's
 // owner changes it: a session record belongs to the node it was opened on, a beat record to the
 // rendezvous-hash (HRW) owner of its key among the live members. The registry implements Store

@@ -301,21 +301,28 @@ func (r *Replicator) Delete(key string) (Record, error) {
 
 func (r *Replicator) write(rec Record) (Record, error) {
 	r.mu.Lock()
+	rec, err := r.writeLocked(rec)
+	r.mu.Unlock()
+	if err == nil {
+		r.poke()
+	}
+	return rec, err
+}
+
+// writeLocked is write under r.mu, without the poke.
+func (r *Replicator) writeLocked(rec Record) (Record, error) {
 	if r.closed {
-		r.mu.Unlock()
 		return Record{}, ErrClosed
 	}
 	e := r.tab.get(rec.Key)
 	switch rec.Kind {
 	case KindBeat:
 		if o := hrwOwner(r.members, rec.Key); o != r.self {
-			r.mu.Unlock()
 			return Record{}, fmt.Errorf("%w: %q is owned by %s", ErrNotOwner, rec.Key, o)
 		}
 	case KindSession:
 		if e != nil && e.live() && e.rec.Owner != r.self {
 			if _, alive := r.memberSet[e.rec.Owner]; alive {
-				r.mu.Unlock()
 				return Record{}, fmt.Errorf("%w: %q is owned by %s", ErrNotOwner, rec.Key, e.rec.Owner)
 			}
 		}
@@ -324,9 +331,66 @@ func (r *Replicator) write(rec Record) (Record, error) {
 		rec.Revision = e.rec.Revision + 1
 	}
 	r.installOwnLocked(rec)
-	r.mu.Unlock()
-	r.poke()
 	return rec, nil
+}
+
+// Change is one write of a Write batch: a Put of Payload, or, with Delete,
+// a Delete (Payload unused).
+type Change struct {
+	Kind    Kind
+	Key     string
+	Payload []byte
+	Delete  bool
+}
+
+// Write makes each change as Put or Delete would, under one hold of the
+// replicator's lock, so that their syncs leave together (in the same
+// batches, up to MaxBatch records each): a peer gets them in one message.
+// errs is nil when every change was written, else it holds each change's
+// error (nil for those written) — those of Put and Delete. It never blocks
+// on the network.
+func (r *Replicator) Write(changes []Change) (errs []error) {
+	fail := func(i int, err error) {
+		if errs == nil {
+			errs = make([]error, len(changes))
+		}
+		errs[i] = err
+	}
+	recs := make([]Record, len(changes))
+	for i, c := range changes {
+		recs[i] = Record{Key: c.Key, Kind: c.Kind, Owner: r.self, Revision: 1, Payload: c.Payload}
+		if c.Delete { // its kind is the held record's (below)
+			recs[i].Kind, recs[i].Payload, recs[i].Deleted = KindSession, nil, true
+		}
+		if err := recs[i].validate(); err != nil {
+			fail(i, err)
+		}
+	}
+	wrote := false
+	r.mu.Lock()
+	for i, c := range changes {
+		if errs != nil && errs[i] != nil {
+			continue
+		}
+		if c.Delete {
+			e := r.tab.get(c.Key)
+			if e == nil || !e.live() {
+				fail(i, fmt.Errorf("%w: %q", ErrNotFound, c.Key))
+				continue
+			}
+			recs[i].Kind = e.rec.Kind
+		}
+		if _, err := r.writeLocked(recs[i]); err != nil {
+			fail(i, err)
+			continue
+		}
+		wrote = true
+	}
+	r.mu.Unlock()
+	if wrote {
+		r.poke()
+	}
+	return errs
 }
 
 // installOwnLocked stores a record this node wrote and schedules its sync to every peer.
@@ -398,9 +462,24 @@ func (r *Replicator) drain() {
 		evs := r.events
 		r.events = nil
 		r.mu.Unlock()
+		bs, batched := r.cfg.Store.(BatchStore)
+		var run []Record // consecutive Apply calls, for a BatchStore
+		flush := func() {
+			if len(run) > 0 {
+				bs.ApplyBatch(run)
+				run = run[:0]
+			}
+		}
 		for _, ev := range evs {
 			if (ev.op == evApply || ev.op == evAdopt) && r.stale(ev) {
 				continue
+			}
+			if batched && (ev.op == evApply || ev.op == evRemove) {
+				run = append(run, ev.rec)
+				continue
+			}
+			if batched {
+				flush()
 			}
 			switch ev.op {
 			case evApply, evRemove:
@@ -410,6 +489,9 @@ func (r *Replicator) drain() {
 			case evMembers:
 				r.cfg.Store.MembersChanged(ev.members)
 			}
+		}
+		if batched {
+			flush()
 		}
 		r.mu.Lock()
 	}

@@ -39,3 +39,13 @@ type Store interface {
 	// includes this node.
 	MembersChanged(members []string)
 }
+
+// BatchStore is a Store that takes several records at once. When the Store implements it, distro
+// hands it every run of queued Apply calls together (the records of one sync message, one repair,
+// one orphan removal), in queue order, under the same contract as Apply for each record: a Store
+// applies them under one hold of its own lock, so that readers see them together.
+type BatchStore interface {
+	Store
+	// ApplyBatch is Apply of each record of recs, in order. It must not keep recs.
+	ApplyBatch(recs []Record)
+}

@@ -65,9 +65,13 @@
 // # Ephemeral data in a cluster
 //
 //   - Every publisher (a session, or the beat publisher of an ip:port) is
-//     one replicated record, owned by one node: a session by the node it
-//     was opened on, a beat publisher by the rendezvous-hash owner of its
-//     ip:port among the live members.
+//     replicated, owned by one node: a session by the node it was opened
+//     on, a beat publisher by the rendezvous-hash owner of its ip:port
+//     among the live members.
+//   - A session is one record per instance and a beat publisher one
+//     record, so a change costs what changed, whatever the session's size.
+//   - Registering an instance exactly as it is held changes nothing: no
+//     revision, no watcher woken, nothing replicated.
 //   - Only the owner changes a record and runs its leases; the other nodes'
 //     copies are read-only.
 //   - A Register, Heartbeat or Deregister of a beat instance that reaches
@@ -189,8 +193,9 @@
 //     changes nothing. A write that only replaces what is held (a
 //     re-registration, a beat) is never refused.
 //   - In a cluster every node checks the writes it takes against its whole
-//     index; a peer's record past the per-publisher caps is refused whole.
-//     The nodes must share one Limits.
+//     index; a peer's record past the per-publisher caps is refused whole
+//     (a session's records hold one instance each: only its owner keeps
+//     MaxInstancesPerSession). The nodes must share one Limits.
 //
 // # Time and concurrency
 //

@@ -24,7 +24,8 @@ type publisher struct {
 	port    uint16     // beat publishers
 	kind    pubKind
 	closed  bool
-	remote  bool // owned by another node: a replica (see replicate.go)
+	remote  bool       // owned by another node: a replica (see replicate.go)
+	repl    *replState // sessions in a cluster: per-instance replication (delta.go)
 }
 
 // beatPub returns the beat publisher of ip:port, or nil. Beat publishers are
@@ -116,8 +117,17 @@ func (r *Registry) publish(pub *publisher, inst model.Instance, limited bool) (*
 	}
 	if found {
 		if pi := s.slots[i].publication(pub); pi != nil {
+			// issue 15: the same instance again changes nothing; a
+			// publication that is not the one served changes no view.
+			if pi.inst.sameInstance(&inst) {
+				return pi, nil
+			}
+			served := s.slots[i].current() == pi.inst
 			pi.inst = newRec(&inst)
-			r.changed(s)
+			if served {
+				r.changed(s)
+			}
+			r.notePublished(pub, pi)
 			return pi, nil
 		}
 	}
@@ -138,6 +148,7 @@ func (r *Registry) publish(pub *publisher, inst model.Instance, limited bool) (*
 		sl = r.insertSlot(s, i)
 	}
 	born := !sl.live()
+	prev := sl.current() // issue 15: what the view shows before
 	pi := &pubInst{pub: pub, slot: sl, inst: stored}
 	pub.insts = append(pub.insts, pi)
 	if len(sl.pubs) == 0 {
@@ -150,7 +161,12 @@ func (r *Registry) publish(pub *publisher, inst model.Instance, limited bool) (*
 	if born {
 		r.slotBorn(sl)
 	}
-	r.changed(s)
+	// issue 15: another publisher of a key, with the same instance, changes
+	// no view.
+	if born || sl.current() == stored && !stored.equal(prev) {
+		r.changed(s)
+	}
+	r.notePublished(pub, pi)
 	return pi, nil
 }
 
@@ -168,6 +184,7 @@ func (sl *slot) publication(pub *publisher) *pubInst {
 // its publisher's list (a caller removing them all skips that). The caller
 // drops the publication's lease, if any.
 func (r *Registry) unpublish(pi *pubInst, detach bool) {
+	r.noteUnpublished(pi) // issue 15: per-instance replication (delta.go)
 	sl := pi.slot
 	if i := slices.Index(sl.pubs, pi); i >= 0 {
 		sl.pubs = slices.Delete(sl.pubs, i, i+1)
@@ -203,6 +220,9 @@ func (r *Registry) Register(ctx context.Context, inst model.Instance) (err error
 		return err
 	}
 	inst = inst.WithDefaults()
+	if inst.Ephemeral && !r.cluster && r.renewUnchangedBeat(&inst) {
+		return nil // issue 15: the same instance again only renews its lease (delta.go)
+	}
 	if err := r.validInstance(&inst); err != nil {
 		return err
 	}
@@ -246,6 +266,9 @@ func (r *Registry) registerOwned(ctx context.Context, inst model.Instance) error
 // ip:port and (re)starts its lease. The caller holds mu.
 func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
 	pub := r.beatPub(inst.IP, inst.Port)
+	if pi := r.renewIfUnchanged(pub, &inst); pi != nil {
+		return pi, nil // issue 15: the same instance again only renews its lease
+	}
 	if pub == nil && r.cluster {
 		// A copy of another node's publisher: this node owns it now.
 		if rp := r.remote[beatRecordKey(inst.IP, inst.Port)]; rp != nil {

@@ -37,6 +37,9 @@ type pubPayload struct {
 
 // recordKey returns p's distro record key.
 func recordKey(p *publisher) string {
+	if p.repl != nil && p.repl.rkey != "" {
+		return p.repl.rkey // a peer's grouped session copy (delta.go)
+	}
 	if p.kind == pubSession {
 		return sessionPrefix + p.key()
 	}
@@ -53,21 +56,18 @@ func (r *Registry) replicate(p *publisher) {
 	if !r.cluster || p.remote {
 		return
 	}
+	if p.kind == pubSession {
+		r.replicateSession(p) // a record per instance (delta.go)
+		return
+	}
 	key := recordKey(p)
-	// An open session with no instance left stays a (empty) record: its
-	// revisions keep counting up. A tombstone, once expired, would let a
-	// later write start again at revision 1.
-	if p.closed || len(p.insts) == 0 && p.kind == pubBeat {
+	if p.closed || len(p.insts) == 0 {
 		if _, err := d.Delete(key); err != nil {
 			r.log.Debug("replicating a removal failed", "record", key, "err", err)
 		}
 		return
 	}
-	kind := distro.KindBeat
-	if p.kind == pubSession {
-		kind = distro.KindSession
-	}
-	if _, err := d.Put(kind, key, p.encode()); err != nil {
+	if _, err := d.Put(distro.KindBeat, key, p.encode()); err != nil {
 		r.log.Debug("replicating a change failed", "record", key, "err", err)
 	}
 }
@@ -129,6 +129,10 @@ var _ distro.Store = distroStore{}
 // Apply installs a record of another owner.
 func (ds distroStore) Apply(rec distro.Record) {
 	r := ds.r
+	if _, _, ok := splitInstKey(rec.Key); ok && rec.Kind == distro.KindSession {
+		ds.applyBatch([]distro.Record{rec}) // an instance record (delta.go)
+		return
+	}
 	var insts []model.Instance
 	if !rec.Deleted {
 		var err error

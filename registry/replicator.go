@@ -41,6 +41,11 @@ type Replicator interface {
 	// key.
 	Put(kind distro.Kind, key string, payload []byte) (distro.Record, error)
 	Delete(key string) (distro.Record, error)
+	// Write makes each change as Put or Delete would, together, so that a
+	// peer gets them in one message. It returns nil when every change was
+	// written, else each change's error (nil for those written). It never
+	// blocks on the network.
+	Write(changes []distro.Change) []error
 	// Flush blocks until every change put so far has been sent to every
 	// reachable peer, or ctx ends.
 	Flush(ctx context.Context) error
@@ -110,3 +115,4 @@ func (s solo) Put(distro.Kind, string, []byte) (distro.Record, error) {
 	return distro.Record{}, nil
 }
 func (s solo) Delete(string) (distro.Record, error) { return distro.Record{}, nil }
+func (s solo) Write([]distro.Change) []error        { return nil }

@@ -102,6 +102,9 @@ func (s *Session) Register(ctx context.Context, inst model.Instance) (err error)
 	if !inst.Ephemeral {
 		return &model.ValidationError{Field: "instance.ephemeral", Rule: "must be true for a session's instances"}
 	}
+	if s.unchanged(&inst) { // issue 15: the same instance again changes nothing
+		return nil
+	}
 	if err := s.r.validInstance(&inst); err != nil {
 		return err
 	}

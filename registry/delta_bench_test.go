@@ -1,0 +1,266 @@
+package registry_test
+
+import (
+	"context"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/muster-io/muster/distro"
+	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/registry"
+	"github.com/muster-io/muster/transport"
+)
+
+// benchPair starts two registries, n1 and n2, over a MemNetwork on the real
+// clock (static membership, SyncDelay 0), ready.
+func benchPair(b *testing.B) (*transport.MemNetwork, *registry.Registry, *registry.Registry) {
+	b.Helper()
+	ctx := context.Background()
+	net := &transport.MemNetwork{}
+	ids := []string{"n1", "n2"}
+	var all []distro.Member
+	for _, id := range ids {
+		all = append(all, distro.Member{ID: id})
+	}
+	var regs []*registry.Registry
+	for _, id := range ids {
+		tr, err := net.Node(id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		mem := distro.NewStatic(distro.Member{ID: id})
+		mem.Set(all...)
+		dc := distro.DefaultConfig()
+		dc.Transport, dc.Membership, dc.SyncDelay = tr, mem, 0
+		dc.LoadTimeout = 100 * time.Millisecond
+		cfg := registry.DefaultConfig()
+		cfg.NodeID, cfg.Replicator, cfg.Transport, cfg.HealthChecks = id, registry.Distro(dc), tr, nil
+		reg, err := registry.New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := reg.Start(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { reg.Close(); tr.Close() })
+		regs = append(regs, reg)
+	}
+	for _, r := range regs {
+		if err := r.WaitReady(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return net, regs[0], regs[1]
+}
+
+// watchUntil reads w until ok holds for a view, or fails after 10 s.
+func watchUntil(b *testing.B, w *registry.Watcher, ok func(registry.Update) bool) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		u, err := w.Next(ctx)
+		if err != nil {
+			b.Fatalf("watch: %v", err)
+		}
+		if ok(u) {
+			return
+		}
+	}
+}
+
+// BenchmarkSessionChange: the cost of one change to one instance of a
+// session of 1, 100 or 1,000 instances, replicated to a second node: the
+// owner encodes and sends it, the peer decodes and applies it, and a
+// watcher on the peer is handed the view holding it. The session's
+// instances are spread over services of 10 (a session multiplexes
+// services), so that what grows is the session, not the view a watcher is
+// handed. Each change waits for that view before the next (no merging), so
+// ns/op is the whole chain for one change; B-wire/change is what crossed
+// the network (both directions).
+func BenchmarkSessionChange(b *testing.B) {
+	for _, size := range []int{1, 100, 1000} {
+		b.Run("instances="+strconv.Itoa(size), func(b *testing.B) {
+			ctx := context.Background()
+			net, a, peer := benchPair(b)
+			sess, err := a.OpenSession(ctx, registry.SessionOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var insts []model.Instance
+			var ws []*registry.Watcher
+			for s := 0; s*10 < size; s++ {
+				svc := model.ServiceKey{Name: "change-" + strconv.Itoa(s)}
+				part := benchInstances(svc, min(10, size-s*10), s*10)
+				for _, in := range part {
+					if err := sess.Register(ctx, in); err != nil {
+						b.Fatal(err)
+					}
+				}
+				insts = append(insts, part...)
+				w, err := peer.Watch(ctx, model.Query{Service: svc})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer w.Close()
+				watchUntil(b, w, func(u registry.Update) bool { return len(u.View.Instances) == len(part) })
+				ws = append(ws, w)
+			}
+			net.ResetStats()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				j := i % size
+				in := insts[j]
+				in.Weight = float64(2 + (i/size)%5000) // a real change every time
+				if err := sess.Register(ctx, in); err != nil {
+					b.Fatal(err)
+				}
+				watchUntil(b, ws[j/10], func(u registry.Update) bool {
+					for _, got := range u.View.Instances {
+						if got.IP == in.IP && got.Weight == in.Weight {
+							return true
+						}
+					}
+					return false
+				})
+			}
+			b.StopTimer()
+			st := net.TotalStats()
+			b.ReportMetric(float64(st.Bytes)/float64(b.N), "B-wire/change")
+			b.ReportMetric(float64(st.Messages)/float64(b.N), "msgs/change")
+		})
+	}
+}
+
+// BenchmarkSessionVisibility: one session of 100 instances on n1 registers
+// one more; the latency runs until a watcher on n2 is handed a view holding
+// it (cross-node visibility, issue 15). Each iteration measures one
+// registration; the instance is removed again off the clock.
+func BenchmarkSessionVisibility(b *testing.B) {
+	ctx := context.Background()
+	_, a, peer := benchPair(b)
+	svc := model.ServiceKey{Name: "visible"}
+	sess, err := a.OpenSession(ctx, registry.SessionOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, in := range benchInstances(svc, 100, 0) {
+		if err := sess.Register(ctx, in); err != nil {
+			b.Fatal(err)
+		}
+	}
+	w, err := peer.Watch(ctx, model.Query{Service: svc})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	watchUntil(b, w, func(u registry.Update) bool { return len(u.View.Instances) == 100 })
+	extra := benchInstances(svc, 1, 1<<20)[0]
+	lat := make([]time.Duration, 0, b.N)
+	var mu sync.Mutex
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		if err := sess.Register(ctx, extra); err != nil {
+			b.Fatal(err)
+		}
+		watchUntil(b, w, func(u registry.Update) bool { return len(u.View.Instances) == 101 })
+		d := time.Since(start)
+		b.StopTimer()
+		mu.Lock()
+		lat = append(lat, d)
+		mu.Unlock()
+		if err := sess.Deregister(ctx, extra.Key()); err != nil {
+			b.Fatal(err)
+		}
+		watchUntil(b, w, func(u registry.Update) bool { return len(u.View.Instances) == 100 })
+		b.StartTimer()
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-µs")
+	b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)].Nanoseconds())/1e3, "p99-µs")
+}
+
+// BenchmarkIdenticalRegister: registering again the instance a session (or
+// a beat publisher) already holds, unchanged (issue 15, goal 5: no
+// revision, no wake-up, no record).
+func BenchmarkIdenticalRegister(b *testing.B) {
+	ctx := context.Background()
+	for _, kind := range []string{"session", "beat"} {
+		b.Run(kind, func(b *testing.B) {
+			r := newBenchRegistry(b)
+			in := benchInstances(model.ServiceKey{Name: "same"}, 1, 7)[0]
+			register := r.Register
+			if kind == "session" {
+				sess, err := r.OpenSession(ctx, registry.SessionOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				register = sess.Register
+			}
+			if err := register(ctx, in); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := register(ctx, in); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkClusterMemoryPerInstance: the heap of a two-node cluster in one
+// process (owner and peer) per session instance, with 1,000 sessions of 100
+// instances on n1, replicated to n2 (issue 15: what the per-instance
+// records cost in memory).
+func BenchmarkClusterMemoryPerInstance(b *testing.B) {
+	ctx := context.Background()
+	for i := 0; i < b.N; i++ {
+		var before runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		_, a, peer := benchPair(b)
+		const sessions, per = 1000, 100
+		for s := range sessions {
+			sess, err := a.OpenSession(ctx, registry.SessionOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, in := range benchInstances(model.ServiceKey{Name: "mem-" + strconv.Itoa(s%100)}, per, s*per) {
+				if err := sess.Register(ctx, in); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			n := 0
+			for s := range 100 {
+				v, err := peer.Query(ctx, model.Query{Service: model.ServiceKey{Name: "mem-" + strconv.Itoa(s)}})
+				if err == nil {
+					n += len(v.Instances)
+				}
+			}
+			if n == sessions*per {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("peer holds %d instances after 60 s", n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		var after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(sessions*per), "B/instance")
+	}
+}
