@@ -65,19 +65,16 @@ type Registry struct {
 	stale  atomic.Int64 // queries that found snap stale since it was last rebuilt
 
 	// mu guards everything below it, the index and its timers.
-	mu       sync.RWMutex
-	services map[model.ServiceKey]*service
+	mu sync.RWMutex
+	// index is the core: services, slots, patches and their countdowns
+	// (core.go), embedded so that the driver reads its fields directly.
+	index
 	beats    map[string]*publisher // beat publishers by IP, then chained by port (see beatPub)
 	sessions map[string]*publisher // session publishers by ID
 	remote   map[string]*publisher // replicas of other nodes' publishers, by record key
-	patches  map[model.InstanceKey]*model.InstancePatch
-	rev      uint64 // last revision handed out; revisions are unique across services
-	quota    quotas // what the limits count (see limits.go)
 
 	beatLeases    health.Leases[*pubInst]
 	sessionLeases health.Leases[*publisher]
-	emptySvcs     health.Leases[model.ServiceKey]
-	patchGone     health.Leases[model.InstanceKey]
 	beatDeregs    health.Leases[model.InstanceKey] // beat instances deregistered here lately (see noteDeregistered)
 	timer         clockwork.Timer                  // wakes the housekeeper; nil before Start
 	timerAt       time.Time                        // when timer fires
@@ -112,11 +109,10 @@ func New(cfg Config) (*Registry, error) {
 		lim:      cfg.Limits.withDefaults(),
 		clock:    cfg.Clock,
 		log:      cfg.Logger,
-		services: make(map[model.ServiceKey]*service),
+		index:    newIndex(cfg.EmptyServiceTTL, cfg.PatchTTL),
 		beats:    make(map[string]*publisher),
 		sessions: make(map[string]*publisher),
 		remote:   make(map[string]*publisher),
-		patches:  make(map[model.InstanceKey]*model.InstancePatch),
 		ready:    make(chan struct{}),
 		stop:     make(chan struct{}),
 		ticks:    make(chan chan struct{}),
@@ -135,7 +131,6 @@ func New(cfg Config) (*Registry, error) {
 		src = rand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:]))
 	}
 	r.rand = rand.New(src)
-	r.quota.nsServices = make(map[string]int)
 	r.store = &memStore{r: r}
 	r.replicator = solo{id: cfg.NodeID}
 	r.watch.init()
@@ -562,19 +557,11 @@ func (r *Registry) runDue() []model.InstanceKey {
 		r.log.Info("session keep-alive lapsed", "session", p.id)
 		r.closeSessionLocked(p)
 	})
-	r.emptySvcs.ExpireAt(now, func(key model.ServiceKey, _ health.Event, at time.Time) {
-		r.due = at
-		if s := r.services[key]; s != nil && s.empty() && s.def == nil {
-			r.dropService(key)
-		}
-	})
 	r.due = time.Time{}
 	r.beatDeregs.Expire(now, nil)
-	var orphans []model.InstanceKey
-	r.patchGone.Expire(now, func(key model.InstanceKey, _ health.Event) {
-		orphans = append(orphans, key)
-	})
-	return orphans
+	// Last: the countdowns of emptied services and orphaned patches that
+	// the expiries above started, and that ended by now, run too.
+	return r.expireIndex(now)
 }
 
 // rearm sets the timer to the earliest deadline, SweepInterval at most.
@@ -586,7 +573,7 @@ func (r *Registry) rearm() {
 	}
 	now := r.now()
 	next := now.Add(r.cfg.SweepInterval)
-	for _, at := range [...]func() (time.Time, bool){r.beatLeases.Next, r.sessionLeases.Next, r.emptySvcs.Next, r.patchGone.Next, r.beatDeregs.Next} {
+	for _, at := range [...]func() (time.Time, bool){r.beatLeases.Next, r.sessionLeases.Next, r.index.next, r.beatDeregs.Next} {
 		if t, ok := at(); ok && t.Before(next) {
 			next = t
 		}

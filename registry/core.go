@@ -1,0 +1,416 @@
+package registry
+
+import (
+	"slices"
+	"time"
+
+	"github.com/muster-io/muster/health"
+	"github.com/muster-io/muster/model"
+)
+
+// The index core: the services, their slots, the patches and the
+// countdowns of emptied services and orphaned patches, as plain code. It
+// has no goroutines, no clock and no I/O: a method that starts a
+// countdown takes its start (now), and what the change means outside the
+// index (views to deliver, health checks to re-target, the next deadline,
+// a conflict to log) is recorded in its effects, which the driver (the
+// Registry, drive.go) carries out under the same lock, with carryOut.
+//
+// The Registry embeds its index, guarded by Registry.mu, and reads its
+// fields directly.
+
+// index is the registry's core. Its zero value is not usable: see
+// newIndex.
+type index struct {
+	services map[model.ServiceKey]*service
+	patches  map[model.InstanceKey]*model.InstancePatch
+	rev      uint64 // last revision handed out; revisions are unique across services
+	quota    quotas // what the limits count (see limits.go)
+
+	emptyTTL, patchTTL time.Duration
+	emptySvcs          health.Leases[model.ServiceKey]  // emptied implicit services, dropped at expiry
+	patchGone          health.Leases[model.InstanceKey] // patches whose instance is gone
+
+	fx effects // what the changes so far mean outside the index
+}
+
+// newIndex returns an empty index whose emptied implicit services go
+// after emptyTTL and orphaned patches after patchTTL (both positive).
+func newIndex(emptyTTL, patchTTL time.Duration) index {
+	return index{
+		services: make(map[model.ServiceKey]*service),
+		patches:  make(map[model.InstanceKey]*model.InstancePatch),
+		quota:    quotas{nsServices: make(map[string]int)},
+		emptyTTL: emptyTTL,
+		patchTTL: patchTTL,
+	}
+}
+
+// effects is what changes of the index mean outside it, in the order they
+// happened; the driver carries them out and clears them (carryOut). The
+// slices keep their storage from one change to the next.
+type effects struct {
+	// dirty: services whose views changed (a new revision): their watchers
+	// are due a delivery.
+	dirty []model.ServiceKey
+	// gone: services that left the index: their watchers get an empty
+	// view at the service's last revision.
+	gone []*service
+	// catalogs: namespaces whose list of services changed.
+	catalogs []string
+	// services: services were added or removed (the lock-free query
+	// snapshot is stale).
+	services bool
+	// targets: health-check targets to re-evaluate, in order.
+	targets []target
+	// wake: the earliest deadline of a countdown started; zero if none.
+	wake time.Time
+	// conflicts: stored data this node's ephemeral data refused (logged).
+	conflicts []conflict
+}
+
+// target is one re-evaluation of health-check targets: the slot sl of svc,
+// every slot of svc (sl nil), or no probing of key (svc nil).
+type target struct {
+	svc *service
+	sl  *slot
+	key model.InstanceKey
+}
+
+// conflict is a stored definition or instance that the index kept out,
+// because this node's instances of the service are of the other kind.
+type conflict struct {
+	what      string // "definition" or "instance"
+	key       string // the service or instance
+	ephemeral bool   // the kind the service keeps
+	err       error  // the refusal, for an instance
+}
+
+// empty reports whether there is nothing to carry out.
+func (fx *effects) empty() bool {
+	return len(fx.dirty) == 0 && len(fx.gone) == 0 && len(fx.catalogs) == 0 && !fx.services &&
+		len(fx.targets) == 0 && fx.wake.IsZero() && len(fx.conflicts) == 0
+}
+
+// reset clears fx, keeping its storage.
+func (fx *effects) reset() {
+	clear(fx.gone)
+	clear(fx.targets)
+	*fx = effects{dirty: fx.dirty[:0], gone: fx.gone[:0], catalogs: fx.catalogs[:0],
+		targets: fx.targets[:0], conflicts: fx.conflicts[:0]}
+}
+
+// wakeBy records that a deadline at t was started.
+func (fx *effects) wakeBy(t time.Time) {
+	if fx.wake.IsZero() || t.Before(fx.wake) {
+		fx.wake = t
+	}
+}
+
+// lookup returns the service of key and the slot of key in it; either may
+// be nil.
+func (ix *index) lookup(key model.InstanceKey) (*service, *slot) {
+	s := ix.services[key.Service]
+	if s == nil {
+		return nil, nil
+	}
+	return s, s.lookupSlot(key)
+}
+
+// slotFor returns the slot of inst's key, creating it (not yet live) when
+// absent. A new slot must be given a publication or a persistent instance
+// before the change ends.
+func (ix *index) slotFor(s *service, inst *rec) *slot {
+	i, ok := s.findSlot(inst.cluster, inst.ip, int(inst.port))
+	if ok {
+		return s.slots[i]
+	}
+	return ix.insertSlot(s, i)
+}
+
+// insertSlot inserts a new slot (not yet live) at index i of s.slots, where
+// findSlot placed its key, and returns it.
+func (ix *index) insertSlot(s *service, i int) *slot {
+	sl := &slot{svc: s}
+	ix.quota.instances++
+	s.slots = append(s.slots, nil)
+	copy(s.slots[i+1:], s.slots[i:])
+	s.slots[i] = sl
+	return sl
+}
+
+// slotBorn is called once a new slot has its first publication: it attaches
+// a waiting patch.
+func (ix *index) slotBorn(sl *slot) {
+	key := sl.key()
+	if p := ix.patches[key]; p != nil {
+		sl.patch = p
+		ix.patchGone.Remove(key)
+	}
+	ix.emptySvcs.Remove(sl.svc.key)
+}
+
+// dropSlotIfDead removes sl from its service once nothing publishes it, and
+// starts, from now, the countdowns of its patch and of its service when it
+// is now empty. last is the instance the slot held last, which locates it.
+func (ix *index) dropSlotIfDead(sl *slot, last *rec, now time.Time) {
+	if sl.live() {
+		return
+	}
+	s := sl.svc
+	if i, ok := s.findSlotOf(sl, last); ok {
+		s.slots = slices.Delete(s.slots, i, i+1)
+		ix.quota.instances--
+	}
+	if sl.patch != nil {
+		ix.startPatchCountdown(sl.patch.Key, now)
+	}
+	ix.maybeEmpty(s, now)
+}
+
+// maybeEmpty starts, from now, the countdown of an empty, implicit
+// service.
+func (ix *index) maybeEmpty(s *service, now time.Time) {
+	if s.empty() && s.def == nil {
+		_ = ix.emptySvcs.Put(s.key, now, health.Timeouts{Expire: ix.emptyTTL}) // positive: Config.Validate
+		ix.fx.wakeBy(now.Add(ix.emptyTTL))
+	}
+}
+
+// startPatchCountdown starts, from now, the PatchTTL countdown of the
+// patch of key, whose instance is gone.
+func (ix *index) startPatchCountdown(key model.InstanceKey, now time.Time) {
+	_ = ix.patchGone.Put(key, now, health.Timeouts{Expire: ix.patchTTL}) // positive: Config.Validate
+	ix.fx.wakeBy(now.Add(ix.patchTTL))
+}
+
+// changed records a change of s: a new revision, the cached views dropped,
+// its watchers due a delivery.
+func (ix *index) changed(s *service) {
+	ix.rev++
+	s.rev = ix.rev
+	s.cache.Store(nil)
+	ix.fx.dirty = append(ix.fx.dirty, s.key)
+}
+
+// ensureService returns the service of key, creating an implicit one of the
+// given kind, or ErrKindMismatch when it exists with the other kind.
+func (ix *index) ensureService(key model.ServiceKey, ephemeral bool) (*service, error) {
+	s := ix.services[key]
+	if s == nil {
+		s = &service{key: key, ephemeral: ephemeral}
+		ix.addService(s)
+		return s, nil
+	}
+	if s.ephemeral != ephemeral {
+		return nil, kindMismatch(s)
+	}
+	return s, nil
+}
+
+// addService puts s in the index.
+func (ix *index) addService(s *service) {
+	ix.services[s.key] = s
+	ix.quota.nsServices[s.key.Namespace]++
+	ix.fx.services = true
+	ix.fx.catalogs = append(ix.fx.catalogs, s.key.Namespace)
+}
+
+// dropService takes the service of key out of the index.
+func (ix *index) dropService(key model.ServiceKey) {
+	if _, ok := ix.services[key]; ok {
+		delete(ix.services, key)
+		if ix.quota.nsServices[key.Namespace]--; ix.quota.nsServices[key.Namespace] == 0 {
+			delete(ix.quota.nsServices, key.Namespace)
+		}
+		ix.fx.catalogs = append(ix.fx.catalogs, key.Namespace)
+	}
+	ix.fx.services = true
+}
+
+// removeService drops s from the index. Watchers see an empty view.
+func (ix *index) removeService(s *service) {
+	ix.dropService(s.key)
+	ix.emptySvcs.Remove(s.key)
+	ix.changed(s)
+	ix.fx.gone = append(ix.fx.gone, s)
+}
+
+// apply applies cmd, which the rules accepted, to the index: first
+// model.ResolveCommand (a re-put keeps the stored health, a patch merges
+// with the stored one), then the change; countdowns it starts start at
+// now. In cluster mode every node's index mirrors the commands its
+// replicated store applied, so this never refuses: where the node's
+// ephemeral data conflicts with an accepted command (a race between an
+// ephemeral and a persistent registration of one service on two nodes),
+// the conflict is recorded and the ephemeral side keeps the service.
+func (ix *index) apply(cmd *model.Command, now time.Time) {
+	changes := model.ResolveCommand(cmd, (*indexState)(ix))
+	switch cmd.Op {
+	case model.OpCreateService, model.OpUpdateService:
+		ix.putService(cmd.Service)
+	case model.OpDeleteService:
+		// Not only a definition goes: an empty implicit service goes with
+		// it, a change that ResolveCommand, which counts definitions, does
+		// not report.
+		s := ix.services[cmd.SvcKey]
+		if s == nil {
+			return
+		}
+		s.def = nil
+		if s.empty() {
+			ix.removeService(s)
+		} else {
+			ix.changed(s)
+		}
+	case model.OpPutInstance:
+		ix.putInstance(cmd.Instance)
+	case model.OpDeleteInstance:
+		if !changes {
+			return
+		}
+		s, sl := ix.lookup(cmd.Key)
+		last := sl.pers
+		sl.pers = nil
+		ix.fx.targets = append(ix.fx.targets, target{key: cmd.Key})
+		ix.dropSlotIfDead(sl, last, now)
+		ix.changed(s)
+	case model.OpPatchInstance:
+		merged := cmd.Patch
+		had := ix.patches[merged.Key] != nil
+		ix.patches[merged.Key] = &merged
+		if s, sl := ix.lookup(merged.Key); sl != nil {
+			sl.patch = &merged
+			ix.changed(s)
+		} else if !had {
+			ix.startPatchCountdown(merged.Key, now)
+		}
+	case model.OpRemovePatch:
+		if !changes {
+			return
+		}
+		delete(ix.patches, cmd.Key)
+		ix.patchGone.Remove(cmd.Key)
+		if s, sl := ix.lookup(cmd.Key); sl != nil {
+			sl.patch = nil
+			ix.changed(s)
+		}
+	case model.OpSetHealth:
+		if !changes {
+			return
+		}
+		s, sl := ix.lookup(cmd.Key)
+		sl.pers = sl.pers.withHealth(cmd.Healthy)
+		ix.changed(s)
+		ix.fx.targets = append(ix.fx.targets, target{svc: s, sl: sl})
+	}
+}
+
+// putService stores a definition, creating the service if needed.
+func (ix *index) putService(def model.Service) {
+	s := ix.services[def.Key]
+	if s == nil {
+		s = &service{key: def.Key, ephemeral: def.Ephemeral}
+		ix.addService(s)
+	} else if s.ephemeral != def.Ephemeral {
+		ix.fx.conflicts = append(ix.fx.conflicts, conflict{what: "definition", key: def.Key.String(), ephemeral: s.ephemeral})
+		return
+	}
+	s.def = &def
+	ix.emptySvcs.Remove(s.key)
+	ix.changed(s)
+	if !s.ephemeral {
+		ix.fx.targets = append(ix.fx.targets, target{svc: s})
+	}
+}
+
+// putInstance stores a persistent instance as given, health included
+// (apply resolved a re-put's health; a state reload carries it).
+func (ix *index) putInstance(inst model.Instance) {
+	s, err := ix.ensureService(inst.Service, false)
+	if err != nil {
+		ix.fx.conflicts = append(ix.fx.conflicts, conflict{what: "instance", key: inst.Key().String(), ephemeral: true, err: err})
+		return
+	}
+	stored := newRec(&inst)
+	sl := ix.slotFor(s, stored)
+	born := !sl.live()
+	if sl.pers != nil && sl.pers.equal(stored) {
+		return
+	}
+	sl.pers = stored
+	if born {
+		ix.slotBorn(sl)
+	}
+	ix.changed(s)
+	ix.fx.targets = append(ix.fx.targets, target{svc: s, sl: sl})
+}
+
+// expire handles the countdowns of the index that ended by now: emptied
+// implicit services still empty and implicit leave the index. It returns
+// the patches whose instance has been gone for PatchTTL, for the driver
+// to remove through the store.
+func (ix *index) expire(now time.Time) []model.InstanceKey {
+	ix.emptySvcs.Expire(now, func(key model.ServiceKey, _ health.Event) {
+		if s := ix.services[key]; s != nil && s.empty() && s.def == nil {
+			ix.dropService(key)
+		}
+	})
+	var orphans []model.InstanceKey
+	ix.patchGone.Expire(now, func(key model.InstanceKey, _ health.Event) {
+		orphans = append(orphans, key)
+	})
+	return orphans
+}
+
+// next returns the earliest deadline of the index's countdowns.
+func (ix *index) next() (time.Time, bool) {
+	t, ok := ix.emptySvcs.Next()
+	if p, pok := ix.patchGone.Next(); pok && (!ok || p.Before(t)) {
+		t, ok = p, true
+	}
+	return t, ok
+}
+
+// indexState is the index as the rules read it (model.CommandState). It
+// is a type of its own so that its exported methods stay off Registry,
+// which embeds the index.
+type indexState index
+
+var _ model.CommandState = (*indexState)(nil)
+
+// Service reports the service of k. The index never holds a persistent
+// record in an ephemeral service (CheckConsistency), and a persistent
+// service's slots all hold one, so Persistent is its slot count.
+func (x *indexState) Service(k model.ServiceKey) model.ServiceState {
+	s := x.services[k]
+	if s == nil {
+		return model.ServiceState{}
+	}
+	st := model.ServiceState{Exists: true, Ephemeral: s.ephemeral, Definition: s.def, Instances: len(s.slots)}
+	if !s.ephemeral {
+		st.Persistent = len(s.slots)
+	}
+	return st
+}
+
+// Instance reports the slot of k.
+func (x *indexState) Instance(k model.InstanceKey) model.InstanceState {
+	_, sl := (*index)(x).lookup(k)
+	if sl == nil {
+		return model.InstanceState{}
+	}
+	st := model.InstanceState{Exists: true}
+	if sl.pers != nil {
+		st.Persistent, st.Healthy = true, sl.pers.healthy
+	}
+	return st
+}
+
+// Patch returns the stored patch of k.
+func (x *indexState) Patch(k model.InstanceKey) (model.InstancePatch, bool) {
+	if p := x.patches[k]; p != nil {
+		return *p, true
+	}
+	return model.InstancePatch{}, false
+}

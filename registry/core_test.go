@@ -1,0 +1,307 @@
+package registry
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/muster-io/muster/model"
+)
+
+// Table tests of the index core (core.go), with no registry around it: a
+// change's result in the index and the effects it hands the driver.
+
+var coreT0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+const (
+	coreEmptyTTL = time.Minute
+	corePatchTTL = time.Hour
+)
+
+// coreIndex returns an index holding the persistent service "db" (a
+// definition with a TCP-checked DEFAULT cluster) with the instance
+// 10.0.0.1:80, healthy, and the implicit persistent service "implicit"
+// with 10.0.0.2:80; no effects pending.
+func coreIndex(t *testing.T) *index {
+	t.Helper()
+	ix := newIndex(coreEmptyTTL, corePatchTTL)
+	ix.apply(&model.Command{Op: model.OpCreateService, Service: model.Service{Key: rulesSvc("db")}.WithDefaults()}, coreT0)
+	ix.apply(&model.Command{Op: model.OpPutInstance, Instance: rulesInst("db", 1, false)}, coreT0)
+	ix.apply(&model.Command{Op: model.OpPutInstance, Instance: rulesInst("implicit", 2, false)}, coreT0)
+	ix.fx.reset()
+	return &ix
+}
+
+// fxSummary is what a test compares of effects.
+type fxSummary struct {
+	dirty     []string
+	gone      []string
+	catalogs  int
+	services  bool
+	targets   []string // "sync <key>", "all <svc>", "drop <key>"
+	wake      time.Duration
+	conflicts int
+}
+
+func summarize(fx *effects) fxSummary {
+	var s fxSummary
+	for _, k := range fx.dirty {
+		s.dirty = append(s.dirty, k.Name)
+	}
+	for _, g := range fx.gone {
+		s.gone = append(s.gone, g.key.Name)
+	}
+	s.catalogs, s.services, s.conflicts = len(fx.catalogs), fx.services, len(fx.conflicts)
+	for _, t := range fx.targets {
+		switch {
+		case t.svc == nil:
+			s.targets = append(s.targets, "drop "+t.key.IP)
+		case t.sl == nil:
+			s.targets = append(s.targets, "all "+t.svc.key.Name)
+		default:
+			s.targets = append(s.targets, "sync "+t.sl.key().IP)
+		}
+	}
+	if !fx.wake.IsZero() {
+		s.wake = fx.wake.Sub(coreT0)
+	}
+	return s
+}
+
+func (a fxSummary) equal(b fxSummary) bool {
+	return slices.Equal(a.dirty, b.dirty) && slices.Equal(a.gone, b.gone) && a.catalogs == b.catalogs &&
+		a.services == b.services && slices.Equal(a.targets, b.targets) && a.wake == b.wake && a.conflicts == b.conflicts
+}
+
+// TestCoreApply: each command's change of the index and its effects.
+func TestCoreApply(t *testing.T) {
+	dbKey := rulesKey("db", 1)
+	for _, tc := range []struct {
+		name  string
+		setup func(ix *index)
+		cmd   model.Command
+		want  fxSummary
+		check func(t *testing.T, ix *index)
+	}{
+		{
+			name: "a new definition adds a service and re-targets it",
+			cmd:  model.Command{Op: model.OpCreateService, Service: model.Service{Key: rulesSvc("new")}.WithDefaults()},
+			want: fxSummary{dirty: []string{"new"}, catalogs: 1, services: true, targets: []string{"all new"}},
+		},
+		{
+			name: "a definition over an implicit service keeps it",
+			cmd:  model.Command{Op: model.OpUpdateService, Service: model.Service{Key: rulesSvc("implicit")}.WithDefaults()},
+			want: fxSummary{dirty: []string{"implicit"}, targets: []string{"all implicit"}},
+			check: func(t *testing.T, ix *index) {
+				if ix.services[rulesSvc("implicit")].def == nil {
+					t.Fatal("no definition stored")
+				}
+			},
+		},
+		{
+			name: "a definition of the other kind is a conflict, nothing changes",
+			cmd:  model.Command{Op: model.OpUpdateService, Service: model.Service{Key: rulesSvc("db"), Ephemeral: true}.WithDefaults()},
+			want: fxSummary{conflicts: 1},
+		},
+		{
+			name: "deleting the definition of a service with instances keeps it implicit",
+			cmd:  model.Command{Op: model.OpDeleteService, SvcKey: rulesSvc("db")},
+			want: fxSummary{dirty: []string{"db"}},
+			check: func(t *testing.T, ix *index) {
+				if s := ix.services[rulesSvc("db")]; s == nil || s.def != nil {
+					t.Fatalf("service after the delete: %+v", s)
+				}
+			},
+		},
+		{
+			name: "deleting an empty service removes it and tells its watchers",
+			setup: func(ix *index) {
+				ix.apply(&model.Command{Op: model.OpCreateService, Service: model.Service{Key: rulesSvc("empty")}.WithDefaults()}, coreT0)
+			},
+			cmd:  model.Command{Op: model.OpDeleteService, SvcKey: rulesSvc("empty")},
+			want: fxSummary{dirty: []string{"empty"}, gone: []string{"empty"}, catalogs: 1, services: true},
+		},
+		{
+			name: "a re-put keeps the stored health",
+			setup: func(ix *index) {
+				ix.apply(&model.Command{Op: model.OpSetHealth, Key: dbKey, Healthy: false}, coreT0)
+			},
+			cmd:  model.Command{Op: model.OpPutInstance, Instance: func() model.Instance { in := rulesInst("db", 1, false); in.Weight = 2; return in }()},
+			want: fxSummary{dirty: []string{"db"}, targets: []string{"sync 10.0.0.1"}},
+			check: func(t *testing.T, ix *index) {
+				_, sl := ix.lookup(dbKey)
+				if sl.pers.healthy || sl.pers.weight != 2 {
+					t.Fatalf("re-put: healthy %v weight %v, want false 2", sl.pers.healthy, sl.pers.weight)
+				}
+			},
+		},
+		{
+			name: "an identical re-put changes nothing",
+			cmd:  model.Command{Op: model.OpPutInstance, Instance: rulesInst("db", 1, false)},
+			want: fxSummary{},
+		},
+		{
+			name: "a persistent instance in an ephemeral service is a conflict",
+			setup: func(ix *index) {
+				if _, err := ix.ensureService(rulesSvc("eph"), true); err != nil {
+					t.Fatal(err)
+				}
+			},
+			cmd:  model.Command{Op: model.OpPutInstance, Instance: rulesInst("eph", 3, false)},
+			want: fxSummary{conflicts: 1},
+		},
+		{
+			name: "deleting the last instance of an implicit service starts its countdown",
+			cmd:  model.Command{Op: model.OpDeleteInstance, Key: rulesKey("implicit", 2)},
+			want: fxSummary{dirty: []string{"implicit"}, targets: []string{"drop 10.0.0.2"}, wake: coreEmptyTTL},
+			check: func(t *testing.T, ix *index) {
+				if _, ok := ix.emptySvcs.Get(rulesSvc("implicit")); !ok {
+					t.Fatal("no countdown for the emptied service")
+				}
+			},
+		},
+		{
+			name: "deleting an absent instance changes nothing",
+			cmd:  model.Command{Op: model.OpDeleteInstance, Key: rulesKey("db", 9)},
+			want: fxSummary{},
+		},
+		{
+			name: "a patch of a held instance changes its view",
+			cmd:  model.Command{Op: model.OpPatchInstance, Patch: model.InstancePatch{Key: dbKey}},
+			want: fxSummary{dirty: []string{"db"}},
+		},
+		{
+			name: "a patch of an absent instance waits PatchTTL for it",
+			cmd:  model.Command{Op: model.OpPatchInstance, Patch: model.InstancePatch{Key: rulesKey("db", 9)}},
+			want: fxSummary{wake: corePatchTTL},
+		},
+		{
+			name: "removing a patch of a held instance changes its view",
+			setup: func(ix *index) {
+				ix.apply(&model.Command{Op: model.OpPatchInstance, Patch: model.InstancePatch{Key: dbKey}}, coreT0)
+			},
+			cmd:  model.Command{Op: model.OpRemovePatch, Key: dbKey},
+			want: fxSummary{dirty: []string{"db"}},
+		},
+		{
+			name: "removing no patch changes nothing",
+			cmd:  model.Command{Op: model.OpRemovePatch, Key: dbKey},
+			want: fxSummary{},
+		},
+		{
+			name: "a health change re-targets the instance",
+			cmd:  model.Command{Op: model.OpSetHealth, Key: dbKey, Healthy: false},
+			want: fxSummary{dirty: []string{"db"}, targets: []string{"sync 10.0.0.1"}},
+		},
+		{
+			name: "the same health changes nothing",
+			cmd:  model.Command{Op: model.OpSetHealth, Key: dbKey, Healthy: true},
+			want: fxSummary{},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ix := coreIndex(t)
+			if tc.setup != nil {
+				tc.setup(ix)
+				ix.fx.reset()
+			}
+			cmd := tc.cmd
+			cmd.Normalize()
+			ix.apply(&cmd, coreT0)
+			if got := summarize(&ix.fx); !got.equal(tc.want) {
+				t.Fatalf("effects = %+v, want %+v", got, tc.want)
+			}
+			if tc.check != nil {
+				tc.check(t, ix)
+			}
+		})
+	}
+}
+
+// TestCoreCountdowns: an emptied implicit service leaves the index
+// EmptyServiceTTL after its last instance went, unless one came back; an
+// orphaned patch is handed to the driver PatchTTL after its instance went;
+// next reports the earliest deadline.
+func TestCoreCountdowns(t *testing.T) {
+	ix := coreIndex(t)
+	patched := rulesKey("db", 1)
+	ix.apply(&model.Command{Op: model.OpPatchInstance, Patch: model.InstancePatch{Key: patched}}, coreT0)
+	ix.apply(&model.Command{Op: model.OpDeleteInstance, Key: rulesKey("implicit", 2)}, coreT0)
+	ix.apply(&model.Command{Op: model.OpDeleteInstance, Key: patched}, coreT0.Add(time.Second))
+	ix.fx.reset()
+	if next, ok := ix.next(); !ok || !next.Equal(coreT0.Add(coreEmptyTTL)) {
+		t.Fatalf("next = %v %v, want the empty service's deadline", next, ok)
+	}
+	if orphans := ix.expire(coreT0.Add(coreEmptyTTL - 1)); len(orphans) != 0 || ix.services[rulesSvc("implicit")] == nil {
+		t.Fatalf("before the deadline: orphans %v, service %v", orphans, ix.services[rulesSvc("implicit")])
+	}
+	ix.expire(coreT0.Add(coreEmptyTTL))
+	if ix.services[rulesSvc("implicit")] != nil {
+		t.Fatal("the emptied implicit service is still held")
+	}
+	if got := summarize(&ix.fx); !got.equal(fxSummary{catalogs: 1, services: true}) {
+		t.Fatalf("effects of the expiry = %+v", got)
+	}
+	if ix.services[rulesSvc("db")] == nil {
+		t.Fatal("the defined service went with its last instance")
+	}
+	ix.fx.reset()
+	if next, _ := ix.next(); !next.Equal(coreT0.Add(time.Second + corePatchTTL)) {
+		t.Fatalf("next = %v, want the patch's deadline", next)
+	}
+	if orphans := ix.expire(coreT0.Add(time.Second + corePatchTTL)); !slices.Equal(orphans, []model.InstanceKey{patched}) {
+		t.Fatalf("orphans = %v, want %v", orphans, patched)
+	}
+	if ix.patches[patched] == nil {
+		t.Fatal("expire removed the patch itself: the store does")
+	}
+	if _, ok := ix.next(); ok {
+		t.Fatal("a countdown is left")
+	}
+}
+
+// TestCoreComeback: an instance that comes back stops its patch's
+// countdown and takes the patch again, and its service's countdown stops.
+func TestCoreComeback(t *testing.T) {
+	ix := coreIndex(t)
+	key := rulesKey("implicit", 2)
+	ix.apply(&model.Command{Op: model.OpPatchInstance, Patch: model.InstancePatch{Key: key}}, coreT0)
+	ix.apply(&model.Command{Op: model.OpDeleteInstance, Key: key}, coreT0)
+	if _, ok := ix.patchGone.Get(key); !ok {
+		t.Fatal("no patch countdown")
+	}
+	ix.apply(&model.Command{Op: model.OpPutInstance, Instance: rulesInst("implicit", 2, false)}, coreT0.Add(time.Second))
+	if _, ok := ix.patchGone.Get(key); ok {
+		t.Fatal("the patch's countdown runs on")
+	}
+	if _, ok := ix.emptySvcs.Get(rulesSvc("implicit")); ok {
+		t.Fatal("the service's countdown runs on")
+	}
+	if _, sl := ix.lookup(key); sl == nil || sl.patch == nil {
+		t.Fatal("the instance came back without its patch")
+	}
+	if _, ok := ix.next(); ok {
+		t.Fatal("a countdown is left")
+	}
+}
+
+// TestCoreState: the index as the rules read it.
+func TestCoreState(t *testing.T) {
+	ix := coreIndex(t)
+	st := (*indexState)(ix)
+	if s := st.Service(rulesSvc("db")); !s.Exists || s.Ephemeral || s.Definition == nil || s.Instances != 1 || s.Persistent != 1 {
+		t.Fatalf("db: %+v", s)
+	}
+	if s := st.Service(rulesSvc("implicit")); !s.Exists || s.Definition != nil || s.Persistent != 1 {
+		t.Fatalf("implicit: %+v", s)
+	}
+	if s := st.Service(rulesSvc("none")); s != (model.ServiceState{}) {
+		t.Fatalf("absent: %+v", s)
+	}
+	if in := st.Instance(rulesKey("db", 1)); !in.Exists || !in.Persistent || !in.Healthy {
+		t.Fatalf("instance: %+v", in)
+	}
+	if _, ok := st.Patch(rulesKey("db", 1)); ok {
+		t.Fatal("a patch where none is stored")
+	}
+}
