@@ -2,6 +2,7 @@ package registry
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/muster-io/muster/health"
@@ -25,6 +26,7 @@ type index struct {
 	services map[model.ServiceKey]*service
 	patches  map[model.InstanceKey]*model.InstancePatch
 	rev      uint64 // last revision handed out; revisions are unique across services
+	lim      Limits // the registry's limits, with their defaults
 	quota    quotas // what the limits count (see limits.go)
 
 	emptyTTL, patchTTL time.Duration
@@ -34,10 +36,12 @@ type index struct {
 	fx effects // what the changes so far mean outside the index
 }
 
-// newIndex returns an empty index whose emptied implicit services go
-// after emptyTTL and orphaned patches after patchTTL (both positive).
-func newIndex(emptyTTL, patchTTL time.Duration) index {
+// newIndex returns an empty index with the limits lim (with their
+// defaults), whose emptied implicit services go after emptyTTL and
+// orphaned patches after patchTTL (both positive).
+func newIndex(lim Limits, emptyTTL, patchTTL time.Duration) index {
 	return index{
+		lim:      lim,
 		services: make(map[model.ServiceKey]*service),
 		patches:  make(map[model.InstanceKey]*model.InstancePatch),
 		quota:    quotas{nsServices: make(map[string]int)},
@@ -67,6 +71,18 @@ type effects struct {
 	wake time.Time
 	// conflicts: stored data this node's ephemeral data refused (logged).
 	conflicts []conflict
+	// notes: publications added or changed (published) and removed, for
+	// the per-instance replication of sessions (delta.go), in order.
+	notes []note
+	// replicate: publishers whose revision moved: their records are due
+	// to the replicator.
+	replicate []*publisher
+}
+
+// note is one publication added or changed (published), or removed.
+type note struct {
+	pi        *pubInst
+	published bool
 }
 
 // target is one re-evaluation of health-check targets: the slot sl of svc,
@@ -89,15 +105,19 @@ type conflict struct {
 // empty reports whether there is nothing to carry out.
 func (fx *effects) empty() bool {
 	return len(fx.dirty) == 0 && len(fx.gone) == 0 && len(fx.catalogs) == 0 && !fx.services &&
-		len(fx.targets) == 0 && fx.wake.IsZero() && len(fx.conflicts) == 0
+		len(fx.targets) == 0 && fx.wake.IsZero() && len(fx.conflicts) == 0 && len(fx.notes) == 0 &&
+		len(fx.replicate) == 0
 }
 
 // reset clears fx, keeping its storage.
 func (fx *effects) reset() {
 	clear(fx.gone)
 	clear(fx.targets)
+	clear(fx.conflicts)
+	clear(fx.notes)
+	clear(fx.replicate)
 	*fx = effects{dirty: fx.dirty[:0], gone: fx.gone[:0], catalogs: fx.catalogs[:0],
-		targets: fx.targets[:0], conflicts: fx.conflicts[:0]}
+		targets: fx.targets[:0], conflicts: fx.conflicts[:0], notes: fx.notes[:0], replicate: fx.replicate[:0]}
 }
 
 // wakeBy records that a deadline at t was started.
@@ -370,6 +390,132 @@ func (ix *index) next() (time.Time, bool) {
 		t, ok = p, true
 	}
 	return t, ok
+}
+
+// publish adds or replaces pub's publication of inst, which is valid and
+// has its defaults. With limited (a write taken here, not a peer's
+// record), a new publication must fit in the limits (see admitNew), or
+// nothing changes. The caller bumps pub.rev (pubChanged).
+func (ix *index) publish(pub *publisher, inst model.Instance, limited bool) (*pubInst, error) {
+	s := ix.services[inst.Service]
+	if s != nil && !s.ephemeral {
+		return nil, kindMismatch(s)
+	}
+	i, found := 0, false
+	if s != nil {
+		i, found = s.findSlot(inst.Cluster, inst.IP, inst.Port)
+	}
+	if found {
+		if pi := s.slots[i].publication(pub); pi != nil {
+			// issue 15: the same instance again changes nothing; a
+			// publication that is not the one served changes no view.
+			if pi.inst.sameInstance(&inst) {
+				return pi, nil
+			}
+			served := s.slots[i].current() == pi.inst
+			pi.inst = newRec(&inst)
+			if served {
+				ix.changed(s)
+			}
+			ix.fx.notes = append(ix.fx.notes, note{pi: pi, published: true})
+			return pi, nil
+		}
+	}
+	if limited {
+		if err := ix.admitNew(pub, s, found, &inst); err != nil {
+			return nil, err
+		}
+	}
+	if s == nil {
+		s = &service{key: inst.Service, ephemeral: true}
+		ix.addService(s)
+	}
+	stored := newRec(&inst)
+	var sl *slot
+	if found {
+		sl = s.slots[i]
+	} else {
+		sl = ix.insertSlot(s, i)
+	}
+	born := !sl.live()
+	prev := sl.current() // issue 15: what the view shows before
+	pi := &pubInst{pub: pub, slot: sl, inst: stored}
+	pub.insts = append(pub.insts, pi)
+	if len(sl.pubs) == 0 {
+		sl.pubs = []*pubInst{pi}
+	} else {
+		id := pub.key()
+		i, _ := slices.BinarySearchFunc(sl.pubs, id, func(p *pubInst, id string) int { return strings.Compare(p.pub.key(), id) })
+		sl.pubs = slices.Insert(sl.pubs, i, pi)
+	}
+	if born {
+		ix.slotBorn(sl)
+	}
+	// issue 15: another publisher of a key, with the same instance, changes
+	// no view.
+	if born || sl.current() == stored && !stored.equal(prev) {
+		ix.changed(s)
+	}
+	ix.fx.notes = append(ix.fx.notes, note{pi: pi, published: true})
+	return pi, nil
+}
+
+// unpublish removes one publication; the countdowns its slot's death
+// starts start at now. With detach, it is also removed from its
+// publisher's list (a caller removing them all skips that). The caller
+// drops the publication's lease, if any.
+func (ix *index) unpublish(pi *pubInst, detach bool, now time.Time) {
+	ix.fx.notes = append(ix.fx.notes, note{pi: pi}) // issue 15: per-instance replication (delta.go)
+	sl := pi.slot
+	if i := slices.Index(sl.pubs, pi); i >= 0 {
+		sl.pubs = slices.Delete(sl.pubs, i, i+1)
+	}
+	if detach {
+		if i := slices.Index(pi.pub.insts, pi); i >= 0 {
+			pi.pub.insts = slices.Delete(pi.pub.insts, i, i+1)
+		}
+	}
+	ix.dropSlotIfDead(sl, pi.inst, now)
+}
+
+// replaceInst swaps a publication's instance for next and records the
+// change.
+func (ix *index) replaceInst(pi *pubInst, next *rec) {
+	pi.inst = next
+	ix.pubChanged(pi.pub)
+	ix.changed(pi.slot.svc)
+}
+
+// pubChanged records a change of pub: its revision moves on, and its
+// record is due to the replicator. Every change of a publisher's
+// instances goes through here, so that the record is replicated from one
+// place.
+func (ix *index) pubChanged(pub *publisher) {
+	pub.rev++
+	ix.fx.replicate = append(ix.fx.replicate, pub)
+}
+
+// admit checks a normalized cmd from o against the rules (model.AdmitCommand
+// over the index: a service's kind, no delete while instances exist,
+// patches only for instances the index holds, manual health only for NONE
+// clusters), then against what only the registry knows: a patch's expiry
+// waits for its newest countdown, and the limits (admitCommand). It
+// returns model.ErrNoop for a command that has nothing to do.
+//
+// A replicated store checks the replicated rules again in its state
+// machine (model.CheckCommand), at apply time; the others involve
+// ephemeral data and can only be checked on the node that takes the
+// write.
+func (ix *index) admit(cmd *model.Command, o model.Origin) error {
+	if err := model.AdmitCommand(cmd, (*indexState)(ix), o); err != nil {
+		return err
+	}
+	if cmd.Op == model.OpRemovePatch && o.Expiry {
+		if _, ok := ix.patchGone.Get(cmd.Key); ok {
+			return model.ErrNoop // it came back and went again since: a new countdown runs
+		}
+	}
+	return ix.admitCommand(cmd)
 }
 
 // indexState is the index as the rules read it (model.CommandState). It

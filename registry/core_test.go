@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -24,7 +25,7 @@ const (
 // with 10.0.0.2:80; no effects pending.
 func coreIndex(t *testing.T) *index {
 	t.Helper()
-	ix := newIndex(coreEmptyTTL, corePatchTTL)
+	ix := newIndex(DefaultLimits(), coreEmptyTTL, corePatchTTL)
 	ix.apply(&model.Command{Op: model.OpCreateService, Service: model.Service{Key: rulesSvc("db")}.WithDefaults()}, coreT0)
 	ix.apply(&model.Command{Op: model.OpPutInstance, Instance: rulesInst("db", 1, false)}, coreT0)
 	ix.apply(&model.Command{Op: model.OpPutInstance, Instance: rulesInst("implicit", 2, false)}, coreT0)
@@ -41,6 +42,8 @@ type fxSummary struct {
 	targets   []string // "sync <key>", "all <svc>", "drop <key>"
 	wake      time.Duration
 	conflicts int
+	notes     []string // "+<ip>" published, "-<ip>" removed
+	replicate int
 }
 
 func summarize(fx *effects) fxSummary {
@@ -65,12 +68,21 @@ func summarize(fx *effects) fxSummary {
 	if !fx.wake.IsZero() {
 		s.wake = fx.wake.Sub(coreT0)
 	}
+	for _, n := range fx.notes {
+		sign := "-"
+		if n.published {
+			sign = "+"
+		}
+		s.notes = append(s.notes, sign+n.pi.inst.ip)
+	}
+	s.replicate = len(fx.replicate)
 	return s
 }
 
 func (a fxSummary) equal(b fxSummary) bool {
 	return slices.Equal(a.dirty, b.dirty) && slices.Equal(a.gone, b.gone) && a.catalogs == b.catalogs &&
-		a.services == b.services && slices.Equal(a.targets, b.targets) && a.wake == b.wake && a.conflicts == b.conflicts
+		a.services == b.services && slices.Equal(a.targets, b.targets) && a.wake == b.wake && a.conflicts == b.conflicts &&
+		slices.Equal(a.notes, b.notes) && a.replicate == b.replicate
 }
 
 // TestCoreApply: each command's change of the index and its effects.
@@ -303,5 +315,99 @@ func TestCoreState(t *testing.T) {
 	}
 	if _, ok := st.Patch(rulesKey("db", 1)); ok {
 		t.Fatal("a patch where none is stored")
+	}
+}
+
+// TestCorePublish: publications of ephemeral instances, their effects and
+// the limits.
+func TestCorePublish(t *testing.T) {
+	inst := func(svc string, ip int, weight float64) model.Instance {
+		in := rulesInst(svc, ip, true)
+		in.Weight = weight
+		return in
+	}
+	a, b := &publisher{id: "a", kind: pubSession}, &publisher{id: "b", kind: pubSession}
+	for _, tc := range []struct {
+		name    string
+		setup   func(ix *index)
+		pub     *publisher
+		inst    model.Instance
+		limited bool
+		wantErr error
+		want    fxSummary
+	}{
+		{name: "a new instance of a new service", pub: a, inst: inst("web", 5, 1),
+			want: fxSummary{dirty: []string{"web"}, catalogs: 1, services: true, notes: []string{"+10.0.0.5"}}},
+		{name: "the same instance again changes nothing", pub: a, inst: inst("web", 5, 1),
+			setup: func(ix *index) { _, _ = ix.publish(a, inst("web", 5, 1), true) }},
+		{name: "a changed instance changes the view", pub: a, inst: inst("web", 5, 2),
+			setup: func(ix *index) { _, _ = ix.publish(a, inst("web", 5, 1), true) },
+			want:  fxSummary{dirty: []string{"web"}, notes: []string{"+10.0.0.5"}}},
+		{name: "another publisher of the same instance changes no view", pub: b, inst: inst("web", 5, 1),
+			setup: func(ix *index) { _, _ = ix.publish(a, inst("web", 5, 1), true) },
+			want:  fxSummary{notes: []string{"+10.0.0.5"}}},
+		{name: "a later publisher's change is not served", pub: b, inst: inst("web", 5, 3),
+			setup: func(ix *index) {
+				_, _ = ix.publish(a, inst("web", 5, 1), true)
+				_, _ = ix.publish(b, inst("web", 5, 1), true)
+			},
+			want: fxSummary{notes: []string{"+10.0.0.5"}}},
+		{name: "an ephemeral instance in a persistent service", pub: a, inst: inst("db", 5, 1), wantErr: ErrKindMismatch},
+		{name: "past MaxInstancesPerService", pub: a, inst: inst("web", 6, 1), limited: true, wantErr: ErrLimit,
+			setup: func(ix *index) {
+				ix.lim.MaxInstancesPerService = 1
+				_, _ = ix.publish(b, inst("web", 5, 1), true)
+			}},
+		{name: "a peer's record is not limited", pub: a, inst: inst("web", 6, 1),
+			setup: func(ix *index) {
+				ix.lim.MaxInstancesPerService = 1
+				_, _ = ix.publish(b, inst("web", 5, 1), true)
+			},
+			want: fxSummary{dirty: []string{"web"}, notes: []string{"+10.0.0.6"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ix := coreIndex(t)
+			a.insts, b.insts = nil, nil
+			if tc.setup != nil {
+				tc.setup(ix)
+				ix.fx.reset()
+			}
+			_, err := ix.publish(tc.pub, tc.inst, tc.limited)
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("err = %v, want %v", err, tc.wantErr)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if got := summarize(&ix.fx); !got.equal(tc.want) {
+				t.Fatalf("effects = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestCoreUnpublish: the last publication of an implicit service leaves
+// it empty, with its countdown from now; a health change of a publication
+// is due to the replicator.
+func TestCoreUnpublish(t *testing.T) {
+	ix := coreIndex(t)
+	p := &publisher{id: "a", kind: pubSession}
+	pi, err := ix.publish(p, rulesInst("web", 5, true), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix.fx.reset()
+	ix.replaceInst(pi, pi.inst.withHealth(false))
+	if got := summarize(&ix.fx); !got.equal(fxSummary{dirty: []string{"web"}, replicate: 1}) || p.rev != 1 {
+		t.Fatalf("effects = %+v, rev %d", got, p.rev)
+	}
+	ix.fx.reset()
+	ix.unpublish(pi, true, coreT0)
+	if got := summarize(&ix.fx); !got.equal(fxSummary{notes: []string{"-10.0.0.5"}, wake: coreEmptyTTL}) {
+		t.Fatalf("effects = %+v", got)
+	}
+	if s := ix.services[rulesSvc("web")]; s == nil || !s.empty() || len(p.insts) != 0 || ix.quota.instances != 2 {
+		t.Fatalf("after the unpublish: service %+v, publisher's %d, %d instances counted", s, len(p.insts), ix.quota.instances)
 	}
 }

@@ -38,6 +38,16 @@ func (r *Registry) carryOut() {
 			r.syncTarget(t.svc, t.sl)
 		}
 	}
+	for _, n := range fx.notes {
+		if n.published {
+			r.notePublished(n.pi.pub, n.pi)
+		} else {
+			r.noteUnpublished(n.pi)
+		}
+	}
+	for _, p := range fx.replicate {
+		r.replicate(p)
+	}
 	for _, c := range fx.conflicts {
 		if c.what == "definition" {
 			r.log.Warn("a stored definition conflicts with this node's instances; keeping the instances' kind",
@@ -115,4 +125,32 @@ func (r *Registry) expireIndex(now time.Time) []model.InstanceKey {
 	orphans := r.index.expire(now)
 	r.carryOut()
 	return orphans
+}
+
+// publish adds or replaces pub's publication of inst (see index.publish).
+// The caller bumps pub.rev (pubChanged).
+func (r *Registry) publish(pub *publisher, inst model.Instance, limited bool) (*pubInst, error) {
+	pi, err := r.index.publish(pub, inst, limited)
+	r.carryOut()
+	return pi, err
+}
+
+// unpublish removes one publication (see index.unpublish).
+func (r *Registry) unpublish(pi *pubInst, detach bool) {
+	r.index.unpublish(pi, detach, r.leaseStart())
+	r.carryOut()
+}
+
+// replaceInst swaps a publication's instance for next and records the
+// change.
+func (r *Registry) replaceInst(pi *pubInst, next *rec) {
+	r.index.replaceInst(pi, next)
+	r.carryOut()
+}
+
+// pubChanged records a change of pub: its revision moves on, and its
+// record goes to the replicator.
+func (r *Registry) pubChanged(pub *publisher) {
+	r.index.pubChanged(pub)
+	r.carryOut()
 }

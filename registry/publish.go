@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/muster-io/muster/health"
@@ -102,74 +100,6 @@ type pubInst struct {
 	interval time.Duration // beat interval handed back to beats
 }
 
-// publish adds or replaces pub's publication of inst, which is valid and has
-// its defaults. With limited (a write taken here, not a peer's record), a
-// new publication must fit in the limits (see admitNew), or nothing
-// changes. The caller holds mu and bumps pub.rev.
-func (r *Registry) publish(pub *publisher, inst model.Instance, limited bool) (*pubInst, error) {
-	s := r.services[inst.Service]
-	if s != nil && !s.ephemeral {
-		return nil, kindMismatch(s)
-	}
-	i, found := 0, false
-	if s != nil {
-		i, found = s.findSlot(inst.Cluster, inst.IP, inst.Port)
-	}
-	if found {
-		if pi := s.slots[i].publication(pub); pi != nil {
-			// issue 15: the same instance again changes nothing; a
-			// publication that is not the one served changes no view.
-			if pi.inst.sameInstance(&inst) {
-				return pi, nil
-			}
-			served := s.slots[i].current() == pi.inst
-			pi.inst = newRec(&inst)
-			if served {
-				r.changed(s)
-			}
-			r.notePublished(pub, pi)
-			return pi, nil
-		}
-	}
-	if limited {
-		if err := r.admitNew(pub, s, found, &inst); err != nil {
-			return nil, err
-		}
-	}
-	if s == nil {
-		s = &service{key: inst.Service, ephemeral: true}
-		r.addService(s)
-	}
-	stored := newRec(&inst)
-	var sl *slot
-	if found {
-		sl = s.slots[i]
-	} else {
-		sl = r.insertSlot(s, i)
-	}
-	born := !sl.live()
-	prev := sl.current() // issue 15: what the view shows before
-	pi := &pubInst{pub: pub, slot: sl, inst: stored}
-	pub.insts = append(pub.insts, pi)
-	if len(sl.pubs) == 0 {
-		sl.pubs = []*pubInst{pi}
-	} else {
-		id := pub.key()
-		i, _ := slices.BinarySearchFunc(sl.pubs, id, func(p *pubInst, id string) int { return strings.Compare(p.pub.key(), id) })
-		sl.pubs = slices.Insert(sl.pubs, i, pi)
-	}
-	if born {
-		r.slotBorn(sl)
-	}
-	// issue 15: another publisher of a key, with the same instance, changes
-	// no view.
-	if born || sl.current() == stored && !stored.equal(prev) {
-		r.changed(s)
-	}
-	r.notePublished(pub, pi)
-	return pi, nil
-}
-
 // publication returns pub's publication in sl, or nil.
 func (sl *slot) publication(pub *publisher) *pubInst {
 	for _, pi := range sl.pubs {
@@ -178,30 +108,6 @@ func (sl *slot) publication(pub *publisher) *pubInst {
 		}
 	}
 	return nil
-}
-
-// unpublish removes one publication. With detach, it is also removed from
-// its publisher's list (a caller removing them all skips that). The caller
-// drops the publication's lease, if any.
-func (r *Registry) unpublish(pi *pubInst, detach bool) {
-	r.noteUnpublished(pi) // issue 15: per-instance replication (delta.go)
-	sl := pi.slot
-	if i := slices.Index(sl.pubs, pi); i >= 0 {
-		sl.pubs = slices.Delete(sl.pubs, i, i+1)
-	}
-	if detach {
-		if i := slices.Index(pi.pub.insts, pi); i >= 0 {
-			pi.pub.insts = slices.Delete(pi.pub.insts, i, i+1)
-		}
-	}
-	r.dropSlotIfDead(sl, pi.inst)
-}
-
-// replaceInst swaps a publication's instance for next and records the change.
-func (r *Registry) replaceInst(pi *pubInst, next *rec) {
-	pi.inst = next
-	r.pubChanged(pi.pub)
-	r.changed(pi.slot.svc)
 }
 
 // Register registers inst. An ephemeral instance is published by the beat
@@ -563,12 +469,4 @@ func (r *Registry) beatEvent(pi *pubInst, ev health.Event) {
 	case health.EventExpired: // the tracker has dropped the lease already
 		r.dropBeat(pi)
 	}
-}
-
-// pubChanged records a change of pub: its revision moves on. Every change of
-// a publisher's instances goes through here, so that the record can be
-// replicated from one place. The caller holds mu.
-func (r *Registry) pubChanged(pub *publisher) {
-	pub.rev++
-	r.replicate(pub)
 }

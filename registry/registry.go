@@ -30,7 +30,6 @@ const (
 // the lease and clean-up timers. See the package documentation.
 type Registry struct {
 	cfg   Config
-	lim   Limits // cfg.Limits with its defaults
 	clock clockwork.Clock
 	log   *slog.Logger
 	store store
@@ -106,10 +105,9 @@ func New(cfg Config) (*Registry, error) {
 	}
 	r := &Registry{
 		cfg:      cfg,
-		lim:      cfg.Limits.withDefaults(),
 		clock:    cfg.Clock,
 		log:      cfg.Logger,
-		index:    newIndex(cfg.EmptyServiceTTL, cfg.PatchTTL),
+		index:    newIndex(cfg.Limits.withDefaults(), cfg.EmptyServiceTTL, cfg.PatchTTL),
 		beats:    make(map[string]*publisher),
 		sessions: make(map[string]*publisher),
 		remote:   make(map[string]*publisher),

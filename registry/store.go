@@ -65,28 +65,10 @@ func (r *Registry) applyLocked(cmd *model.Command, o model.Origin) error {
 	return nil
 }
 
-// admitLocked checks a normalized cmd from o against the rules
-// (model.AdmitCommand over the index: a service's kind, no delete while
-// instances exist, patches only for instances the registry holds, manual
-// health only for NONE clusters), then against what only the registry
-// knows: a patch's expiry waits for its newest countdown, and the limits
-// (admitCommand). It returns model.ErrNoop for a command that has nothing
-// to do. The caller holds mu (read or write).
-//
-// A replicated store checks the replicated rules again in its state
-// machine (model.CheckCommand), at apply time; the others involve
-// ephemeral data and can only be checked here, on the node that takes the
-// write.
+// admitLocked admits cmd from o (index.admit). The caller holds mu (read
+// or write).
 func (r *Registry) admitLocked(cmd *model.Command, o model.Origin) error {
-	if err := model.AdmitCommand(cmd, (*indexState)(&r.index), o); err != nil {
-		return err
-	}
-	if cmd.Op == model.OpRemovePatch && o.Expiry {
-		if _, ok := r.patchGone.Get(cmd.Key); ok {
-			return model.ErrNoop // it came back and went again since: a new countdown runs
-		}
-	}
-	return r.admitCommand(cmd)
+	return r.index.admit(cmd, o)
 }
 
 func kindMismatch(s *service) error {
