@@ -29,6 +29,11 @@ type index struct {
 	lim      Limits // the registry's limits, with their defaults
 	quota    quotas // what the limits count (see limits.go)
 
+	beats    map[string]*publisher // beat publishers by IP, then chained by port (see beatPub)
+	sessions map[string]*publisher // session publishers by ID
+
+	beatLeases         health.Leases[*pubInst]   // beat publications: unhealthy, then dropped
+	sessionLeases      health.Leases[*publisher] // sessions' keep-alives: closed at expiry
 	emptyTTL, patchTTL time.Duration
 	emptySvcs          health.Leases[model.ServiceKey]  // emptied implicit services, dropped at expiry
 	patchGone          health.Leases[model.InstanceKey] // patches whose instance is gone
@@ -44,6 +49,8 @@ func newIndex(lim Limits, emptyTTL, patchTTL time.Duration) index {
 		lim:      lim,
 		services: make(map[model.ServiceKey]*service),
 		patches:  make(map[model.InstanceKey]*model.InstancePatch),
+		beats:    make(map[string]*publisher),
+		sessions: make(map[string]*publisher),
 		quota:    quotas{nsServices: make(map[string]int)},
 		emptyTTL: emptyTTL,
 		patchTTL: patchTTL,
@@ -77,6 +84,10 @@ type effects struct {
 	// replicate: publishers whose revision moved: their records are due
 	// to the replicator.
 	replicate []*publisher
+	// ended: sessions closed (their Done channel to close); lapsed: the
+	// IDs of those whose keep-alive lapsed (logged).
+	ended  []*Session
+	lapsed []string
 }
 
 // note is one publication added or changed (published), or removed.
@@ -106,7 +117,7 @@ type conflict struct {
 func (fx *effects) empty() bool {
 	return len(fx.dirty) == 0 && len(fx.gone) == 0 && len(fx.catalogs) == 0 && !fx.services &&
 		len(fx.targets) == 0 && fx.wake.IsZero() && len(fx.conflicts) == 0 && len(fx.notes) == 0 &&
-		len(fx.replicate) == 0
+		len(fx.replicate) == 0 && len(fx.ended) == 0 && len(fx.lapsed) == 0
 }
 
 // reset clears fx, keeping its storage.
@@ -116,8 +127,11 @@ func (fx *effects) reset() {
 	clear(fx.conflicts)
 	clear(fx.notes)
 	clear(fx.replicate)
+	clear(fx.ended)
+	clear(fx.lapsed)
 	*fx = effects{dirty: fx.dirty[:0], gone: fx.gone[:0], catalogs: fx.catalogs[:0],
-		targets: fx.targets[:0], conflicts: fx.conflicts[:0], notes: fx.notes[:0], replicate: fx.replicate[:0]}
+		targets: fx.targets[:0], conflicts: fx.conflicts[:0], notes: fx.notes[:0], replicate: fx.replicate[:0],
+		ended: fx.ended[:0], lapsed: fx.lapsed[:0]}
 }
 
 // wakeBy records that a deadline at t was started.
@@ -366,11 +380,22 @@ func (ix *index) putInstance(inst model.Instance) {
 	ix.fx.targets = append(ix.fx.targets, target{svc: s, sl: sl})
 }
 
-// expire handles the countdowns of the index that ended by now: emptied
-// implicit services still empty and implicit leave the index. It returns
-// the patches whose instance has been gone for PatchTTL, for the driver
-// to remove through the store.
+// expire handles every deadline of the index that passed by now, each as
+// of its own deadline (what an expiry starts counts from there, so that
+// one late run ends where many timely ones would): a beat publication
+// turns unhealthy, then goes; a session whose keep-alive lapsed closes;
+// emptied implicit services still empty leave the index. It returns the
+// patches whose instance has been gone for PatchTTL, for the driver to
+// remove through the store. The countdowns an expiry starts land in the
+// lease sets handled after it.
 func (ix *index) expire(now time.Time) []model.InstanceKey {
+	ix.beatLeases.ExpireAt(now, func(pi *pubInst, ev health.Event, at time.Time) {
+		ix.beatEvent(pi, ev, at)
+	})
+	ix.sessionLeases.ExpireAt(now, func(p *publisher, _ health.Event, at time.Time) {
+		ix.fx.lapsed = append(ix.fx.lapsed, p.id)
+		ix.closeSession(p, at)
+	})
 	ix.emptySvcs.Expire(now, func(key model.ServiceKey, _ health.Event) {
 		if s := ix.services[key]; s != nil && s.empty() && s.def == nil {
 			ix.dropService(key)
@@ -383,11 +408,74 @@ func (ix *index) expire(now time.Time) []model.InstanceKey {
 	return orphans
 }
 
-// next returns the earliest deadline of the index's countdowns.
+// beatEvent applies a beat lease transition, at now.
+func (ix *index) beatEvent(pi *pubInst, ev health.Event, now time.Time) {
+	switch ev {
+	case health.EventUnhealthy:
+		if pi.inst.healthy {
+			ix.replaceInst(pi, pi.inst.withHealth(false))
+		}
+	case health.EventExpired: // the tracker has dropped the lease already
+		ix.dropBeat(pi, now)
+	}
+}
+
+// dropBeat removes a beat publication, and its publisher once it has no
+// other; countdowns start at now. The caller has dropped the
+// publication's lease.
+func (ix *index) dropBeat(pi *pubInst, now time.Time) {
+	ix.unpublish(pi, true, now)
+	ix.changed(pi.slot.svc)
+	ix.pubChanged(pi.pub)
+	ix.dropBeatPublisherIfEmpty(pi.pub, pi.inst)
+}
+
+// dropBeatPublisherIfEmpty forgets a beat publisher with no instances;
+// last is the instance it published last, whose ip:port keys it.
+func (ix *index) dropBeatPublisherIfEmpty(pub *publisher, last *rec) {
+	if len(pub.insts) == 0 {
+		ix.removeBeatPub(last.ip, pub)
+		pub.closed = true
+	}
+}
+
+// closeSession removes all of p's instances, changing each affected
+// service once, and forgets p; countdowns start at now. Its Session ends
+// (an effect). The caller has dropped p's lease (or is the lease tracker
+// expiring it).
+func (ix *index) closeSession(p *publisher, now time.Time) {
+	p.closed = true
+	delete(ix.sessions, p.id)
+	var touched []*service
+	for _, pi := range p.insts {
+		ix.unpublish(pi, false, now)
+		if s := pi.slot.svc; len(touched) == 0 || touched[len(touched)-1] != s {
+			touched = append(touched, s)
+		}
+	}
+	p.insts = nil
+	seen := make(map[*service]bool, len(touched))
+	for _, s := range touched {
+		if !seen[s] {
+			seen[s] = true
+			ix.changed(s)
+		}
+	}
+	ix.pubChanged(p)
+	if p.session != nil {
+		ix.fx.ended = append(ix.fx.ended, p.session)
+	}
+}
+
+// next returns the earliest deadline of the index's leases and
+// countdowns.
 func (ix *index) next() (time.Time, bool) {
-	t, ok := ix.emptySvcs.Next()
-	if p, pok := ix.patchGone.Next(); pok && (!ok || p.Before(t)) {
-		t, ok = p, true
+	var t time.Time
+	ok := false
+	for _, at := range [...]func() (time.Time, bool){ix.beatLeases.Next, ix.sessionLeases.Next, ix.emptySvcs.Next, ix.patchGone.Next} {
+		if n, nok := at(); nok && (!ok || n.Before(t)) {
+			t, ok = n, true
+		}
 	}
 	return t, ok
 }

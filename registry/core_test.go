@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muster-io/muster/health"
 	"github.com/muster-io/muster/model"
 )
 
@@ -409,5 +410,53 @@ func TestCoreUnpublish(t *testing.T) {
 	}
 	if s := ix.services[rulesSvc("web")]; s == nil || !s.empty() || len(p.insts) != 0 || ix.quota.instances != 2 {
 		t.Fatalf("after the unpublish: service %+v, publisher's %d, %d instances counted", s, len(p.insts), ix.quota.instances)
+	}
+}
+
+// TestCoreExpireChains: one late run of expire ends where timely ones
+// would: a beat publication turns unhealthy and goes at its own
+// deadlines, and its emptied service's countdown starts at the second; a
+// session whose keep-alive lapsed closes, and its Session ends.
+func TestCoreExpireChains(t *testing.T) {
+	ix := coreIndex(t)
+	beat := &publisher{kind: pubBeat}
+	pi, err := ix.publish(beat, rulesInst("web", 5, true), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix.addBeatPub(pi.inst.ip, beat)
+	_ = ix.beatLeases.Put(pi, coreT0, health.Timeouts{Unhealthy: 15 * time.Second, Expire: 30 * time.Second})
+	sess := &publisher{id: "s1", kind: pubSession, session: &Session{done: make(chan struct{})}}
+	ix.sessions[sess.id] = sess
+	if _, err := ix.publish(sess, rulesInst("api", 6, true), true); err != nil {
+		t.Fatal(err)
+	}
+	_ = ix.sessionLeases.Put(sess, coreT0, health.Timeouts{Expire: 10 * time.Second})
+	ix.fx.reset()
+	if next, _ := ix.next(); !next.Equal(coreT0.Add(10 * time.Second)) {
+		t.Fatalf("next = %v, want the session's deadline", next)
+	}
+
+	late := coreT0.Add(40 * time.Second)
+	if orphans := ix.expire(late); len(orphans) != 0 {
+		t.Fatalf("orphans %v", orphans)
+	}
+	fx := &ix.fx
+	if len(fx.ended) != 1 || fx.ended[0] != sess.session || !slices.Equal(fx.lapsed, []string{"s1"}) {
+		t.Fatalf("ended %v, lapsed %v", fx.ended, fx.lapsed)
+	}
+	if !beat.closed || ix.beatPub(pi.inst.ip, int(pi.inst.port)) != nil || len(ix.sessions) != 0 {
+		t.Fatal("the beat publisher or the session is still held")
+	}
+	if !slices.Contains(fx.replicate, beat) || !slices.Contains(fx.replicate, sess) {
+		t.Fatalf("replications %v: want the beat publisher's and the session's", fx.replicate)
+	}
+	// Both services are empty; their countdowns run from the deadlines
+	// that emptied them, not from the late run.
+	for svc, from := range map[string]time.Duration{"web": 30 * time.Second, "api": 10 * time.Second} {
+		st, ok := ix.emptySvcs.Get(rulesSvc(svc))
+		if !ok || !st.LastTouch.Equal(coreT0.Add(from)) {
+			t.Fatalf("%s: countdown %+v %v, want from t0+%v", svc, st, ok, from)
+		}
 	}
 }

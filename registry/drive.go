@@ -48,6 +48,12 @@ func (r *Registry) carryOut() {
 	for _, p := range fx.replicate {
 		r.replicate(p)
 	}
+	for _, id := range fx.lapsed {
+		r.log.Info("session keep-alive lapsed", "session", id)
+	}
+	for _, s := range fx.ended {
+		s.end()
+	}
 	for _, c := range fx.conflicts {
 		if c.what == "definition" {
 			r.log.Warn("a stored definition conflicts with this node's instances; keeping the instances' kind",
@@ -152,5 +158,18 @@ func (r *Registry) replaceInst(pi *pubInst, next *rec) {
 // record goes to the replicator.
 func (r *Registry) pubChanged(pub *publisher) {
 	r.index.pubChanged(pub)
+	r.carryOut()
+}
+
+// dropBeat removes a beat publication, and its publisher once it has no
+// other (see index.dropBeat).
+func (r *Registry) dropBeat(pi *pubInst) {
+	r.index.dropBeat(pi, r.leaseStart())
+	r.carryOut()
+}
+
+// closeSessionLocked closes the session p (see index.closeSession).
+func (r *Registry) closeSessionLocked(p *publisher) {
+	r.index.closeSession(p, r.leaseStart())
 	r.carryOut()
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/muster-io/muster/health"
 	"github.com/muster-io/muster/model"
 )
 
@@ -28,9 +27,9 @@ type publisher struct {
 
 // beatPub returns the beat publisher of ip:port, or nil. Beat publishers are
 // indexed by IP (a string key takes the map's fast path) and chained by
-// port, since an IP rarely has more than one. The caller holds mu.
-func (r *Registry) beatPub(ip string, port int) *publisher {
-	for p := r.beats[ip]; p != nil; p = p.next {
+// port, since an IP rarely has more than one.
+func (ix *index) beatPub(ip string, port int) *publisher {
+	for p := ix.beats[ip]; p != nil; p = p.next {
 		if int(p.port) == port {
 			return p
 		}
@@ -38,21 +37,20 @@ func (r *Registry) beatPub(ip string, port int) *publisher {
 	return nil
 }
 
-// addBeatPub indexes a new beat publisher of ip. The caller holds mu.
-func (r *Registry) addBeatPub(ip string, p *publisher) {
-	p.next = r.beats[ip]
-	r.beats[ip] = p
+// addBeatPub indexes a new beat publisher of ip.
+func (ix *index) addBeatPub(ip string, p *publisher) {
+	p.next = ix.beats[ip]
+	ix.beats[ip] = p
 }
 
-// removeBeatPub drops the beat publisher p of ip from the index. The caller
-// holds mu.
-func (r *Registry) removeBeatPub(ip string, p *publisher) {
-	head := r.beats[ip]
+// removeBeatPub drops the beat publisher p of ip from the index.
+func (ix *index) removeBeatPub(ip string, p *publisher) {
+	head := ix.beats[ip]
 	if head == p {
 		if p.next == nil {
-			delete(r.beats, ip)
+			delete(ix.beats, ip)
 		} else {
-			r.beats[ip] = p.next
+			ix.beats[ip] = p.next
 		}
 		return
 	}
@@ -439,34 +437,4 @@ func (r *Registry) deregisterOwned(ctx context.Context, key model.InstanceKey) e
 		return fmt.Errorf("%w: %s: Deregister removes beat and persistent instances; remove it with Session.Deregister or by closing its session", ErrSessionInstance, key)
 	}
 	return nil
-}
-
-// dropBeat removes a beat publication, and its publisher once it has no
-// other. The caller holds mu and has dropped the publication's lease.
-func (r *Registry) dropBeat(pi *pubInst) {
-	r.unpublish(pi, true)
-	r.changed(pi.slot.svc)
-	r.pubChanged(pi.pub)
-	r.dropBeatPublisherIfEmpty(pi.pub, pi.inst)
-}
-
-// dropBeatPublisherIfEmpty forgets a beat publisher with no instances; last
-// is the instance it published last, whose ip:port keys it.
-func (r *Registry) dropBeatPublisherIfEmpty(pub *publisher, last *rec) {
-	if len(pub.insts) == 0 {
-		r.removeBeatPub(last.ip, pub)
-		pub.closed = true
-	}
-}
-
-// beatEvent applies a beat lease transition. The caller holds mu.
-func (r *Registry) beatEvent(pi *pubInst, ev health.Event) {
-	switch ev {
-	case health.EventUnhealthy:
-		if pi.inst.healthy {
-			r.replaceInst(pi, pi.inst.withHealth(false))
-		}
-	case health.EventExpired: // the tracker has dropped the lease already
-		r.dropBeat(pi)
-	}
 }

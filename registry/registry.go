@@ -68,19 +68,11 @@ type Registry struct {
 	// index is the core: services, slots, patches and their countdowns
 	// (core.go), embedded so that the driver reads its fields directly.
 	index
-	beats    map[string]*publisher // beat publishers by IP, then chained by port (see beatPub)
-	sessions map[string]*publisher // session publishers by ID
-	remote   map[string]*publisher // replicas of other nodes' publishers, by record key
+	remote map[string]*publisher // replicas of other nodes' publishers, by record key
 
-	beatLeases    health.Leases[*pubInst]
-	sessionLeases health.Leases[*publisher]
-	beatDeregs    health.Leases[model.InstanceKey] // beat instances deregistered here lately (see noteDeregistered)
-	timer         clockwork.Timer                  // wakes the housekeeper; nil before Start
-	timerAt       time.Time                        // when timer fires
-	// due is the deadline whose expiry runDue is handling, zero otherwise:
-	// what that expiry starts (a patch's or an empty service's countdown)
-	// runs from it, not from when the housekeeper got to it (see leaseStart).
-	due time.Time
+	beatDeregs health.Leases[model.InstanceKey] // beat instances deregistered here lately (see noteDeregistered)
+	timer      clockwork.Timer                  // wakes the housekeeper; nil before Start
+	timerAt    time.Time                        // when timer fires
 
 	watch watchState
 
@@ -104,16 +96,14 @@ func New(cfg Config) (*Registry, error) {
 		return nil, err
 	}
 	r := &Registry{
-		cfg:      cfg,
-		clock:    cfg.Clock,
-		log:      cfg.Logger,
-		index:    newIndex(cfg.Limits.withDefaults(), cfg.EmptyServiceTTL, cfg.PatchTTL),
-		beats:    make(map[string]*publisher),
-		sessions: make(map[string]*publisher),
-		remote:   make(map[string]*publisher),
-		ready:    make(chan struct{}),
-		stop:     make(chan struct{}),
-		ticks:    make(chan chan struct{}),
+		cfg:    cfg,
+		clock:  cfg.Clock,
+		log:    cfg.Logger,
+		index:  newIndex(cfg.Limits.withDefaults(), cfg.EmptyServiceTTL, cfg.PatchTTL),
+		remote: make(map[string]*publisher),
+		ready:  make(chan struct{}),
+		stop:   make(chan struct{}),
+		ticks:  make(chan chan struct{}),
 	}
 	if r.clock == nil {
 		r.clock = clockwork.NewRealClock()
@@ -433,16 +423,12 @@ func putLease[K comparable](r *Registry, l *health.Leases[K], id K, ttl time.Dur
 	r.wakeAt(start.Add(ttl))
 }
 
-// leaseStart is when a lease started now starts: the deadline being
-// handled, when an expiry starts it, so that a chain of deadlines (a beat
-// lease's expiry, then its patch's countdown) adds up exactly however late
-// the housekeeper runs; else now. The caller holds mu.
-func (r *Registry) leaseStart() time.Time {
-	if !r.due.IsZero() {
-		return r.due
-	}
-	return r.now()
-}
+// leaseStart is when a lease started now starts: now. (What an expiry
+// starts, the index core starts from the expired deadline itself, so that
+// a chain of deadlines, a beat lease's expiry and then its patch's
+// countdown, adds up exactly however late the housekeeper runs: see
+// index.expire.) The caller holds mu.
+func (r *Registry) leaseStart() time.Time { return r.now() }
 
 // wakeAt makes the housekeeper wake no later than t. The caller holds mu, so
 // the timer is re-armed before the write that needs it returns: a test that
@@ -542,23 +528,7 @@ func (r *Registry) runDue() []model.InstanceKey {
 	}
 	r.timerAt = time.Time{} // until rearm, writers leave the timer alone
 	now := r.now()
-	// Each expiry runs with r.due at its own deadline, and the countdowns it
-	// starts land in the lease sets handled after it, so that one run (a
-	// clock moved in one big step) ends where many small ones would.
-	defer func() { r.due = time.Time{} }()
-	r.beatLeases.ExpireAt(now, func(pi *pubInst, ev health.Event, at time.Time) {
-		r.due = at
-		r.beatEvent(pi, ev)
-	})
-	r.sessionLeases.ExpireAt(now, func(p *publisher, _ health.Event, at time.Time) {
-		r.due = at
-		r.log.Info("session keep-alive lapsed", "session", p.id)
-		r.closeSessionLocked(p)
-	})
-	r.due = time.Time{}
 	r.beatDeregs.Expire(now, nil)
-	// Last: the countdowns of emptied services and orphaned patches that
-	// the expiries above started, and that ended by now, run too.
 	return r.expireIndex(now)
 }
 
@@ -571,7 +541,7 @@ func (r *Registry) rearm() {
 	}
 	now := r.now()
 	next := now.Add(r.cfg.SweepInterval)
-	for _, at := range [...]func() (time.Time, bool){r.beatLeases.Next, r.sessionLeases.Next, r.index.next, r.beatDeregs.Next} {
+	for _, at := range [...]func() (time.Time, bool){r.index.next, r.beatDeregs.Next} {
 		if t, ok := at(); ok && t.Before(next) {
 			next = t
 		}
