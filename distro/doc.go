@@ -72,8 +72,11 @@
 // Verify: every VerifyInterval each node sends each peer the bucket hashes of the records it
 // owns: Buckets sums of a 64-bit hash of (key, revision, deleted) over its records, tombstones
 // included, kept current on every change in O(1), so a round costs O(Buckets), 8 KiB with the
-// default 1024 buckets whatever the record count (8,223 bytes per peer per round measured with
-// 100,000 records). The peer compares them with its copies of that owner's records and answers
+// default 1024 buckets whatever the record count (8,229 bytes per peer per round measured with
+// 100,000 and 1,000,000 records, docs/scaling.md). Buckets holding records whose sync to that
+// peer is on its first attempt are listed as not to compare this round (never the same bucket
+// two rounds in a row): the peer lacks those changes only because they are on their way. The
+// peer compares the rest with its copies of that owner's records and answers
 // the differing buckets with its versions there: that owner's records (orphan markers included,
 // as deletions) and the beat records HRW now assigns to that owner whoever wrote them. The owner
 // then sends the records the peer lacks or holds older, names the ones it no longer holds (the
@@ -84,7 +87,9 @@
 // slightly different times.
 //
 // Load: Start pulls a paged snapshot (whole buckets, up to 4,096 records a page) from every
-// member in parallel and merges by version, then reports ready once every member it knows was
+// member in parallel and merges by version, each record about once: the first peer to answer
+// is taken whole with the hash of each of its buckets, the others send only the buckets whose
+// hashes differ from those (the merge is the same as of their whole snapshots). It then reports ready once every member it knows was
 // tried and at least one answered (and none answered ErrNotMember, which is asked again). Nodes never serve snapshots or verify answers before their
 // own load (Nacos #8436): a peer that is itself loading answers ErrNotReady, which does not count
 // as an answer, so nodes restarting together wait for a survivor rather than take each other's

@@ -51,10 +51,11 @@ func FuzzDecodeSync(f *testing.F) {
 }
 
 func FuzzDecodeVerify(f *testing.F) {
+	f.Add(mustMarshal(f, verifyReq{Digest: make([]byte, 64), Skip: []uint32{2, 5}}), mustMarshal(f, verifyResp{}))
 	f.Add(mustMarshal(f, verifyReq{Digest: make([]byte, 64)}), mustMarshal(f, verifyResp{Buckets: []uint32{1, 7}, Versions: []version{{Key: "k", Rev: 2}}}))
 	f.Add([]byte{0x91, 0xc4, 0x01, 0x00}, []byte{0x92, 0x91, 0xce, 0xff, 0xff, 0xff, 0xff, 0x90})
 	f.Fuzz(func(t *testing.T, req, resp []byte) {
-		if sums, err := decodeVerifyReq(req, 8); err == nil && len(sums) != 8 {
+		if sums, _, err := decodeVerifyReq(req, 8); err == nil && len(sums) != 8 {
 			t.Fatalf("digest of %d buckets accepted for 8", len(sums))
 		} else if err != nil && !errors.Is(err, ErrInvalidRecord) {
 			t.Fatal(err)

@@ -2,6 +2,7 @@ package distro
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -28,6 +29,7 @@ func (r *Replicator) load() {
 	start := r.clk.Now()
 	deadline := start.Add(r.cfg.LoadTimeout)
 	answered := map[string]bool{}
+	ref := &loadRef{}
 	cold, coldRounds := false, 0
 	retry := min(r.cfg.LoadTimeout/10, 100*time.Millisecond)
 	for {
@@ -60,7 +62,7 @@ func (r *Replicator) load() {
 						r.busyAdd(1)
 					}
 				}()
-				err := r.loadFrom(p)
+				err := r.loadFrom(p, ref)
 				if err != nil {
 					if r.ctx.Err() == nil {
 						r.log.Info("distro: load from peer failed", "peer", p, "err", err)
@@ -111,45 +113,150 @@ func (r *Replicator) load() {
 	r.finishLoad(len(answered), cold, r.clk.Since(start))
 }
 
+// loadRef is what a load compares the peers' snapshots with, so that it pulls each record once
+// rather than once per peer: the bucket sums of the first snapshot it merged whole (the
+// primary's). Every other peer then sends only the buckets whose sums differ from those: a
+// bucket whose sum is the same holds the same versions, which the load has (the same 64-bit
+// sums verify trusts). The merge is the same as of every peer's whole snapshot.
+type loadRef struct {
+	mu      sync.Mutex
+	primary string        // the peer being loaded whole, "" when none
+	done    chan struct{} // closed when the primary's load ends
+	sums    []byte        // once a primary's load succeeded: its sums, 8 bytes per bucket
+}
+
+// reference returns the sums, nil if there are none yet.
+func (l *loadRef) reference() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sums
+}
+
+// claim makes peer the primary if there is none (and no reference yet); otherwise it returns
+// the channel that closes when the current primary's load ends (nil if the reference is there).
+func (l *loadRef) claim(peer string) (wait <-chan struct{}, primary bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.sums != nil:
+		return nil, false
+	case l.primary == "":
+		l.primary, l.done = peer, make(chan struct{})
+		return nil, true
+	}
+	return l.done, false
+}
+
+// finish ends the primary's load: with its sums if it succeeded and sent sums of every bucket,
+// otherwise with none (the others then load whole, and a later round may pick another primary).
+func (l *loadRef) finish(sums []byte, ok bool, nb int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ok && len(sums) == 8*nb {
+		l.sums = sums
+	}
+	l.primary = ""
+	close(l.done)
+}
+
 // loadFrom pages through peer's snapshot. A peer that is itself still loading has not answered
 // (it fails with ErrNotReady): nodes restarting together never take each other's half-loaded
 // state for the cluster's (see load for a whole cluster starting cold).
-func (r *Replicator) loadFrom(peer string) error {
-	from := uint32(0)
-	for {
-		body, err := model.Marshal(snapReq{From: from, Max: snapshotPage})
-		if err != nil {
-			return err
-		}
-		ctx, cancel := r.requestCtx()
-		resp, err := r.request(ctx, peer, kindSnapshot, body)
-		cancel()
-		var re *transport.RemoteError
-		if errors.As(err, &re) && re.Msg == ErrNotReady.Error() {
-			return fmt.Errorf("%w: %s is loading too", ErrNotReady, peer)
-		}
-		if errors.As(err, &re) && re.Msg == ErrNotMember.Error() {
-			return fmt.Errorf("%w: %s does not list this node yet", ErrNotMember, peer)
-		}
-		if err != nil {
-			return err
-		}
-		recs, m, err := decodeSnapResp(resp)
-		if err != nil {
-			return err
-		}
-		r.mu.Lock()
-		now := r.clk.Now()
-		for _, rec := range recs {
-			r.offerLoadedLocked(rec, now)
-		}
-		r.mu.Unlock()
-		r.drain()
-		if m.Done || m.Next <= from {
-			return nil
-		}
-		from = m.Next
+//
+// Every peer's first page is taken whole. The first peer to answer is the primary: the rest of
+// its snapshot is taken whole too, with the bucket sums of every page. The others wait for it,
+// then take only the buckets whose sums differ from the primary's (loadRef); if it failed, they
+// take everything.
+func (r *Replicator) loadFrom(peer string, ref *loadRef) error {
+	if sums := ref.reference(); sums != nil {
+		return r.loadPages(peer, 0, sums, nil)
 	}
+	var acc pageSums
+	next, done, err := r.loadPage(peer, 0, nil, &acc)
+	if err != nil {
+		return err
+	}
+	wait, primary := ref.claim(peer)
+	if primary {
+		if !done {
+			err = r.loadPages(peer, next, nil, &acc)
+		}
+		ref.finish(acc.sums, err == nil && acc.ok, r.cfg.Buckets)
+		return err
+	}
+	if done {
+		return nil
+	}
+	if wait != nil {
+		select {
+		case <-wait:
+		case <-r.ctx.Done():
+			return r.ctx.Err()
+		}
+	}
+	return r.loadPages(peer, next, ref.reference(), nil)
+}
+
+// pageSums gathers the bucket sums of the pages of a whole snapshot, in bucket order.
+type pageSums struct {
+	sums []byte
+	ok   bool // every page so far carried the sums of every bucket it covered
+}
+
+// loadPages takes pages from bucket from on until the last.
+func (r *Replicator) loadPages(peer string, from uint32, ref []byte, acc *pageSums) error {
+	for {
+		next, done, err := r.loadPage(peer, from, ref, acc)
+		if err != nil || done {
+			return err
+		}
+		from = next
+	}
+}
+
+// loadPage requests one page from bucket from (with ref, only the buckets that differ from
+// it), offers its records and, if acc is set, gathers its sums. done is set after the last page.
+func (r *Replicator) loadPage(peer string, from uint32, ref []byte, acc *pageSums) (next uint32, done bool, err error) {
+	body, err := model.Marshal(snapReq{From: from, Max: snapshotPage, Sums: ref})
+	if err != nil {
+		return 0, false, err
+	}
+	ctx, cancel := r.requestCtx()
+	resp, err := r.request(ctx, peer, kindSnapshot, body)
+	cancel()
+	var re *transport.RemoteError
+	if errors.As(err, &re) && re.Msg == ErrNotReady.Error() {
+		return 0, false, fmt.Errorf("%w: %s is loading too", ErrNotReady, peer)
+	}
+	if errors.As(err, &re) && re.Msg == ErrNotMember.Error() {
+		return 0, false, fmt.Errorf("%w: %s does not list this node yet", ErrNotMember, peer)
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	recs, m, err := decodeSnapResp(resp)
+	if err != nil {
+		return 0, false, err
+	}
+	if acc != nil {
+		if from == 0 {
+			acc.ok = true
+		}
+		if m.Next < from || len(m.Sums) != 8*int(m.Next-from) {
+			acc.ok = false // a peer that sends no sums (an earlier version) cannot be the reference
+		}
+		if acc.ok {
+			acc.sums = append(acc.sums, m.Sums...)
+		}
+	}
+	r.mu.Lock()
+	now := r.clk.Now()
+	for _, rec := range recs {
+		r.offerLoadedLocked(rec, now)
+	}
+	r.mu.Unlock()
+	r.drain()
+	return m.Next, m.Done || m.Next <= from, nil
 }
 
 // finishLoad settles what the snapshots held and makes the node ready: records of this node's
@@ -224,7 +331,8 @@ func (r *Replicator) finishLoad(peers int, cold bool, took time.Duration) {
 }
 
 // handleSnapshot serves one page of every record this node holds (tombstones included), whole
-// buckets from req.From on.
+// buckets from req.From on, with the page's bucket sums. With the loader's reference sums
+// (req.Sums), buckets whose sum is the same as the reference's are left out.
 func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte) ([]byte, error) {
 	if err := r.admit("snapshot", from); err != nil {
 		return nil, err
@@ -236,6 +344,10 @@ func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte)
 		return nil, err
 	}
 	budget := int(min(max(req.Max, 1), snapshotPage))
+	ref := req.Sums
+	if len(ref) != 8*r.cfg.Buckets {
+		ref = nil // none, or another bucket count: serve every bucket
+	}
 	r.mu.Lock()
 	if err := r.admitLocked("snapshot", from); err != nil {
 		r.mu.Unlock()
@@ -248,6 +360,11 @@ func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte)
 	var resp snapResp
 	b, size := int(req.From), 0
 	for b < r.cfg.Buckets && len(resp.Records) < budget && size < maxBatchBytes {
+		sum := r.tab.bucketSum(b)
+		if ref != nil && sum == binary.BigEndian.Uint64(ref[8*b:]) {
+			b++ // the loader has exactly this bucket already
+			continue
+		}
 		start := len(resp.Records)
 		r.tab.each(b, func(e *entry) bool {
 			if e.held() {
@@ -264,6 +381,9 @@ func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte)
 			r.mu.Unlock()
 			r.log.Error("distro: a snapshot bucket holds more records than a page may carry: raise Buckets", "bucket", b, "records", len(resp.Records), "max", maxSnapshotRecords)
 			return nil, fmt.Errorf("%w: bucket %d holds %d records, more than a snapshot page's %d (raise Config.Buckets)", ErrInvalidConfig, b, len(resp.Records), maxSnapshotRecords)
+		}
+		if ref == nil {
+			resp.Sums = binary.BigEndian.AppendUint64(resp.Sums, sum)
 		}
 		b++
 	}

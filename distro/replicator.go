@@ -113,6 +113,7 @@ func New(cfg Config) (*Replicator, error) {
 	r.rnd = rand.New(src)
 	r.tab = newTable(cfg.Buckets)
 	r.sched = newSyncSched(cfg.SyncDelay, cfg.RetryMin, cfg.RetryMax)
+	r.sched.nb = cfg.Buckets // fresh tasks per bucket: verify leaves those buckets out
 	r.members = []string{r.self}
 	r.memberSet = map[string]Member{r.self: {ID: r.self}}
 	r.leftAt = map[string]time.Time{}

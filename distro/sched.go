@@ -3,6 +3,7 @@ package distro
 import (
 	"container/heap"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -13,17 +14,34 @@ import (
 type syncSched struct {
 	delay    time.Duration
 	min, max time.Duration
-	due      map[taskKey]time.Time
+	due      map[taskKey]dueTask
 	h        dueHeap
 	peers    map[string]*peerSync
+	// nb is the number of digest buckets, for the per-bucket counts of fresh tasks (0: none
+	// kept; the driver sets it).
+	nb int
+}
+
+// dueTask is a task waiting for its time. A fresh task carries changes whose first attempt has
+// not ended yet (in the merge window, then ready, then in flight); a retry after a failure is
+// not fresh.
+type dueTask struct {
+	at    time.Time
+	fresh bool
 }
 
 type taskKey struct{ peer, key string }
 
 type peerSync struct {
-	attempt int                 // consecutive failures
-	busy    bool                // a batch is in flight
-	ready   map[string]struct{} // keys due, waiting for the peer to be free
+	attempt int             // consecutive failures
+	busy    bool            // a batch is in flight
+	ready   map[string]bool // keys due, waiting for the peer to be free (value: fresh)
+	flight  map[string]bool // the keys of the batch in flight (value: fresh)
+	// fresh counts, per bucket, the fresh tasks (see dueTask) of this peer: the peer may hold an
+	// older version of those records only because their sync has not arrived yet.
+	fresh map[int]int
+	// skipped are the buckets the previous verify digest to this peer left out (freshBuckets).
+	skipped map[int]bool
 }
 
 type dueItem struct {
@@ -45,13 +63,13 @@ func (h *dueHeap) Pop() any {
 }
 
 func newSyncSched(delay, retryMin, retryMax time.Duration) *syncSched {
-	return &syncSched{delay: delay, min: retryMin, max: retryMax, due: map[taskKey]time.Time{}, peers: map[string]*peerSync{}}
+	return &syncSched{delay: delay, min: retryMin, max: retryMax, due: map[taskKey]dueTask{}, peers: map[string]*peerSync{}}
 }
 
 func (s *syncSched) peer(p string) *peerSync {
 	ps := s.peers[p]
 	if ps == nil {
-		ps = &peerSync{ready: map[string]struct{}{}}
+		ps = &peerSync{ready: map[string]bool{}, fresh: map[int]int{}}
 		s.peers[p] = ps
 	}
 	return ps
@@ -60,10 +78,14 @@ func (s *syncSched) peer(p string) *peerSync {
 // add schedules a sync of key to peer after the delay, unless one is already pending (then the
 // pending one, anchored at the earlier change, carries this change too).
 func (s *syncSched) add(peer, key string, now time.Time) {
-	s.addAt(peer, key, now.Add(s.delay))
+	s.addTask(peer, key, now.Add(s.delay), true)
 }
 
-func (s *syncSched) addAt(peer, key string, at time.Time) {
+// addAt schedules a sync of key to peer at at (a retry, or the rest of a batch cut short), unless
+// one is already pending.
+func (s *syncSched) addAt(peer, key string, at time.Time) { s.addTask(peer, key, at, false) }
+
+func (s *syncSched) addTask(peer, key string, at time.Time, fresh bool) {
 	ps := s.peer(peer)
 	if _, ok := ps.ready[key]; ok {
 		return
@@ -72,8 +94,45 @@ func (s *syncSched) addAt(peer, key string, at time.Time) {
 	if _, ok := s.due[tk]; ok {
 		return
 	}
-	s.due[tk] = at
+	s.due[tk] = dueTask{at: at, fresh: fresh}
+	if fresh {
+		s.count(ps, key, 1)
+	}
 	heap.Push(&s.h, dueItem{at: at, tk: tk})
+}
+
+// count adds d to the fresh tasks of key's bucket.
+func (s *syncSched) count(ps *peerSync, key string, d int) {
+	if s.nb <= 0 {
+		return
+	}
+	b := bucketOf(keyHash(key), s.nb)
+	if ps.fresh[b] += d; ps.fresh[b] <= 0 {
+		delete(ps.fresh, b)
+	}
+}
+
+// freshBuckets returns the buckets a verify digest to peer leaves out: those holding records
+// whose sync to peer is on its first attempt (the peer lacks the change only because it has not
+// arrived yet: comparing would report it, and the repair would send it twice), except buckets
+// left out of the previous digest too, so that a bucket whose records change all the time is
+// still compared every other round. It remembers the result for the next call.
+func (s *syncSched) freshBuckets(peer string) []uint32 {
+	ps := s.peers[peer]
+	if ps == nil {
+		return nil
+	}
+	var out []uint32
+	next := map[int]bool{}
+	for b := range ps.fresh {
+		if !ps.skipped[b] {
+			out = append(out, uint32(b))
+			next[b] = true
+		}
+	}
+	ps.skipped = next
+	slices.Sort(out)
+	return out
 }
 
 // pending reports the number of scheduled tasks (due later or ready).
@@ -91,11 +150,12 @@ func (s *syncSched) pending() int {
 func (s *syncSched) take(now time.Time, max int) map[string][]string {
 	for len(s.h) > 0 && !s.h[0].at.After(now) {
 		it := heap.Pop(&s.h).(dueItem)
-		if at, ok := s.due[it.tk]; !ok || !at.Equal(it.at) {
+		t, ok := s.due[it.tk]
+		if !ok || !t.at.Equal(it.at) {
 			continue // stale heap entry
 		}
 		delete(s.due, it.tk)
-		s.peer(it.tk.peer).ready[it.tk.key] = struct{}{}
+		s.peer(it.tk.peer).ready[it.tk.key] = t.fresh
 	}
 	var out map[string][]string
 	for p, ps := range s.peers {
@@ -103,12 +163,17 @@ func (s *syncSched) take(now time.Time, max int) map[string][]string {
 			continue
 		}
 		keys := make([]string, 0, min(max, len(ps.ready)))
-		for k := range ps.ready {
+		ps.flight = make(map[string]bool, min(max, len(ps.ready)))
+		for k, fresh := range ps.ready {
 			if len(keys) == max {
 				break
 			}
 			keys = append(keys, k)
+			ps.flight[k] = fresh
 			delete(ps.ready, k)
+		}
+		if len(ps.ready) == 0 {
+			ps.ready = map[string]bool{} // a map keeps the size of its largest burst: iterating it would cost that much
 		}
 		ps.busy = true
 		if out == nil {
@@ -127,6 +192,12 @@ func (s *syncSched) done(peer string, keys []string, ok bool, now time.Time, rnd
 		return 0 // the peer left: its tasks were dropped
 	}
 	ps.busy = false
+	for k, fresh := range ps.flight { // the first attempt of these ended
+		if fresh {
+			s.count(ps, k, -1)
+		}
+	}
+	ps.flight = nil
 	if ok {
 		ps.attempt = 0
 		return 0
@@ -134,8 +205,11 @@ func (s *syncSched) done(peer string, keys []string, ok bool, now time.Time, rnd
 	ps.attempt++
 	d := s.backoff(ps.attempt, rnd)
 	at := now.Add(d)
-	for k := range ps.ready {
+	for k, fresh := range ps.ready {
 		delete(ps.ready, k)
+		if fresh {
+			s.count(ps, k, -1)
+		}
 		s.addAt(peer, k, at)
 	}
 	for _, k := range keys {
@@ -181,7 +255,7 @@ func (s *syncSched) next() (at time.Time, ok bool) {
 	}
 	for len(s.h) > 0 {
 		it := s.h[0]
-		if at, ok := s.due[it.tk]; ok && at.Equal(it.at) {
+		if t, ok := s.due[it.tk]; ok && t.at.Equal(it.at) {
 			return it.at, true
 		}
 		heap.Pop(&s.h)
@@ -192,9 +266,9 @@ func (s *syncSched) next() (at time.Time, ok bool) {
 // flush makes every scheduled task due at now, ending merge windows and
 // backoffs early.
 func (s *syncSched) flush(now time.Time) {
-	for tk, at := range s.due {
-		if at.After(now) {
-			s.due[tk] = now
+	for tk, t := range s.due {
+		if t.at.After(now) {
+			s.due[tk] = dueTask{at: now, fresh: t.fresh}
 			heap.Push(&s.h, dueItem{at: now, tk: tk})
 		}
 	}

@@ -187,6 +187,19 @@ func (t *table) digest(owner string) []uint64 {
 	return o.sums
 }
 
+// bucketSum is the hash of what this node holds in bucket b, of every owner (what a snapshot
+// page serves there): the sum over owners of the owner's bucket hash mixed with the owner's ID,
+// so that the same versions held under another owner differ. O(owners).
+func (t *table) bucketSum(b int) uint64 {
+	var s uint64
+	for id, o := range t.owners {
+		if v := o.sums[b]; v != 0 {
+			s += mix64(v ^ keyHash(id))
+		}
+	}
+	return s
+}
+
 // each calls fn for every entry in bucket b (orphan markers included) until fn returns false.
 func (t *table) each(b int, fn func(*entry) bool) bool {
 	for _, e := range t.buckets[b] {

@@ -19,8 +19,9 @@ func (r *Replicator) verify(peer string) {
 	nb := r.cfg.Buckets
 	r.mu.Lock()
 	digest := encodeDigest(r.tab.digest(r.self), nb)
+	skip := r.sched.freshBuckets(peer)
 	r.mu.Unlock()
-	body, err := model.Marshal(verifyReq{Digest: digest})
+	body, err := model.Marshal(verifyReq{Digest: digest, Skip: skip})
 	if err != nil {
 		return
 	}
@@ -148,7 +149,7 @@ func (r *Replicator) handleVerify(_ context.Context, from string, body []byte) (
 		return nil, err
 	}
 	nb := r.cfg.Buckets
-	sums, err := decodeVerifyReq(body, nb)
+	sums, skip, err := decodeVerifyReq(body, nb)
 	if err != nil {
 		r.log.Warn("distro: bad verify request", "from", from, "err", err)
 		r.stats.malformed.Add(1)
@@ -167,6 +168,13 @@ func (r *Replicator) handleVerify(_ context.Context, from string, body []byte) (
 	mine := r.tab.digest(from)
 	var resp verifyResp
 	for b := 0; b < nb && len(resp.Versions) < maxVerifyVersions; b++ {
+		for len(skip) > 0 && skip[0] < uint32(b) {
+			skip = skip[1:] // out of order (the owner sends them sorted): ignored
+		}
+		if len(skip) > 0 && skip[0] == uint32(b) {
+			skip = skip[1:] // the owner's syncs there are on their way: not compared this round
+			continue
+		}
 		var m uint64
 		if mine != nil {
 			m = mine[b]

@@ -358,6 +358,10 @@ func (m *syncMsg) DecodeMsgpack(d *msgpack.Decoder) error {
 type verifyReq struct {
 	_      struct{} `msgpack:",as_array"`
 	Digest []byte   // 8 bytes per bucket, big endian
+	// Skip are buckets the receiver is not to compare this round: the sender has syncs of
+	// records there to this receiver on their first attempt (syncSched.freshBuckets). A
+	// receiver that does not know the field compares them, as before.
+	Skip bucketList
 }
 
 type verifyResp struct {
@@ -376,6 +380,11 @@ type snapReq struct {
 	_    struct{} `msgpack:",as_array"`
 	From uint32   // first bucket
 	Max  uint32   // record budget for the page
+	// Sums, if set, are the loader's reference: 8 bytes per bucket (big endian), the bucket sums
+	// of a snapshot it has merged whole (snapResp.Sums). The peer then leaves out every bucket
+	// whose own sum is the same (it holds exactly what the loader was given there). A peer that
+	// does not know the field serves every bucket, as before.
+	Sums []byte
 }
 
 type snapResp struct {
@@ -383,6 +392,10 @@ type snapResp struct {
 	Records pageRecords
 	Next    uint32 // first bucket of the next page
 	Done    bool
+	// Sums are the sums (table.bucketSum) of the buckets the page covers, From to Next−1, 8
+	// bytes each (big endian), taken with the page's records; absent in an answer to a request
+	// with Sums.
+	Sums []byte
 }
 
 func encodeDigest(sums []uint64, nb int) []byte {
@@ -444,20 +457,25 @@ func decodeSync(b []byte) ([]Record, error) {
 	return records(m.Records)
 }
 
-// decodeVerifyReq decodes a digest of nb buckets.
-func decodeVerifyReq(b []byte, nb int) ([]uint64, error) {
+// decodeVerifyReq decodes a digest of nb buckets and the buckets not to compare.
+func decodeVerifyReq(b []byte, nb int) ([]uint64, []uint32, error) {
 	var m verifyReq
 	if err := decode(b, &m); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(m.Digest) != 8*nb { // the bin's bytes are within the input (model.Unmarshal checks)
-		return nil, fmt.Errorf("%w: digest of %d bytes, want %d (8 × Buckets; do the nodes' Buckets differ?)", ErrInvalidRecord, len(m.Digest), 8*nb)
+		return nil, nil, fmt.Errorf("%w: digest of %d bytes, want %d (8 × Buckets; do the nodes' Buckets differ?)", ErrInvalidRecord, len(m.Digest), 8*nb)
+	}
+	for _, bk := range m.Skip {
+		if int(bk) >= nb {
+			return nil, nil, fmt.Errorf("%w: bucket %d out of range (Buckets %d)", ErrInvalidRecord, bk, nb)
+		}
 	}
 	sums := make([]uint64, nb)
 	for i := range sums {
 		sums[i] = binary.BigEndian.Uint64(m.Digest[8*i:])
 	}
-	return sums, nil
+	return sums, m.Skip, nil
 }
 
 // decodeVerifyResp decodes a verify answer for nb buckets.

@@ -27,6 +27,7 @@ type index struct {
 	patches  map[model.InstanceKey]*model.InstancePatch
 	rev      uint64 // last revision handed out; revisions are unique across services
 	lim      Limits // the registry's limits, with their defaults
+	noting   bool   // the journal is on: changes record its events (effects.events)
 	quota    quotas // what the limits count (see limits.go)
 
 	beats    map[string]*publisher // beat publishers by IP, then chained by port (see beatPub)
@@ -88,6 +89,17 @@ type effects struct {
 	// IDs of those whose keep-alive lapsed (logged).
 	ended  []*Session
 	lapsed []string
+	// events: instance events for the journal (Explain), when it is on.
+	events []jnote
+}
+
+// jnote is one instance event for the journal: the driver stamps it with
+// the time and the node (Registry.note).
+type jnote struct {
+	key  model.InstanceKey
+	kind EventKind
+	pub  *publisher // nil for the persistent store's and this node's own
+	why  string
 }
 
 // note is one publication added or changed (published), or removed.
@@ -117,7 +129,7 @@ type conflict struct {
 func (fx *effects) empty() bool {
 	return len(fx.dirty) == 0 && len(fx.gone) == 0 && len(fx.catalogs) == 0 && !fx.services &&
 		len(fx.targets) == 0 && fx.wake.IsZero() && len(fx.conflicts) == 0 && len(fx.notes) == 0 &&
-		len(fx.replicate) == 0 && len(fx.ended) == 0 && len(fx.lapsed) == 0
+		len(fx.replicate) == 0 && len(fx.ended) == 0 && len(fx.lapsed) == 0 && len(fx.events) == 0
 }
 
 // reset clears fx, keeping its storage.
@@ -129,9 +141,10 @@ func (fx *effects) reset() {
 	clear(fx.replicate)
 	clear(fx.ended)
 	clear(fx.lapsed)
+	clear(fx.events)
 	*fx = effects{dirty: fx.dirty[:0], gone: fx.gone[:0], catalogs: fx.catalogs[:0],
 		targets: fx.targets[:0], conflicts: fx.conflicts[:0], notes: fx.notes[:0], replicate: fx.replicate[:0],
-		ended: fx.ended[:0], lapsed: fx.lapsed[:0]}
+		ended: fx.ended[:0], lapsed: fx.lapsed[:0], events: fx.events[:0]}
 }
 
 // wakeBy records that a deadline at t was started.
@@ -139,6 +152,45 @@ func (fx *effects) wakeBy(t time.Time) {
 	if fx.wake.IsZero() || t.Before(fx.wake) {
 		fx.wake = t
 	}
+}
+
+// note records an instance event of key for the journal, if it is on.
+func (ix *index) note(key model.InstanceKey, kind EventKind, pub *publisher, why string) {
+	if ix.noting {
+		ix.fx.events = append(ix.fx.events, jnote{key: key, kind: kind, pub: pub, why: why})
+	}
+}
+
+// noteChange records pi's instance becoming next: a health flip, or an
+// update.
+func (ix *index) noteChange(pi *pubInst, next *model.Instance, pub *publisher) {
+	switch {
+	case !ix.noting:
+	case pi.inst.healthy && !next.Healthy:
+		ix.note(pi.slot.key(), EventUnhealthy, pub, "on its owner")
+	case !pi.inst.healthy && next.Healthy:
+		ix.note(pi.slot.key(), EventHealthy, pub, "on its owner")
+	default:
+		ix.note(pi.slot.key(), EventUpdated, pub, "")
+	}
+}
+
+// noteHealth records a stored health change of a persistent instance: by
+// its active check, or set by hand on a NONE cluster.
+func (ix *index) noteHealth(s *service, key model.InstanceKey, healthy bool) {
+	if !ix.noting {
+		return
+	}
+	why := "manual"
+	def := s.definition()
+	if t := def.Cluster(key.Cluster).HealthCheck.EffectiveType(); t != model.CheckNone {
+		why = "check: " + string(t)
+	}
+	kind := EventUnhealthy
+	if healthy {
+		kind = EventHealthy
+	}
+	ix.note(key, kind, nil, why)
 }
 
 // lookup returns the service of key and the slot of key in it; either may
@@ -270,7 +322,8 @@ func (ix *index) removeService(s *service) {
 	ix.fx.gone = append(ix.fx.gone, s)
 }
 
-// apply applies cmd, which the rules accepted, to the index: first
+// apply applies cmd from o (zero for the store's feed), which the rules
+// accepted, to the index: first
 // model.ResolveCommand (a re-put keeps the stored health, a patch merges
 // with the stored one), then the change; countdowns it starts start at
 // now. In cluster mode every node's index mirrors the commands its
@@ -278,7 +331,7 @@ func (ix *index) removeService(s *service) {
 // ephemeral data conflicts with an accepted command (a race between an
 // ephemeral and a persistent registration of one service on two nodes),
 // the conflict is recorded and the ephemeral side keeps the service.
-func (ix *index) apply(cmd *model.Command, now time.Time) {
+func (ix *index) apply(cmd *model.Command, o model.Origin, now time.Time) {
 	changes := model.ResolveCommand(cmd, (*indexState)(ix))
 	switch cmd.Op {
 	case model.OpCreateService, model.OpUpdateService:
@@ -306,6 +359,7 @@ func (ix *index) apply(cmd *model.Command, now time.Time) {
 		s, sl := ix.lookup(cmd.Key)
 		last := sl.pers
 		sl.pers = nil
+		ix.note(cmd.Key, EventRemoved, nil, "deleted")
 		ix.fx.targets = append(ix.fx.targets, target{key: cmd.Key})
 		ix.dropSlotIfDead(sl, last, now)
 		ix.changed(s)
@@ -313,6 +367,7 @@ func (ix *index) apply(cmd *model.Command, now time.Time) {
 		merged := cmd.Patch
 		had := ix.patches[merged.Key] != nil
 		ix.patches[merged.Key] = &merged
+		ix.note(merged.Key, EventPatched, nil, "")
 		if s, sl := ix.lookup(merged.Key); sl != nil {
 			sl.patch = &merged
 			ix.changed(s)
@@ -324,6 +379,11 @@ func (ix *index) apply(cmd *model.Command, now time.Time) {
 			return
 		}
 		delete(ix.patches, cmd.Key)
+		why := ""
+		if o.Expiry {
+			why = "expired"
+		}
+		ix.note(cmd.Key, EventPatchRemoved, nil, why)
 		ix.patchGone.Remove(cmd.Key)
 		if s, sl := ix.lookup(cmd.Key); sl != nil {
 			sl.patch = nil
@@ -335,6 +395,7 @@ func (ix *index) apply(cmd *model.Command, now time.Time) {
 		}
 		s, sl := ix.lookup(cmd.Key)
 		sl.pers = sl.pers.withHealth(cmd.Healthy)
+		ix.noteHealth(s, cmd.Key, cmd.Healthy)
 		ix.changed(s)
 		ix.fx.targets = append(ix.fx.targets, target{svc: s, sl: sl})
 	}
@@ -375,6 +436,9 @@ func (ix *index) putInstance(inst model.Instance) {
 	sl.pers = stored
 	if born {
 		ix.slotBorn(sl)
+		ix.note(sl.key(), EventRegistered, nil, "")
+	} else {
+		ix.note(sl.key(), EventUpdated, nil, "")
 	}
 	ix.changed(s)
 	ix.fx.targets = append(ix.fx.targets, target{svc: s, sl: sl})
@@ -394,7 +458,7 @@ func (ix *index) expire(now time.Time) []model.InstanceKey {
 	})
 	ix.sessionLeases.ExpireAt(now, func(p *publisher, _ health.Event, at time.Time) {
 		ix.fx.lapsed = append(ix.fx.lapsed, p.id)
-		ix.closeSession(p, at)
+		ix.closeSession(p, "session expired", at)
 	})
 	ix.emptySvcs.Expire(now, func(key model.ServiceKey, _ health.Event) {
 		if s := ix.services[key]; s != nil && s.empty() && s.def == nil {
@@ -413,18 +477,19 @@ func (ix *index) beatEvent(pi *pubInst, ev health.Event, now time.Time) {
 	switch ev {
 	case health.EventUnhealthy:
 		if pi.inst.healthy {
+			ix.note(pi.slot.key(), EventUnhealthy, pi.pub, "beat missed")
 			ix.replaceInst(pi, pi.inst.withHealth(false))
 		}
 	case health.EventExpired: // the tracker has dropped the lease already
-		ix.dropBeat(pi, now)
+		ix.dropBeat(pi, "lease expired", now)
 	}
 }
 
-// dropBeat removes a beat publication, and its publisher once it has no
-// other; countdowns start at now. The caller has dropped the
+// dropBeat removes a beat publication, why, and its publisher once it has
+// no other; countdowns start at now. The caller has dropped the
 // publication's lease.
-func (ix *index) dropBeat(pi *pubInst, now time.Time) {
-	ix.unpublish(pi, true, now)
+func (ix *index) dropBeat(pi *pubInst, why string, now time.Time) {
+	ix.unpublish(pi, true, why, now)
 	ix.changed(pi.slot.svc)
 	ix.pubChanged(pi.pub)
 	ix.dropBeatPublisherIfEmpty(pi.pub, pi.inst)
@@ -439,16 +504,16 @@ func (ix *index) dropBeatPublisherIfEmpty(pub *publisher, last *rec) {
 	}
 }
 
-// closeSession removes all of p's instances, changing each affected
+// closeSession removes all of p's instances, why, changing each affected
 // service once, and forgets p; countdowns start at now. Its Session ends
 // (an effect). The caller has dropped p's lease (or is the lease tracker
 // expiring it).
-func (ix *index) closeSession(p *publisher, now time.Time) {
+func (ix *index) closeSession(p *publisher, why string, now time.Time) {
 	p.closed = true
 	delete(ix.sessions, p.id)
 	var touched []*service
 	for _, pi := range p.insts {
-		ix.unpublish(pi, false, now)
+		ix.unpublish(pi, false, why, now)
 		if s := pi.slot.svc; len(touched) == 0 || touched[len(touched)-1] != s {
 			touched = append(touched, s)
 		}
@@ -501,6 +566,7 @@ func (ix *index) publish(pub *publisher, inst model.Instance, limited bool) (*pu
 				return pi, nil
 			}
 			served := s.slots[i].current() == pi.inst
+			ix.noteChange(pi, &inst, pub)
 			pi.inst = newRec(&inst)
 			if served {
 				ix.changed(s)
@@ -539,6 +605,7 @@ func (ix *index) publish(pub *publisher, inst model.Instance, limited bool) (*pu
 	if born {
 		ix.slotBorn(sl)
 	}
+	ix.note(sl.key(), EventRegistered, pub, "")
 	// issue 15: another publisher of a key, with the same instance, changes
 	// no view.
 	if born || sl.current() == stored && !stored.equal(prev) {
@@ -548,11 +615,12 @@ func (ix *index) publish(pub *publisher, inst model.Instance, limited bool) (*pu
 	return pi, nil
 }
 
-// unpublish removes one publication; the countdowns its slot's death
-// starts start at now. With detach, it is also removed from its
-// publisher's list (a caller removing them all skips that). The caller
-// drops the publication's lease, if any.
-func (ix *index) unpublish(pi *pubInst, detach bool, now time.Time) {
+// unpublish removes one publication, why (the journal's reason); the
+// countdowns its slot's death starts start at now. With detach, it is also
+// removed from its publisher's list (a caller removing them all skips
+// that). The caller drops the publication's lease, if any.
+func (ix *index) unpublish(pi *pubInst, detach bool, why string, now time.Time) {
+	ix.note(pi.slot.key(), EventRemoved, pi.pub, why)
 	ix.fx.notes = append(ix.fx.notes, note{pi: pi}) // issue 15: per-instance replication (delta.go)
 	sl := pi.slot
 	if i := slices.Index(sl.pubs, pi); i >= 0 {

@@ -27,9 +27,9 @@ const (
 func coreIndex(t *testing.T) *index {
 	t.Helper()
 	ix := newIndex(DefaultLimits(), coreEmptyTTL, corePatchTTL)
-	ix.apply(&model.Command{Op: model.OpCreateService, Service: model.Service{Key: rulesSvc("db")}.WithDefaults()}, coreT0)
-	ix.apply(&model.Command{Op: model.OpPutInstance, Instance: rulesInst("db", 1, false)}, coreT0)
-	ix.apply(&model.Command{Op: model.OpPutInstance, Instance: rulesInst("implicit", 2, false)}, coreT0)
+	ix.apply(&model.Command{Op: model.OpCreateService, Service: model.Service{Key: rulesSvc("db")}.WithDefaults()}, model.Origin{}, coreT0)
+	ix.apply(&model.Command{Op: model.OpPutInstance, Instance: rulesInst("db", 1, false)}, model.Origin{}, coreT0)
+	ix.apply(&model.Command{Op: model.OpPutInstance, Instance: rulesInst("implicit", 2, false)}, model.Origin{}, coreT0)
 	ix.fx.reset()
 	return &ix
 }
@@ -129,7 +129,7 @@ func TestCoreApply(t *testing.T) {
 		{
 			name: "deleting an empty service removes it and tells its watchers",
 			setup: func(ix *index) {
-				ix.apply(&model.Command{Op: model.OpCreateService, Service: model.Service{Key: rulesSvc("empty")}.WithDefaults()}, coreT0)
+				ix.apply(&model.Command{Op: model.OpCreateService, Service: model.Service{Key: rulesSvc("empty")}.WithDefaults()}, model.Origin{}, coreT0)
 			},
 			cmd:  model.Command{Op: model.OpDeleteService, SvcKey: rulesSvc("empty")},
 			want: fxSummary{dirty: []string{"empty"}, gone: []string{"empty"}, catalogs: 1, services: true},
@@ -137,7 +137,7 @@ func TestCoreApply(t *testing.T) {
 		{
 			name: "a re-put keeps the stored health",
 			setup: func(ix *index) {
-				ix.apply(&model.Command{Op: model.OpSetHealth, Key: dbKey, Healthy: false}, coreT0)
+				ix.apply(&model.Command{Op: model.OpSetHealth, Key: dbKey, Healthy: false}, model.Origin{}, coreT0)
 			},
 			cmd:  model.Command{Op: model.OpPutInstance, Instance: func() model.Instance { in := rulesInst("db", 1, false); in.Weight = 2; return in }()},
 			want: fxSummary{dirty: []string{"db"}, targets: []string{"sync 10.0.0.1"}},
@@ -191,7 +191,7 @@ func TestCoreApply(t *testing.T) {
 		{
 			name: "removing a patch of a held instance changes its view",
 			setup: func(ix *index) {
-				ix.apply(&model.Command{Op: model.OpPatchInstance, Patch: model.InstancePatch{Key: dbKey}}, coreT0)
+				ix.apply(&model.Command{Op: model.OpPatchInstance, Patch: model.InstancePatch{Key: dbKey}}, model.Origin{}, coreT0)
 			},
 			cmd:  model.Command{Op: model.OpRemovePatch, Key: dbKey},
 			want: fxSummary{dirty: []string{"db"}},
@@ -220,7 +220,7 @@ func TestCoreApply(t *testing.T) {
 			}
 			cmd := tc.cmd
 			cmd.Normalize()
-			ix.apply(&cmd, coreT0)
+			ix.apply(&cmd, model.Origin{}, coreT0)
 			if got := summarize(&ix.fx); !got.equal(tc.want) {
 				t.Fatalf("effects = %+v, want %+v", got, tc.want)
 			}
@@ -238,9 +238,9 @@ func TestCoreApply(t *testing.T) {
 func TestCoreCountdowns(t *testing.T) {
 	ix := coreIndex(t)
 	patched := rulesKey("db", 1)
-	ix.apply(&model.Command{Op: model.OpPatchInstance, Patch: model.InstancePatch{Key: patched}}, coreT0)
-	ix.apply(&model.Command{Op: model.OpDeleteInstance, Key: rulesKey("implicit", 2)}, coreT0)
-	ix.apply(&model.Command{Op: model.OpDeleteInstance, Key: patched}, coreT0.Add(time.Second))
+	ix.apply(&model.Command{Op: model.OpPatchInstance, Patch: model.InstancePatch{Key: patched}}, model.Origin{}, coreT0)
+	ix.apply(&model.Command{Op: model.OpDeleteInstance, Key: rulesKey("implicit", 2)}, model.Origin{}, coreT0)
+	ix.apply(&model.Command{Op: model.OpDeleteInstance, Key: patched}, model.Origin{}, coreT0.Add(time.Second))
 	ix.fx.reset()
 	if next, ok := ix.next(); !ok || !next.Equal(coreT0.Add(coreEmptyTTL)) {
 		t.Fatalf("next = %v %v, want the empty service's deadline", next, ok)
@@ -278,12 +278,12 @@ func TestCoreCountdowns(t *testing.T) {
 func TestCoreComeback(t *testing.T) {
 	ix := coreIndex(t)
 	key := rulesKey("implicit", 2)
-	ix.apply(&model.Command{Op: model.OpPatchInstance, Patch: model.InstancePatch{Key: key}}, coreT0)
-	ix.apply(&model.Command{Op: model.OpDeleteInstance, Key: key}, coreT0)
+	ix.apply(&model.Command{Op: model.OpPatchInstance, Patch: model.InstancePatch{Key: key}}, model.Origin{}, coreT0)
+	ix.apply(&model.Command{Op: model.OpDeleteInstance, Key: key}, model.Origin{}, coreT0)
 	if _, ok := ix.patchGone.Get(key); !ok {
 		t.Fatal("no patch countdown")
 	}
-	ix.apply(&model.Command{Op: model.OpPutInstance, Instance: rulesInst("implicit", 2, false)}, coreT0.Add(time.Second))
+	ix.apply(&model.Command{Op: model.OpPutInstance, Instance: rulesInst("implicit", 2, false)}, model.Origin{}, coreT0.Add(time.Second))
 	if _, ok := ix.patchGone.Get(key); ok {
 		t.Fatal("the patch's countdown runs on")
 	}
@@ -404,7 +404,7 @@ func TestCoreUnpublish(t *testing.T) {
 		t.Fatalf("effects = %+v, rev %d", got, p.rev)
 	}
 	ix.fx.reset()
-	ix.unpublish(pi, true, coreT0)
+	ix.unpublish(pi, true, "deregistered", coreT0)
 	if got := summarize(&ix.fx); !got.equal(fxSummary{notes: []string{"-10.0.0.5"}, wake: coreEmptyTTL}) {
 		t.Fatalf("effects = %+v", got)
 	}
@@ -457,6 +457,33 @@ func TestCoreExpireChains(t *testing.T) {
 		st, ok := ix.emptySvcs.Get(rulesSvc(svc))
 		if !ok || !st.LastTouch.Equal(coreT0.Add(from)) {
 			t.Fatalf("%s: countdown %+v %v, want from t0+%v", svc, st, ok, from)
+		}
+	}
+}
+
+// TestCoreJournal: with the journal on, changes record their events, keyed
+// as they were before the change; off, nothing is recorded.
+func TestCoreJournal(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		ix := coreIndex(t)
+		ix.noting = on
+		p := &publisher{id: "a", kind: pubSession}
+		pi, err := ix.publish(p, rulesInst("web", 5, true), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ix.unpublish(pi, true, "deregistered", coreT0)
+		ix.apply(&model.Command{Op: model.OpSetHealth, Key: rulesKey("db", 1)}, model.Origin{}, coreT0)
+		var got []string
+		for _, e := range ix.fx.events {
+			got = append(got, e.kind.String()+" "+e.key.IP+" "+e.why)
+		}
+		want := []string{"registered 10.0.0.5 ", "removed 10.0.0.5 deregistered", "unhealthy 10.0.0.1 check: TCP"}
+		if !on {
+			want = nil
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("journal on %v: events %q, want %q", on, got, want)
 		}
 	}
 }

@@ -231,7 +231,11 @@ func (r *Registry) applyInstLocked(ir instRecord) {
 		}
 		delete(p.repl.insts, ir.hash)
 		served := pi.slot.current() == pi.inst
-		r.unpublish(pi, true)
+		why := "removed by its owner"
+		if r.members != nil && !r.members[ir.rec.Owner] {
+			why = "orphaned: its owner node left" // distro's orphan removal (OrphanTimeout)
+		}
+		r.unpublish(pi, true, why)
 		if served {
 			r.changed(pi.slot.svc)
 		}
@@ -243,7 +247,7 @@ func (r *Registry) applyInstLocked(ir instRecord) {
 		return
 	}
 	if p == nil {
-		p = &publisher{kind: pubSession, id: ir.sid, remote: true, repl: &replState{rkey: gkey, insts: map[string]*pubInst{}}}
+		p = &publisher{kind: pubSession, id: ir.sid, remote: true, owner: ir.rec.Owner, repl: &replState{rkey: gkey, insts: map[string]*pubInst{}}}
 		r.remote[gkey] = p
 	}
 	// No per-session cap here: the owner keeps MaxInstancesPerSession, and
@@ -267,7 +271,7 @@ func (r *Registry) applyInstLocked(ir instRecord) {
 // node owns its records now. The caller holds mu.
 func (r *Registry) closeSessionQuietly(p *publisher) {
 	p.remote = true // replicate skips it
-	r.closeSessionLocked(p)
+	r.closeSessionLocked(p, "taken over by another node")
 }
 
 // applyBatch applies records of other owners, decoding them before it

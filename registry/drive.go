@@ -48,6 +48,10 @@ func (r *Registry) carryOut() {
 	for _, p := range fx.replicate {
 		r.replicate(p)
 	}
+	for i := range fx.events {
+		e := &fx.events[i]
+		r.note(e.key, e.kind, e.pub, e.why)
+	}
 	for _, id := range fx.lapsed {
 		r.log.Info("session keep-alive lapsed", "session", id)
 	}
@@ -107,8 +111,11 @@ func (r *Registry) startPatchCountdown(key model.InstanceKey) {
 
 // mirrorLocked applies cmd, which the rules accepted, to the index (see
 // index.apply).
-func (r *Registry) mirrorLocked(cmd *model.Command) {
-	r.index.apply(cmd, r.leaseStart())
+func (r *Registry) mirrorLocked(cmd *model.Command) { r.mirrorAs(cmd, model.Origin{}) }
+
+// mirrorAs is mirrorLocked of a command from o.
+func (r *Registry) mirrorAs(cmd *model.Command, o model.Origin) {
+	r.index.apply(cmd, o, r.leaseStart())
 	r.carryOut()
 }
 
@@ -141,9 +148,9 @@ func (r *Registry) publish(pub *publisher, inst model.Instance, limited bool) (*
 	return pi, err
 }
 
-// unpublish removes one publication (see index.unpublish).
-func (r *Registry) unpublish(pi *pubInst, detach bool) {
-	r.index.unpublish(pi, detach, r.leaseStart())
+// unpublish removes one publication, why (see index.unpublish).
+func (r *Registry) unpublish(pi *pubInst, detach bool, why string) {
+	r.index.unpublish(pi, detach, why, r.leaseStart())
 	r.carryOut()
 }
 
@@ -162,14 +169,21 @@ func (r *Registry) pubChanged(pub *publisher) {
 }
 
 // dropBeat removes a beat publication, and its publisher once it has no
-// other (see index.dropBeat).
-func (r *Registry) dropBeat(pi *pubInst) {
-	r.index.dropBeat(pi, r.leaseStart())
+// other, why (see index.dropBeat).
+func (r *Registry) dropBeat(pi *pubInst, why string) {
+	r.index.dropBeat(pi, why, r.leaseStart())
 	r.carryOut()
 }
 
-// closeSessionLocked closes the session p (see index.closeSession).
-func (r *Registry) closeSessionLocked(p *publisher) {
-	r.index.closeSession(p, r.leaseStart())
+// closeSessionLocked closes the session p, why (see index.closeSession).
+func (r *Registry) closeSessionLocked(p *publisher, why string) {
+	r.index.closeSession(p, why, r.leaseStart())
+	r.carryOut()
+}
+
+// noteChange records pi's instance becoming next for the journal (see
+// index.noteChange).
+func (r *Registry) noteChange(pi *pubInst, next *model.Instance, pub *publisher) {
+	r.index.noteChange(pi, next, pub)
 	r.carryOut()
 }

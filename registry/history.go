@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/muster-io/muster/health"
 	"github.com/muster-io/muster/model"
 )
 
@@ -32,10 +33,12 @@ const (
 	EventDamped
 	// EventRemoved: it left the index. Reason is one of "deregistered",
 	// "session closed", "session expired", "lease expired" (no beat for the
-	// delete timeout), "orphaned" (its owner node left and the orphan
-	// timeout ran out), "replaced" (its session replaced its instances),
-	// "repaired" (a verify round found the owner no longer holds it),
-	// "deleted" (the persistent store removed it).
+	// delete timeout), "replaced" (its session replaced its instances),
+	// "write undone" (a session's write refused midway was rolled back),
+	// "deleted" (the persistent store removed it), and on the nodes that
+	// hold a replica: "removed by its owner" (the owner node's own event
+	// says why), "orphaned: its owner node left" (the orphan timeout ran
+	// out), "taken over by another node".
 	EventRemoved
 )
 
@@ -68,6 +71,8 @@ type Event struct {
 	Node string
 	// Reason says why, for the kinds whose documentation lists reasons.
 	Reason string
+
+	beat bool // Publisher is the key's ip:port, filled in when read
 }
 
 // String formats e on one line for logs and narrations.
@@ -98,7 +103,15 @@ type journal struct {
 	seq  uint64 // events recorded so far
 }
 
-func newJournal(size int) journal { return journal{ring: make([]Event, size)} }
+// newJournal returns a journal of at least size events (rounded up to a
+// power of two, so that the ring is indexed by a mask).
+func newJournal(size int) journal {
+	n := 1
+	for n < size {
+		n <<= 1
+	}
+	return journal{ring: make([]Event, n)}
+}
 
 // add records e, stamping its Seq.
 func (j *journal) add(e Event) {
@@ -107,7 +120,7 @@ func (j *journal) add(e Event) {
 	}
 	j.seq++
 	e.Seq = j.seq
-	j.ring[j.seq%uint64(len(j.ring))] = e
+	j.ring[j.seq&uint64(len(j.ring)-1)] = e
 }
 
 // find returns the events of key still in the ring, oldest first, at most
@@ -123,9 +136,12 @@ func (j *journal) find(key model.InstanceKey, limit int) []Event {
 	}
 	var out []Event
 	for s := j.seq; s >= first; s-- {
-		e := &j.ring[s%n]
+		e := &j.ring[s&(n-1)]
 		if e.Key == key {
 			out = append(out, *e)
+			if e.beat {
+				out[len(out)-1].Publisher = model.Endpoint(key.IP, key.Port)
+			}
 			if limit > 0 && len(out) == limit {
 				break
 			}
@@ -133,6 +149,72 @@ func (j *journal) find(key model.InstanceKey, limit int) []Event {
 	}
 	for i, k := 0, len(out)-1; i < k; i, k = i+1, k-1 {
 		out[i], out[k] = out[k], out[i]
+	}
+	return out
+}
+
+// note records an event of key, a change by pub (nil for the persistent
+// store's and this node's own), if the journal is on. The caller holds mu.
+func (r *Registry) note(key model.InstanceKey, kind EventKind, pub *publisher, why string) {
+	if len(r.journal.ring) == 0 {
+		return
+	}
+	e := Event{At: r.now(), Key: key, Kind: kind, Reason: why}
+	if pub != nil {
+		// A beat publisher's ID is its ip:port, the key's: built when read,
+		// as the index builds it only when needed (see publisher.key).
+		e.Publisher, e.Node, e.beat = pub.id, r.cfg.NodeID, pub.kind == pubBeat
+		if pub.remote {
+			e.Node = pub.owner
+		}
+	}
+	r.journal.add(e)
+}
+
+// Explanation is what a node knows of one instance (see Explain).
+type Explanation struct {
+	Key model.InstanceKey
+	// Present reports whether the index holds the instance now; Instance
+	// is it as published (before an operator's patch), and Publishers the
+	// IDs of the publishers that publish it ("" for the persistent store).
+	Present    bool
+	Instance   model.Instance
+	Publishers []string
+	// Check is the active health check's status, when the instance is
+	// checked on this node (its owner): the last result, and damping.
+	Check *health.Status
+	// Events are the instance's events still in this node's journal,
+	// oldest first (the journal holds the latest Config.HistoryEvents events
+	// of every instance, so an instance gone for long has none).
+	Events []Event
+}
+
+// Explain tells what this node knows of the instance with key: whether it
+// is held and by whom, its health check, and its history on this node
+// (registered and updated by which publisher of which node, beats missed
+// and resumed, health flips, patches, and why it was removed: deregistered,
+// lease or session expired, session closed, replaced, removed by its owner
+// node, deleted from the store). It also works for instances that are
+// gone, while their events are in the journal. It scans the journal: an
+// operator's call, not a hot path.
+func (r *Registry) Explain(key model.InstanceKey) Explanation {
+	key = key.WithDefaults()
+	out := Explanation{Key: key}
+	r.mu.RLock()
+	if s, sl := r.lookup(key); sl != nil && sl.live() {
+		out.Present = true
+		out.Instance = sl.current().instance(s)
+		if sl.pers != nil {
+			out.Publishers = append(out.Publishers, "")
+		}
+		for _, pi := range sl.pubs {
+			out.Publishers = append(out.Publishers, pi.pub.peekKey())
+		}
+	}
+	out.Events = r.journal.find(key, 0)
+	r.mu.RUnlock()
+	if st, ok := r.CheckStatus(key); ok {
+		out.Check = &st
 	}
 	return out
 }

@@ -22,6 +22,7 @@ type publisher struct {
 	kind    pubKind
 	closed  bool
 	remote  bool       // owned by another node: a replica (see replicate.go)
+	owner   string     // the node of a remote publisher, for the journal
 	repl    *replState // sessions in a cluster: per-instance replication (delta.go)
 }
 
@@ -354,6 +355,7 @@ func (r *Registry) beatPubInst(ip string, port int, cluster string, svc model.Se
 func (r *Registry) touchBeat(pi *pubInst) {
 	_, revived := r.beatLeases.Touch(pi, r.now())
 	if revived || !pi.inst.healthy {
+		r.note(pi.slot.key(), EventHealthy, pi.pub, "beat resumed")
 		r.replaceInst(pi, pi.inst.withHealth(true))
 	}
 }
@@ -428,7 +430,7 @@ func (r *Registry) deregisterOwned(ctx context.Context, key model.InstanceKey) e
 	r.noteDeregistered(key, pi)
 	if pi != nil {
 		r.beatLeases.Remove(pi)
-		r.dropBeat(pi)
+		r.dropBeat(pi, "deregistered")
 		return nil
 	}
 	if _, sl := r.lookup(key); sl != nil && len(sl.pubs) > 0 {

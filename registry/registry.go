@@ -68,7 +68,9 @@ type Registry struct {
 	// index is the core: services, slots, patches and their countdowns
 	// (core.go), embedded so that the driver reads its fields directly.
 	index
-	remote map[string]*publisher // replicas of other nodes' publishers, by record key
+	remote  map[string]*publisher // replicas of other nodes' publishers, by record key
+	journal journal               // the latest instance events, for Explain (history.go)
+	members map[string]bool       // the replicator's members as last told (MembersChanged), for the journal
 
 	beatDeregs health.Leases[model.InstanceKey] // beat instances deregistered here lately (see noteDeregistered)
 	timer      clockwork.Timer                  // wakes the housekeeper; nil before Start
@@ -123,6 +125,10 @@ func New(cfg Config) (*Registry, error) {
 	r.replicator = solo{id: cfg.NodeID}
 	r.watch.init()
 	r.stats = newStats()
+	if cfg.HistoryEvents > 0 {
+		r.journal = newJournal(cfg.HistoryEvents)
+		r.index.noting = true
+	}
 	env := Env{NodeID: cfg.NodeID, Clock: r.clock, Logger: r.log, Limits: r.lim.model()}
 	if cfg.Replicator != nil {
 		renv := env
@@ -329,7 +335,7 @@ func (r *Registry) handOver() {
 	n := 0
 	for _, p := range r.sessions {
 		r.sessionLeases.Remove(p)
-		r.closeSessionLocked(p)
+		r.closeSessionLocked(p, "session closed")
 		n++
 	}
 	r.mu.Unlock()

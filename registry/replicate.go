@@ -271,6 +271,10 @@ func (ds distroStore) MembersChanged(members []string) {
 	if r.state.Load() == stateClosed {
 		return
 	}
+	r.members = make(map[string]bool, len(members))
+	for _, m := range members {
+		r.members[m] = true
+	}
 	var moved []*publisher
 	for _, head := range r.beats {
 		for p := head; p != nil; p = p.next {
@@ -302,7 +306,7 @@ func (r *Registry) ownsKey(key string) bool {
 
 // newRemotePub returns an empty publisher for a record of another node.
 func newRemotePub(rec distro.Record) *publisher {
-	p := &publisher{remote: true}
+	p := &publisher{remote: true, owner: rec.Owner}
 	switch rec.Kind {
 	case distro.KindSession:
 		p.kind = pubSession
@@ -363,12 +367,13 @@ func (r *Registry) setPublications(p *publisher, insts []model.Instance) {
 			if !p.remote {
 				r.beatLeases.Remove(pi)
 			}
-			r.unpublish(pi, false)
+			r.unpublish(pi, false, "removed by its owner")
 			touched = append(touched, pi.slot.svc)
 			continue
 		}
 		delete(want, key)
 		if next := newRec(inst); !next.equal(pi.inst) {
+			r.noteChange(pi, inst, p)
 			pi.inst = next
 			touched = append(touched, pi.slot.svc)
 		}

@@ -169,7 +169,7 @@ func (s *Session) ReplaceService(ctx context.Context, svc model.ServiceKey, inst
 		for _, pi := range slices.Clone(s.pub.insts) {
 			if pi.slot.svc.key == svc && !keep[pi.slot.key()] {
 				left = append(left, gone{pi.inst, pi.slot.svc})
-				r.unpublish(pi, true)
+				r.unpublish(pi, true, "replaced")
 				r.changed(pi.slot.svc)
 			}
 		}
@@ -192,7 +192,7 @@ func (s *Session) ReplaceService(ctx context.Context, svc model.ServiceKey, inst
 						u.pi.inst = u.prev
 						r.changed(u.pi.slot.svc)
 					} else {
-						r.unpublish(u.pi, true)
+						r.unpublish(u.pi, true, "write undone")
 						r.changed(u.pi.slot.svc)
 					}
 				}
@@ -236,7 +236,7 @@ func (s *Session) Deregister(ctx context.Context, key model.InstanceKey) (err er
 	return s.whileOpen(func(r *Registry) error {
 		if _, sl := r.lookup(key); sl != nil {
 			if pi := sl.publication(s.pub); pi != nil {
-				r.unpublish(pi, true)
+				r.unpublish(pi, true, "deregistered")
 				r.changed(sl.svc)
 				r.pubChanged(s.pub)
 			}
@@ -266,7 +266,7 @@ func (s *Session) Close() error {
 	r.mu.Lock()
 	if !s.pub.closed && !s.pub.remote && r.state.Load() == stateRunning {
 		r.sessionLeases.Remove(s.pub)
-		r.closeSessionLocked(s.pub)
+		r.closeSessionLocked(s.pub, "session closed")
 	}
 	r.mu.Unlock()
 	s.end()

@@ -61,7 +61,7 @@ func (r *Registry) applyLocked(cmd *model.Command, o model.Origin) error {
 		}
 		return err
 	}
-	r.mirrorLocked(cmd)
+	r.mirrorAs(cmd, o)
 	return nil
 }
 

@@ -31,6 +31,7 @@ func main() {
 	flag.DurationVar(&o.t.RaftRTT, "raft-rtt", o.t.RaftRTT, "Dragonboat's tick; an election takes about ten")
 	flag.DurationVar(&o.t.BeatTimeout, "beat-timeout", o.t.BeatTimeout, "beat instances turn unhealthy after this without a beat (Nacos: 15s)")
 	flag.BoolVar(&o.verbose, "v", false, "log the nodes' own lines to stderr")
+	flag.StringVar(&o.metrics, "metrics", "127.0.0.1:0", "serve every node's Prometheus metrics at http://<addr>/metrics (loopback only; \"\" turns it off)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -50,6 +51,7 @@ type options struct {
 	nodes   int
 	t       timings
 	verbose bool
+	metrics string    // the /metrics address; "" serves none
 	out     io.Writer // the narration
 	dir     string    // data directory; "" makes a temporary one and removes it at the end
 }

@@ -44,7 +44,8 @@ type demo struct {
 	beats     []model.Instance  // inventory instances, beaten by the client
 	dbPorts   []int             // the db instances' listeners' ports
 	listeners map[int]*listener
-	victim    int // the node crashed and restarted
+	victim    int            // the node crashed and restarted
+	metrics   *metricsServer // nil with -metrics ""
 }
 
 // run plays the scenario. It returns the steps done so far and the first
@@ -74,6 +75,12 @@ func run(ctx context.Context, o options) ([]step, error) {
 	defer d.shutdown()
 
 	fmt.Fprintf(o.out, "Muster demo: %d nodes on 127.0.0.1, real TCP, memberlist, Dragonboat and Badger in %s\n", o.nodes, dir)
+	if o.metrics != "" {
+		if d.metrics, err = serveMetrics(c, o.metrics); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(o.out, "Prometheus metrics of every node: %s\n", d.metrics.url())
+	}
 	for _, s := range []struct {
 		name string
 		f    func() (string, error)
@@ -86,6 +93,7 @@ func run(ctx context.Context, o options) ([]step, error) {
 		{"the Raft leader's node crashes", d.crash},
 		{"a persistent write while it is down", d.writeWhileDown},
 		{"the node restarts", d.restart},
+		{"what an operator sees", d.monitoring},
 	} {
 		if err := d.do(s.name, s.f); err != nil {
 			return d.steps, err
@@ -136,6 +144,9 @@ func (d *demo) until(limit time.Duration, what string, cond func() bool) (time.D
 
 // shutdown stops the client and the watchers, then every node gracefully.
 func (d *demo) shutdown() {
+	if d.metrics != nil {
+		d.metrics.close()
+	}
 	d.bgStop()
 	d.bg.Wait()
 	d.c.close()
@@ -611,6 +622,7 @@ func (d *demo) crash() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	d.explain(survivors[0], model.InstanceKey{Service: orders, IP: d.sessionIP[victim], Port: 8080})
 	leader := "stayed"
 	if wasLeader {
 		leader = "moved"
@@ -701,4 +713,65 @@ func sameKeys[V any](a, b map[string]V) bool {
 		}
 	}
 	return true
+}
+
+// explain narrates what node n knows of the instance with key: its history
+// from the node's journal (Registry.Explain).
+func (d *demo) explain(n *node, key model.InstanceKey) {
+	ex := n.reg.Explain(key)
+	d.say("%s explains %s:%s (Registry.Explain; present now: %v):", n.id, key.IP, strconv.Itoa(key.Port), ex.Present)
+	for _, e := range ex.Events {
+		line := e.At.Format("15:04:05.000") + "  " + e.Kind.String()
+		if e.Reason != "" {
+			line += " (" + e.Reason + ")"
+		}
+		if e.Publisher != "" {
+			line += ", published by session " + e.Publisher + " of " + e.Node
+		}
+		d.say("   %s", line)
+	}
+}
+
+// ---- step 9 ----
+
+// monitoring scrapes the demo's /metrics as Prometheus would, and checks
+// that the figures tell the story the scenario played.
+func (d *demo) monitoring() (string, error) {
+	if d.metrics == nil {
+		return "skipped (-metrics \"\")", nil
+	}
+	mfs, err := scrape(d.ctx, d.metrics.url())
+	if err != nil {
+		return "", err
+	}
+	get := func(name string, labels ...string) float64 {
+		if err != nil {
+			return 0
+		}
+		var v float64
+		v, err = sample(mfs, name, labels...)
+		return v
+	}
+	live := d.c.live()
+	first := live[0].id
+	instances := get("muster_registry_instances", "node", first)
+	orphans := get("muster_distro_orphans_removed_total")
+	syncs := get("muster_distro_syncs_sent_total")
+	leaders := get("muster_raft_leader_changes_total")
+	flips := get("muster_health_flips_total")
+	writes := get("muster_registry_writes_total", "node", first)
+	if err != nil {
+		return "", err
+	}
+	d.say("%d metric families from %d nodes at %s", len(mfs), len(live), d.metrics.url())
+	d.say("%s holds %.0f instances; its callers made %.0f writes", first, instances, writes)
+	d.say("the nodes sent %.0f distro syncs, removed %.0f orphaned records, saw %.0f Raft leader changes and %.0f health check flips",
+		syncs, orphans, leaders, flips)
+	switch {
+	case orphans < 1:
+		return "", fmt.Errorf("no orphaned record counted after a node crashed")
+	case instances < 1 || syncs < 1 || leaders < 1:
+		return "", fmt.Errorf("implausible figures: instances %.0f, syncs %.0f, leader changes %.0f", instances, syncs, leaders)
+	}
+	return fmt.Sprintf("%.0f orphaned records removed, %.0f check flips, %.0f leader changes, as narrated", orphans, flips, leaders), nil
 }

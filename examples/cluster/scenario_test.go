@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,9 +80,17 @@ func startCluster(t *testing.T, n int, withFaults bool) (*cluster, *faults) {
 // restart answering ErrNotReady until ready and never a partial list, then
 // catching up) and fails the run otherwise.
 func TestScenario(t *testing.T) {
-	steps, err := run(context.Background(), options{nodes: 3, t: defaultTimings(), out: tlog{t}, dir: t.TempDir()})
+	var out syncBuffer
+	steps, err := run(context.Background(), options{nodes: 3, t: defaultTimings(), out: io.MultiWriter(tlog{t}, &out), dir: t.TempDir(), metrics: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// After the crash a survivor explains the crashed node's session
+	// instance: registered by that node's session, then orphaned.
+	for _, want := range []string{"explains ", "registered, published by session ", "removed (orphaned: its owner node left)", "metric families from 3 nodes"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the narration lacks %q", want)
+		}
 	}
 	want := []string{
 		"start 3 nodes",
@@ -90,6 +101,7 @@ func TestScenario(t *testing.T) {
 		"the Raft leader's node crashes",
 		"a persistent write while it is down",
 		"the node restarts",
+		"what an operator sees",
 	}
 	if len(steps) != len(want) {
 		t.Fatalf("%d steps done, want %d", len(steps), len(want))
@@ -106,4 +118,22 @@ func TestScenarioRejectsTooFewNodes(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "-nodes must be 3–9") {
 		t.Fatalf("run with 2 nodes: %v, want an error naming -nodes and its range", err)
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the narration's writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

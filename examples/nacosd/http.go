@@ -14,6 +14,9 @@ import (
 
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/registry"
+	mustermetrics "github.com/muster-io/muster/registry/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // The Nacos 1.x HTTP OpenAPI of naming, under /nacos/v1/ns. Parameters come
@@ -31,6 +34,11 @@ func (s *Server) httpHandler() http.Handler {
 	mux.HandleFunc("/nacos/v1/ns/catalog/services", s.hCatalog)
 	mux.HandleFunc("/nacos/v1/ns/operator/metrics", s.hMetrics)
 	mux.HandleFunc("/nacos/v1/core/loader/current", s.hLoaderCurrent)
+	// Prometheus: Muster's metrics (docs/monitoring.md), at the usual path
+	// and at Nacos's.
+	prom := http.HandlerFunc(s.hPrometheus)
+	mux.Handle("/metrics", prom)
+	mux.Handle("/nacos/actuator/prometheus", prom)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
 		if err := r.ParseForm(); err != nil {
@@ -613,4 +621,17 @@ func (s *Server) hLoaderCurrent(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, out)
+}
+
+// hPrometheus serves Muster's metrics of this node in the Prometheus text
+// format: the registry's, and in a cluster the transport's, Distro's,
+// Raft's and the health checks'.
+func (s *Server) hPrometheus(w http.ResponseWriter, r *http.Request) {
+	src := mustermetrics.Sources{Registry: s.reg, Health: s.reg.HealthChecks()}
+	if s.node != nil {
+		src.Transport, src.Distro, src.Raft = s.node.Transport(), s.node.Replicator(), s.node.Raft()
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(mustermetrics.New(src))
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 }

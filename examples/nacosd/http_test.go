@@ -19,6 +19,8 @@ import (
 	v1model "github.com/nacos-group/nacos-sdk-go/model"
 	"github.com/nacos-group/nacos-sdk-go/v2/vo"
 	v1vo "github.com/nacos-group/nacos-sdk-go/vo"
+	"github.com/prometheus/common/expfmt"
+	pmodel "github.com/prometheus/common/model"
 )
 
 // newV1Client returns a nacos-sdk-go v1.0.8 (HTTP) naming client. That
@@ -319,6 +321,25 @@ func TestOpenAPI(t *testing.T) {
 	m := jsonOf(t, must("GET", "/nacos/v1/ns/operator/metrics", nil, 200))
 	if m["status"] != "UP" || m["serviceCount"] != 2.0 || m["instanceCount"] != 3.0 {
 		t.Fatalf("metrics: %v", m)
+	}
+	// Prometheus, at /metrics and at Nacos's actuator path, parsed as a
+	// Prometheus server would.
+	for _, path := range []string{"/metrics", "/nacos/actuator/prometheus"} {
+		p := expfmt.NewTextParser(pmodel.UTF8Validation)
+		mfs, err := p.TextToMetricFamilies(strings.NewReader(must("GET", path, nil, 200)))
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if g := mfs["muster_registry_instances"]; g == nil || g.GetMetric()[0].GetGauge().GetValue() != 3 {
+			t.Fatalf("%s: muster_registry_instances = %v, want 3", path, g)
+		}
+		var writes float64
+		for _, m := range mfs["muster_registry_writes_total"].GetMetric() {
+			writes += m.GetCounter().GetValue()
+		}
+		if writes < 3 {
+			t.Fatalf("%s: %v writes counted, want at least the 3 registrations", path, writes)
+		}
 	}
 
 	// Deletes.

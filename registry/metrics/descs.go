@@ -7,7 +7,10 @@ import "github.com/prometheus/client_golang/prometheus"
 type descs struct {
 	registry, transport, distro, health, raft []*prometheus.Desc
 
-	regServices, regInstances, regSessions, regWatchers *prometheus.Desc
+	regServices, regInstances, regSessions, regWatchers                    *prometheus.Desc
+	regNsInstances, regNsHealth, regNsSessions, regNsWatchers              *prometheus.Desc
+	regWrites, regWriteErrors, regForwarded, regForwardFailures, regServed *prometheus.Desc
+	regWatchDelivery                                                       *prometheus.Desc
 
 	trConns, trDials, trDialFailures, trAccepted, trRefused, trLimited, trKept, trShed *prometheus.Desc
 	trFramesIn, trFramesOut, trBytesIn, trBytesOut                                     *prometheus.Desc
@@ -39,6 +42,16 @@ func newDescs(constLabels prometheus.Labels) *descs {
 	d.regInstances = mk("muster_registry_instances", "Instances in the registry's index: ephemeral ones of every node (replicated here) and persistent ones.")
 	d.regSessions = mk("muster_registry_sessions", "Sessions open on this node.")
 	d.regWatchers = mk("muster_registry_watchers", "Open watchers on this node (Watch and WatchServices).")
+	d.regNsInstances = mk("muster_registry_namespace_instances", "Instances in the index, by namespace and kind (ephemeral, persistent).", "namespace", "kind")
+	d.regNsHealth = mk("muster_registry_namespace_instances_by_health", "Instances in the index, by namespace and served health (healthy, unhealthy; before protection).", "namespace", "health")
+	d.regNsSessions = mk("muster_registry_namespace_sessions", "Sessions of this node with an instance in the namespace.", "namespace")
+	d.regNsWatchers = mk("muster_registry_namespace_watchers", "Service watchers of this node, by the watched service's namespace.", "namespace")
+	d.regWrites = mk("muster_registry_writes_total", "Writes by this node's callers, by operation (register, deregister, heartbeat, session_open, session_register, session_deregister); heartbeats count where they are served, as the owner.", "op")
+	d.regWriteErrors = mk("muster_registry_write_errors_total", "Writes by this node's callers that failed, by operation and reason (invalid, not_found, kind_mismatch, limit, not_ready, unavailable, closed, canceled, other).", "op", "reason")
+	d.regForwarded = mk("muster_registry_forwards_total", "Beat writes this node sent to their owner node (each attempt).")
+	d.regForwardFailures = mk("muster_registry_forward_failures_total", "Attempts to forward a beat write that failed (unreachable owner, ownership moving, not a member yet).")
+	d.regServed = mk("muster_registry_forwards_served_total", "Beat writes forwarded by other nodes that this node served as the owner.")
+	d.regWatchDelivery = mk("muster_registry_watch_delivery_duration_seconds", "Time from a change of a watched service to each of its watchers being handed the new view, on the registry's clock.")
 
 	group = &d.transport
 	d.trConns = mk("muster_transport_connections", "Node-to-node connections open now, including ones draining after a tie-break or a TLS reload.")

@@ -15,9 +15,9 @@ import (
 )
 
 // RegistrySource is what the collector reads from a registry: *registry.Registry implements
-// it. Counts is called once per scrape and must be safe for concurrent use.
+// it. Stats is called once per scrape and must be safe for concurrent use.
 type RegistrySource interface {
-	Counts() registry.Counts
+	Stats() registry.Stats
 }
 
 // TransportSource is a transport with counters: *transport.TCP implements it.
@@ -134,7 +134,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	e := emitter{ch: ch}
 	d := c.d
 	if s := c.src.Registry; s != nil {
-		n := s.Counts()
+		st := s.Stats()
+		n := st.Counts
 		if len(n.Namespaces) == 0 {
 			e.gauge(d.regServices, 0, "")
 		}
@@ -144,6 +145,25 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		e.gauge(d.regInstances, float64(n.Instances))
 		e.gauge(d.regSessions, float64(n.Sessions))
 		e.gauge(d.regWatchers, float64(n.Watchers))
+		for ns, v := range st.Namespaces {
+			e.gauge(d.regNsInstances, float64(v.Ephemeral), ns, "ephemeral")
+			e.gauge(d.regNsInstances, float64(v.Persistent), ns, "persistent")
+			e.gauge(d.regNsHealth, float64(v.Healthy), ns, "healthy")
+			e.gauge(d.regNsHealth, float64(v.Unhealthy), ns, "unhealthy")
+			e.gauge(d.regNsSessions, float64(v.Sessions), ns)
+			e.gauge(d.regNsWatchers, float64(v.Watchers), ns)
+		}
+		for op := range registry.NumOps {
+			o := st.Ops[op]
+			e.counter(d.regWrites, o.Calls, op.String())
+			for r := range registry.NumReasons {
+				e.counter(d.regWriteErrors, o.Errors[r], op.String(), r.String())
+			}
+		}
+		e.counter(d.regForwarded, st.Forwarded)
+		e.counter(d.regForwardFailures, st.ForwardFailures)
+		e.counter(d.regServed, st.Served)
+		e.histogram(d.regWatchDelivery, st.WatchDelivery)
 	}
 	if s := c.src.Transport; s != nil {
 		t := s.Stats()

@@ -27,6 +27,7 @@ import (
 	"github.com/muster-io/muster/registry"
 	"github.com/muster-io/muster/registry/metrics"
 	"github.com/muster-io/muster/registry/node"
+	"github.com/muster-io/muster/registry/registrytest"
 	"github.com/muster-io/muster/transport"
 )
 
@@ -327,6 +328,21 @@ func TestScrapeNodeCluster(t *testing.T) {
 	if v := value(t, after, "muster_registry_services", "namespace", model.DefaultNamespace); v != 2 {
 		t.Errorf("services in %s = %v, want 2", model.DefaultNamespace, v)
 	}
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"muster_registry_writes_total", []string{"op", "session_register"}, 1},
+		{"muster_registry_writes_total", []string{"op", "register"}, 1},
+		{"muster_registry_namespace_instances", []string{"namespace", model.DefaultNamespace, "kind", "ephemeral"}, 1},
+		{"muster_registry_namespace_instances", []string{"namespace", model.DefaultNamespace, "kind", "persistent"}, 1},
+		{"muster_registry_namespace_sessions", []string{"namespace", model.DefaultNamespace}, 1},
+	} {
+		if v := value(t, after, c.name, c.labels...); v != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, v, c.want)
+		}
+	}
 	if v := value(t, after, "muster_raft_proposals_total", "outcome", "applied"); v <= applied {
 		t.Errorf("applied proposals %v, want more than %v", v, applied)
 	}
@@ -434,7 +450,7 @@ func TestLintAndAbsentSources(t *testing.T) {
 
 type countsFunc func() registry.Counts
 
-func (f countsFunc) Counts() registry.Counts { return f() }
+func (f countsFunc) Stats() registry.Stats { return registry.Stats{Counts: f()} }
 
 type tcpStats struct{}
 
@@ -451,3 +467,49 @@ func (healthStats) Stats() health.SchedulerStats { return health.SchedulerStats{
 type raftStats struct{}
 
 func (raftStats) Stats() raftstore.Stats { return raftstore.Stats{} }
+
+// A partition: the cut-off node's membership drops to itself, and the
+// instance registered on the other side reaches neither it nor its scrape;
+// the heal brings both back.
+func TestScrapePartition(t *testing.T) {
+	dc := distro.DefaultConfig()
+	dc.SyncDelay = 0
+	c := registrytest.NewCluster(t, registrytest.ClusterOptions{Distro: &dc})
+	cut := c.Node(2)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics.New(metrics.Sources{Registry: cut, Distro: cut.Replicator()}))
+	if v := value(t, scrape(t, reg), "muster_distro_members"); v != 3 {
+		t.Fatalf("members before the partition = %v, want 3", v)
+	}
+	ctx := context.Background()
+	c.Partition([]int{0, 1}, []int{2})
+	c.Settle()
+	sess, err := c.Node(0).OpenSession(ctx, registry.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sess.Register(ctx, model.NewInstance(model.ServiceKey{Name: "p"}, "10.0.0.1", 80)); err != nil {
+		t.Fatal(err)
+	}
+	c.Settle()
+	during := scrape(t, reg)
+	if v := value(t, during, "muster_distro_members"); v != 1 {
+		t.Errorf("members of the cut-off node = %v, want 1", v)
+	}
+	if v := value(t, during, "muster_registry_instances"); v != 0 {
+		t.Errorf("the cut-off node holds %v instances, want 0", v)
+	}
+	applied := value(t, during, "muster_distro_records_applied_total")
+	c.Heal()
+	c.Advance(2 * dc.VerifyInterval) // verify repairs what the partition held back
+	after := scrape(t, reg)
+	if v := value(t, after, "muster_distro_members"); v != 3 {
+		t.Errorf("members after the heal = %v, want 3", v)
+	}
+	if v := value(t, after, "muster_registry_instances"); v != 1 {
+		t.Errorf("after the heal the node holds %v instances, want 1", v)
+	}
+	if v := value(t, after, "muster_distro_records_applied_total"); v <= applied {
+		t.Errorf("records applied %v, want more than %v", v, applied)
+	}
+}
