@@ -18,11 +18,19 @@ import (
 // transport.Kind for the ranges).
 const (
 	// KindRaftMessages carries a pb.MessageBatch: one way, or as a request
-	// when a batch too large for one message is sent in pieces.
+	// when a batch too large for one message is sent in pieces. It is an
+	// ordered kind where the transport offers one (transport.OrderedHandler):
+	// batches from a peer reach Dragonboat in the order they were sent, as
+	// over Dragonboat's own TCP transport. Delivered concurrently, Replicate
+	// messages overtook each other under load; the follower rejected the
+	// later ones (a gap in its log) and each rejection sent the leader back
+	// to probing.
 	KindRaftMessages transport.Kind = 96
 	// KindRaftChunk carries one pb.Chunk of a snapshot, as a request: the
 	// next chunk is sent once the peer has taken this one, so chunks arrive
-	// in order and a refused one stops the stream.
+	// in order and a refused one stops the stream. (It is not an ordered
+	// kind: the sender orders a stream already, and streams of different
+	// shards to one peer need not wait for each other's disk writes.)
 	KindRaftChunk transport.Kind = 97
 )
 
@@ -102,7 +110,11 @@ func (m *muxTransport) enter() bool {
 }
 
 func (m *muxTransport) Start() error {
-	m.t.Handle(KindRaftMessages, m.handler(m.deliverBatch))
+	if o, ok := m.t.(transport.OrderedHandler); ok {
+		o.HandleOrdered(KindRaftMessages, m.handler(m.deliverBatch))
+	} else {
+		m.t.Handle(KindRaftMessages, m.handler(m.deliverBatch)) // a wrapper: no order (Raft copes, more slowly under load)
+	}
 	m.t.Handle(KindRaftChunk, m.handler(m.deliverChunk))
 	return nil
 }

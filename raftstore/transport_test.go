@@ -303,3 +303,77 @@ func TestMuxTransportCloseWaitsForHandlers(t *testing.T) {
 		t.Fatal("Close returned while a handler was still in Dragonboat")
 	}
 }
+
+// Raft message batches from a peer reach Dragonboat in the order its
+// connection sent them (KindRaftMessages is an ordered kind), over TCP and
+// over a MemNetwork, also while the receiver is slow; the snapshot-chunk
+// kind stays concurrent.
+func TestMuxTransportBatchesInOrder(t *testing.T) {
+	var mem transport.MemNetwork
+	ma, err := mem.Node("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ma.Close()
+	mb, err := mem.Node("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mb.Close()
+	tcp := tcpTransports(t, "a", "b")
+	for _, tc := range []struct {
+		name string
+		a, b transport.Transport
+	}{{"mem", ma, mb}, {"tcp", tcp["a"], tcp["b"]}} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 2000
+			var mu sync.Mutex
+			var got []uint64
+			var running atomic.Int32
+			done := make(chan struct{})
+			recv := muxFactory{t: tc.b, guard: newGuard(testDeployment, 1, 2)}.Create(config.NodeHostConfig{}, func(b pb.MessageBatch) {
+				if running.Add(1) != 1 {
+					t.Error("two batches of one peer handed to Dragonboat at once")
+				}
+				defer running.Add(-1)
+				mu.Lock()
+				got = append(got, b.Requests[0].Commit)
+				if len(got) == n {
+					close(done)
+				}
+				mu.Unlock()
+				if b.Requests[0].Commit%100 == 0 {
+					time.Sleep(time.Millisecond) // a slow moment: later batches queue up
+				}
+			}, func(pb.Chunk) bool { return true })
+			if err := recv.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer recv.Close()
+			send := muxFactory{t: tc.a, guard: newGuard(testDeployment, 1, 1)}.Create(config.NodeHostConfig{}, nil, nil)
+			conn, err := send.GetConnection(context.Background(), "b")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range uint64(n) {
+				hb := pb.MessageBatch{DeploymentId: testDeployment, BinVer: raftio.TransportBinVersion, SourceAddress: "a",
+					Requests: []pb.Message{{Type: pb.Heartbeat, ShardID: 1, From: 1, To: 2, Commit: i}}}
+				if err := conn.SendMessageBatch(hb); err != nil {
+					t.Fatal(err)
+				}
+			}
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				t.Fatal("batches not all delivered")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for i, c := range got {
+				if c != uint64(i) {
+					t.Fatalf("batch %d handed over in position %d", c, i)
+				}
+			}
+		})
+	}
+}

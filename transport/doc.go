@@ -9,7 +9,41 @@
 // kind without a handler is answered with [ErrNoHandler]. Bodies are
 // copied: sender and receiver never share memory. There is no ordering
 // guarantee between messages, even from one sender: handlers run
-// concurrently.
+// concurrently, unless the kind is ordered (below).
+//
+// # Ordered kinds
+//
+// A kind installed with [OrderedHandler.HandleOrdered] (both
+// implementations have it; find it by type assertion) is ordered: its
+// messages (one-way and requests) from one peer over one connection are
+// handled one at a time, in arrival order, and messages one goroutine
+// sends to one peer arrive in the order it sent them. That is the order a
+// replication protocol needs for its one-way stream (raftstore's Raft
+// message batches are an ordered kind): without it, a later message
+// overtakes an earlier one under load and the receiver sees a gap. What is
+// not ordered: messages of different kinds, of one kind from different
+// peers, from different goroutines at once (their order is the order they
+// reach the connection), across connections (a reconnect, the dial
+// tie-break, a TLS reload), and a node's messages to itself. A message the
+// receiver sheds (see Load) leaves a gap.
+//
+// Each ordered kind has, per connection, a queue and at most one goroutine
+// serving it (started when a message arrives at an empty queue, gone when
+// it is empty again), besides the connection's MaxInflight handlers.
+// Head-of-line blocking is confined to the kind on that connection: a
+// handler that blocks holds up the later messages of its kind from that
+// peer, while other kinds, and the same kind from other peers, are handled
+// as usual. Its queue takes at most MaxQueued messages and, with the
+// message running, half of MaxQueuedBytes (an empty queue takes any
+// message); its bytes count in the connection's MaxQueuedBytes too, so a
+// blocked ordered handler leaves the other kinds at least half the
+// connection's byte budget. Beyond either bound a request of the kind is
+// answered with ErrBusy and a one-way message dropped, counted in
+// TCPStats.Shed (and ShedBytes). Close cancels the running handler's
+// context and drops what is queued (queued requests fail with
+// ErrUnreachable at the caller, as for any connection that closes).
+// Ordered handlers should be quick, as every handler should: a slow one
+// lowers its kind's throughput from that peer to one message at a time.
 //
 // Two implementations share one behaviour suite:
 //
@@ -75,6 +109,17 @@
 //   - Responses are never queued, delayed or dropped by the drop rate: they
 //     reach the caller as soon as the handler returns, unless the way back
 //     is partitioned or the caller closed.
+//   - Ordered kinds: messages of an ordered kind from one sender node are
+//     handled one at a time in the order the network hands them over: send
+//     order (per goroutine), also through a link delay (a message due
+//     brings along every earlier message of an ordered kind its sender
+//     sent to the node that the network still holds, so a delay that
+//     shrinks never reorders them; one removed, SetLink to zero, lets new
+//     messages overtake those still delayed).
+//     The fault injection stays explicit: the drop rate leaves gaps, and in
+//     manual mode Deliver, Drop and Duplicate decide the order, so a test
+//     reorders an ordered kind on purpose by delivering out of order. The
+//     queues are not bounded (MemNetwork sheds nothing).
 //   - [MemNetwork.Stats] counts messages and body bytes per direction
 //     (requests, one-way messages and responses), for cost-per-round
 //     figures.
@@ -200,7 +245,8 @@
 // dropped; both are counted (TCPStats.Shed, and TCPStats.ShedBytes for
 // the byte budget) and logged with exponential spacing (1st, 2nd, 4th,
 // ...). A sender that needs every one-way message handled must
-// bound what it has outstanding, or use requests. Senders block (up to their context) when a connection's write
+// bound what it has outstanding, or use requests. Ordered kinds have
+// queues of their own, bounded as described under Ordered kinds. Senders block (up to their context) when a connection's write
 // queue of WriteQueue frames is full.
 //
 // Time. Backoff runs on the injected clock. Socket and handler deadlines

@@ -99,3 +99,37 @@ func ExampleNewTCP() {
 	fmt.Println(string(resp), err)
 	// Output: hi a <nil>
 }
+
+// An ordered kind's one-way messages from a peer are handled one at a
+// time, in the order they were sent: a stream of log entries, for example.
+func ExampleOrderedHandler() {
+	var network transport.MemNetwork
+	a, _ := network.Node("a")
+	b, _ := network.Node("b")
+	defer a.Close()
+	defer b.Close()
+
+	const entries transport.Kind = 129
+	var tr transport.Transport = b
+	log := make(chan string, 5)
+	handle := func(ctx context.Context, from string, body []byte) ([]byte, error) {
+		log <- string(body) // no lock needed: one message at a time per peer
+		return nil, nil
+	}
+	if o, ok := tr.(transport.OrderedHandler); ok {
+		o.HandleOrdered(entries, handle)
+	} else {
+		tr.Handle(entries, handle) // a transport without ordering
+	}
+
+	ctx := context.Background()
+	for _, e := range []string{"e1", "e2", "e3", "e4", "e5"} {
+		_ = a.Send(ctx, "b", entries, []byte(e))
+	}
+	for range 5 {
+		fmt.Print(<-log, " ")
+	}
+	fmt.Println()
+	// Output:
+	// e1 e2 e3 e4 e5
+}

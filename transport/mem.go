@@ -93,6 +93,7 @@ type memMsg struct {
 	env      Envelope
 	deadline time.Time // the caller's ctx deadline, zero if none
 	call     *memCall  // nil for one-way messages
+	taken    bool      // taken from MemTransport.delayed for delivery (guarded by the receiver's mu)
 }
 
 // memCall is the caller's side of a request. done has room for one
@@ -605,10 +606,28 @@ type MemTransport struct {
 
 	handlers handlerTable
 
-	mu     sync.Mutex
-	closed bool
-	timers map[*memMsg]clockwork.Timer // delayed messages addressed to this node
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	closed  bool
+	timers  map[*memMsg]clockwork.Timer // delayed messages addressed to this node
+	delayed map[string][]*memMsg        // per sender, the delayed messages of ordered kinds, in send order
+	lanes   map[memLaneKey]*memLane     // per sender and ordered kind, the messages waiting for its handler
+	wg      sync.WaitGroup
+
+	// orderMu is held while delayed messages of ordered kinds are taken
+	// from delayed and dispatched, so that two timers firing at once
+	// dispatch them in send order. Lock order: orderMu, n.mu, t.mu.
+	orderMu sync.Mutex
+}
+
+type memLaneKey struct {
+	from string
+	kind Kind
+}
+
+// memLane is the queue of one sender's messages of one ordered kind.
+type memLane struct {
+	q       []*memMsg
+	running bool // a laneLoop serves it
 }
 
 var _ Transport = (*MemTransport)(nil)
@@ -626,7 +645,13 @@ func (t *MemTransport) MaxMessageSize() int {
 
 // Handle installs h for kind, replacing any earlier handler; a nil h
 // removes it.
-func (t *MemTransport) Handle(kind Kind, h Handler) { t.handlers.set(kind, h) }
+func (t *MemTransport) Handle(kind Kind, h Handler) { t.handlers.set(kind, h, false) }
+
+// HandleOrdered installs h for kind and makes the kind ordered (see
+// [OrderedHandler]): messages of kind from one sender are handled one at a
+// time in the order the network hands them over (see the package
+// documentation, MemNetwork).
+func (t *MemTransport) HandleOrdered(kind Kind, h Handler) { t.handlers.set(kind, h, true) }
 
 func (t *MemTransport) handler(kind Kind) Handler { return t.handlers.get(kind) }
 
@@ -713,6 +738,7 @@ func (t *MemTransport) Close() error {
 	t.closed = true
 	timers := t.timers
 	t.timers = nil
+	t.delayed = nil
 	t.mu.Unlock()
 
 	t.cancel()
@@ -734,6 +760,14 @@ func (t *MemTransport) schedule(clock clockwork.Clock, d time.Duration, m *memMs
 		m.fail(fmt.Errorf("%w: %s closed", ErrUnreachable, t.id))
 		return
 	}
+	if t.handlers.ordered(m.env.Kind) {
+		if t.delayed == nil {
+			t.delayed = make(map[string][]*memMsg)
+		}
+		t.delayed[m.env.From] = append(t.delayed[m.env.From], m)
+		t.timers[m] = clock.AfterFunc(d, func() { t.fireOrdered(m) })
+		return
+	}
 	t.timers[m] = clock.AfterFunc(d, func() {
 		t.mu.Lock()
 		_, ok := t.timers[m]
@@ -747,6 +781,47 @@ func (t *MemTransport) schedule(clock clockwork.Clock, d time.Duration, m *memMs
 			m.fail(fmt.Errorf("%w: %s closed", ErrUnreachable, t.id))
 		}
 	})
+}
+
+// fireOrdered delivers the delayed message m of an ordered kind when its
+// timer fires, and before it every message of an ordered kind its sender
+// sent earlier and the network still holds (their delay may be longer if
+// the link changed meanwhile): delays never reorder an ordered kind.
+func (t *MemTransport) fireOrdered(m *memMsg) {
+	t.orderMu.Lock()
+	defer t.orderMu.Unlock()
+	t.mu.Lock()
+	if t.closed {
+		taken := m.taken // if not, Close found its timer fired already and left it to us
+		t.mu.Unlock()
+		if !taken {
+			m.fail(fmt.Errorf("%w: %s closed", ErrUnreachable, t.id))
+		}
+		return
+	}
+	q := t.delayed[m.env.From]
+	i := slices.Index(q, m)
+	if i < 0 {
+		t.mu.Unlock()
+		return // delivered already, ahead of its timer
+	}
+	due := slices.Clone(q[:i+1])
+	if i+1 == len(q) {
+		delete(t.delayed, m.env.From)
+	} else {
+		t.delayed[m.env.From] = slices.Delete(q, 0, i+1)
+	}
+	for _, d := range due {
+		d.taken = true
+		if tm := t.timers[d]; tm != nil && d != m {
+			tm.Stop()
+		}
+		delete(t.timers, d)
+	}
+	t.mu.Unlock()
+	for _, d := range due {
+		_ = t.net.deliver(d) // failures reach the caller through d
+	}
 }
 
 // goFunc runs f in a goroutine that Close waits for. It returns false,
@@ -772,10 +847,71 @@ func (t *MemTransport) dispatch(m *memMsg) {
 	if m.call != nil {
 		m.call.enter(n)
 	}
+	if t.handlers.ordered(m.env.Kind) {
+		t.queue(m)
+		return
+	}
 	if !t.goFunc(func() { t.serve(m) }) {
 		n.busyAdd(-1)
 		m.fail(fmt.Errorf("%w: %s closed", ErrUnreachable, t.id))
 	}
+}
+
+// queue appends m, of an ordered kind, to its sender's lane, and starts
+// the lane's loop if it is not running. Lanes are not bounded: the
+// MemNetwork sheds nothing.
+func (t *MemTransport) queue(m *memMsg) {
+	k := memLaneKey{m.env.From, m.env.Kind}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		t.net.busyAdd(-1)
+		m.fail(fmt.Errorf("%w: %s closed", ErrUnreachable, t.id))
+		return
+	}
+	if t.lanes == nil {
+		t.lanes = make(map[memLaneKey]*memLane)
+	}
+	l := t.lanes[k]
+	if l == nil {
+		l = &memLane{}
+		t.lanes[k] = l
+	}
+	l.q = append(l.q, m)
+	if l.running {
+		t.mu.Unlock()
+		return
+	}
+	l.running = true
+	t.wg.Add(1) // under t.mu, not closed: Close waits for it
+	t.mu.Unlock()
+	go func() {
+		defer t.wg.Done()
+		t.laneLoop(k, l)
+	}()
+}
+
+// laneLoop serves l's messages in order until its queue is empty. Once t
+// is closed, what is queued fails (requests with ErrUnreachable).
+func (t *MemTransport) laneLoop(k memLaneKey, l *memLane) {
+	t.mu.Lock()
+	for len(l.q) > 0 {
+		m := l.q[0]
+		l.q[0] = nil
+		l.q = l.q[1:]
+		closed := t.closed
+		t.mu.Unlock()
+		if closed {
+			t.net.busyAdd(-1)
+			m.fail(fmt.Errorf("%w: %s closed", ErrUnreachable, t.id))
+		} else {
+			t.serve(m)
+		}
+		t.mu.Lock()
+	}
+	l.running = false
+	delete(t.lanes, k) // an idle lane holds nothing
+	t.mu.Unlock()
 }
 
 func (t *MemTransport) serve(m *memMsg) {

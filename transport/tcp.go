@@ -192,7 +192,11 @@ func (t *TCP) MaxMessageSize() int { return t.cfg.MaxFrameSize }
 
 // Handle installs h for kind, replacing any earlier handler; a nil h
 // removes it. It may be called before Start.
-func (t *TCP) Handle(kind Kind, h Handler) { t.handlers.set(kind, h) }
+func (t *TCP) Handle(kind Kind, h Handler) { t.handlers.set(kind, h, false) }
+
+// HandleOrdered installs h for kind and makes the kind ordered (see
+// [OrderedHandler]). It may be called before Start.
+func (t *TCP) HandleOrdered(kind Kind, h Handler) { t.handlers.set(kind, h, true) }
 
 func (t *TCP) handler(kind Kind) Handler { return t.handlers.get(kind) }
 

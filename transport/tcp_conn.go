@@ -42,11 +42,13 @@ type conn struct {
 	nextID    uint64
 	handlers  int // handler slots in use (serveLoop goroutines)
 	backlog   []inbound
-	held      int  // body bytes of the messages running or in backlog (MaxQueuedBytes)
-	closed    bool // close ran
-	retired   bool // no new outbound calls; go-away sent
-	goaway    bool // the peer sent go-away
-	finishing bool // the close marker is queued
+	lanes     map[Kind]*lane // the queues of ordered kinds, created on their first message
+	serving   int            // lanes with a running laneLoop
+	held      int            // body bytes of the messages running or queued, lanes included (MaxQueuedBytes)
+	closed    bool           // close ran
+	retired   bool           // no new outbound calls; go-away sent
+	goaway    bool           // the peer sent go-away
+	finishing bool           // the close marker is queued
 }
 
 func (t *TCP) newConn(nc net.Conn, peer, dialer string, version uint8) *conn {
@@ -271,7 +273,7 @@ func (c *conn) retire() {
 // maybeFinish queues the close marker once c is drained.
 func (c *conn) maybeFinish() {
 	c.mu.Lock()
-	if c.finishing || c.closed || !c.retired || !c.goaway || len(c.pending) > 0 || c.handlers > 0 {
+	if c.finishing || c.closed || !c.retired || !c.goaway || len(c.pending) > 0 || c.handlers > 0 || c.serving > 0 {
 		c.mu.Unlock()
 		return
 	}
@@ -454,6 +456,10 @@ func (c *conn) handle(h header, body []byte) {
 			// derived from the caller's ctx, so real time.
 			m.deadline = time.Now().Add(time.Duration(min(h.timeout, uint64(1<<62)/1000)) * time.Microsecond) // real time
 		}
+		if c.t.handlers.ordered(h.kind) {
+			c.handleOrdered(m)
+			return
+		}
 		size := len(body)
 		c.mu.Lock()
 		switch {
@@ -506,6 +512,86 @@ func (c *conn) handle(h header, body []byte) {
 		default:
 		}
 	}
+}
+
+// lane is the queue of one ordered kind on one connection (see
+// OrderedHandler): its messages run one at a time, in arrival order, on a
+// laneLoop goroutine that exists while the queue is not empty.
+type lane struct {
+	q       []inbound
+	bytes   int  // body bytes of the queued and running messages
+	running bool // a laneLoop serves it
+}
+
+// handleOrdered queues m on its kind's lane, or sheds it. A lane holds at
+// most MaxQueued messages and half of MaxQueuedBytes (a message is always
+// accepted by an empty lane), and its bytes count in the connection's
+// MaxQueuedBytes as well: a blocked ordered handler leaves the other kinds
+// at least half the byte budget. It runs on the reader goroutine.
+func (c *conn) handleOrdered(m inbound) {
+	size := len(m.body)
+	c.mu.Lock()
+	l := c.lanes[m.h.kind]
+	if l == nil {
+		if c.lanes == nil {
+			c.lanes = make(map[Kind]*lane)
+		}
+		l = &lane{}
+		c.lanes[m.h.kind] = l
+	}
+	busy := l.running || len(l.q) > 0
+	switch {
+	case busy && (l.bytes+size > c.t.cfg.MaxQueuedBytes/2 || c.held > 0 && c.held+size > c.t.cfg.MaxQueuedBytes):
+		held := c.held
+		c.mu.Unlock()
+		c.t.stats.shedBytes.Add(1)
+		c.shed(m.h, "ordered handler byte budget full: refusing requests with ErrBusy and dropping one-way messages",
+			fmt.Sprintf("%d bytes held by handlers, limit %d", held, c.t.cfg.MaxQueuedBytes), "held_bytes", held, "bytes", size)
+		return
+	case len(l.q) >= c.t.cfg.MaxQueued:
+		c.mu.Unlock()
+		c.shed(m.h, "ordered handler queue full: refusing requests with ErrBusy and dropping one-way messages",
+			fmt.Sprintf("%d messages queued for kind %d", len(l.q), m.h.kind))
+		return
+	}
+	l.q = append(l.q, m)
+	l.bytes += size
+	c.held += size
+	start := !l.running
+	if start {
+		l.running = true
+		c.serving++
+	}
+	c.mu.Unlock()
+	if start && !c.t.goFunc(func() { c.laneLoop(l) }) {
+		c.mu.Lock()
+		l.running = false
+		c.serving--
+		c.mu.Unlock()
+	}
+}
+
+// laneLoop serves l's messages in order until its queue is empty or c
+// closes (what is queued then is dropped with the connection).
+func (c *conn) laneLoop(l *lane) {
+	c.mu.Lock()
+	for len(l.q) > 0 && !c.closed {
+		m := l.q[0]
+		l.q[0] = inbound{}
+		l.q = l.q[1:]
+		c.mu.Unlock()
+		c.serve(m)
+		c.mu.Lock()
+		l.bytes -= len(m.body)
+		c.held -= len(m.body)
+	}
+	if len(l.q) == 0 {
+		l.q = nil // let the backing array go
+	}
+	l.running = false
+	c.serving--
+	c.mu.Unlock()
+	c.maybeFinish()
 }
 
 // shed refuses (ErrBusy) or drops (one-way) a message the handler limits

@@ -19,7 +19,8 @@ type Kind uint16
 // for a one-way message both are discarded.
 //
 // Handlers may be called concurrently, from several goroutines, for the
-// same or different peers. The context ends when the request's deadline
+// same or different peers (the handler of an ordered kind, see
+// OrderedHandler, one message at a time per connection). The context ends when the request's deadline
 // passes, the connection closes or the transport closes. A handler must not
 // retain body after it returns.
 type Handler func(ctx context.Context, from string, body []byte) ([]byte, error)
