@@ -24,16 +24,16 @@ import "fmt"
 // into what the state stores (a re-put keeps the stored health, a patch is
 // merged with the stored one) and reports whether anything changes.
 //
-// The registry adopts this by implementing CommandState over its index
-// (Service: the service's kind, definition and slot counts; Instance: a
-// slot and its persistent record; Patch: its patch table), calling
-// AdmitCommand where checkLocked runs today (its limits and the patch
-// countdown of an expiry stay its own), ResolveCommand before mirroring,
-// and mapping the errors (errors.Is with ErrServiceExists, ErrNotFound,
-// ErrServiceNotEmpty, ErrKindMismatch, ErrHealthChecked; ErrNoop is
-// success). Over Raft it admits a command as the caller gave it and sets
-// Upsert on an UpdateService before proposing (a service that exists only
-// through ephemeral instances has no record in the state machine).
+// The registry implements CommandState over its index (Service: the
+// service's kind, definition and slot counts; Instance: a slot and its
+// persistent record; Patch: its patch table), admits every write with
+// AdmitCommand (then its limits and the patch countdown of an expiry, its
+// own), resolves a command with ResolveCommand before mirroring it, and
+// uses these errors as its own (registry.ErrNotFound is ErrNotFound, and
+// so on; ErrNoop is success). Over Raft it admits a command as the caller
+// gave it and sets Upsert on an UpdateService before proposing (a service
+// that exists only through ephemeral instances has no record in the state
+// machine).
 
 // CommandState is the stored state the rules read. Implementations answer
 // from memory; the rules call them a few times per command and never keep

@@ -32,13 +32,17 @@ type Store interface {
 	// checks when nothing else tells the nodes apart (no Replicator). It
 	// does not block.
 	IsLeader() bool
-	// Propose commits cmd and returns once it has been applied on this
-	// node and fed. rejected is the store's rules refusing it (it matches
-	// ErrServiceExists, ErrNotFound, ErrServiceNotEmpty or
-	// ErrKindMismatch); err is the command not being decided: an error
-	// matching ErrNoLeader (no quorum within the store's bounded wait),
-	// ErrClosed, model.ErrInvalid, or ctx's.
-	Propose(ctx context.Context, cmd StoreCommand) (rejected, err error)
+	// Propose commits cmd, which the registry normalized and admitted
+	// (model.AdmitCommand), and returns once it has been applied on this
+	// node and fed. The store checks it again at apply time with
+	// model.CheckCommand, the replicated rules, and applies it as
+	// model.ResolveCommand rewrites it. rejected is those rules refusing
+	// it: model's rule error (it matches ErrServiceExists, ErrNotFound,
+	// ErrServiceNotEmpty or ErrKindMismatch, which are model's). err is
+	// the command not being decided: an error matching ErrNoLeader (no
+	// quorum within the store's bounded wait), ErrClosed,
+	// model.ErrInvalid, or ctx's.
+	Propose(ctx context.Context, cmd model.Command) (rejected, err error)
 	// Close closes the store; called once, by Registry.Close, after the
 	// registry's goroutines stopped.
 	Close() error
@@ -50,10 +54,11 @@ type Store interface {
 // return). The values passed are the feed's to keep.
 type StoreFeed interface {
 	// Applied delivers the commands that took effect, in log order, with
-	// default names filled in; for a PutInstance the stored instance (a
-	// re-put keeps the stored health), for a PatchInstance the stored
-	// patch (merged with the previous one).
-	Applied(cmds []StoreCommand)
+	// default names filled in, as model.ResolveCommand rewrote them: for a
+	// PutInstance the stored instance (a re-put keeps the stored health),
+	// for a PatchInstance the stored patch (merged with the previous one).
+	// The registry may modify them.
+	Applied(cmds []model.Command)
 	// Reset replaces all the persistent data the registry holds with st:
 	// when the store opens, and after it installed a snapshot.
 	Reset(st StoreState)
@@ -62,35 +67,6 @@ type StoreFeed interface {
 // StoreFunc builds the registry's Store; New calls it once. feed is the
 // registry's side of the store's change feed.
 type StoreFunc func(env Env, feed StoreFeed) (Store, error)
-
-// StoreOp is the kind of a StoreCommand. The values are those of
-// raftstore.Op, which its log stores.
-type StoreOp uint8
-
-// Store command kinds.
-const (
-	StoreCreateService  StoreOp = 1
-	StoreUpdateService  StoreOp = 2
-	StoreDeleteService  StoreOp = 3
-	StorePutInstance    StoreOp = 4
-	StoreDeleteInstance StoreOp = 5
-	StorePatchInstance  StoreOp = 6
-	StoreRemovePatch    StoreOp = 7
-	StoreSetHealth      StoreOp = 8
-)
-
-// StoreCommand is one change of persistent data, as a Store commits it.
-// Fields are used according to Op, as in raftstore.Command.
-type StoreCommand struct {
-	Op       StoreOp
-	Service  model.Service     // create, update
-	Upsert   bool              // update: create the definition if absent
-	SvcKey   model.ServiceKey  // delete service
-	Instance model.Instance    // put instance
-	Key      model.InstanceKey // delete instance, remove patch, set health
-	Patch    model.InstancePatch
-	Healthy  bool // set health
-}
 
 // StoreState is a complete copy of a Store's data.
 type StoreState struct {

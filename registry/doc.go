@@ -103,9 +103,12 @@
 //   - Writes are proposed, decided by the store's rules on every node
 //     alike, and mirrored into each node's index from its change feed. A
 //     call returns once its change is visible on the node that took it.
-//   - The rules that involve ephemeral data (the kind of a service used by
-//     ephemeral instances, a patch of an ephemeral instance) are checked on
-//     the node that takes the write; the store checks the rest.
+//   - The rules are model's, one set for both stores: the node that takes
+//     a write admits it (model.AdmitCommand over its index, with the
+//     rules that involve ephemeral data: the kind of a service used by
+//     ephemeral instances, a patch of an ephemeral instance), and the
+//     store checks the replicated rules again when it applies it
+//     (model.CheckCommand). Commands are model.Command, as in the log.
 //   - A Query with Linearizable set first waits for a barrier, so it sees
 //     every write acknowledged anywhere before it began.
 //   - Without a quorum, writes fail with ErrNoLeader after a bounded wait;
@@ -212,5 +215,7 @@
 // # Errors
 //
 // Errors match the sentinels in errors.go with errors.Is; invalid input
-// matches model.ErrInvalid and names the field and the rule.
+// matches model.ErrInvalid and names the field and the rule. The rule
+// errors (ErrNotFound, ErrServiceExists, ErrServiceNotEmpty,
+// ErrKindMismatch, ErrHealthChecked) are model's.
 package registry

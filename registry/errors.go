@@ -1,10 +1,17 @@
 package registry
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/muster-io/muster/model"
+)
 
 // Errors returned by the registry. Match them with errors.Is; the returned
 // errors wrap them with the service or instance concerned. Validation errors
-// match model.ErrInvalid instead.
+// match model.ErrInvalid instead. The rule errors (ErrKindMismatch,
+// ErrNotFound, ErrServiceExists, ErrServiceNotEmpty, ErrHealthChecked) are
+// model's: the rules are model's (model.AdmitCommand), and a Store's
+// rejections match them as they are.
 var (
 	// ErrClosed: the registry has been closed.
 	ErrClosed = errors.New("registry: closed")
@@ -16,18 +23,22 @@ var (
 	ErrNotReady = errors.New("registry: not ready")
 	// ErrKindMismatch: the service is ephemeral and the instance persistent,
 	// or the other way round. A service's kind is fixed by its first
-	// registration or its creation.
-	ErrKindMismatch = errors.New("registry: service kind mismatch")
-	// ErrNotFound: no such service or instance.
-	ErrNotFound = errors.New("registry: not found")
+	// registration or its creation. It is model's rule error, which
+	// model.AdmitCommand and a Store's rejections return.
+	ErrKindMismatch = model.ErrKindMismatch
+	// ErrNotFound: no such service or instance. It is model's, matched
+	// too by the rules' model.ErrServiceNotFound and
+	// model.ErrInstanceNotFound.
+	ErrNotFound = model.ErrNotFound
 	// ErrServiceExists: CreateService of a service that already has a stored
-	// definition.
-	ErrServiceExists = errors.New("registry: service already exists")
-	// ErrServiceNotEmpty: DeleteService of a service that still has instances.
-	ErrServiceNotEmpty = errors.New("registry: service has instances")
+	// definition (model's rule error).
+	ErrServiceExists = model.ErrServiceExists
+	// ErrServiceNotEmpty: DeleteService of a service that still has
+	// instances (model's rule error).
+	ErrServiceNotEmpty = model.ErrServiceNotEmpty
 	// ErrHealthChecked: SetHealth on a cluster whose health check type is not
-	// NONE; its health belongs to the checker.
-	ErrHealthChecked = errors.New("registry: cluster is health-checked")
+	// NONE; its health belongs to the checker (model's rule error).
+	ErrHealthChecked = model.ErrHealthChecked
 	// ErrNoInstance: SelectOne found no healthy, enabled instance with a
 	// positive weight.
 	ErrNoInstance = errors.New("registry: no instance available")

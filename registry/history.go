@@ -171,20 +171,6 @@ func (r *Registry) note(key model.InstanceKey, kind EventKind, pub *publisher, w
 	r.journal.add(e)
 }
 
-// noteChange records pi's instance becoming next: a health flip, or an
-// update. The caller holds mu.
-func (r *Registry) noteChange(pi *pubInst, next *model.Instance, pub *publisher) {
-	switch {
-	case len(r.journal.ring) == 0:
-	case pi.inst.healthy && !next.Healthy:
-		r.note(pi.slot.key(), EventUnhealthy, pub, "on its owner")
-	case !pi.inst.healthy && next.Healthy:
-		r.note(pi.slot.key(), EventHealthy, pub, "on its owner")
-	default:
-		r.note(pi.slot.key(), EventUpdated, pub, "")
-	}
-}
-
 // Explanation is what a node knows of one instance (see Explain).
 type Explanation struct {
 	Key model.InstanceKey
@@ -231,19 +217,4 @@ func (r *Registry) Explain(key model.InstanceKey) Explanation {
 		out.Check = &st
 	}
 	return out
-}
-
-// noteHealth records a stored health change of a persistent instance: by
-// its active check, or set by hand on a NONE cluster. The caller holds mu.
-func (r *Registry) noteHealth(s *service, key model.InstanceKey, healthy bool) {
-	why := "manual"
-	def := s.definition()
-	if t := def.Cluster(key.Cluster).HealthCheck.EffectiveType(); t != model.CheckNone {
-		why = "check: " + string(t)
-	}
-	kind := EventUnhealthy
-	if healthy {
-		kind = EventHealthy
-	}
-	r.note(key, kind, nil, why)
 }

@@ -16,6 +16,9 @@ func (r *Registry) CheckConsistency() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 
+	if !r.index.fx.empty() {
+		bad("the index holds effects not carried out: %+v", r.index.fx)
+	}
 	pubsSeen := map[*pubInst]bool{}
 	beatInsts := 0
 	for key, s := range r.services {

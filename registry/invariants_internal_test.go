@@ -99,7 +99,7 @@ func TestStaleOrphanRemovalKeepsANewCountdown(t *testing.T) {
 	_ = s2.Register(ctx, in) // back: countdown 1 cancelled
 	s2.Close()               // countdown 2
 	r.mu.Lock()
-	_ = r.applyLocked(&command{op: opRemovePatch, key: key, expiry: true}) // the housekeeper's stale decision from countdown 1
+	_ = r.applyLocked(&model.Command{Op: model.OpRemovePatch, Key: key}, model.Origin{Expiry: true}) // the housekeeper's stale decision from countdown 1
 	_, kept := r.patches[key]
 	r.mu.Unlock()
 	if !kept {

@@ -236,42 +236,42 @@ func (r *Registry) validPatch(p *model.InstancePatch) error {
 
 // admitService reports whether a new service key may be created. The
 // caller holds mu and has found no service of key.
-func (r *Registry) admitService(key model.ServiceKey) error {
-	if n := len(r.services); n >= r.lim.MaxServices {
-		return limitError("MaxServices", r.lim.MaxServices, "service %s would be one more", key)
+func (ix *index) admitService(key model.ServiceKey) error {
+	if n := len(ix.services); n >= ix.lim.MaxServices {
+		return limitError("MaxServices", ix.lim.MaxServices, "service %s would be one more", key)
 	}
-	n, ok := r.quota.nsServices[key.Namespace]
-	if !ok && len(r.quota.nsServices) >= r.lim.MaxNamespaces {
-		return limitError("MaxNamespaces", r.lim.MaxNamespaces, "namespace %s would be one more", key.Namespace)
+	n, ok := ix.quota.nsServices[key.Namespace]
+	if !ok && len(ix.quota.nsServices) >= ix.lim.MaxNamespaces {
+		return limitError("MaxNamespaces", ix.lim.MaxNamespaces, "namespace %s would be one more", key.Namespace)
 	}
-	if n >= r.lim.MaxServicesPerNamespace {
-		return limitError("MaxServicesPerNamespace", r.lim.MaxServicesPerNamespace, "namespace %s is full; service %s refused", key.Namespace, key)
+	if n >= ix.lim.MaxServicesPerNamespace {
+		return limitError("MaxServicesPerNamespace", ix.lim.MaxServicesPerNamespace, "namespace %s is full; service %s refused", key.Namespace, key)
 	}
 	return nil
 }
 
 // admitInstance reports whether the instance key may be added to the
-// index, creating its service if need be. The caller holds mu.
-func (r *Registry) admitInstance(s *service, key model.ServiceKey, cluster, ip string, port int) error {
+// index, creating its service if need be.
+func (ix *index) admitInstance(s *service, key model.ServiceKey, cluster, ip string, port int) error {
 	if s != nil {
 		if _, ok := s.findSlot(cluster, ip, port); ok {
 			return nil // already held
 		}
 	}
-	return r.admitSlot(s, key)
+	return ix.admitSlot(s, key)
 }
 
 // admitSlot reports whether a new instance may be added to s (nil: a new
-// service of key). The caller holds mu.
-func (r *Registry) admitSlot(s *service, key model.ServiceKey) error {
-	if s != nil && len(s.slots) >= r.lim.MaxInstancesPerService {
-		return limitError("MaxInstancesPerService", r.lim.MaxInstancesPerService, "service %s is full", key)
+// service of key).
+func (ix *index) admitSlot(s *service, key model.ServiceKey) error {
+	if s != nil && len(s.slots) >= ix.lim.MaxInstancesPerService {
+		return limitError("MaxInstancesPerService", ix.lim.MaxInstancesPerService, "service %s is full", key)
 	}
-	if r.quota.instances >= r.lim.MaxInstances {
-		return limitError("MaxInstances", r.lim.MaxInstances, "the registry is full")
+	if ix.quota.instances >= ix.lim.MaxInstances {
+		return limitError("MaxInstances", ix.lim.MaxInstances, "the registry is full")
 	}
 	if s == nil {
-		return r.admitService(key)
+		return ix.admitService(key)
 	}
 	return nil
 }
@@ -280,8 +280,8 @@ func (r *Registry) admitSlot(s *service, key model.ServiceKey) error {
 // and has its defaults: replacing what it publishes under inst's key is
 // always allowed; a new publication must fit (see admitNew). The caller
 // holds mu.
-func (r *Registry) admitPublication(pub *publisher, inst *model.Instance) error {
-	s := r.services[inst.Service]
+func (ix *index) admitPublication(pub *publisher, inst *model.Instance) error {
+	s := ix.services[inst.Service]
 	found := false
 	if s != nil {
 		var i int
@@ -289,20 +289,20 @@ func (r *Registry) admitPublication(pub *publisher, inst *model.Instance) error 
 			return nil
 		}
 	}
-	return r.admitNew(pub, s, found, inst)
+	return ix.admitNew(pub, s, found, inst)
 }
 
 // admitNew reports whether a new publication of inst by pub (nil: a beat
 // publisher still to be created) fits in the publisher's cap and, when it
 // adds an instance (slotHeld false), in the service's, the registry's and,
-// for a new service (s nil), the namespaces'. The caller holds mu.
-func (r *Registry) admitNew(pub *publisher, s *service, slotHeld bool, inst *model.Instance) error {
+// for a new service (s nil), the namespaces'.
+func (ix *index) admitNew(pub *publisher, s *service, slotHeld bool, inst *model.Instance) error {
 	n := 0
 	if pub != nil {
 		n = len(pub.insts)
 	}
 	beat := pub == nil || pub.kind == pubBeat
-	if max, name := r.pubCap(beat); n >= max {
+	if max, name := ix.pubCap(beat); n >= max {
 		what := "endpoint " + model.Endpoint(inst.IP, inst.Port)
 		if !beat {
 			what = "session " + pub.key()
@@ -312,35 +312,34 @@ func (r *Registry) admitNew(pub *publisher, s *service, slotHeld bool, inst *mod
 	if slotHeld {
 		return nil
 	}
-	return r.admitSlot(s, inst.Service)
+	return ix.admitSlot(s, inst.Service)
 }
 
 // pubCap returns the per-publisher cap of beat or session publishers and
 // its name.
-func (r *Registry) pubCap(beat bool) (int, string) {
+func (ix *index) pubCap(beat bool) (int, string) {
 	if beat {
-		return r.lim.MaxInstancesPerEndpoint, "MaxInstancesPerEndpoint"
+		return ix.lim.MaxInstancesPerEndpoint, "MaxInstancesPerEndpoint"
 	}
-	return r.lim.MaxInstancesPerSession, "MaxInstancesPerSession"
+	return ix.lim.MaxInstancesPerSession, "MaxInstancesPerSession"
 }
 
 // admitCommand checks a command of persistent data against the limits:
-// what would create a service or an instance must fit. The caller holds
-// mu.
-func (r *Registry) admitCommand(cmd *command) error {
-	switch cmd.op {
-	case opCreateService, opUpdateService:
-		if r.services[cmd.service.Key] == nil {
-			return r.admitService(cmd.service.Key)
+// what would create a service or an instance must fit.
+func (ix *index) admitCommand(cmd *model.Command) error {
+	switch cmd.Op {
+	case model.OpCreateService, model.OpUpdateService:
+		if ix.services[cmd.Service.Key] == nil {
+			return ix.admitService(cmd.Service.Key)
 		}
-	case opPutInstance:
-		in := &cmd.inst
-		return r.admitInstance(r.services[in.Service], in.Service, in.Cluster, in.IP, in.Port)
-	case opPatchInstance:
+	case model.OpPutInstance:
+		in := &cmd.Instance
+		return ix.admitInstance(ix.services[in.Service], in.Service, in.Cluster, in.IP, in.Port)
+	case model.OpPatchInstance:
 		// Patches merge: the merged metadata must fit too.
-		if old := r.patches[cmd.patch.Key]; old != nil {
-			merged := old.Merge(cmd.patch)
-			return r.lim.checkMetadata("patch.metadata", merged.Metadata)
+		if old := ix.patches[cmd.Patch.Key]; old != nil {
+			merged := old.Merge(cmd.Patch)
+			return ix.lim.checkMetadata("patch.metadata", merged.Metadata)
 		}
 	}
 	return nil

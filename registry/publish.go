@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
-	"github.com/muster-io/muster/health"
 	"github.com/muster-io/muster/model"
 )
 
@@ -31,9 +28,9 @@ type publisher struct {
 
 // beatPub returns the beat publisher of ip:port, or nil. Beat publishers are
 // indexed by IP (a string key takes the map's fast path) and chained by
-// port, since an IP rarely has more than one. The caller holds mu.
-func (r *Registry) beatPub(ip string, port int) *publisher {
-	for p := r.beats[ip]; p != nil; p = p.next {
+// port, since an IP rarely has more than one.
+func (ix *index) beatPub(ip string, port int) *publisher {
+	for p := ix.beats[ip]; p != nil; p = p.next {
 		if int(p.port) == port {
 			return p
 		}
@@ -41,21 +38,20 @@ func (r *Registry) beatPub(ip string, port int) *publisher {
 	return nil
 }
 
-// addBeatPub indexes a new beat publisher of ip. The caller holds mu.
-func (r *Registry) addBeatPub(ip string, p *publisher) {
-	p.next = r.beats[ip]
-	r.beats[ip] = p
+// addBeatPub indexes a new beat publisher of ip.
+func (ix *index) addBeatPub(ip string, p *publisher) {
+	p.next = ix.beats[ip]
+	ix.beats[ip] = p
 }
 
-// removeBeatPub drops the beat publisher p of ip from the index. The caller
-// holds mu.
-func (r *Registry) removeBeatPub(ip string, p *publisher) {
-	head := r.beats[ip]
+// removeBeatPub drops the beat publisher p of ip from the index.
+func (ix *index) removeBeatPub(ip string, p *publisher) {
+	head := ix.beats[ip]
 	if head == p {
 		if p.next == nil {
-			delete(r.beats, ip)
+			delete(ix.beats, ip)
 		} else {
-			r.beats[ip] = p.next
+			ix.beats[ip] = p.next
 		}
 		return
 	}
@@ -103,84 +99,6 @@ type pubInst struct {
 	interval time.Duration // beat interval handed back to beats
 }
 
-// publish adds or replaces pub's publication of inst, which is valid and has
-// its defaults. With limited (a write taken here, not a peer's record), a
-// new publication must fit in the limits (see admitNew), or nothing
-// changes. The caller holds mu and bumps pub.rev.
-func (r *Registry) publish(pub *publisher, inst model.Instance, limited bool) (*pubInst, error) {
-	s := r.services[inst.Service]
-	i, found := 0, false
-	if s != nil {
-		i, found = s.findSlot(inst.Cluster, inst.IP, inst.Port)
-	}
-	return r.publishAt(s, i, found, pub, inst, limited)
-}
-
-// publishAt is publish with inst's key looked up already: s is the
-// service of inst's key (or nil), i the index of the key's slot in s.slots
-// or where it would go, found whether it is there (see instLoc in
-// delta.go). The caller holds mu.
-func (r *Registry) publishAt(s *service, i int, found bool, pub *publisher, inst model.Instance, limited bool) (*pubInst, error) {
-	if s != nil && !s.ephemeral {
-		return nil, kindMismatch(s)
-	}
-	if found {
-		if pi := s.slots[i].publication(pub); pi != nil {
-			// issue 15: the same instance again changes nothing; a
-			// publication that is not the one served changes no view.
-			if pi.inst.sameInstance(&inst) {
-				return pi, nil
-			}
-			served := s.slots[i].current() == pi.inst
-			r.noteChange(pi, &inst, pub)
-			pi.inst = newRec(&inst)
-			if served {
-				r.changed(s)
-			}
-			r.notePublished(pub, pi)
-			return pi, nil
-		}
-	}
-	if limited {
-		if err := r.admitNew(pub, s, found, &inst); err != nil {
-			return nil, err
-		}
-	}
-	if s == nil {
-		s = &service{key: inst.Service, ephemeral: true}
-		r.addService(s)
-	}
-	stored := newRec(&inst)
-	var sl *slot
-	if found {
-		sl = s.slots[i]
-	} else {
-		sl = r.insertSlot(s, i)
-	}
-	born := !sl.live()
-	prev := sl.current() // issue 15: what the view shows before
-	pi := &pubInst{pub: pub, slot: sl, inst: stored}
-	pub.insts = append(pub.insts, pi)
-	if len(sl.pubs) == 0 {
-		sl.pubs = []*pubInst{pi}
-	} else {
-		id := pub.key()
-		i, _ := slices.BinarySearchFunc(sl.pubs, id, func(p *pubInst, id string) int { return strings.Compare(p.pub.key(), id) })
-		sl.pubs = slices.Insert(sl.pubs, i, pi)
-	}
-	if born {
-		r.slotBorn(sl)
-	}
-	r.note(sl.key(), EventRegistered, pub, "")
-	// issue 15: another publisher of a key, with the same instance, changes
-	// no view.
-	if born || sl.current() == stored && !stored.equal(prev) {
-		r.changed(s)
-	}
-	r.notePublished(pub, pi)
-	return pi, nil
-}
-
 // publication returns pub's publication in sl, or nil.
 func (sl *slot) publication(pub *publisher) *pubInst {
 	for _, pi := range sl.pubs {
@@ -189,31 +107,6 @@ func (sl *slot) publication(pub *publisher) *pubInst {
 		}
 	}
 	return nil
-}
-
-// unpublish removes one publication, why (the journal's reason). With
-// detach, it is also removed from its publisher's list (a caller removing
-// them all skips that). The caller drops the publication's lease, if any.
-func (r *Registry) unpublish(pi *pubInst, detach bool, why string) {
-	r.note(pi.slot.key(), EventRemoved, pi.pub, why)
-	r.noteUnpublished(pi) // issue 15: per-instance replication (delta.go)
-	sl := pi.slot
-	if i := slices.Index(sl.pubs, pi); i >= 0 {
-		sl.pubs = slices.Delete(sl.pubs, i, i+1)
-	}
-	if detach {
-		if i := slices.Index(pi.pub.insts, pi); i >= 0 {
-			pi.pub.insts = slices.Delete(pi.pub.insts, i, i+1)
-		}
-	}
-	r.dropSlotIfDead(sl, pi.inst)
-}
-
-// replaceInst swaps a publication's instance for next and records the change.
-func (r *Registry) replaceInst(pi *pubInst, next *rec) {
-	pi.inst = next
-	r.pubChanged(pi.pub)
-	r.changed(pi.slot.svc)
 }
 
 // Register registers inst. An ephemeral instance is published by the beat
@@ -239,7 +132,7 @@ func (r *Registry) Register(ctx context.Context, inst model.Instance) (err error
 		return err
 	}
 	if !inst.Ephemeral {
-		return r.store.Apply(ctx, &command{op: opPutInstance, inst: inst})
+		return r.store.Apply(ctx, &model.Command{Op: model.OpPutInstance, Instance: inst}, model.Origin{})
 	}
 	if !r.cluster {
 		return r.registerOwned(ctx, inst) // beatWrite's route standalone, without its request
@@ -508,7 +401,7 @@ func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) (err e
 		// its ip:port. Both are idempotent.
 		var errs []error
 		if r.sharedCP {
-			errs = append(errs, r.store.Apply(ctx, &command{op: opDeleteInstance, key: key}))
+			errs = append(errs, r.store.Apply(ctx, &model.Command{Op: model.OpDeleteInstance, Key: key}, model.Origin{}))
 		}
 		if r.cluster {
 			errs = append(errs, r.deregisterBeat(ctx, key))
@@ -516,7 +409,7 @@ func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) (err e
 		return errors.Join(errs...)
 	}
 	if !ephemeral {
-		return r.store.Apply(ctx, &command{op: opDeleteInstance, key: key})
+		return r.store.Apply(ctx, &model.Command{Op: model.OpDeleteInstance, Key: key}, model.Origin{})
 	}
 	return r.deregisterBeat(ctx, key)
 }
@@ -558,43 +451,4 @@ func (r *Registry) deregisterOwned(ctx context.Context, key model.InstanceKey) e
 		return fmt.Errorf("%w: %s: Deregister removes beat and persistent instances; remove it with Session.Deregister or by closing its session", ErrSessionInstance, key)
 	}
 	return nil
-}
-
-// dropBeat removes a beat publication, and its publisher once it has no
-// other. The caller holds mu and has dropped the publication's lease.
-func (r *Registry) dropBeat(pi *pubInst, why string) {
-	r.unpublish(pi, true, why)
-	r.changed(pi.slot.svc)
-	r.pubChanged(pi.pub)
-	r.dropBeatPublisherIfEmpty(pi.pub, pi.inst)
-}
-
-// dropBeatPublisherIfEmpty forgets a beat publisher with no instances; last
-// is the instance it published last, whose ip:port keys it.
-func (r *Registry) dropBeatPublisherIfEmpty(pub *publisher, last *rec) {
-	if len(pub.insts) == 0 {
-		r.removeBeatPub(last.ip, pub)
-		pub.closed = true
-	}
-}
-
-// beatEvent applies a beat lease transition. The caller holds mu.
-func (r *Registry) beatEvent(pi *pubInst, ev health.Event) {
-	switch ev {
-	case health.EventUnhealthy:
-		if pi.inst.healthy {
-			r.note(pi.slot.key(), EventUnhealthy, pi.pub, "beat missed")
-			r.replaceInst(pi, pi.inst.withHealth(false))
-		}
-	case health.EventExpired: // the tracker has dropped the lease already
-		r.dropBeat(pi, "lease expired")
-	}
-}
-
-// pubChanged records a change of pub: its revision moves on. Every change of
-// a publisher's instances goes through here, so that the record can be
-// replicated from one place. The caller holds mu.
-func (r *Registry) pubChanged(pub *publisher) {
-	pub.rev++
-	r.replicate(pub)
 }

@@ -26,21 +26,21 @@ type raftStore struct {
 	cp Store
 }
 
-func (s *raftStore) Apply(ctx context.Context, cmd *command) error {
+func (s *raftStore) Apply(ctx context.Context, cmd *model.Command, o model.Origin) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	rc, err := s.prepare(cmd)
-	if refusedByIndex(err) || err == errSkip && cmd.op == opRemovePatch && !cmd.expiry {
+	rc, err := s.prepare(cmd, o)
+	if refusedByIndex(err) || err == model.ErrNoop && cmd.Op == model.OpRemovePatch && !o.Expiry {
 		// This node's index may lag the log (a delete committed through
 		// another node a moment ago): check again once it has applied
 		// everything committed so far. Only refusals pay for the barrier.
 		if berr := s.cp.Barrier(ctx); berr == nil {
-			rc, err = s.prepare(cmd)
+			rc, err = s.prepare(cmd, o)
 		}
 	}
 	if err != nil {
-		if err == errSkip {
+		if err == model.ErrNoop {
 			return nil
 		}
 		return err
@@ -55,48 +55,34 @@ func (s *raftStore) Apply(ctx context.Context, cmd *command) error {
 	return rejected
 }
 
-// prepare checks cmd against this node's index (the rules that involve
-// ephemeral data can only be checked here) and converts it.
-func (s *raftStore) prepare(cmd *command) (StoreCommand, error) {
+// prepare admits cmd against this node's index (the rules that involve
+// ephemeral data can only be checked here) and returns what to propose:
+// cmd as the caller gave it, with Upsert set on an UpdateService.
+func (s *raftStore) prepare(cmd *model.Command, o model.Origin) (model.Command, error) {
 	r := s.r
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if err := r.checkWrite(); err != nil {
-		return StoreCommand{}, err
+		return model.Command{}, err
 	}
-	if err := r.checkLocked(cmd); err != nil {
-		return StoreCommand{}, err
+	if err := r.admitLocked(cmd, o); err != nil {
+		return model.Command{}, err
 	}
-	rc := StoreCommand{Healthy: cmd.healthy}
-	switch cmd.op {
-	case opCreateService:
-		rc.Op, rc.Service = StoreCreateService, cmd.service
-	case opUpdateService:
-		rc.Op, rc.Service = StoreUpdateService, cmd.service
+	rc := *cmd
+	switch cmd.Op {
+	case model.OpUpdateService:
 		// A service that exists here only through its ephemeral instances
 		// has no record in the state machine: the update creates it.
 		rc.Upsert = true
-	case opDeleteService:
-		rc.Op, rc.SvcKey = StoreDeleteService, cmd.skey
-		if svc := r.services[cmd.skey]; svc != nil && svc.def == nil && svc.ephemeral {
+	case model.OpDeleteService:
+		if svc := r.services[cmd.SvcKey]; svc != nil && svc.def == nil && svc.ephemeral {
 			// Nothing stored: the implicit service goes when it is empty.
-			return rc, errSkip
+			return rc, model.ErrNoop
 		}
-	case opPutInstance:
-		rc.Op, rc.Instance = StorePutInstance, cmd.inst
-	case opDeleteInstance:
-		rc.Op, rc.Key = StoreDeleteInstance, cmd.key
-	case opPatchInstance:
-		rc.Op, rc.Patch = StorePatchInstance, cmd.patch
-	case opRemovePatch:
-		rc.Op, rc.Key = StoreRemovePatch, cmd.key
-		if cmd.expiry && !s.Leader() {
+	case model.OpRemovePatch:
+		if o.Expiry && !s.Leader() {
 			return rc, errNotLeader // every node counts down; the leader proposes
 		}
-	case opSetHealth:
-		rc.Op, rc.Key = StoreSetHealth, cmd.key
-	default:
-		return rc, fmt.Errorf("registry: unknown command %d", cmd.op)
 	}
 	return rc, nil
 }
@@ -119,38 +105,13 @@ func refusedByIndex(err error) bool {
 	return false
 }
 
-// fromRaft converts a command the Store applied.
-func fromRaft(rc *StoreCommand) command {
-	cmd := command{healthy: rc.Healthy, checked: true}
-	switch rc.Op {
-	case StoreCreateService:
-		cmd.op, cmd.service = opCreateService, rc.Service.WithDefaults()
-	case StoreUpdateService:
-		cmd.op, cmd.service = opUpdateService, rc.Service.WithDefaults()
-	case StoreDeleteService:
-		cmd.op, cmd.skey = opDeleteService, rc.SvcKey.WithDefaults()
-	case StorePutInstance:
-		cmd.op, cmd.inst = opPutInstance, rc.Instance.WithDefaults()
-	case StoreDeleteInstance:
-		cmd.op, cmd.key = opDeleteInstance, rc.Key.WithDefaults()
-	case StorePatchInstance:
-		cmd.op, cmd.patch = opPatchInstance, rc.Patch
-		cmd.patch.Key = cmd.patch.Key.WithDefaults()
-	case StoreRemovePatch:
-		cmd.op, cmd.key = opRemovePatch, rc.Key.WithDefaults()
-	case StoreSetHealth:
-		cmd.op, cmd.key = opSetHealth, rc.Key.WithDefaults()
-	}
-	return cmd
-}
-
 // storeFeed mirrors the Store's applied commands into the index.
 type storeFeed struct{ r *Registry }
 
 var _ StoreFeed = storeFeed{}
 
 // Applied mirrors committed commands, in log order.
-func (l storeFeed) Applied(cmds []StoreCommand) {
+func (l storeFeed) Applied(cmds []model.Command) {
 	r := l.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -158,8 +119,8 @@ func (l storeFeed) Applied(cmds []StoreCommand) {
 		return
 	}
 	for i := range cmds {
-		cmd := fromRaft(&cmds[i])
-		r.mirrorLocked(&cmd)
+		cmds[i].Normalize()
+		r.mirrorLocked(&cmds[i])
 	}
 }
 
@@ -194,25 +155,25 @@ func (l storeFeed) Reset(st StoreState) {
 		}
 	}
 	for _, key := range gone {
-		r.mirrorLocked(&command{op: opDeleteInstance, key: key})
+		r.mirrorLocked(&model.Command{Op: model.OpDeleteInstance, Key: key})
 	}
 	for _, s := range undefine {
-		r.mirrorLocked(&command{op: opDeleteService, skey: s.key})
+		r.mirrorLocked(&model.Command{Op: model.OpDeleteService, SvcKey: s.key})
 	}
 	for key := range r.patches {
-		r.mirrorLocked(&command{op: opRemovePatch, key: key})
+		r.mirrorLocked(&model.Command{Op: model.OpRemovePatch, Key: key})
 	}
 	// Install the state.
 	for i := range st.Services {
 		r.mirrorService(st.Services[i].WithDefaults())
 	}
 	for i := range st.Instances {
-		r.mirrorPutInstance(st.Instances[i].WithDefaults(), true)
+		r.mirrorPutInstance(st.Instances[i].WithDefaults())
 	}
 	for i := range st.Patches {
 		p := st.Patches[i]
 		p.Key = p.Key.WithDefaults()
-		r.mirrorLocked(&command{op: opPatchInstance, patch: p})
+		r.mirrorLocked(&model.Command{Op: model.OpPatchInstance, Patch: p})
 	}
 	r.log.Debug("persistent data loaded", "services", len(st.Services), "instances", len(st.Instances), "index", st.Index)
 }

@@ -30,7 +30,6 @@ const (
 // the lease and clean-up timers. See the package documentation.
 type Registry struct {
 	cfg   Config
-	lim   Limits // cfg.Limits with its defaults
 	clock clockwork.Clock
 	log   *slog.Logger
 	store store
@@ -65,28 +64,17 @@ type Registry struct {
 	stale  atomic.Int64 // queries that found snap stale since it was last rebuilt
 
 	// mu guards everything below it, the index and its timers.
-	mu       sync.RWMutex
-	services map[model.ServiceKey]*service
-	beats    map[string]*publisher // beat publishers by IP, then chained by port (see beatPub)
-	sessions map[string]*publisher // session publishers by ID
-	remote   map[string]*publisher // replicas of other nodes' publishers, by record key
-	patches  map[model.InstanceKey]*model.InstancePatch
-	rev      uint64          // last revision handed out; revisions are unique across services
-	quota    quotas          // what the limits count (see limits.go)
-	journal  journal         // the latest instance events, for Explain (history.go)
-	members  map[string]bool // the replicator's members as last told (MembersChanged), for the journal
+	mu sync.RWMutex
+	// index is the core: services, slots, patches and their countdowns
+	// (core.go), embedded so that the driver reads its fields directly.
+	index
+	remote  map[string]*publisher // replicas of other nodes' publishers, by record key
+	journal journal               // the latest instance events, for Explain (history.go)
+	members map[string]bool       // the replicator's members as last told (MembersChanged), for the journal
 
-	beatLeases    health.Leases[*pubInst]
-	sessionLeases health.Leases[*publisher]
-	emptySvcs     health.Leases[model.ServiceKey]
-	patchGone     health.Leases[model.InstanceKey]
-	beatDeregs    health.Leases[model.InstanceKey] // beat instances deregistered here lately (see noteDeregistered)
-	timer         clockwork.Timer                  // wakes the housekeeper; nil before Start
-	timerAt       time.Time                        // when timer fires
-	// due is the deadline whose expiry runDue is handling, zero otherwise:
-	// what that expiry starts (a patch's or an empty service's countdown)
-	// runs from it, not from when the housekeeper got to it (see leaseStart).
-	due time.Time
+	beatDeregs health.Leases[model.InstanceKey] // beat instances deregistered here lately (see noteDeregistered)
+	timer      clockwork.Timer                  // wakes the housekeeper; nil before Start
+	timerAt    time.Time                        // when timer fires
 
 	watch watchState
 
@@ -110,18 +98,14 @@ func New(cfg Config) (*Registry, error) {
 		return nil, err
 	}
 	r := &Registry{
-		cfg:      cfg,
-		lim:      cfg.Limits.withDefaults(),
-		clock:    cfg.Clock,
-		log:      cfg.Logger,
-		services: make(map[model.ServiceKey]*service),
-		beats:    make(map[string]*publisher),
-		sessions: make(map[string]*publisher),
-		remote:   make(map[string]*publisher),
-		patches:  make(map[model.InstanceKey]*model.InstancePatch),
-		ready:    make(chan struct{}),
-		stop:     make(chan struct{}),
-		ticks:    make(chan chan struct{}),
+		cfg:    cfg,
+		clock:  cfg.Clock,
+		log:    cfg.Logger,
+		index:  newIndex(cfg.Limits.withDefaults(), cfg.EmptyServiceTTL, cfg.PatchTTL),
+		remote: make(map[string]*publisher),
+		ready:  make(chan struct{}),
+		stop:   make(chan struct{}),
+		ticks:  make(chan chan struct{}),
 	}
 	if r.clock == nil {
 		r.clock = clockwork.NewRealClock()
@@ -137,13 +121,13 @@ func New(cfg Config) (*Registry, error) {
 		src = rand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:]))
 	}
 	r.rand = rand.New(src)
-	r.quota.nsServices = make(map[string]int)
 	r.store = &memStore{r: r}
 	r.replicator = solo{id: cfg.NodeID}
 	r.watch.init()
 	r.stats = newStats()
 	if cfg.HistoryEvents > 0 {
 		r.journal = newJournal(cfg.HistoryEvents)
+		r.index.noting = true
 	}
 	env := Env{NodeID: cfg.NodeID, Clock: r.clock, Logger: r.log, Limits: r.lim.model()}
 	if cfg.Replicator != nil {
@@ -445,16 +429,12 @@ func putLease[K comparable](r *Registry, l *health.Leases[K], id K, ttl time.Dur
 	r.wakeAt(start.Add(ttl))
 }
 
-// leaseStart is when a lease started now starts: the deadline being
-// handled, when an expiry starts it, so that a chain of deadlines (a beat
-// lease's expiry, then its patch's countdown) adds up exactly however late
-// the housekeeper runs; else now. The caller holds mu.
-func (r *Registry) leaseStart() time.Time {
-	if !r.due.IsZero() {
-		return r.due
-	}
-	return r.now()
-}
+// leaseStart is when a lease started now starts: now. (What an expiry
+// starts, the index core starts from the expired deadline itself, so that
+// a chain of deadlines, a beat lease's expiry and then its patch's
+// countdown, adds up exactly however late the housekeeper runs: see
+// index.expire.) The caller holds mu.
+func (r *Registry) leaseStart() time.Time { return r.now() }
 
 // wakeAt makes the housekeeper wake no later than t. The caller holds mu, so
 // the timer is re-armed before the write that needs it returns: a test that
@@ -490,7 +470,7 @@ func (r *Registry) housekeep() {
 	orphans := r.runDue()
 	// Dropping patches goes through the store, outside the lock.
 	for _, key := range orphans {
-		err := r.store.Apply(context.Background(), &command{op: opRemovePatch, key: key, expiry: true})
+		err := r.store.Apply(context.Background(), &model.Command{Op: model.OpRemovePatch, Key: key}, model.Origin{Expiry: true})
 		if err == nil || errors.Is(err, ErrClosed) {
 			continue
 		}
@@ -554,32 +534,8 @@ func (r *Registry) runDue() []model.InstanceKey {
 	}
 	r.timerAt = time.Time{} // until rearm, writers leave the timer alone
 	now := r.now()
-	// Each expiry runs with r.due at its own deadline, and the countdowns it
-	// starts land in the lease sets handled after it, so that one run (a
-	// clock moved in one big step) ends where many small ones would.
-	defer func() { r.due = time.Time{} }()
-	r.beatLeases.ExpireAt(now, func(pi *pubInst, ev health.Event, at time.Time) {
-		r.due = at
-		r.beatEvent(pi, ev)
-	})
-	r.sessionLeases.ExpireAt(now, func(p *publisher, _ health.Event, at time.Time) {
-		r.due = at
-		r.log.Info("session keep-alive lapsed", "session", p.id)
-		r.closeSessionLocked(p, "session expired")
-	})
-	r.emptySvcs.ExpireAt(now, func(key model.ServiceKey, _ health.Event, at time.Time) {
-		r.due = at
-		if s := r.services[key]; s != nil && s.empty() && s.def == nil {
-			r.dropService(key)
-		}
-	})
-	r.due = time.Time{}
 	r.beatDeregs.Expire(now, nil)
-	var orphans []model.InstanceKey
-	r.patchGone.Expire(now, func(key model.InstanceKey, _ health.Event) {
-		orphans = append(orphans, key)
-	})
-	return orphans
+	return r.expireIndex(now)
 }
 
 // rearm sets the timer to the earliest deadline, SweepInterval at most.
@@ -591,7 +547,7 @@ func (r *Registry) rearm() {
 	}
 	now := r.now()
 	next := now.Add(r.cfg.SweepInterval)
-	for _, at := range [...]func() (time.Time, bool){r.beatLeases.Next, r.sessionLeases.Next, r.emptySvcs.Next, r.patchGone.Next, r.beatDeregs.Next} {
+	for _, at := range [...]func() (time.Time, bool){r.index.next, r.beatDeregs.Next} {
 		if t, ok := at(); ok && t.Before(next) {
 			next = t
 		}

@@ -27,11 +27,11 @@ func rulesIndex(t *testing.T) *Registry {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.mirrorLocked(&command{op: opCreateService, service: model.Service{Key: rulesSvc("none"),
+	r.mirrorLocked(&model.Command{Op: model.OpCreateService, Service: model.Service{Key: rulesSvc("none"),
 		Clusters: []model.Cluster{{Name: model.DefaultCluster, HealthCheck: model.HealthCheck{Type: model.CheckNone}}}}})
-	r.mirrorLocked(&command{op: opCreateService, service: model.Service{Key: rulesSvc("empty")}})
-	r.mirrorLocked(&command{op: opPutInstance, inst: rulesInst("none", 1, false)})
-	r.mirrorLocked(&command{op: opPutInstance, inst: rulesInst("tcp", 2, false)})
+	r.mirrorLocked(&model.Command{Op: model.OpCreateService, Service: model.Service{Key: rulesSvc("empty")}})
+	r.mirrorLocked(&model.Command{Op: model.OpPutInstance, Instance: rulesInst("none", 1, false)})
+	r.mirrorLocked(&model.Command{Op: model.OpPutInstance, Instance: rulesInst("tcp", 2, false)})
 	if _, err := r.registerBeatLocked(rulesInst("eph", 3, true)); err != nil {
 		t.Fatal(err)
 	}
@@ -48,47 +48,48 @@ func rulesInst(svc string, ip int, ephemeral bool) model.Instance {
 
 func rulesKey(svc string, ip int) model.InstanceKey { return rulesInst(svc, ip, false).Key() }
 
-// TestRules: checkLocked, the state rules of persistent data against the
+// TestRules: admitLocked, the state rules of persistent data against the
 // index, one case per rule, on an index with no goroutine running.
 func TestRules(t *testing.T) {
 	r := rulesIndex(t)
-	skip := errSkip
+	skip := model.ErrNoop
 	for _, tc := range []struct {
 		name string
-		cmd  command
+		cmd  model.Command
+		o    model.Origin
 		want error // nil: accepted
 	}{
-		{"create a new service", command{op: opCreateService, service: model.Service{Key: rulesSvc("new")}}, nil},
-		{"create a defined service", command{op: opCreateService, service: model.Service{Key: rulesSvc("none")}}, ErrServiceExists},
-		{"create over an implicit service of the other kind", command{op: opCreateService, service: model.Service{Key: rulesSvc("eph")}}, ErrKindMismatch},
-		{"create over an implicit service of its kind", command{op: opCreateService, service: model.Service{Key: rulesSvc("tcp")}}, nil},
-		{"update an unknown service", command{op: opUpdateService, service: model.Service{Key: rulesSvc("new")}}, ErrNotFound},
-		{"update to the other kind", command{op: opUpdateService, service: model.Service{Key: rulesSvc("none"), Ephemeral: true}}, ErrKindMismatch},
-		{"update an implicit service", command{op: opUpdateService, service: model.Service{Key: rulesSvc("eph"), Ephemeral: true}}, nil},
-		{"delete an unknown service", command{op: opDeleteService, skey: rulesSvc("new")}, ErrNotFound},
-		{"delete a service with instances", command{op: opDeleteService, skey: rulesSvc("none")}, ErrServiceNotEmpty},
-		{"delete an empty service", command{op: opDeleteService, skey: rulesSvc("empty")}, nil},
-		{"put a persistent instance", command{op: opPutInstance, inst: rulesInst("none", 4, false)}, nil},
-		{"put a persistent instance in an ephemeral service", command{op: opPutInstance, inst: rulesInst("eph", 4, false)}, ErrKindMismatch},
-		{"delete an instance", command{op: opDeleteInstance, key: rulesKey("none", 1)}, nil},
-		{"delete an absent instance", command{op: opDeleteInstance, key: rulesKey("none", 9)}, nil},
-		{"patch a held instance", command{op: opPatchInstance, patch: model.InstancePatch{Key: rulesKey("eph", 3)}}, nil},
-		{"patch an absent instance", command{op: opPatchInstance, patch: model.InstancePatch{Key: rulesKey("none", 9)}}, ErrNotFound},
-		{"remove an absent patch", command{op: opRemovePatch, key: rulesKey("none", 1)}, skip},
-		{"manual health of a NONE cluster", command{op: opSetHealth, key: rulesKey("none", 1), healthy: false}, nil},
-		{"manual health of a checked cluster", command{op: opSetHealth, key: rulesKey("tcp", 2)}, ErrHealthChecked},
-		{"a check's result on a checked cluster", command{op: opSetHealth, key: rulesKey("tcp", 2), checked: true}, nil},
-		{"a check's result on a NONE cluster (turned manual since)", command{op: opSetHealth, key: rulesKey("none", 1), checked: true}, skip},
-		{"health of an ephemeral instance", command{op: opSetHealth, key: rulesKey("eph", 3)}, ErrKindMismatch},
-		{"health of an absent instance", command{op: opSetHealth, key: rulesKey("none", 9)}, ErrNotFound},
-		{"an unknown op", command{op: 99}, nil}, // checked below: an error, no sentinel
+		{"create a new service", model.Command{Op: model.OpCreateService, Service: model.Service{Key: rulesSvc("new")}}, model.Origin{}, nil},
+		{"create a defined service", model.Command{Op: model.OpCreateService, Service: model.Service{Key: rulesSvc("none")}}, model.Origin{}, ErrServiceExists},
+		{"create over an implicit service of the other kind", model.Command{Op: model.OpCreateService, Service: model.Service{Key: rulesSvc("eph")}}, model.Origin{}, ErrKindMismatch},
+		{"create over an implicit service of its kind", model.Command{Op: model.OpCreateService, Service: model.Service{Key: rulesSvc("tcp")}}, model.Origin{}, nil},
+		{"update an unknown service", model.Command{Op: model.OpUpdateService, Service: model.Service{Key: rulesSvc("new")}}, model.Origin{}, ErrNotFound},
+		{"update to the other kind", model.Command{Op: model.OpUpdateService, Service: model.Service{Key: rulesSvc("none"), Ephemeral: true}}, model.Origin{}, ErrKindMismatch},
+		{"update an implicit service", model.Command{Op: model.OpUpdateService, Service: model.Service{Key: rulesSvc("eph"), Ephemeral: true}}, model.Origin{}, nil},
+		{"delete an unknown service", model.Command{Op: model.OpDeleteService, SvcKey: rulesSvc("new")}, model.Origin{}, ErrNotFound},
+		{"delete a service with instances", model.Command{Op: model.OpDeleteService, SvcKey: rulesSvc("none")}, model.Origin{}, ErrServiceNotEmpty},
+		{"delete an empty service", model.Command{Op: model.OpDeleteService, SvcKey: rulesSvc("empty")}, model.Origin{}, nil},
+		{"put a persistent instance", model.Command{Op: model.OpPutInstance, Instance: rulesInst("none", 4, false)}, model.Origin{}, nil},
+		{"put a persistent instance in an ephemeral service", model.Command{Op: model.OpPutInstance, Instance: rulesInst("eph", 4, false)}, model.Origin{}, ErrKindMismatch},
+		{"delete an instance", model.Command{Op: model.OpDeleteInstance, Key: rulesKey("none", 1)}, model.Origin{}, nil},
+		{"delete an absent instance", model.Command{Op: model.OpDeleteInstance, Key: rulesKey("none", 9)}, model.Origin{}, nil},
+		{"patch a held instance", model.Command{Op: model.OpPatchInstance, Patch: model.InstancePatch{Key: rulesKey("eph", 3)}}, model.Origin{}, nil},
+		{"patch an absent instance", model.Command{Op: model.OpPatchInstance, Patch: model.InstancePatch{Key: rulesKey("none", 9)}}, model.Origin{}, ErrNotFound},
+		{"remove an absent patch", model.Command{Op: model.OpRemovePatch, Key: rulesKey("none", 1)}, model.Origin{}, skip},
+		{"manual health of a NONE cluster", model.Command{Op: model.OpSetHealth, Key: rulesKey("none", 1), Healthy: false}, model.Origin{}, nil},
+		{"manual health of a checked cluster", model.Command{Op: model.OpSetHealth, Key: rulesKey("tcp", 2)}, model.Origin{}, ErrHealthChecked},
+		{"a check's result on a checked cluster", model.Command{Op: model.OpSetHealth, Key: rulesKey("tcp", 2)}, model.Origin{Checker: true}, nil},
+		{"a check's result on a NONE cluster (turned manual since)", model.Command{Op: model.OpSetHealth, Key: rulesKey("none", 1)}, model.Origin{Checker: true}, skip},
+		{"health of an ephemeral instance", model.Command{Op: model.OpSetHealth, Key: rulesKey("eph", 3)}, model.Origin{}, ErrKindMismatch},
+		{"health of an absent instance", model.Command{Op: model.OpSetHealth, Key: rulesKey("none", 9)}, model.Origin{}, ErrNotFound},
+		{"an unknown op", model.Command{Op: 99}, model.Origin{}, nil}, // checked below: an error, no sentinel
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r.mu.RLock()
-			err := r.checkLocked(&tc.cmd)
+			err := r.admitLocked(&tc.cmd, tc.o)
 			r.mu.RUnlock()
 			switch {
-			case tc.cmd.op == 99:
+			case tc.cmd.Op == 99:
 				if err == nil {
 					t.Fatal("an unknown op was accepted")
 				}
@@ -96,9 +97,9 @@ func TestRules(t *testing.T) {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
 				}
-			case tc.want == errSkip:
-				if err != errSkip {
-					t.Fatalf("err = %v, want errSkip (nothing to do)", err)
+			case tc.want == model.ErrNoop:
+				if err != model.ErrNoop {
+					t.Fatalf("err = %v, want ErrNoop (nothing to do)", err)
 				}
 			default:
 				if !errors.Is(err, tc.want) {
@@ -116,20 +117,20 @@ func TestRulesPatchExpiry(t *testing.T) {
 	key := rulesKey("none", 1)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.mirrorLocked(&command{op: opPatchInstance, patch: model.InstancePatch{Key: key}})
-	expiry := &command{op: opRemovePatch, key: key, expiry: true}
-	if err := r.checkLocked(expiry); err != errSkip {
-		t.Fatalf("expiry while the instance is held: %v, want errSkip", err)
+	r.mirrorLocked(&model.Command{Op: model.OpPatchInstance, Patch: model.InstancePatch{Key: key}})
+	expiry, byExpiry := &model.Command{Op: model.OpRemovePatch, Key: key}, model.Origin{Expiry: true}
+	if err := r.admitLocked(expiry, byExpiry); err != model.ErrNoop {
+		t.Fatalf("expiry while the instance is held: %v, want ErrNoop", err)
 	}
-	if err := r.checkLocked(&command{op: opRemovePatch, key: key}); err != nil {
+	if err := r.admitLocked(&model.Command{Op: model.OpRemovePatch, Key: key}, model.Origin{}); err != nil {
 		t.Fatalf("an operator's removal: %v", err)
 	}
-	r.mirrorLocked(&command{op: opDeleteInstance, key: key}) // the patch's countdown starts
-	if err := r.checkLocked(expiry); err != errSkip {
-		t.Fatalf("expiry while a countdown runs: %v, want errSkip", err)
+	r.mirrorLocked(&model.Command{Op: model.OpDeleteInstance, Key: key}) // the patch's countdown starts
+	if err := r.admitLocked(expiry, byExpiry); err != model.ErrNoop {
+		t.Fatalf("expiry while a countdown runs: %v, want ErrNoop", err)
 	}
 	r.patchGone.Remove(key) // the countdown ran out
-	if err := r.checkLocked(expiry); err != nil {
+	if err := r.admitLocked(expiry, byExpiry); err != nil {
 		t.Fatalf("expiry of an orphaned patch: %v", err)
 	}
 }

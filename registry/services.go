@@ -18,7 +18,7 @@ func (r *Registry) CreateService(ctx context.Context, def model.Service) error {
 	if err := r.validService(&def); err != nil {
 		return err
 	}
-	return r.store.Apply(ctx, &command{op: opCreateService, service: def})
+	return r.store.Apply(ctx, &model.Command{Op: model.OpCreateService, Service: def}, model.Origin{})
 }
 
 // UpdateService replaces a service's definition (threshold, metadata,
@@ -29,7 +29,7 @@ func (r *Registry) UpdateService(ctx context.Context, def model.Service) error {
 	if err := r.validService(&def); err != nil {
 		return err
 	}
-	return r.store.Apply(ctx, &command{op: opUpdateService, service: def})
+	return r.store.Apply(ctx, &model.Command{Op: model.OpUpdateService, Service: def}, model.Origin{})
 }
 
 // DeleteService removes a service. It fails with ErrServiceNotEmpty while
@@ -40,7 +40,7 @@ func (r *Registry) DeleteService(ctx context.Context, key model.ServiceKey) erro
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	return r.store.Apply(ctx, &command{op: opDeleteService, skey: key})
+	return r.store.Apply(ctx, &model.Command{Op: model.OpDeleteService, SvcKey: key}, model.Origin{})
 }
 
 // GetService returns a copy of a service's definition: the stored one, or
@@ -159,7 +159,7 @@ func (r *Registry) PatchInstance(ctx context.Context, p model.InstancePatch) err
 	if err := r.validPatch(&p); err != nil {
 		return err
 	}
-	return r.store.Apply(ctx, &command{op: opPatchInstance, patch: p})
+	return r.store.Apply(ctx, &model.Command{Op: model.OpPatchInstance, Patch: p}, model.Origin{})
 }
 
 // RemovePatch drops the override of an instance, if any.
@@ -168,7 +168,7 @@ func (r *Registry) RemovePatch(ctx context.Context, key model.InstanceKey) error
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	return r.store.Apply(ctx, &command{op: opRemovePatch, key: key})
+	return r.store.Apply(ctx, &model.Command{Op: model.OpRemovePatch, Key: key}, model.Origin{})
 }
 
 // SetHealth sets the health of a persistent instance by hand. It is allowed
@@ -180,5 +180,5 @@ func (r *Registry) SetHealth(ctx context.Context, key model.InstanceKey, healthy
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	return r.store.Apply(ctx, &command{op: opSetHealth, key: key, healthy: healthy})
+	return r.store.Apply(ctx, &model.Command{Op: model.OpSetHealth, Key: key, Healthy: healthy}, model.Origin{})
 }

@@ -295,34 +295,6 @@ func (s *Session) whileOpen(f func(r *Registry) error) error {
 
 func (s *Session) end() { s.once.Do(func() { close(s.done) }) }
 
-// closeSessionLocked removes all of p's instances, why (the journal's
-// reason), changing each affected
-// service once, and forgets p. The caller holds mu and has dropped p's lease
-// (or is the lease tracker expiring it).
-func (r *Registry) closeSessionLocked(p *publisher, why string) {
-	p.closed = true
-	delete(r.sessions, p.id)
-	var touched []*service
-	for _, pi := range p.insts {
-		r.unpublish(pi, false, why)
-		if s := pi.slot.svc; len(touched) == 0 || touched[len(touched)-1] != s {
-			touched = append(touched, s)
-		}
-	}
-	p.insts = nil
-	seen := make(map[*service]bool, len(touched))
-	for _, s := range touched {
-		if !seen[s] {
-			seen[s] = true
-			r.changed(s)
-		}
-	}
-	r.pubChanged(p)
-	if p.session != nil {
-		p.session.end()
-	}
-}
-
 // SessionInfo describes one session in Sessions.
 type SessionInfo struct {
 	ID string

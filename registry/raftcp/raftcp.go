@@ -105,16 +105,14 @@ func (s *Store) Barrier(ctx context.Context) error { return mapErr(s.Node().Barr
 // IsLeader reports whether the node leads the group.
 func (s *Store) IsLeader() bool { return s.Node().IsLeader() }
 
-// Propose commits cmd.
-func (s *Store) Propose(ctx context.Context, cmd registry.StoreCommand) (rejected, err error) {
-	res, err := s.Node().Propose(ctx, toRaft(&cmd))
+// Propose commits cmd. A rejection is raftstore's, which matches model's
+// rule errors, and so the registry's.
+func (s *Store) Propose(ctx context.Context, cmd model.Command) (rejected, err error) {
+	res, err := s.Node().Propose(ctx, cmd)
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	if res.Rejected != nil {
-		return rejection(res.Rejected), nil
-	}
-	return nil, nil
+	return res.Rejected, nil
 }
 
 // Close closes the node.
@@ -133,43 +131,14 @@ func mapErr(err error) error {
 	return err
 }
 
-// rejection maps a state machine's rejection to the registry's errors.
-func rejection(err error) error {
-	var base error
-	switch {
-	case errors.Is(err, raftstore.ErrServiceExists):
-		base = registry.ErrServiceExists
-	case errors.Is(err, raftstore.ErrServiceNotFound), errors.Is(err, raftstore.ErrInstanceNotFound):
-		base = registry.ErrNotFound
-	case errors.Is(err, raftstore.ErrServiceNotEmpty):
-		base = registry.ErrServiceNotEmpty
-	case errors.Is(err, raftstore.ErrKindMismatch):
-		base = registry.ErrKindMismatch
-	default:
-		return err
-	}
-	return fmt.Errorf("%w: %w", base, err)
-}
-
-// toRaft and fromRaft convert commands; the ops share their values.
-func toRaft(c *registry.StoreCommand) raftstore.Command {
-	return raftstore.Command{Op: raftstore.Op(c.Op), Service: c.Service, Upsert: c.Upsert, SvcKey: c.SvcKey,
-		Instance: c.Instance, Key: c.Key, Patch: c.Patch, Healthy: c.Healthy}
-}
-
-func fromRaft(c *raftstore.Command) registry.StoreCommand {
-	return registry.StoreCommand{Op: registry.StoreOp(c.Op), Service: c.Service, Upsert: c.Upsert, SvcKey: c.SvcKey,
-		Instance: c.Instance, Key: c.Key, Patch: c.Patch, Healthy: c.Healthy}
-}
-
 // listener passes the state machine's change feed on to the registry.
 type listener struct{ feed registry.StoreFeed }
 
 func (l listener) Applied(changes []raftstore.Change) {
-	cmds := make([]registry.StoreCommand, 0, len(changes))
+	cmds := make([]model.Command, 0, len(changes))
 	for i := range changes {
 		if changes[i].Rejected == nil {
-			cmds = append(cmds, fromRaft(&changes[i].Cmd))
+			cmds = append(cmds, changes[i].Cmd)
 		}
 	}
 	l.feed.Applied(cmds)

@@ -2,6 +2,7 @@ package raftcp_test
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -15,8 +16,8 @@ import (
 
 type nopFeed struct{}
 
-func (nopFeed) Applied([]registry.StoreCommand) {}
-func (nopFeed) Reset(registry.StoreState)       {}
+func (nopFeed) Applied([]model.Command)   {}
+func (nopFeed) Reset(registry.StoreState) {}
 
 type nopListener struct{}
 
@@ -63,5 +64,21 @@ func TestOpenRefusesOwnedFields(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The state machine's rejections match the registry's rule errors as they
+// are: both are model's, so Propose passes them on unmapped.
+func TestRejectionsMatchRegistryErrors(t *testing.T) {
+	for _, tc := range []struct{ rejected, want error }{
+		{raftstore.ErrServiceExists, registry.ErrServiceExists},
+		{raftstore.ErrServiceNotFound, registry.ErrNotFound},
+		{raftstore.ErrInstanceNotFound, registry.ErrNotFound},
+		{raftstore.ErrServiceNotEmpty, registry.ErrServiceNotEmpty},
+		{raftstore.ErrKindMismatch, registry.ErrKindMismatch},
+	} {
+		if err := fmt.Errorf("%w: x", tc.rejected); !errors.Is(err, tc.want) {
+			t.Errorf("%v does not match %v", err, tc.want)
+		}
 	}
 }

@@ -1,0 +1,726 @@
+package registry
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/muster-io/muster/health"
+	"github.com/muster-io/muster/model"
+)
+
+// The index core: the services, their slots, the patches and the
+// countdowns of emptied services and orphaned patches, as plain code. It
+// has no goroutines, no clock and no I/O: a method that starts a
+// countdown takes its start (now), and what the change means outside the
+// index (views to deliver, health checks to re-target, the next deadline,
+// a conflict to log) is recorded in its effects, which the driver (the
+// Registry, drive.go) carries out under the same lock, with carryOut.
+//
+// The Registry embeds its index, guarded by Registry.mu, and reads its
+// fields directly.
+
+// index is the registry's core. Its zero value is not usable: see
+// newIndex.
+type index struct {
+	services map[model.ServiceKey]*service
+	patches  map[model.InstanceKey]*model.InstancePatch
+	rev      uint64 // last revision handed out; revisions are unique across services
+	lim      Limits // the registry's limits, with their defaults
+	noting   bool   // the journal is on: changes record its events (effects.events)
+	quota    quotas // what the limits count (see limits.go)
+
+	beats    map[string]*publisher // beat publishers by IP, then chained by port (see beatPub)
+	sessions map[string]*publisher // session publishers by ID
+
+	beatLeases         health.Leases[*pubInst]   // beat publications: unhealthy, then dropped
+	sessionLeases      health.Leases[*publisher] // sessions' keep-alives: closed at expiry
+	emptyTTL, patchTTL time.Duration
+	emptySvcs          health.Leases[model.ServiceKey]  // emptied implicit services, dropped at expiry
+	patchGone          health.Leases[model.InstanceKey] // patches whose instance is gone
+
+	fx effects // what the changes so far mean outside the index
+}
+
+// newIndex returns an empty index with the limits lim (with their
+// defaults), whose emptied implicit services go after emptyTTL and
+// orphaned patches after patchTTL (both positive).
+func newIndex(lim Limits, emptyTTL, patchTTL time.Duration) index {
+	return index{
+		lim:      lim,
+		services: make(map[model.ServiceKey]*service),
+		patches:  make(map[model.InstanceKey]*model.InstancePatch),
+		beats:    make(map[string]*publisher),
+		sessions: make(map[string]*publisher),
+		quota:    quotas{nsServices: make(map[string]int)},
+		emptyTTL: emptyTTL,
+		patchTTL: patchTTL,
+	}
+}
+
+// effects is what changes of the index mean outside it, in the order they
+// happened; the driver carries them out and clears them (carryOut). The
+// slices keep their storage from one change to the next.
+type effects struct {
+	// dirty: services whose views changed (a new revision): their watchers
+	// are due a delivery.
+	dirty []model.ServiceKey
+	// gone: services that left the index: their watchers get an empty
+	// view at the service's last revision.
+	gone []*service
+	// catalogs: namespaces whose list of services changed.
+	catalogs []string
+	// services: services were added or removed (the lock-free query
+	// snapshot is stale).
+	services bool
+	// targets: health-check targets to re-evaluate, in order.
+	targets []target
+	// wake: the earliest deadline of a countdown started; zero if none.
+	wake time.Time
+	// conflicts: stored data this node's ephemeral data refused (logged).
+	conflicts []conflict
+	// notes: publications added or changed (published) and removed, for
+	// the per-instance replication of sessions (delta.go), in order.
+	notes []note
+	// replicate: publishers whose revision moved: their records are due
+	// to the replicator.
+	replicate []*publisher
+	// ended: sessions closed (their Done channel to close); lapsed: the
+	// IDs of those whose keep-alive lapsed (logged).
+	ended  []*Session
+	lapsed []string
+	// events: instance events for the journal (Explain), when it is on.
+	events []jnote
+}
+
+// jnote is one instance event for the journal: the driver stamps it with
+// the time and the node (Registry.note).
+type jnote struct {
+	key  model.InstanceKey
+	kind EventKind
+	pub  *publisher // nil for the persistent store's and this node's own
+	why  string
+}
+
+// note is one publication added or changed (published), or removed.
+type note struct {
+	pi        *pubInst
+	published bool
+}
+
+// target is one re-evaluation of health-check targets: the slot sl of svc,
+// every slot of svc (sl nil), or no probing of key (svc nil).
+type target struct {
+	svc *service
+	sl  *slot
+	key model.InstanceKey
+}
+
+// conflict is a stored definition or instance that the index kept out,
+// because this node's instances of the service are of the other kind.
+type conflict struct {
+	what      string // "definition" or "instance"
+	key       string // the service or instance
+	ephemeral bool   // the kind the service keeps
+	err       error  // the refusal, for an instance
+}
+
+// empty reports whether there is nothing to carry out.
+func (fx *effects) empty() bool {
+	return len(fx.dirty) == 0 && len(fx.gone) == 0 && len(fx.catalogs) == 0 && !fx.services &&
+		len(fx.targets) == 0 && fx.wake.IsZero() && len(fx.conflicts) == 0 && len(fx.notes) == 0 &&
+		len(fx.replicate) == 0 && len(fx.ended) == 0 && len(fx.lapsed) == 0 && len(fx.events) == 0
+}
+
+// reset clears fx, keeping its storage.
+func (fx *effects) reset() {
+	clear(fx.gone)
+	clear(fx.targets)
+	clear(fx.conflicts)
+	clear(fx.notes)
+	clear(fx.replicate)
+	clear(fx.ended)
+	clear(fx.lapsed)
+	clear(fx.events)
+	*fx = effects{dirty: fx.dirty[:0], gone: fx.gone[:0], catalogs: fx.catalogs[:0],
+		targets: fx.targets[:0], conflicts: fx.conflicts[:0], notes: fx.notes[:0], replicate: fx.replicate[:0],
+		ended: fx.ended[:0], lapsed: fx.lapsed[:0], events: fx.events[:0]}
+}
+
+// wakeBy records that a deadline at t was started.
+func (fx *effects) wakeBy(t time.Time) {
+	if fx.wake.IsZero() || t.Before(fx.wake) {
+		fx.wake = t
+	}
+}
+
+// note records an instance event of key for the journal, if it is on.
+func (ix *index) note(key model.InstanceKey, kind EventKind, pub *publisher, why string) {
+	if ix.noting {
+		ix.fx.events = append(ix.fx.events, jnote{key: key, kind: kind, pub: pub, why: why})
+	}
+}
+
+// noteChange records pi's instance becoming next: a health flip, or an
+// update.
+func (ix *index) noteChange(pi *pubInst, next *model.Instance, pub *publisher) {
+	switch {
+	case !ix.noting:
+	case pi.inst.healthy && !next.Healthy:
+		ix.note(pi.slot.key(), EventUnhealthy, pub, "on its owner")
+	case !pi.inst.healthy && next.Healthy:
+		ix.note(pi.slot.key(), EventHealthy, pub, "on its owner")
+	default:
+		ix.note(pi.slot.key(), EventUpdated, pub, "")
+	}
+}
+
+// noteHealth records a stored health change of a persistent instance: by
+// its active check, or set by hand on a NONE cluster.
+func (ix *index) noteHealth(s *service, key model.InstanceKey, healthy bool) {
+	if !ix.noting {
+		return
+	}
+	why := "manual"
+	def := s.definition()
+	if t := def.Cluster(key.Cluster).HealthCheck.EffectiveType(); t != model.CheckNone {
+		why = "check: " + string(t)
+	}
+	kind := EventUnhealthy
+	if healthy {
+		kind = EventHealthy
+	}
+	ix.note(key, kind, nil, why)
+}
+
+// lookup returns the service of key and the slot of key in it; either may
+// be nil.
+func (ix *index) lookup(key model.InstanceKey) (*service, *slot) {
+	s := ix.services[key.Service]
+	if s == nil {
+		return nil, nil
+	}
+	return s, s.lookupSlot(key)
+}
+
+// slotFor returns the slot of inst's key, creating it (not yet live) when
+// absent. A new slot must be given a publication or a persistent instance
+// before the change ends.
+func (ix *index) slotFor(s *service, inst *rec) *slot {
+	i, ok := s.findSlot(inst.cluster, inst.ip, int(inst.port))
+	if ok {
+		return s.slots[i]
+	}
+	return ix.insertSlot(s, i)
+}
+
+// insertSlot inserts a new slot (not yet live) at index i of s.slots, where
+// findSlot placed its key, and returns it.
+func (ix *index) insertSlot(s *service, i int) *slot {
+	sl := &slot{svc: s}
+	ix.quota.instances++
+	s.slots = append(s.slots, nil)
+	copy(s.slots[i+1:], s.slots[i:])
+	s.slots[i] = sl
+	return sl
+}
+
+// slotBorn is called once a new slot has its first publication: it attaches
+// a waiting patch.
+func (ix *index) slotBorn(sl *slot) {
+	key := sl.key()
+	if p := ix.patches[key]; p != nil {
+		sl.patch = p
+		ix.patchGone.Remove(key)
+	}
+	ix.emptySvcs.Remove(sl.svc.key)
+}
+
+// dropSlotIfDead removes sl from its service once nothing publishes it, and
+// starts, from now, the countdowns of its patch and of its service when it
+// is now empty. last is the instance the slot held last, which locates it.
+func (ix *index) dropSlotIfDead(sl *slot, last *rec, now time.Time) {
+	if sl.live() {
+		return
+	}
+	s := sl.svc
+	if i, ok := s.findSlotOf(sl, last); ok {
+		s.slots = slices.Delete(s.slots, i, i+1)
+		ix.quota.instances--
+	}
+	if sl.patch != nil {
+		ix.startPatchCountdown(sl.patch.Key, now)
+	}
+	ix.maybeEmpty(s, now)
+}
+
+// maybeEmpty starts, from now, the countdown of an empty, implicit
+// service.
+func (ix *index) maybeEmpty(s *service, now time.Time) {
+	if s.empty() && s.def == nil {
+		_ = ix.emptySvcs.Put(s.key, now, health.Timeouts{Expire: ix.emptyTTL}) // positive: Config.Validate
+		ix.fx.wakeBy(now.Add(ix.emptyTTL))
+	}
+}
+
+// startPatchCountdown starts, from now, the PatchTTL countdown of the
+// patch of key, whose instance is gone.
+func (ix *index) startPatchCountdown(key model.InstanceKey, now time.Time) {
+	_ = ix.patchGone.Put(key, now, health.Timeouts{Expire: ix.patchTTL}) // positive: Config.Validate
+	ix.fx.wakeBy(now.Add(ix.patchTTL))
+}
+
+// changed records a change of s: a new revision, the cached views dropped,
+// its watchers due a delivery.
+func (ix *index) changed(s *service) {
+	ix.rev++
+	s.rev = ix.rev
+	s.cache.Store(nil)
+	ix.fx.dirty = append(ix.fx.dirty, s.key)
+}
+
+// ensureService returns the service of key, creating an implicit one of the
+// given kind, or ErrKindMismatch when it exists with the other kind.
+func (ix *index) ensureService(key model.ServiceKey, ephemeral bool) (*service, error) {
+	s := ix.services[key]
+	if s == nil {
+		s = &service{key: key, ephemeral: ephemeral}
+		ix.addService(s)
+		return s, nil
+	}
+	if s.ephemeral != ephemeral {
+		return nil, kindMismatch(s)
+	}
+	return s, nil
+}
+
+// addService puts s in the index.
+func (ix *index) addService(s *service) {
+	ix.services[s.key] = s
+	ix.quota.nsServices[s.key.Namespace]++
+	ix.fx.services = true
+	ix.fx.catalogs = append(ix.fx.catalogs, s.key.Namespace)
+}
+
+// dropService takes the service of key out of the index.
+func (ix *index) dropService(key model.ServiceKey) {
+	if _, ok := ix.services[key]; ok {
+		delete(ix.services, key)
+		if ix.quota.nsServices[key.Namespace]--; ix.quota.nsServices[key.Namespace] == 0 {
+			delete(ix.quota.nsServices, key.Namespace)
+		}
+		ix.fx.catalogs = append(ix.fx.catalogs, key.Namespace)
+	}
+	ix.fx.services = true
+}
+
+// removeService drops s from the index. Watchers see an empty view.
+func (ix *index) removeService(s *service) {
+	ix.dropService(s.key)
+	ix.emptySvcs.Remove(s.key)
+	ix.changed(s)
+	ix.fx.gone = append(ix.fx.gone, s)
+}
+
+// apply applies cmd from o (zero for the store's feed), which the rules
+// accepted, to the index: first
+// model.ResolveCommand (a re-put keeps the stored health, a patch merges
+// with the stored one), then the change; countdowns it starts start at
+// now. In cluster mode every node's index mirrors the commands its
+// replicated store applied, so this never refuses: where the node's
+// ephemeral data conflicts with an accepted command (a race between an
+// ephemeral and a persistent registration of one service on two nodes),
+// the conflict is recorded and the ephemeral side keeps the service.
+func (ix *index) apply(cmd *model.Command, o model.Origin, now time.Time) {
+	changes := model.ResolveCommand(cmd, (*indexState)(ix))
+	switch cmd.Op {
+	case model.OpCreateService, model.OpUpdateService:
+		ix.putService(cmd.Service)
+	case model.OpDeleteService:
+		// Not only a definition goes: an empty implicit service goes with
+		// it, a change that ResolveCommand, which counts definitions, does
+		// not report.
+		s := ix.services[cmd.SvcKey]
+		if s == nil {
+			return
+		}
+		s.def = nil
+		if s.empty() {
+			ix.removeService(s)
+		} else {
+			ix.changed(s)
+		}
+	case model.OpPutInstance:
+		ix.putInstance(cmd.Instance)
+	case model.OpDeleteInstance:
+		if !changes {
+			return
+		}
+		s, sl := ix.lookup(cmd.Key)
+		last := sl.pers
+		sl.pers = nil
+		ix.note(cmd.Key, EventRemoved, nil, "deleted")
+		ix.fx.targets = append(ix.fx.targets, target{key: cmd.Key})
+		ix.dropSlotIfDead(sl, last, now)
+		ix.changed(s)
+	case model.OpPatchInstance:
+		merged := cmd.Patch
+		had := ix.patches[merged.Key] != nil
+		ix.patches[merged.Key] = &merged
+		ix.note(merged.Key, EventPatched, nil, "")
+		if s, sl := ix.lookup(merged.Key); sl != nil {
+			sl.patch = &merged
+			ix.changed(s)
+		} else if !had {
+			ix.startPatchCountdown(merged.Key, now)
+		}
+	case model.OpRemovePatch:
+		if !changes {
+			return
+		}
+		delete(ix.patches, cmd.Key)
+		why := ""
+		if o.Expiry {
+			why = "expired"
+		}
+		ix.note(cmd.Key, EventPatchRemoved, nil, why)
+		ix.patchGone.Remove(cmd.Key)
+		if s, sl := ix.lookup(cmd.Key); sl != nil {
+			sl.patch = nil
+			ix.changed(s)
+		}
+	case model.OpSetHealth:
+		if !changes {
+			return
+		}
+		s, sl := ix.lookup(cmd.Key)
+		sl.pers = sl.pers.withHealth(cmd.Healthy)
+		ix.noteHealth(s, cmd.Key, cmd.Healthy)
+		ix.changed(s)
+		ix.fx.targets = append(ix.fx.targets, target{svc: s, sl: sl})
+	}
+}
+
+// putService stores a definition, creating the service if needed.
+func (ix *index) putService(def model.Service) {
+	s := ix.services[def.Key]
+	if s == nil {
+		s = &service{key: def.Key, ephemeral: def.Ephemeral}
+		ix.addService(s)
+	} else if s.ephemeral != def.Ephemeral {
+		ix.fx.conflicts = append(ix.fx.conflicts, conflict{what: "definition", key: def.Key.String(), ephemeral: s.ephemeral})
+		return
+	}
+	s.def = &def
+	ix.emptySvcs.Remove(s.key)
+	ix.changed(s)
+	if !s.ephemeral {
+		ix.fx.targets = append(ix.fx.targets, target{svc: s})
+	}
+}
+
+// putInstance stores a persistent instance as given, health included
+// (apply resolved a re-put's health; a state reload carries it).
+func (ix *index) putInstance(inst model.Instance) {
+	s, err := ix.ensureService(inst.Service, false)
+	if err != nil {
+		ix.fx.conflicts = append(ix.fx.conflicts, conflict{what: "instance", key: inst.Key().String(), ephemeral: true, err: err})
+		return
+	}
+	stored := newRec(&inst)
+	sl := ix.slotFor(s, stored)
+	born := !sl.live()
+	if sl.pers != nil && sl.pers.equal(stored) {
+		return
+	}
+	sl.pers = stored
+	if born {
+		ix.slotBorn(sl)
+		ix.note(sl.key(), EventRegistered, nil, "")
+	} else {
+		ix.note(sl.key(), EventUpdated, nil, "")
+	}
+	ix.changed(s)
+	ix.fx.targets = append(ix.fx.targets, target{svc: s, sl: sl})
+}
+
+// expire handles every deadline of the index that passed by now, each as
+// of its own deadline (what an expiry starts counts from there, so that
+// one late run ends where many timely ones would): a beat publication
+// turns unhealthy, then goes; a session whose keep-alive lapsed closes;
+// emptied implicit services still empty leave the index. It returns the
+// patches whose instance has been gone for PatchTTL, for the driver to
+// remove through the store. The countdowns an expiry starts land in the
+// lease sets handled after it.
+func (ix *index) expire(now time.Time) []model.InstanceKey {
+	ix.beatLeases.ExpireAt(now, func(pi *pubInst, ev health.Event, at time.Time) {
+		ix.beatEvent(pi, ev, at)
+	})
+	ix.sessionLeases.ExpireAt(now, func(p *publisher, _ health.Event, at time.Time) {
+		ix.fx.lapsed = append(ix.fx.lapsed, p.id)
+		ix.closeSession(p, "session expired", at)
+	})
+	ix.emptySvcs.Expire(now, func(key model.ServiceKey, _ health.Event) {
+		if s := ix.services[key]; s != nil && s.empty() && s.def == nil {
+			ix.dropService(key)
+		}
+	})
+	var orphans []model.InstanceKey
+	ix.patchGone.Expire(now, func(key model.InstanceKey, _ health.Event) {
+		orphans = append(orphans, key)
+	})
+	return orphans
+}
+
+// beatEvent applies a beat lease transition, at now.
+func (ix *index) beatEvent(pi *pubInst, ev health.Event, now time.Time) {
+	switch ev {
+	case health.EventUnhealthy:
+		if pi.inst.healthy {
+			ix.note(pi.slot.key(), EventUnhealthy, pi.pub, "beat missed")
+			ix.replaceInst(pi, pi.inst.withHealth(false))
+		}
+	case health.EventExpired: // the tracker has dropped the lease already
+		ix.dropBeat(pi, "lease expired", now)
+	}
+}
+
+// dropBeat removes a beat publication, why, and its publisher once it has
+// no other; countdowns start at now. The caller has dropped the
+// publication's lease.
+func (ix *index) dropBeat(pi *pubInst, why string, now time.Time) {
+	ix.unpublish(pi, true, why, now)
+	ix.changed(pi.slot.svc)
+	ix.pubChanged(pi.pub)
+	ix.dropBeatPublisherIfEmpty(pi.pub, pi.inst)
+}
+
+// dropBeatPublisherIfEmpty forgets a beat publisher with no instances;
+// last is the instance it published last, whose ip:port keys it.
+func (ix *index) dropBeatPublisherIfEmpty(pub *publisher, last *rec) {
+	if len(pub.insts) == 0 {
+		ix.removeBeatPub(last.ip, pub)
+		pub.closed = true
+	}
+}
+
+// closeSession removes all of p's instances, why, changing each affected
+// service once, and forgets p; countdowns start at now. Its Session ends
+// (an effect). The caller has dropped p's lease (or is the lease tracker
+// expiring it).
+func (ix *index) closeSession(p *publisher, why string, now time.Time) {
+	p.closed = true
+	delete(ix.sessions, p.id)
+	var touched []*service
+	for _, pi := range p.insts {
+		ix.unpublish(pi, false, why, now)
+		if s := pi.slot.svc; len(touched) == 0 || touched[len(touched)-1] != s {
+			touched = append(touched, s)
+		}
+	}
+	p.insts = nil
+	seen := make(map[*service]bool, len(touched))
+	for _, s := range touched {
+		if !seen[s] {
+			seen[s] = true
+			ix.changed(s)
+		}
+	}
+	ix.pubChanged(p)
+	if p.session != nil {
+		ix.fx.ended = append(ix.fx.ended, p.session)
+	}
+}
+
+// next returns the earliest deadline of the index's leases and
+// countdowns.
+func (ix *index) next() (time.Time, bool) {
+	var t time.Time
+	ok := false
+	for _, at := range [...]func() (time.Time, bool){ix.beatLeases.Next, ix.sessionLeases.Next, ix.emptySvcs.Next, ix.patchGone.Next} {
+		if n, nok := at(); nok && (!ok || n.Before(t)) {
+			t, ok = n, true
+		}
+	}
+	return t, ok
+}
+
+// publish adds or replaces pub's publication of inst, which is valid and
+// has its defaults. With limited (a write taken here, not a peer's
+// record), a new publication must fit in the limits (see admitNew), or
+// nothing changes. The caller bumps pub.rev (pubChanged).
+func (ix *index) publish(pub *publisher, inst model.Instance, limited bool) (*pubInst, error) {
+	s := ix.services[inst.Service]
+	i, found := 0, false
+	if s != nil {
+		i, found = s.findSlot(inst.Cluster, inst.IP, inst.Port)
+	}
+	return ix.publishAt(s, i, found, pub, inst, limited)
+}
+
+// publishAt is publish with inst's key looked up already: s is the
+// service of inst's key (or nil), i the index of the key's slot in s.slots
+// or where it would go, found whether it is there (see instLoc in
+// delta.go).
+func (ix *index) publishAt(s *service, i int, found bool, pub *publisher, inst model.Instance, limited bool) (*pubInst, error) {
+	if s != nil && !s.ephemeral {
+		return nil, kindMismatch(s)
+	}
+	if found {
+		if pi := s.slots[i].publication(pub); pi != nil {
+			// issue 15: the same instance again changes nothing; a
+			// publication that is not the one served changes no view.
+			if pi.inst.sameInstance(&inst) {
+				return pi, nil
+			}
+			served := s.slots[i].current() == pi.inst
+			ix.noteChange(pi, &inst, pub)
+			pi.inst = newRec(&inst)
+			if served {
+				ix.changed(s)
+			}
+			ix.fx.notes = append(ix.fx.notes, note{pi: pi, published: true})
+			return pi, nil
+		}
+	}
+	if limited {
+		if err := ix.admitNew(pub, s, found, &inst); err != nil {
+			return nil, err
+		}
+	}
+	if s == nil {
+		s = &service{key: inst.Service, ephemeral: true}
+		ix.addService(s)
+	}
+	stored := newRec(&inst)
+	var sl *slot
+	if found {
+		sl = s.slots[i]
+	} else {
+		sl = ix.insertSlot(s, i)
+	}
+	born := !sl.live()
+	prev := sl.current() // issue 15: what the view shows before
+	pi := &pubInst{pub: pub, slot: sl, inst: stored}
+	pub.insts = append(pub.insts, pi)
+	if len(sl.pubs) == 0 {
+		sl.pubs = []*pubInst{pi}
+	} else {
+		id := pub.key()
+		i, _ := slices.BinarySearchFunc(sl.pubs, id, func(p *pubInst, id string) int { return strings.Compare(p.pub.key(), id) })
+		sl.pubs = slices.Insert(sl.pubs, i, pi)
+	}
+	if born {
+		ix.slotBorn(sl)
+	}
+	ix.note(sl.key(), EventRegistered, pub, "")
+	// issue 15: another publisher of a key, with the same instance, changes
+	// no view.
+	if born || sl.current() == stored && !stored.equal(prev) {
+		ix.changed(s)
+	}
+	ix.fx.notes = append(ix.fx.notes, note{pi: pi, published: true})
+	return pi, nil
+}
+
+// unpublish removes one publication, why (the journal's reason); the
+// countdowns its slot's death starts start at now. With detach, it is also
+// removed from its publisher's list (a caller removing them all skips
+// that). The caller drops the publication's lease, if any.
+func (ix *index) unpublish(pi *pubInst, detach bool, why string, now time.Time) {
+	ix.note(pi.slot.key(), EventRemoved, pi.pub, why)
+	ix.fx.notes = append(ix.fx.notes, note{pi: pi}) // issue 15: per-instance replication (delta.go)
+	sl := pi.slot
+	if i := slices.Index(sl.pubs, pi); i >= 0 {
+		sl.pubs = slices.Delete(sl.pubs, i, i+1)
+	}
+	if detach {
+		if i := slices.Index(pi.pub.insts, pi); i >= 0 {
+			pi.pub.insts = slices.Delete(pi.pub.insts, i, i+1)
+		}
+	}
+	ix.dropSlotIfDead(sl, pi.inst, now)
+}
+
+// replaceInst swaps a publication's instance for next and records the
+// change.
+func (ix *index) replaceInst(pi *pubInst, next *rec) {
+	pi.inst = next
+	ix.pubChanged(pi.pub)
+	ix.changed(pi.slot.svc)
+}
+
+// pubChanged records a change of pub: its revision moves on, and its
+// record is due to the replicator. Every change of a publisher's
+// instances goes through here, so that the record is replicated from one
+// place.
+func (ix *index) pubChanged(pub *publisher) {
+	pub.rev++
+	ix.fx.replicate = append(ix.fx.replicate, pub)
+}
+
+// admit checks a normalized cmd from o against the rules (model.AdmitCommand
+// over the index: a service's kind, no delete while instances exist,
+// patches only for instances the index holds, manual health only for NONE
+// clusters), then against what only the registry knows: a patch's expiry
+// waits for its newest countdown, and the limits (admitCommand). It
+// returns model.ErrNoop for a command that has nothing to do.
+//
+// A replicated store checks the replicated rules again in its state
+// machine (model.CheckCommand), at apply time; the others involve
+// ephemeral data and can only be checked on the node that takes the
+// write.
+func (ix *index) admit(cmd *model.Command, o model.Origin) error {
+	if err := model.AdmitCommand(cmd, (*indexState)(ix), o); err != nil {
+		return err
+	}
+	if cmd.Op == model.OpRemovePatch && o.Expiry {
+		if _, ok := ix.patchGone.Get(cmd.Key); ok {
+			return model.ErrNoop // it came back and went again since: a new countdown runs
+		}
+	}
+	return ix.admitCommand(cmd)
+}
+
+// indexState is the index as the rules read it (model.CommandState). It
+// is a type of its own so that its exported methods stay off Registry,
+// which embeds the index.
+type indexState index
+
+var _ model.CommandState = (*indexState)(nil)
+
+// Service reports the service of k. The index never holds a persistent
+// record in an ephemeral service (CheckConsistency), and a persistent
+// service's slots all hold one, so Persistent is its slot count.
+func (x *indexState) Service(k model.ServiceKey) model.ServiceState {
+	s := x.services[k]
+	if s == nil {
+		return model.ServiceState{}
+	}
+	st := model.ServiceState{Exists: true, Ephemeral: s.ephemeral, Definition: s.def, Instances: len(s.slots)}
+	if !s.ephemeral {
+		st.Persistent = len(s.slots)
+	}
+	return st
+}
+
+// Instance reports the slot of k.
+func (x *indexState) Instance(k model.InstanceKey) model.InstanceState {
+	_, sl := (*index)(x).lookup(k)
+	if sl == nil {
+		return model.InstanceState{}
+	}
+	st := model.InstanceState{Exists: true}
+	if sl.pers != nil {
+		st.Persistent, st.Healthy = true, sl.pers.healthy
+	}
+	return st
+}
+
+// Patch returns the stored patch of k.
+func (x *indexState) Patch(k model.InstanceKey) (model.InstancePatch, bool) {
+	if p := x.patches[k]; p != nil {
+		return *p, true
+	}
+	return model.InstancePatch{}, false
+}
