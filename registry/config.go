@@ -135,6 +135,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s must be positive (got %v)", d.name, d.v))
 		}
 	}
+	if c.HistoryEvents < 0 || c.HistoryEvents > MaxHistoryEvents {
+		errs = append(errs, fmt.Errorf("HistoryEvents must be 0 to %d (got %d)", MaxHistoryEvents, c.HistoryEvents))
+	}
 	if c.HealthChecks != nil && c.HealthChecks.OnTransition != nil {
 		errs = append(errs, errors.New("HealthChecks.OnTransition must be nil: the registry stores the transitions"))
 	}
@@ -181,3 +184,6 @@ type Env struct {
 	// Limits are the validation limits of the registry's writes.
 	Limits model.Limits
 }
+
+// MaxHistoryEvents caps Config.HistoryEvents: about 500 MB of journal.
+const MaxHistoryEvents = 1 << 22

@@ -3,6 +3,7 @@ package registry
 import (
 	"crypto/sha256"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -176,11 +177,24 @@ func (r *Registry) replicateSession(p *publisher) {
 		}
 		changes = append(changes, distro.Change{Kind: distro.KindSession, Key: k, Payload: encodeInsts([]*pubInst{pi})})
 	}
-	clear(st.dirty)
-	for i, err := range r.replicator.Write(changes) {
-		if err != nil && !errors.Is(err, distro.ErrNotFound) {
-			r.log.Debug("replicating a session change failed", "record", changes[i].Key, "delete", changes[i].Delete, "err", err)
+	errs := r.replicator.Write(changes)
+	if errs == nil {
+		clear(st.dirty)
+		return
+	}
+	// A change whose write failed stays dirty: the session's next change
+	// writes it again (one instance record is the whole of that instance's
+	// state, so nothing else would).
+	for h := range st.dirty {
+		k := key + "/" + h
+		i := slices.IndexFunc(changes, func(c distro.Change) bool { return c.Key == k })
+		if i < 0 || i >= len(errs) || errs[i] == nil ||
+			errors.Is(errs[i], distro.ErrNotFound) && changes[i].Delete || errors.Is(errs[i], distro.ErrClosed) {
+			delete(st.dirty, h)
+			continue
 		}
+		r.log.Warn("replicating a session change failed; it is written again with the session's next change",
+			"record", k, "delete", changes[i].Delete, "err", errs[i])
 	}
 }
 
@@ -232,13 +246,12 @@ func (r *Registry) decodeInstRecord(rec distro.Record, sid, hash string) (instRe
 // holds mu.
 func (r *Registry) applyInstLocked(ir instRecord) {
 	gkey := sessionPrefix + ir.sid + "/"
-	if local := r.sessions[ir.sid]; local != nil {
-		// Another node writes this node's session: it took the key over (a
-		// newer version won). The session ends here; its copy is rebuilt
-		// from that node's records.
-		r.log.Warn("a session of this node is written by another node", "session", ir.sid, "owner", ir.rec.Owner)
-		r.sessionLeases.Remove(local)
-		r.closeSessionQuietly(local)
+	if r.sessions[ir.sid] != nil {
+		// This node's own session (its ID names this node, and
+		// applyBatch took only records of the node a session ID names):
+		// a copy of its own record coming back, say from a peer's load.
+		// The live session is the truth.
+		return
 	}
 	p := r.remote[gkey]
 	if ir.inst == nil {
@@ -305,6 +318,10 @@ func (ds distroStore) applyBatch(recs []distro.Record) {
 		sid, hash, ok := splitInstKey(rec.Key)
 		if !ok || rec.Kind != distro.KindSession {
 			ds.Apply(rec)
+			continue
+		}
+		if !sessionOf(sid, rec.Owner) {
+			r.log.Warn("ignoring a session record written by a node other than the session's", "record", rec.Key, "owner", rec.Owner)
 			continue
 		}
 		ir, err := r.decodeInstRecord(rec, sid, hash)
@@ -458,4 +475,35 @@ func (r *Registry) renewUnchangedBeat(inst *model.Instance) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.checkWrite() == nil && r.renewIfUnchanged(r.beatPub(inst.IP, inst.Port), inst) != nil
+}
+
+// sessionOf reports whether session ID sid names node as the node that
+// opened it: sid is node, "-", 16 hex digits, and maybe "-" and a
+// collision counter (see OpenSession). Only that node writes the session's
+// records: a record of it from another owner is a bug or an attack, and is
+// refused (it would otherwise end or rewrite another node's session).
+func sessionOf(sid, node string) bool {
+	rest, ok := strings.CutPrefix(sid, node+"-")
+	if !ok || len(rest) < 16 {
+		return false
+	}
+	for _, c := range rest[:16] {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	rest = rest[16:]
+	if rest == "" {
+		return true
+	}
+	n, ok := strings.CutPrefix(rest, "-")
+	if !ok || n == "" {
+		return false
+	}
+	for _, c := range n {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }

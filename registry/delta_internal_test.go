@@ -221,3 +221,24 @@ func TestRelocate(t *testing.T) {
 		})
 	}
 }
+
+func TestSessionOf(t *testing.T) {
+	for _, c := range []struct {
+		sid, node string
+		want      bool
+	}{
+		{"n1-0123456789abcdef", "n1", true},
+		{"n1-0123456789abcdef-2", "n1", true},
+		{"n1-x-0123456789abcdef", "n1", false}, // node "n1-x"'s session
+		{"n1-x-0123456789abcdef", "n1-x", true},
+		{"n1-0123456789abcdeF", "n1", false},
+		{"n1-0123456789abcdef-", "n1", false},
+		{"n1-0123456789abcdef-2a", "n1", false},
+		{"n2-0123456789abcdef", "n1", false},
+		{"n1-0123", "n1", false},
+	} {
+		if got := sessionOf(c.sid, c.node); got != c.want {
+			t.Errorf("sessionOf(%q, %q) = %v, want %v", c.sid, c.node, got, c.want)
+		}
+	}
+}

@@ -146,6 +146,10 @@ func (ds distroStore) Apply(rec distro.Record) {
 	if r.state.Load() == stateClosed {
 		return
 	}
+	if rec.Kind == distro.KindSession && !sessionOf(strings.TrimPrefix(rec.Key, sessionPrefix), rec.Owner) {
+		r.log.Warn("ignoring a session record written by a node other than the session's", "record", rec.Key, "owner", rec.Owner)
+		return
+	}
 	local := r.localPub(rec.Key)
 	if rec.Kind == distro.KindBeat && r.ownsKey(rec.Key) {
 		r.applyOwnBeat(rec, local, insts)

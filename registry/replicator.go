@@ -82,17 +82,18 @@ func Distro(cfg distro.Config) ReplicatorFunc {
 		if err := errors.Join(errs...); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
-		cfg.NodeID, cfg.Store = env.NodeID, records
-		if cfg.Clock == nil {
-			cfg.Clock = env.Clock
+		c := cfg // the caller's value stays as given: the func may run again (a new registry)
+		c.NodeID, c.Store = env.NodeID, records
+		if c.Clock == nil {
+			c.Clock = env.Clock
 		}
-		if cfg.Logger == nil {
-			cfg.Logger = env.Logger
+		if c.Logger == nil {
+			c.Logger = env.Logger
 		}
-		if cfg.Rand == nil {
-			cfg.Rand = env.Rand
+		if c.Rand == nil {
+			c.Rand = env.Rand
 		}
-		d, err := distro.New(cfg)
+		d, err := distro.New(c)
 		if err != nil {
 			return nil, err
 		}
