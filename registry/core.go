@@ -142,9 +142,12 @@ func (fx *effects) reset() {
 	clear(fx.ended)
 	clear(fx.lapsed)
 	clear(fx.events)
-	*fx = effects{dirty: fx.dirty[:0], gone: fx.gone[:0], catalogs: fx.catalogs[:0],
-		targets: fx.targets[:0], conflicts: fx.conflicts[:0], notes: fx.notes[:0], replicate: fx.replicate[:0],
-		ended: fx.ended[:0], lapsed: fx.lapsed[:0], events: fx.events[:0]}
+	// Each slice is cut in place (x = x[:0] writes no pointer, so it costs
+	// no write barrier, unlike assigning a whole new effects).
+	fx.dirty, fx.gone, fx.catalogs = fx.dirty[:0], fx.gone[:0], fx.catalogs[:0]
+	fx.targets, fx.conflicts, fx.notes = fx.targets[:0], fx.conflicts[:0], fx.notes[:0]
+	fx.replicate, fx.ended, fx.lapsed, fx.events = fx.replicate[:0], fx.ended[:0], fx.lapsed[:0], fx.events[:0]
+	fx.services, fx.wake = false, time.Time{}
 }
 
 // wakeBy records that a deadline at t was started.

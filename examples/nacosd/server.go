@@ -382,6 +382,7 @@ func (s *Server) WaitReady(ctx context.Context) error { return s.reg.WaitReady(c
 func (s *Server) standaloneConfig() (registry.Config, error) {
 	cfg := registry.DefaultConfig()
 	cfg.NodeID, cfg.Logger = s.cfg.NodeID, s.base
+	cfg.HistoryEvents = registry.DefaultHistoryEvents
 	if s.cfg.Fast {
 		hc := *cfg.HealthChecks
 		hc.FirstIntervalMin, hc.FirstIntervalMax = 50*time.Millisecond, 100*time.Millisecond

@@ -208,8 +208,16 @@ func DefaultConfig() Config {
 		TransportAddr: "127.0.0.1:0",
 		GossipAddr:    "127.0.0.1:0",
 		Timings:       LAN(),
-		Registry:      registry.DefaultConfig(),
+		Registry:      nodeRegistryConfig(),
 	}
+}
+
+// nodeRegistryConfig is registry.DefaultConfig with the event journal on
+// (Explain): a cluster's operators want the history of an instance.
+func nodeRegistryConfig() registry.Config {
+	c := registry.DefaultConfig()
+	c.HistoryEvents = registry.DefaultHistoryEvents
+	return c
 }
 
 // raft reports whether the node runs a Raft replica.

@@ -28,7 +28,8 @@ type ClusterOptions struct {
 	// Nodes is the number of nodes; default 3. They are named "n1", "n2"…
 	Nodes int
 	// Config is every node's registry configuration; nil means
-	// registry.DefaultConfig() without active health checks. NodeID, Clock,
+	// registry.DefaultConfig() without active health checks and with
+	// the event journal on (HistoryEvents = registry.DefaultHistoryEvents). NodeID, Clock,
 	// Logger, Rand, Replicator, Transport and Store are set per node.
 	Config *registry.Config
 	// Distro is the replication configuration; nil means
@@ -217,7 +218,7 @@ func (c *Cluster) start(n *Node) {
 	n.starts++
 
 	cfg := registry.DefaultConfig()
-	cfg.HealthChecks = nil
+	cfg.HealthChecks, cfg.HistoryEvents = nil, registry.DefaultHistoryEvents
 	if c.opts.Config != nil {
 		cfg = *c.opts.Config
 	}

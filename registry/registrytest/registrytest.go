@@ -18,9 +18,10 @@ var Epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // Options configures a test registry. The zero value is ready to use.
 type Options struct {
 	// Config is the registry configuration; nil means
-	// registry.DefaultConfig() without active health checks (HealthChecks
-	// nil, as in NewCluster), so that persistent instances in a test make
-	// no real TCP, HTTP or MySQL probes; their health is what SetHealth
+	// registry.DefaultConfig() with the event journal on (HistoryEvents =
+	// registry.DefaultHistoryEvents) and without active health checks
+	// (HealthChecks nil, as in NewCluster), so that persistent instances in
+	// a test make no real TCP, HTTP or MySQL probes; their health is what SetHealth
 	// gives them. Pass a Config with HealthChecks set to probe for real. Its
 	// Clock, Logger and Rand are replaced.
 	Config *registry.Config
@@ -62,7 +63,7 @@ func New(t testing.TB, opts Options) *Registry {
 	t.Helper()
 	leaks := newLeakCheck(opts.Parallel)
 	cfg := registry.DefaultConfig()
-	cfg.HealthChecks = nil
+	cfg.HealthChecks, cfg.HistoryEvents = nil, registry.DefaultHistoryEvents
 	if opts.Config != nil {
 		cfg = *opts.Config
 	}
