@@ -254,6 +254,19 @@ func (r *Replicator) loadPage(peer string, from uint32, ref []byte, acc *pageSum
 	for _, rec := range recs {
 		r.offerLoadedLocked(rec, now)
 	}
+	if acc != nil && acc.ok {
+		// The sums become the reference the other peers leave buckets out
+		// by: they must be those of the records the page carried. Sums that
+		// are not (a faulty or hostile peer's, or a loader that held newer
+		// records already) are not used: every peer then sends everything.
+		for b := from; b < m.Next && int(b) < r.cfg.Buckets; b++ {
+			if r.tab.bucketSum(int(b)) != binary.BigEndian.Uint64(m.Sums[8*int(b-from):]) {
+				acc.ok = false
+				r.log.Warn("distro: a snapshot's bucket sums do not match its records; loading whole snapshots from every peer", "peer", peer, "bucket", b)
+				break
+			}
+		}
+	}
 	r.mu.Unlock()
 	r.drain()
 	return m.Next, m.Done || m.Next <= from, nil

@@ -1,10 +1,12 @@
 package distro
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/transport"
 )
 
@@ -86,5 +88,48 @@ func TestLoadTakesOtherPeersDifferingBucketsOnly(t *testing.T) {
 		if got := c.net.Stats(p, "n4").Bytes; got > whole/2 {
 			t.Errorf("%s sent %d bytes of snapshot, the primary %d: more than the first page and the differing buckets", p, got, whole)
 		}
+	}
+}
+
+// A primary whose pages carry its bucket sums but not the records they
+// sum (a faulty or hostile member) does not become the reference: the
+// other peers then send everything, and the joiner holds every record.
+// (With the sums trusted, they would leave every bucket out.)
+func TestLoadRefusesSumsThatDoNotMatchTheRecords(t *testing.T) {
+	c := newCluster(t, func(cfg *Config) {
+		cfg.VerifyInterval, cfg.TombstoneTTL = time.Hour, 2*time.Hour // no repair during the test
+	}, "n1", "n2", "n3")
+	const n = 12000 // three pages: each peer's first page is taken whole anyway
+	for i := range n {
+		owner := c.nodes[fmt.Sprintf("n%d", i%3+1)]
+		if _, err := owner.r.Put(KindSession, fmt.Sprintf("s/%s/%d", owner.id, i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.eventually(10*time.Second, "the records everywhere", func() bool {
+		return c.converged() && len(held(c.nodes["n1"].r)) == n
+	})
+	// n2 answers snapshots with the true sums and no records.
+	liar := c.nodes["n2"]
+	liar.tr.Handle(kindSnapshot, func(ctx context.Context, from string, body []byte) ([]byte, error) {
+		out, err := liar.r.handleSnapshot(ctx, from, body)
+		if err != nil {
+			return out, err
+		}
+		_, m, err := decodeSnapResp(out)
+		if err != nil {
+			return nil, err
+		}
+		m.Records = nil
+		return model.Marshal(m)
+	})
+	j := c.add("n4")
+	c.setMembers("n1", "n2", "n3", "n4")
+	c.net.SetLink("n4", "n1", transport.LinkConfig{Delay: 50 * time.Millisecond})
+	c.net.SetLink("n4", "n3", transport.LinkConfig{Delay: 50 * time.Millisecond})
+	c.startNode("n4") // n2 answers first: it would be the primary
+	c.waitReady("n4")
+	if h := held(j.r); len(h) != n {
+		t.Fatalf("the joiner holds %d records, want %d", len(h), n)
 	}
 }
