@@ -190,10 +190,12 @@ func (d *cmdDecoder) bool() (bool, bool) {
 	return false, false
 }
 
-// fields reads a map of known keys, each at most once: field returns the
-// index (below 64) of a key (its bytes, which it must not keep), or -1 for
-// an unknown one; value decodes it.
-func (d *cmdDecoder) fields(field func([]byte) int, value func(int) bool) bool {
+// fields reads a map of known keys, each at most once: field decodes the
+// value of a key (its bytes, which it must not keep) and returns the key's
+// index (below 64), or -1 for an unknown key, and whether its value
+// decoded. A map that breaks the rules is not in Marshal's form: the
+// caller falls back to msgpack.
+func (d *cmdDecoder) fields(field func([]byte) (int, bool)) bool {
 	n, ok := d.mapLen()
 	if !ok {
 		return false
@@ -204,16 +206,29 @@ func (d *cmdDecoder) fields(field func([]byte) int, value func(int) bool) bool {
 		if !ok {
 			return false
 		}
-		f := field(k)
-		if f < 0 || seen&(1<<f) != 0 {
+		f, ok := field(k)
+		if f < 0 || !ok || seen&(1<<f) != 0 {
 			return false
 		}
 		seen |= 1 << f
-		if !value(f) {
-			return false
-		}
 	}
 	return true
+}
+
+// strTo, boolTo and floatTo decode into *p.
+func (d *cmdDecoder) strTo(p *string) (ok bool) {
+	*p, ok = d.str()
+	return ok
+}
+
+func (d *cmdDecoder) boolTo(p *bool) (ok bool) {
+	*p, ok = d.bool()
+	return ok
+}
+
+func (d *cmdDecoder) floatTo(p *float64) (ok bool) {
+	*p, ok = d.float()
+	return ok
 }
 
 func (d *cmdDecoder) commands() ([]Command, bool) {
@@ -231,75 +246,42 @@ func (d *cmdDecoder) commands() ([]Command, bool) {
 }
 
 func (d *cmdDecoder) command(c *Command) bool {
-	return d.fields(func(k []byte) int {
+	return d.fields(func(k []byte) (int, bool) {
 		switch string(k) {
 		case "op":
-			return 0
-		case "svc":
-			return 1
-		case "up":
-			return 2
-		case "skey":
-			return 3
-		case "inst":
-			return 4
-		case "key":
-			return 5
-		case "patch":
-			return 6
-		case "healthy":
-			return 7
-		}
-		return -1
-	}, func(f int) bool {
-		var ok bool
-		switch f {
-		case 0:
-			var op int64
-			op, ok = d.int()
-			ok = ok && op >= 0 && op <= math.MaxUint8
+			op, ok := d.int()
 			c.Op = Op(op)
-		case 1:
-			ok = d.service(&c.Service)
-		case 2:
-			c.Upsert, ok = d.bool()
-		case 3:
-			ok = d.serviceKey(&c.SvcKey)
-		case 4:
-			ok = d.instance(&c.Instance)
-		case 5:
-			ok = d.instanceKey(&c.Key)
-		case 6:
-			ok = d.patch(&c.Patch)
-		case 7:
-			c.Healthy, ok = d.bool()
+			return 0, ok && op >= 0 && op <= math.MaxUint8
+		case "svc":
+			return 1, d.service(&c.Service)
+		case "up":
+			return 2, d.boolTo(&c.Upsert)
+		case "skey":
+			return 3, d.serviceKey(&c.SvcKey)
+		case "inst":
+			return 4, d.instance(&c.Instance)
+		case "key":
+			return 5, d.instanceKey(&c.Key)
+		case "patch":
+			return 6, d.patch(&c.Patch)
+		case "healthy":
+			return 7, d.boolTo(&c.Healthy)
 		}
-		return ok
+		return -1, false
 	})
 }
 
 func (d *cmdDecoder) serviceKey(k *ServiceKey) bool {
-	return d.fields(func(s []byte) int {
+	return d.fields(func(s []byte) (int, bool) {
 		switch string(s) {
 		case "ns":
-			return 0
+			return 0, d.strTo(&k.Namespace)
 		case "group":
-			return 1
+			return 1, d.strTo(&k.Group)
 		case "name":
-			return 2
+			return 2, d.strTo(&k.Name)
 		}
-		return -1
-	}, func(f int) bool {
-		var ok bool
-		switch f {
-		case 0:
-			k.Namespace, ok = d.str()
-		case 1:
-			k.Group, ok = d.str()
-		case 2:
-			k.Name, ok = d.str()
-		}
-		return ok
+		return -1, false
 	})
 }
 
@@ -310,117 +292,66 @@ func (d *cmdDecoder) port(p *int) bool {
 }
 
 func (d *cmdDecoder) instanceKey(k *InstanceKey) bool {
-	return d.fields(func(s []byte) int {
+	return d.fields(func(s []byte) (int, bool) {
 		switch string(s) {
 		case "svc":
-			return 0
+			return 0, d.serviceKey(&k.Service)
 		case "cluster":
-			return 1
+			return 1, d.strTo(&k.Cluster)
 		case "ip":
-			return 2
+			return 2, d.strTo(&k.IP)
 		case "port":
-			return 3
+			return 3, d.port(&k.Port)
 		}
-		return -1
-	}, func(f int) bool {
-		var ok bool
-		switch f {
-		case 0:
-			ok = d.serviceKey(&k.Service)
-		case 1:
-			k.Cluster, ok = d.str()
-		case 2:
-			k.IP, ok = d.str()
-		case 3:
-			ok = d.port(&k.Port)
-		}
-		return ok
+		return -1, false
 	})
 }
 
 func (d *cmdDecoder) instance(in *Instance) bool {
-	return d.fields(func(s []byte) int {
+	return d.fields(func(s []byte) (int, bool) {
 		switch string(s) {
 		case "id":
-			return 0
+			return 0, d.strTo(&in.ID)
 		case "svc":
-			return 1
+			return 1, d.serviceKey(&in.Service)
 		case "cluster":
-			return 2
+			return 2, d.strTo(&in.Cluster)
 		case "ip":
-			return 3
+			return 3, d.strTo(&in.IP)
 		case "port":
-			return 4
+			return 4, d.port(&in.Port)
 		case "weight":
-			return 5
+			return 5, d.floatTo(&in.Weight)
 		case "healthy":
-			return 6
+			return 6, d.boolTo(&in.Healthy)
 		case "enabled":
-			return 7
+			return 7, d.boolTo(&in.Enabled)
 		case "ephemeral":
-			return 8
+			return 8, d.boolTo(&in.Ephemeral)
 		case "md":
-			return 9
+			return 9, d.metadata(&in.Metadata)
 		}
-		return -1
-	}, func(f int) bool {
-		var ok bool
-		switch f {
-		case 0:
-			in.ID, ok = d.str()
-		case 1:
-			ok = d.serviceKey(&in.Service)
-		case 2:
-			in.Cluster, ok = d.str()
-		case 3:
-			in.IP, ok = d.str()
-		case 4:
-			ok = d.port(&in.Port)
-		case 5:
-			in.Weight, ok = d.float()
-		case 6:
-			in.Healthy, ok = d.bool()
-		case 7:
-			in.Enabled, ok = d.bool()
-		case 8:
-			in.Ephemeral, ok = d.bool()
-		case 9:
-			ok = d.metadata(&in.Metadata)
-		}
-		return ok
+		return -1, false
 	})
 }
 
 func (d *cmdDecoder) patch(p *InstancePatch) bool {
-	return d.fields(func(s []byte) int {
+	return d.fields(func(s []byte) (int, bool) {
 		switch string(s) {
 		case "key":
-			return 0
+			return 0, d.instanceKey(&p.Key)
 		case "weight":
-			return 1
-		case "enabled":
-			return 2
-		case "md":
-			return 3
-		}
-		return -1
-	}, func(f int) bool {
-		var ok bool
-		switch f {
-		case 0:
-			ok = d.instanceKey(&p.Key)
-		case 1:
-			var w float64
-			w, ok = d.float()
+			w, ok := d.float()
 			p.Weight = &w
-		case 2:
-			var e bool
-			e, ok = d.bool()
+			return 1, ok
+		case "enabled":
+			e, ok := d.bool()
 			p.Enabled = &e
-		case 3:
-			ok = d.metadata(&p.Metadata)
+			return 2, ok
+		case "md":
+			return 3, d.metadata(&p.Metadata)
 		}
-		return ok
+		return -1, false
 	})
 }
 
@@ -445,124 +376,79 @@ func (d *cmdDecoder) metadata(m *Metadata) bool {
 }
 
 func (d *cmdDecoder) service(s *Service) bool {
-	return d.fields(func(k []byte) int {
+	return d.fields(func(k []byte) (int, bool) {
 		switch string(k) {
 		case "key":
-			return 0
+			return 0, d.serviceKey(&s.Key)
 		case "ephemeral":
-			return 1
+			return 1, d.boolTo(&s.Ephemeral)
 		case "protect":
-			return 2
+			return 2, d.floatTo(&s.ProtectThreshold)
 		case "md":
-			return 3
+			return 3, d.metadata(&s.Metadata)
 		case "clusters":
-			return 4
-		}
-		return -1
-	}, func(f int) bool {
-		var ok bool
-		switch f {
-		case 0:
-			ok = d.serviceKey(&s.Key)
-		case 1:
-			s.Ephemeral, ok = d.bool()
-		case 2:
-			s.ProtectThreshold, ok = d.float()
-		case 3:
-			ok = d.metadata(&s.Metadata)
-		case 4:
-			var n int
-			if n, ok = d.arrayLen(); !ok {
-				return false
+			n, ok := d.arrayLen()
+			if !ok {
+				return 4, false
 			}
 			s.Clusters = make([]Cluster, n) // empty, not nil, as msgpack makes it
 			for i := range s.Clusters {
 				if !d.cluster(&s.Clusters[i]) {
-					return false
+					return 4, false
 				}
 			}
+			return 4, true
 		}
-		return ok
+		return -1, false
 	})
 }
 
 func (d *cmdDecoder) cluster(c *Cluster) bool {
-	return d.fields(func(k []byte) int {
+	return d.fields(func(k []byte) (int, bool) {
 		switch string(k) {
 		case "name":
-			return 0
+			return 0, d.strTo(&c.Name)
 		case "check":
-			return 1
+			return 1, d.healthCheck(&c.HealthCheck)
 		case "md":
-			return 2
+			return 2, d.metadata(&c.Metadata)
 		}
-		return -1
-	}, func(f int) bool {
-		var ok bool
-		switch f {
-		case 0:
-			c.Name, ok = d.str()
-		case 1:
-			ok = d.healthCheck(&c.HealthCheck)
-		case 2:
-			ok = d.metadata(&c.Metadata)
-		}
-		return ok
+		return -1, false
 	})
 }
 
 func (d *cmdDecoder) healthCheck(h *HealthCheck) bool {
-	return d.fields(func(k []byte) int {
+	return d.fields(func(k []byte) (int, bool) {
 		switch string(k) {
 		case "type":
-			return 0
-		case "port":
-			return 1
-		case "path":
-			return 2
-		case "headers":
-			return 3
-		case "codes":
-			return 4
-		case "user":
-			return 5
-		case "password":
-			return 6
-		case "cmd":
-			return 7
-		}
-		return -1
-	}, func(f int) bool {
-		var ok bool
-		switch f {
-		case 0:
-			var t string
-			t, ok = d.str()
+			t, ok := d.str()
 			h.Type = CheckType(t)
-		case 1:
-			ok = d.port(&h.Port)
-		case 2:
-			h.Path, ok = d.str()
-		case 3:
-			ok = d.metadata(&h.Headers)
-		case 4:
-			var n int
-			if n, ok = d.arrayLen(); !ok {
-				return false
+			return 0, ok
+		case "port":
+			return 1, d.port(&h.Port)
+		case "path":
+			return 2, d.strTo(&h.Path)
+		case "headers":
+			return 3, d.metadata(&h.Headers)
+		case "codes":
+			n, ok := d.arrayLen()
+			if !ok {
+				return 4, false
 			}
 			h.ExpectedCodes = make([]int, n) // empty, not nil, as msgpack makes it
 			for i := range h.ExpectedCodes {
 				if !d.port(&h.ExpectedCodes[i]) {
-					return false
+					return 4, false
 				}
 			}
-		case 5:
-			h.User, ok = d.str()
-		case 6:
-			h.Password, ok = d.str()
-		case 7:
-			h.Command, ok = d.str()
+			return 4, true
+		case "user":
+			return 5, d.strTo(&h.User)
+		case "password":
+			return 6, d.strTo(&h.Password)
+		case "cmd":
+			return 7, d.strTo(&h.Command)
 		}
-		return ok
+		return -1, false
 	})
 }
