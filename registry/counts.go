@@ -25,6 +25,11 @@ type Counts struct {
 func (r *Registry) Counts() Counts {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
+	return r.countsLocked()
+}
+
+// countsLocked is Counts; the caller holds mu (read or write).
+func (r *Registry) countsLocked() Counts {
 	c := Counts{
 		Services:   len(r.services),
 		Namespaces: make(map[string]int, len(r.quota.nsServices)),

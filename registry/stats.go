@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 
 	"github.com/muster-io/muster/health"
@@ -160,7 +161,6 @@ func (s *stats) fail(o Op, err error) { s.ops[o].errors[reasonOf(err)].Add(1) }
 // concurrent use and works on a closed registry.
 func (r *Registry) Stats() Stats {
 	st := Stats{
-		Counts:          r.Counts(),
 		Forwarded:       r.stats.forwarded.Load(),
 		ForwardFailures: r.stats.forwardFailures.Load(),
 		Served:          r.stats.served.Load(),
@@ -173,17 +173,17 @@ func (r *Registry) Stats() Stats {
 			st.Ops[i].Errors[k] = c.errors[k].Load()
 		}
 	}
-	r.mu.RLock()
+	r.mu.RLock() // one hold: the counts and the namespace table agree
+	defer r.mu.RUnlock()
+	st.Counts = r.countsLocked()
 	st.Ops[OpHeartbeat].Calls = r.beatsServed
-	r.mu.RUnlock()
-	st.Namespaces = r.namespaceStats()
+	st.Namespaces = r.namespaceStatsLocked()
 	return st
 }
 
-// namespaceStats walks the index for Stats.Namespaces.
-func (r *Registry) namespaceStats() map[string]NamespaceStats {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
+// namespaceStatsLocked walks the index for Stats.Namespaces. The caller
+// holds mu.
+func (r *Registry) namespaceStatsLocked() map[string]NamespaceStats {
 	out := make(map[string]NamespaceStats, len(r.quota.nsServices))
 	for key, s := range r.services {
 		ns := out[key.Namespace]
@@ -208,12 +208,13 @@ func (r *Registry) namespaceStats() map[string]NamespaceStats {
 		}
 		out[key.Namespace] = ns
 	}
+	var seen []string // a session's namespaces: nearly always one
 	for _, p := range r.sessions {
-		seen := map[string]bool{}
+		seen = seen[:0]
 		for _, pi := range p.insts {
 			name := pi.slot.svc.key.Namespace
-			if !seen[name] {
-				seen[name] = true
+			if !slices.Contains(seen, name) {
+				seen = append(seen, name)
 				ns := out[name]
 				ns.Sessions++
 				out[name] = ns
