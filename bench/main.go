@@ -17,6 +17,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"syscall"
 	"time"
@@ -35,8 +37,32 @@ func run(args []string, out io.Writer) error {
 	only := fs.String("rows", "all", "comma-separated row ids, or all (see -list)")
 	smoke := fs.Bool("smoke", false, "small workloads and one round (unless -rounds is given): a check that every row runs, not a measurement")
 	list := fs.Bool("list", false, "list the rows and exit")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (both sides) to this file")
+	traceFile := fs.String("trace", "", "write an execution trace of the whole run to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if *traceFile != "" {
+		f, err := os.Create(*traceFile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return err
+		}
+		defer trace.Stop()
 	}
 	all := rows()
 	if *list {
