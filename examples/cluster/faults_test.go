@@ -100,16 +100,31 @@ func (t *faultyTransport) Send(ctx context.Context, to string, kind transport.Ki
 }
 
 func (t *faultyTransport) Handle(kind transport.Kind, h transport.Handler) {
-	if h == nil { // removal
-		t.Transport.Handle(kind, nil)
+	t.Transport.Handle(kind, t.cutting(h))
+}
+
+// HandleOrdered keeps the order of the kinds that ask for it (Raft's
+// messages) when the wrapped transport offers one.
+func (t *faultyTransport) HandleOrdered(kind transport.Kind, h transport.Handler) {
+	if o, ok := t.Transport.(transport.OrderedHandler); ok {
+		o.HandleOrdered(kind, t.cutting(h))
 		return
 	}
-	t.Transport.Handle(kind, func(ctx context.Context, from string, body []byte) ([]byte, error) {
+	t.Handle(kind, h)
+}
+
+// cutting wraps h to lose what arrives over a cut link (nil stays nil: a
+// removal).
+func (t *faultyTransport) cutting(h transport.Handler) transport.Handler {
+	if h == nil {
+		return nil
+	}
+	return func(ctx context.Context, from string, body []byte) ([]byte, error) {
 		if t.f.lost(from, t.self) {
 			return nil, errCut
 		}
 		return h(ctx, from, body)
-	})
+	}
 }
 
 func (f *faults) wrapGossip(id string, t memberlist.Transport) memberlist.Transport {

@@ -123,7 +123,11 @@ type Config struct {
 
 	// WrapTransport, if set, wraps the node's transport before Distro and
 	// Raft use it: a test's fault injector cuts their traffic. The Node
-	// still closes the transport it created.
+	// still closes the transport it created. A wrapper should also offer
+	// transport.OrderedHandler (and transport.SizeLimiter) by passing them
+	// on to the transport it wraps: without HandleOrdered, Raft's messages
+	// are delivered unordered, which Raft survives but which slows it
+	// under load.
 	WrapTransport func(transport.Transport) transport.Transport
 	// WrapGossipTransport, if set, wraps memberlist's network transport
 	// (see gossip.Config.WrapTransport).
