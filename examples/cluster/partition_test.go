@@ -20,13 +20,16 @@ type monitor struct {
 	c     *cluster
 	mu    sync.Mutex
 	rules map[string]func(n *node) error
-	fails []string
-	stop  chan struct{}
+	fails []ruleFail
+	// inconclusive names the rules whose breaches say nothing about the
+	// system this run (a precondition the machine's load broke), with why.
+	inconclusive map[string]string
+	stop         chan struct{}
 	done  chan struct{}
 }
 
 func watchRules(c *cluster) *monitor {
-	m := &monitor{c: c, rules: map[string]func(*node) error{}, stop: make(chan struct{}), done: make(chan struct{})}
+	m := &monitor{c: c, rules: map[string]func(*node) error{}, inconclusive: map[string]string{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(m.done)
 		for {
@@ -43,7 +46,7 @@ func watchRules(c *cluster) *monitor {
 					if err := rule(n); err != nil {
 						m.mu.Lock()
 						if len(m.fails) < 20 {
-							m.fails = append(m.fails, fmt.Sprintf("%s: %s: %v", n.id, name, err))
+							m.fails = append(m.fails, ruleFail{name, fmt.Sprintf("%s: %s: %v", n.id, name, err)})
 						}
 						m.mu.Unlock()
 					}
@@ -60,13 +63,27 @@ func (m *monitor) add(name string, rule func(n *node) error) {
 	m.rules[name] = rule
 }
 
+type ruleFail struct{ rule, msg string }
+
+// unsure marks a rule inconclusive for this run: its breaches are logged,
+// not failures.
+func (m *monitor) unsure(rule, why string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.inconclusive[rule] = why
+}
+
 // finish stops the monitor and fails the test with the breaches it saw.
 func (m *monitor) finish(t *testing.T) {
 	t.Helper()
 	close(m.stop)
 	<-m.done
 	for _, f := range m.fails {
-		t.Error(f)
+		if why, ok := m.inconclusive[f.rule]; ok {
+			t.Logf("inconclusive (%s): %s", why, f.msg)
+			continue
+		}
+		t.Error(f.msg)
 	}
 }
 
@@ -271,7 +288,14 @@ func TestPartitionRealStack(t *testing.T) {
 		return len(c.node(0).reg.Replicator().Members()) == 1 &&
 			len(c.node(1).reg.Replicator().Members()) == 2 && len(c.node(2).reg.Replicator().Members()) == 2
 	})
-	t.Logf("partition detected after %v", time.Since(cutAt).Round(time.Millisecond))
+	detected := time.Since(cutAt)
+	t.Logf("partition detected after %v", detected.Round(time.Millisecond))
+	if detected > tm.BeatTimeout*2/3 {
+		// If the minority node owned 10.1.2.3, its beats failed until the
+		// majority found it dead and took the lease over; detection that
+		// slow (a loaded machine) can outlast the lease by design.
+		m.unsure("beaten before the cut", fmt.Sprintf("failure detection took %v, the beat timeout is %v", detected.Round(time.Millisecond), tm.BeatTimeout))
+	}
 	// Each side takes the beat instances beaten on it: its nodes own every
 	// address now.
 	waitFor(t, 10*time.Second, "each side serves the beat instance beaten on it", func() bool {
