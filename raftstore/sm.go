@@ -114,9 +114,10 @@ const dedupeWindow = 50000
 // Update applies a batch of entries: one Badger transaction (split into
 // chunks only when it gets large), the applied index written with the data.
 // The in-memory index changes as each command applies, before its
-// transaction commits; an error is fatal to the replica (Dragonboat stops
-// it), and on restart Open rebuilds the index from what Badger holds, so
-// an index ahead of a failed commit is never read.
+// transaction commits. An error is fatal (Dragonboat's apply worker
+// panics with it: the process stops), and on restart Open rebuilds the
+// index from what Badger holds, so an index ahead of a failed commit is
+// never read.
 func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 	w := &writer{txn: s.db.NewTransaction(true), ix: s.ix}
 	defer func() { w.txn.Discard() }()
