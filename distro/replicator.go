@@ -14,7 +14,6 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/muster-io/muster/internal/logx"
-	"github.com/muster-io/muster/model"
 )
 
 // maxBatchBytes caps the payload bytes of one sync, repair or snapshot message (well under the
@@ -658,157 +657,9 @@ func (r *Replicator) onMembers(ms []Member) {
 	r.poke()
 }
 
-// run is the main loop: it sends due syncs, starts verify rounds, removes orphans and expires
-// tombstones, then sleeps on the clock until the next of those is due or something pokes it.
-func (r *Replicator) run() {
-	for {
-		r.mu.Lock()
-		now := r.clk.Now()
-		batches := r.sched.take(now, r.cfg.MaxBatch)
-		type send struct {
-			peer string
-			keys []string
-			recs []Record
-		}
-		var sends []send
-		for peer, keys := range batches {
-			s := send{peer: peer}
-			size := 0
-			for i, k := range keys {
-				e := r.tab.get(k)
-				if e == nil || !e.held() || e.rec.Owner != r.self {
-					continue // no longer ours: whoever owns it now syncs it (no echo)
-				}
-				if size += len(e.rec.Payload); size > maxBatchBytes && len(s.recs) > 0 {
-					for _, rest := range keys[i:] { // the rest goes in the next batch
-						r.sched.addAt(peer, rest, now)
-					}
-					break
-				}
-				s.keys = append(s.keys, k)
-				s.recs = append(s.recs, e.rec)
-			}
-			if len(s.recs) == 0 {
-				r.sched.done(peer, nil, true, now, r.rnd)
-				continue
-			}
-			sends = append(sends, s)
-		}
-		if len(r.flushed) > 0 && len(sends) == 0 && r.sched.quiet(now) {
-			for _, ch := range r.flushed {
-				close(ch)
-			}
-			r.flushed = nil
-		}
-		var verifyPeers []string
-		if !now.Before(r.nextVerify) {
-			r.nextVerify = now.Add(r.cfg.VerifyInterval)
-			if r.ready {
-				for _, p := range r.members {
-					if p != r.self && !r.verifying[p] {
-						r.verifying[p] = true
-						verifyPeers = append(verifyPeers, p)
-					}
-				}
-			}
-			r.tab.expire(now.Add(-r.cfg.TombstoneTTL))
-			// Beat records of keys HRW assigns here but written by another live node (on the
-			// other side of a partition, or before it saw this node join): O(such records).
-			for k := range r.adoptLater {
-				r.adoptScanKeyLocked(k)
-			}
-			clear(r.adoptLater)
-		}
-		wake := r.nextVerify
-		if r.ready {
-			if t, ok := r.orphansLocked(now); ok && t.Before(wake) {
-				wake = t
-			}
-		}
-		if t, ok := r.sched.next(); ok && t.Before(wake) {
-			wake = t
-		}
-		r.mu.Unlock()
-		r.drain()
-
-		for _, s := range sends {
-			r.goBusy(func() { r.sendSync(s.peer, s.keys, s.recs) })
-		}
-		for _, p := range verifyPeers {
-			r.goBusy(func() { r.verify(p) })
-		}
-
-		now = r.clk.Now()
-		d := wake.Sub(now)
-		if d <= 0 {
-			if len(sends) > 0 || len(verifyPeers) > 0 {
-				continue
-			}
-			d = time.Millisecond // all peers busy: wait for a done poke, or a short tick
-		}
-		if !r.sleepUntil(now, d, true) {
-			return
-		}
-	}
-}
-
-// orphansLocked removes the records still owned by members that left more than OrphanTimeout
-// ago and returns the next time it has work.
-func (r *Replicator) orphansLocked(now time.Time) (next time.Time, ok bool) {
-	for owner, at := range r.leftAt {
-		if _, alive := r.memberSet[owner]; alive {
-			delete(r.leftAt, owner)
-			continue
-		}
-		o := r.tab.owners[owner]
-		if o == nil || o.live == 0 {
-			continue
-		}
-		due := at.Add(r.cfg.OrphanTimeout)
-		if due.After(now) {
-			if !ok || due.Before(next) {
-				next, ok = due, true
-			}
-			continue
-		}
-		// Sessions die with their owner. Beat records were handed to their new HRW owner when
-		// the owner left; one still owned by it now was never taken over (the adopter's store
-		// dropped it, or views disagreed): it is removed the same way, locally, and yields to
-		// any newer version.
-		n := 0
-		r.tab.all(func(e *entry) bool {
-			if e.live() && e.rec.Owner == owner {
-				r.emitLocked(storeEvent{op: evApply, rec: r.tab.orphan(e, now)})
-				n++
-			}
-			return true
-		})
-		r.log.Info("distro: removed orphaned records", "owner", owner, "records", n)
-		r.stats.orphansRemoved.Add(uint64(n))
-	}
-	return next, ok
-}
-
 func (r *Replicator) requestCtx() (context.Context, context.CancelFunc) {
 	// A real-time network deadline: the transport's request timeout, not protocol time.
 	return context.WithTimeout(r.ctx, r.cfg.RequestTimeout)
-}
-
-func (r *Replicator) sendSync(peer string, keys []string, recs []Record) {
-	body, err := model.Marshal(syncMsg{Records: wires(recs)})
-	if err == nil {
-		ctx, cancel := r.requestCtx()
-		_, err = r.request(ctx, peer, kindSync, body)
-		cancel()
-	}
-	r.stats.syncSent(len(recs), err == nil)
-	r.mu.Lock()
-	d := r.sched.done(peer, keys, err == nil, r.clk.Now(), r.rnd)
-	r.mu.Unlock()
-	if err != nil && r.ctx.Err() == nil {
-		r.log.Debug("distro: sync failed, will retry", "peer", peer, "records", len(recs), "retry_in", d, "err", err)
-	}
-	r.poke()
 }
 
 // admit checks, before a handler decodes anything, that the sender may act: this replicator is
