@@ -53,7 +53,7 @@ func (r *Replicator) load() {
 				defer wg.Done()
 				defer func() {
 					// The last one to end counts the load as busy again before the load wakes
-					// (see Drain): from its wg.Wait, the load is waiting for these goroutines.
+					// (see Settle): from its wg.Wait, the load is waiting for these goroutines.
 					mu.Lock()
 					left--
 					last := left == 0

@@ -58,7 +58,7 @@ type Replicator struct {
 	stats     counters // see Stats (stats.go)
 
 	kick chan struct{}
-	// amu guards act, what the goroutines are doing (see Drain). It is never held while taking
+	// amu guards act, what the goroutines are doing (see Settle). It is never held while taking
 	// mu.
 	amu sync.Mutex
 	act activity
@@ -435,7 +435,7 @@ func (r *Replicator) Range(fn func(Record) bool) {
 	}
 }
 
-// poke wakes the run loop. The loop counts as busy (see Drain) before poke returns.
+// poke wakes the run loop. The loop counts as busy (see Settle) before poke returns.
 func (r *Replicator) poke() {
 	select {
 	case r.kick <- struct{}{}:

@@ -219,11 +219,14 @@ func (s *Scheduler) Len() int {
 	return len(s.core.index)
 }
 
-// Settle waits until the scheduler is idle at the clock's current time: every check due by
-// now has been started and has completed, and the OnTransition calls they caused have
-// returned. With a fake clock, a test advances the clock and calls Settle. With a checker
-// that blocks, Settle waits for ctx. It returns ctx's error, [ErrNotStarted] before Start and
-// [ErrClosed] once closed.
+// Settle runs every check due at the clock's current time and returns once it has run: the
+// contract of every driver's Settle (distro.Replicator.Settle, registry.Registry.Settle). It
+// never moves the clock and never starts a check before its time. It returns when the
+// scheduler is idle at that time: every check due by then has been started and has completed,
+// and the OnTransition calls they caused have returned. With a fake clock, a test advances the
+// clock and calls Settle. With a checker that blocks, Settle waits for ctx. It returns ctx's
+// error, [ErrClosed] once closed and [ErrNotStarted] before Start (the targets set are due, but
+// nothing runs them yet).
 func (s *Scheduler) Settle(ctx context.Context) error {
 	s.mu.Lock()
 	started, closed := s.started, s.closed
