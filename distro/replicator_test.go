@@ -653,3 +653,18 @@ func TestFlush(t *testing.T) {
 	}
 	c.net.Heal()
 }
+
+// TestConfigValidateEvery: Validate reports every rule a config breaks, in one error.
+func TestConfigValidateEvery(t *testing.T) {
+	cfg := DefaultConfig() // no NodeID, Transport, Membership or Store
+	cfg.SyncDelay, cfg.Buckets = -1, 0
+	err := cfg.Validate()
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("Validate = %v, want ErrInvalidConfig", err)
+	}
+	for _, field := range []string{"NodeID", "Transport", "Membership", "Store", "SyncDelay", "Buckets"} {
+		if !contains(err.Error(), field) {
+			t.Errorf("Validate = %v, does not name %s", err, field)
+		}
+	}
+}

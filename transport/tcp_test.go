@@ -912,3 +912,18 @@ func TestNegotiate(t *testing.T) {
 		}
 	}
 }
+
+// TestTCPConfigValidateEvery: Validate reports every rule a config breaks, in one error.
+func TestTCPConfigValidateEvery(t *testing.T) {
+	c := DefaultTCPConfig() // no NodeID, neither Secret nor TLS
+	c.DialTimeout, c.WriteQueue = 0, 0
+	err := c.Validate()
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("Validate = %v, want ErrInvalidConfig", err)
+	}
+	for _, field := range []string{"NodeID", "neither Secret nor TLS", "DialTimeout", "WriteQueue"} {
+		if !strings.Contains(err.Error(), field) {
+			t.Errorf("Validate = %v, does not name %s", err, field)
+		}
+	}
+}
