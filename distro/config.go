@@ -22,7 +22,7 @@ type Config struct {
 
 	Clock  clockwork.Clock // nil: real time
 	Logger *slog.Logger    // nil: discard
-	Rand   rand.Source     // nil: seeded from NodeID (deterministic per node)
+	Rand   rand.Source     // nil: seeded from crypto/rand; used under the replicator's lock, do not share it
 
 	// SyncDelay is the merge window of change sync: changes of a key within SyncDelay of its first
 	// unsent change go out in one message, carrying the state at send time. 0 sends at once.

@@ -3,7 +3,6 @@ package distro
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -14,6 +13,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/muster-io/muster/internal/logx"
+	"github.com/muster-io/muster/internal/randx"
 )
 
 // maxBatchBytes caps the payload bytes of one sync, repair or snapshot message (well under the
@@ -103,13 +103,7 @@ func New(cfg Config) (*Replicator, error) {
 		r.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	r.log = logx.WithNode(r.log, r.self)
-	src := cfg.Rand
-	if src == nil {
-		h := fnv.New64a()
-		h.Write([]byte(cfg.NodeID))
-		src = rand.NewPCG(h.Sum64(), 0x6d75737465720a)
-	}
-	r.rnd = rand.New(src)
+	r.rnd = rand.New(randx.Source(cfg.Rand))
 	r.tab = newTable(cfg.Buckets)
 	r.sched = newSyncSched(cfg.SyncDelay, cfg.RetryMin, cfg.RetryMax)
 	r.sched.nb = cfg.Buckets // fresh tasks per bucket: verify leaves those buckets out

@@ -20,7 +20,7 @@ type Config struct {
 	// Logger receives the scheduler's logs. Nil discards them.
 	Logger *slog.Logger
 	// Rand draws the first intervals. Nil means a source seeded from crypto/rand. It is used
-	// under the scheduler's lock, so any rand.Source works.
+	// under the scheduler's lock: do not share it.
 	Rand rand.Source
 
 	// Checkers replaces the checker of a check type (TCP, HTTP, MYSQL). TCP or HTTP absent

@@ -2,16 +2,14 @@ package health
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/muster-io/muster/internal/randx"
 	"github.com/muster-io/muster/model"
 )
 
@@ -61,12 +59,7 @@ func NewScheduler(cfg Config) (*Scheduler, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	src := cfg.Rand
-	if src == nil {
-		var seed [16]byte
-		_, _ = crand.Read(seed[:])
-		src = rand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:]))
-	}
+	src := randx.Source(cfg.Rand)
 	s := &Scheduler{
 		cfg:     cfg,
 		clock:   cfg.Clock,

@@ -4,7 +4,6 @@ import (
 	"context"
 	crand "crypto/rand"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/muster-io/muster/internal/logx"
+	"github.com/muster-io/muster/internal/randx"
 )
 
 // TCP is the production [Transport]: one multiplexed, optionally TLS
@@ -103,7 +103,7 @@ func NewTCP(cfg TCPConfig) (*TCP, error) {
 		cfg:     cfg,
 		log:     cfg.Logger,
 		clock:   cfg.Clock,
-		rng:     cfg.Rand,
+		rng:     rand.New(randx.Source(cfg.Rand)),
 		maxBody: cfg.MaxFrameSize,
 		peers:   make(map[string]*peer),
 		conns:   make(map[*conn]struct{}),
@@ -120,11 +120,6 @@ func NewTCP(cfg TCPConfig) (*TCP, error) {
 	t.log = logx.WithNode(t.log, cfg.NodeID)
 	if t.clock == nil {
 		t.clock = clockwork.NewRealClock()
-	}
-	if t.rng == nil {
-		var seed [16]byte
-		_, _ = crand.Read(seed[:]) // crypto/rand.Read never fails (Go 1.24+)
-		t.rng = rand.New(rand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:])))
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	return t, nil

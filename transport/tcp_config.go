@@ -121,10 +121,9 @@ type TCPConfig struct {
 	// deadlines come from contexts and use real time.
 	Clock clockwork.Clock
 	// Rand draws backoff jitter; nil means a source seeded from
-	// crypto/rand. The transport takes it over (it is not safe for
-	// concurrent use): do not share it. Handshake nonces always come from
-	// crypto/rand.
-	Rand *rand.Rand
+	// crypto/rand. It is used under the transport's lock: do not share it.
+	// Handshake nonces always come from crypto/rand.
+	Rand rand.Source
 }
 
 // DefaultTCPConfig returns the defaults; NodeID and Resolve still have to be
