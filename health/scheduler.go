@@ -116,7 +116,7 @@ func NewScheduler(cfg Config) (*Scheduler, error) {
 
 // Start starts the scheduler's goroutine; the checks of targets already set begin. The
 // goroutines run until Close, whatever happens to ctx, which is only checked for being
-// done already. It returns [ErrClosed] after Close and [ErrAlreadyStarted] on a second call.
+// done already. It returns [ErrClosed] after Close and [ErrStarted] on a second call.
 func (s *Scheduler) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -127,7 +127,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	case s.closed:
 		return ErrClosed
 	case s.started:
-		return ErrAlreadyStarted
+		return ErrStarted
 	}
 	s.started = true
 	s.goFunc(s.run)

@@ -126,7 +126,7 @@ func NewTCP(cfg TCPConfig) (*TCP, error) {
 }
 
 // Start listens on ListenAddr and accepts connections until Close. ctx
-// bounds only the listen call.
+// bounds only the listen call. A second call fails with ErrStarted.
 func (t *TCP) Start(ctx context.Context) error {
 	t.mu.Lock()
 	switch {
@@ -135,7 +135,7 @@ func (t *TCP) Start(ctx context.Context) error {
 		return ErrClosed
 	case t.started:
 		t.mu.Unlock()
-		return fmt.Errorf("transport: %s already started", t.cfg.NodeID)
+		return ErrStarted
 	}
 	t.mu.Unlock()
 	var lc net.ListenConfig

@@ -121,8 +121,8 @@ func TestTCPLifecycle(t *testing.T) {
 	if err := tr.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Start(context.Background()); err == nil {
-		t.Fatal("second Start accepted")
+	if err := tr.Start(context.Background()); err == nil || !errors.Is(err, ErrStarted) {
+		t.Fatalf("second Start: %v, want ErrStarted", err)
 	}
 	if !strings.HasPrefix(tr.Addr(), "127.0.0.1:") || strings.HasSuffix(tr.Addr(), ":0") {
 		t.Fatalf("Addr %q", tr.Addr())
