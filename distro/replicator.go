@@ -14,6 +14,7 @@ import (
 
 	"github.com/muster-io/muster/internal/logx"
 	"github.com/muster-io/muster/internal/randx"
+	"github.com/muster-io/muster/transport"
 )
 
 // maxBatchBytes caps the payload bytes of one sync, repair or snapshot message (well under the
@@ -138,14 +139,9 @@ func (r *Replicator) Start(ctx context.Context) error {
 	r.started = true
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.nextVerify = r.clk.Now().Add(r.cfg.VerifyInterval)
+	r.setHandlers(true) // under mu, so that a Close under way removes them (Handle does not block)
 	r.mu.Unlock()
 
-	t := r.cfg.Transport
-	t.Handle(kindSync, r.handleSync)
-	t.Handle(kindVerify, r.handleVerify)
-	t.Handle(kindRepair, r.handleRepair)
-	t.Handle(kindSnapshot, r.handleSnapshot)
-	t.Handle(kindConsistency, r.handleConsistency)
 
 	// Subscribe first, then read the list: no change can fall between the two.
 	unsub := r.cfg.Membership.Subscribe(r.onMembers)
@@ -159,9 +155,30 @@ func (r *Replicator) Start(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the replicator and waits for its goroutines. Calls after it fail with ErrClosed;
-// handlers answer ErrClosed. It does not close the transport or the membership (they are the
-// caller's). Idempotent.
+// setHandlers installs (on) or removes the handlers of distro's message kinds on the transport.
+func (r *Replicator) setHandlers(on bool) {
+	for _, k := range []struct {
+		kind transport.Kind
+		h    transport.Handler
+	}{
+		{kindSync, r.handleSync},
+		{kindVerify, r.handleVerify},
+		{kindRepair, r.handleRepair},
+		{kindSnapshot, r.handleSnapshot},
+		{kindConsistency, r.handleConsistency},
+	} {
+		if !on {
+			k.h = nil
+		}
+		r.cfg.Transport.Handle(k.kind, k.h)
+	}
+}
+
+// Close stops the replicator and waits for its goroutines. Calls after it fail with ErrClosed.
+// It removes the handlers Start installed (peers then get transport.ErrNoHandler; a handler
+// already running answers ErrClosed), but does not close the transport or the membership
+// (they are the caller's): a replicator started on the same transport afterwards must be
+// started after Close returns. Idempotent.
 func (r *Replicator) Close() error {
 	r.mu.Lock()
 	if r.closed {
@@ -170,6 +187,9 @@ func (r *Replicator) Close() error {
 		return nil
 	}
 	r.closed = true
+	if r.started {
+		r.setHandlers(false)
+	}
 	unsub, cancel := r.unsub, r.cancel
 	r.mu.Unlock()
 	if unsub != nil {

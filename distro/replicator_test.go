@@ -564,6 +564,25 @@ func TestCloseIdempotentAndRefuses(t *testing.T) {
 	}
 }
 
+// TestCloseRemovesHandlers: Close takes distro's handlers off the transport; a peer's message
+// is then answered by the transport itself (ErrNoHandler).
+func TestCloseRemovesHandlers(t *testing.T) {
+	c := newCluster(t, nil, "a", "b")
+	c.quiesce()
+	ctx := t.Context()
+	for _, kind := range []transport.Kind{kindSync, kindVerify, kindRepair, kindSnapshot, kindConsistency} {
+		if _, err := c.nodes["b"].tr.Request(ctx, "a", kind, nil); errors.Is(err, transport.ErrNoHandler) {
+			t.Fatalf("kind %d before Close: %v, want a distro answer", kind, err)
+		}
+	}
+	c.nodes["a"].r.Close()
+	for _, kind := range []transport.Kind{kindSync, kindVerify, kindRepair, kindSnapshot, kindConsistency} {
+		if _, err := c.nodes["b"].tr.Request(ctx, "a", kind, nil); !errors.Is(err, transport.ErrNoHandler) {
+			t.Fatalf("kind %d after Close: %v, want ErrNoHandler", kind, err)
+		}
+	}
+}
+
 // A session opened while the node is still loading belongs to this incarnation: the load must
 // not mistake it for a previous incarnation's record and tombstone it.
 func TestPutBeforeReadySurvivesLoad(t *testing.T) {
