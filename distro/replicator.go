@@ -45,7 +45,7 @@ type Replicator struct {
 	leftAt     map[string]time.Time
 	renewedAt  map[string]time.Time // last verify received from each owner
 	verifying  map[string]bool      // peers with a verify round in flight
-	adoptLater map[string]struct{}  // beat keys HRW assigns here, received from a live non-owner
+	adoptLater map[string]struct{}  // beat record keys HRW assigns here, received from a live non-owner
 	nextVerify time.Time
 	started    bool
 	closed     bool
@@ -141,7 +141,6 @@ func (r *Replicator) Start(ctx context.Context) error {
 	r.nextVerify = r.clk.Now().Add(r.cfg.VerifyInterval)
 	r.setHandlers(true) // under mu, so that a Close under way removes them (Handle does not block)
 	r.mu.Unlock()
-
 
 	// Subscribe first, then read the list: no change can fall between the two.
 	unsub := r.cfg.Membership.Subscribe(r.onMembers)
@@ -272,8 +271,9 @@ func (r *Replicator) WaitReady(ctx context.Context) error {
 	}
 }
 
-// Owner returns the HRW (rendezvous) owner of key among the live members: the owner of beat
-// records and of any ip:port keyed work (health checks).
+// Owner returns the HRW (rendezvous) owner of key among the live members: the owner of the beat
+// record of that key, and of any work keyed the same way (the registry places an instance's
+// health checks on the owner of its beat record key).
 func (r *Replicator) Owner(key string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
