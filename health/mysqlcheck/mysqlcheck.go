@@ -26,7 +26,8 @@ import (
 // Config configures a [Checker].
 type Config struct {
 	// Timeout bounds a whole check, and is also the driver's dial, read and write timeout
-	// (the DSN's timeout, readTimeout and writeTimeout). 0 means health.DefaultCheckTimeout (500 ms).
+	// (the DSN's timeout, readTimeout and writeTimeout). 0 means health.DefaultCheckTimeout
+	// (500 ms).
 	Timeout time.Duration
 	// MaxDBs bounds the cached connection pools (one per address, user and password).
 	// When it is reached the least recently used pool is closed. 0 means 256.
