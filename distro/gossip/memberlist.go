@@ -1,14 +1,3 @@
-// Package gossip is a distro membership over hashicorp/memberlist: SWIM failure
-// detection and gossip, this node's transport address carried in its node meta (Memberlist.Addr
-// plugs into transport.TCPConfig.Resolve), and a periodic re-join of the seeds, which heals
-// long partitions memberlist does not heal by itself. It is a package of its own so that
-// distro, and a registry built on it, do not link memberlist (and its init) unless the host
-// uses it. Static (package distro) is the membership driven by hand.
-//
-// Gossip is authenticated and encrypted with a key (Config.SecretKey; Validate refuses a
-// config without one unless Insecure is set); keys rotate on a running cluster with AddKey,
-// UseKey and RemoveKey. It binds 127.0.0.1 unless BindAddr says otherwise. It always runs on
-// real time.
 package gossip
 
 import (

@@ -1,8 +1,3 @@
-// Package mysqlcheck is the MySQL health checker: a health.Checker that runs a
-// command on a MySQL or MariaDB server (Nacos's MYSQL check). It is a package of
-// its own so that a registry that does not check MySQL does not link the driver:
-// put one in health.Config.Checkers under model.CheckMySQL (registry/node does),
-// and close it after the scheduler.
 package mysqlcheck
 
 import (
