@@ -12,7 +12,7 @@
 //	m, err := gossip.New(cfg) // validates, starts nothing
 //	err = m.Start(ctx)        // binds, joins the seeds
 //	dc.Membership = m         // a distro.Config's
-//	tc.Resolve = m.Addr       // a transport.TCPConfig's: node ID → transport address
+//	addr, err := m.Addr("n2") // a member's transport address (for transport.TCPConfig.Resolve)
 //	err = m.Close()           // leaves the cluster, then shuts down (Kill skips the leave)
 //
 // # Rules
