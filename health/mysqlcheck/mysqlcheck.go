@@ -70,16 +70,21 @@ type dbEntry struct {
 	evicted bool // out of the cache; closed when refs drops to 0
 }
 
-// New returns a Checker. It opens no connection. It reports an error
-// wrapping [ErrInvalidConfig] if a field is negative.
+// New returns a Checker. It opens no connection. It reports every
+// negative field, joined in one error wrapping [health.ErrInvalidConfig].
 func New(cfg Config) (*Checker, error) {
-	switch {
-	case cfg.Timeout < 0:
-		return nil, fmt.Errorf("%w: Config.Timeout must be >= 0 (0: %v), got %v", health.ErrInvalidConfig, health.DefaultCheckTimeout, cfg.Timeout)
-	case cfg.MaxDBs < 0:
-		return nil, fmt.Errorf("%w: Config.MaxDBs must be >= 0 (0: 256), got %d", health.ErrInvalidConfig, cfg.MaxDBs)
-	case cfg.IdleTimeout < 0:
-		return nil, fmt.Errorf("%w: Config.IdleTimeout must be >= 0 (0: 30s), got %v", health.ErrInvalidConfig, cfg.IdleTimeout)
+	var errs []error
+	if cfg.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("Config.Timeout must be >= 0 (0: %v), got %v", health.DefaultCheckTimeout, cfg.Timeout))
+	}
+	if cfg.MaxDBs < 0 {
+		errs = append(errs, fmt.Errorf("Config.MaxDBs must be >= 0 (0: 256), got %d", cfg.MaxDBs))
+	}
+	if cfg.IdleTimeout < 0 {
+		errs = append(errs, fmt.Errorf("Config.IdleTimeout must be >= 0 (0: 30s), got %v", cfg.IdleTimeout))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", health.ErrInvalidConfig, errors.Join(errs...))
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = health.DefaultCheckTimeout
