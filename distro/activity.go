@@ -9,19 +9,19 @@ import (
 )
 
 // activity counts what this replicator's own goroutines (the run loop, the startup load, the
-// sync, verify and load goroutines they start) are doing, so that Drain can tell when nothing
+// sync, verify and load goroutines they start) are doing, so that Settle can tell when nothing
 // of theirs can happen until the clock moves or a message arrives. A goroutine is busy while it
 // runs; it is not busy while it sleeps on the clock until a time still ahead (a sleeper) or
 // waits for the transport (a request on the network is the network's to count:
 // transport.MemNetwork.InFlight). Every change is made before the change it stands for can be
 // seen, so that busy never reads 0 while one of them is about to run: a goroutine is counted
 // by whoever starts it, before it starts; a sleeper is woken (and counted) by whoever wakes it
-// first, the clock's timer, a poke or Drain; a request counts again before its result is used.
+// first, the clock's timer, a poke or Settle; a request counts again before its result is used.
 type activity struct {
 	// busy is the number of busy goroutines; idle is closed while it is 0.
 	busy int
 	idle chan struct{}
-	// woke counts every move to busy; drained is its value when Drain last returned.
+	// woke counts every move to busy; drained is its value when Settle last returned.
 	woke, drained uint64
 	// sleepers are the goroutines sleeping on the clock; loop is the run loop's, if it sleeps.
 	sleepers map[*sleeper]struct{}
@@ -31,7 +31,7 @@ type activity struct {
 // sleeper is a goroutine sleeping until the clock reaches at.
 type sleeper struct {
 	at    time.Time
-	wake  chan struct{} // closed when woken by a poke or by Drain
+	wake  chan struct{} // closed when woken by a poke or by Settle
 	woken bool
 }
 
@@ -119,7 +119,7 @@ func (r *Replicator) sleepUntil(now time.Time, d time.Duration, loop bool) bool 
 	}
 	r.act.addLocked(-1)
 	r.amu.Unlock()
-	// The timer is made after now was read, so it fires at s.at or later: Drain, which wakes
+	// The timer is made after now was read, so it fires at s.at or later: Settle, which wakes
 	// s once the clock reaches s.at, never wakes it before its time.
 	t := r.clk.NewTimer(d)
 	var kick chan struct{}
@@ -148,22 +148,26 @@ func (r *Replicator) wakeLoopLocked() {
 	}
 }
 
-// Drain is a barrier for tests on a fake clock: it makes this replicator run everything that is
-// due at the clock's current time and returns once none of its goroutines is running: each
-// sleeps until a time still ahead, or waits for the transport. It wakes the goroutines whose
-// sleep has ended at the clock's time (the same wake-up their timer gives them, never an early
-// one: it sends nothing before its merge window ends, unlike Flush) and waits for them and for
-// the goroutines they start, up to the point where they hand a message to the transport.
+// Settle runs everything that is due at the clock's current time and returns once it has run:
+// the contract of every driver's Settle (health.Scheduler.Settle, registry.Registry.Settle). It
+// never moves the clock and never runs anything before its time (it sends nothing before its
+// merge window ends, unlike Flush). It is how a test on a fake clock sees, at once, what a
+// move of the clock caused.
 //
-// did reports whether any of its goroutines ran since the previous Drain returned (woken by
-// the clock, a poke or this Drain, started, or back from the transport): false means this
+// Here, it wakes the goroutines whose sleep has ended at the clock's time (the same wake-up
+// their timer gives them) and returns once none of its goroutines is running: each sleeps until
+// a time still ahead, or waits for the transport. It waits for the goroutines they start, up to
+// the point where they hand a message to the transport, and for the Store calls they make.
+//
+// did reports whether any of its goroutines ran since the previous Settle returned (woken by
+// the clock, a poke or this Settle, started, or back from the transport): false means this
 // replicator did nothing in between. With did false on every node and no message in flight
 // or sent on the network meanwhile, nothing of the replicators' can happen until the clock
 // moves or a message is delivered (registrytest's Cluster.Settle relies on it).
 //
 // It fails with ctx's error, saying how many goroutines still run, and with ErrClosed after
-// Close. Before Start it returns at once.
-func (r *Replicator) Drain(ctx context.Context) (did bool, err error) {
+// Close. Before Start nothing is due: it returns false and nil at once.
+func (r *Replicator) Settle(ctx context.Context) (did bool, err error) {
 	r.mu.Lock()
 	closed, started := r.closed, r.ctx != nil
 	r.mu.Unlock()

@@ -1,6 +1,7 @@
 package distro
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -21,7 +22,7 @@ type Config struct {
 
 	Clock  clockwork.Clock // nil: real time
 	Logger *slog.Logger    // nil: discard
-	Rand   rand.Source     // nil: seeded from NodeID (deterministic per node)
+	Rand   rand.Source     // nil: seeded from crypto/rand; used under the replicator's lock, do not share it
 
 	// SyncDelay is the merge window of change sync: changes of a key within SyncDelay of its first
 	// unsent change go out in one message, carrying the state at send time. 0 sends at once.
@@ -81,44 +82,35 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports an error wrapping ErrInvalidConfig and naming the field and the rule it breaks.
+// Validate reports every rule cfg breaks, each naming the field and the rule, joined in one
+// error wrapping ErrInvalidConfig (nil if none).
 func (c *Config) Validate() error {
-	bad := func(field, rule string) error {
-		return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, rule)
+	var errs []error
+	check := func(ok bool, field, rule string) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("%s %s", field, rule))
+		}
 	}
-	switch {
-	case c.NodeID == "" || len(c.NodeID) > MaxOwnerLen:
-		return bad("NodeID", fmt.Sprintf("must be 1–%d bytes", MaxOwnerLen))
-	case c.Transport == nil:
-		return bad("Transport", "is required")
-	case c.Transport.LocalID() != c.NodeID:
-		return bad("Transport", fmt.Sprintf("must have LocalID %q, got %q", c.NodeID, c.Transport.LocalID()))
-	case c.Membership == nil:
-		return bad("Membership", "is required")
-	case c.Store == nil:
-		return bad("Store", "is required")
-	case c.SyncDelay < 0:
-		return bad("SyncDelay", "must be >= 0")
-	case c.RetryMin <= 0:
-		return bad("RetryMin", "must be > 0")
-	case c.RetryMax < c.RetryMin:
-		return bad("RetryMax", "must be >= RetryMin")
-	case c.RequestTimeout <= 0:
-		return bad("RequestTimeout", "must be > 0")
-	case c.VerifyInterval <= 0:
-		return bad("VerifyInterval", "must be > 0")
-	case c.OrphanTimeout <= 0:
-		return bad("OrphanTimeout", "must be > 0")
-	case c.TombstoneTTL < 2*c.VerifyInterval:
-		return bad("TombstoneTTL", "must be at least 2×VerifyInterval")
-	case c.LoadTimeout <= 0:
-		return bad("LoadTimeout", "must be > 0")
-	case c.ColdStartMembers < 0:
-		return bad("ColdStartMembers", "must be >= 0 (0: wait LoadTimeout)")
-	case c.Buckets < 1 || c.Buckets > 1<<16:
-		return bad("Buckets", "must be 1–65536")
-	case c.MaxBatch < 1 || c.MaxBatch > MaxMessageRecords:
-		return bad("MaxBatch", fmt.Sprintf("must be 1–%d (MaxMessageRecords: peers refuse larger messages)", MaxMessageRecords))
+	check(c.NodeID != "" && len(c.NodeID) <= MaxOwnerLen, "NodeID", fmt.Sprintf("must be 1–%d bytes", MaxOwnerLen))
+	check(c.Transport != nil, "Transport", "is required")
+	if c.Transport != nil {
+		check(c.Transport.LocalID() == c.NodeID, "Transport", fmt.Sprintf("must have LocalID %q, got %q", c.NodeID, c.Transport.LocalID()))
 	}
-	return nil
+	check(c.Membership != nil, "Membership", "is required")
+	check(c.Store != nil, "Store", "is required")
+	check(c.SyncDelay >= 0, "SyncDelay", "must be >= 0")
+	check(c.RetryMin > 0, "RetryMin", "must be > 0")
+	check(c.RetryMax >= c.RetryMin, "RetryMax", "must be >= RetryMin")
+	check(c.RequestTimeout > 0, "RequestTimeout", "must be > 0")
+	check(c.VerifyInterval > 0, "VerifyInterval", "must be > 0")
+	check(c.OrphanTimeout > 0, "OrphanTimeout", "must be > 0")
+	check(c.TombstoneTTL >= 2*c.VerifyInterval, "TombstoneTTL", "must be at least 2×VerifyInterval")
+	check(c.LoadTimeout > 0, "LoadTimeout", "must be > 0")
+	check(c.ColdStartMembers >= 0, "ColdStartMembers", "must be >= 0 (0: wait LoadTimeout)")
+	check(c.Buckets >= 1 && c.Buckets <= 1<<16, "Buckets", "must be 1–65536")
+	check(c.MaxBatch >= 1 && c.MaxBatch <= MaxMessageRecords, "MaxBatch", fmt.Sprintf("must be 1–%d (MaxMessageRecords: peers refuse larger messages)", MaxMessageRecords))
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
 }

@@ -21,10 +21,10 @@ const snapshotPage = 4096
 // this node yet (ErrNotMember: this node has just joined) is retried until it answers or
 // LoadTimeout passes, even once another peer answered: it is reachable and holds state.
 //
-// A cold cluster does not wait LoadTimeout: when, in two rounds in a row, every known peer
-// answered that it is loading too (none unreachable, none refusing, none with a snapshot), no
-// member holds state that this node could miss, and it is ready. One peer that does not answer keeps
-// the rule: this node waits for it, or LoadTimeout.
+// A cold cluster does not wait LoadTimeout: when, in two rounds in a row, every known peer answered
+// that it is loading too (none unreachable, none refusing, none with a snapshot), no member holds
+// state that this node could miss, and it is ready. One peer that does not answer keeps the rule:
+// this node waits for it, or LoadTimeout.
 func (r *Replicator) load() {
 	start := r.clk.Now()
 	deadline := start.Add(r.cfg.LoadTimeout)
@@ -53,7 +53,7 @@ func (r *Replicator) load() {
 				defer wg.Done()
 				defer func() {
 					// The last one to end counts the load as busy again before the load wakes
-					// (see Drain): from its wg.Wait, the load is waiting for these goroutines.
+					// (see Settle): from its wg.Wait, the load is waiting for these goroutines.
 					mu.Lock()
 					left--
 					last := left == 0

@@ -252,3 +252,18 @@ func TestMemberlistCloseDuringStart(t *testing.T) {
 		t.Fatalf("memberlist left running: %v", err)
 	}
 }
+
+// TestMemberlistConfigValidateEvery: Validate reports every rule a config breaks, in one error.
+func TestMemberlistConfigValidateEvery(t *testing.T) {
+	c := gossip.DefaultConfig() // no NodeID, no SecretKey
+	c.BindPort, c.Seeds = -1, []string{"nohostport"}
+	err := c.Validate()
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("Validate = %v, want ErrInvalidConfig", err)
+	}
+	for _, field := range []string{"NodeID", "SecretKey", "BindPort", "Seeds[0]"} {
+		if !contains(err.Error(), field) {
+			t.Errorf("Validate = %v, does not name %s", err, field)
+		}
+	}
+}

@@ -46,8 +46,9 @@ const (
 	MaxMessageRecords = 4096
 )
 
-// Record is the unit of replication: the whole state of one publisher, as encoded by the
-// registry (Payload), with the version that orders its changes (Revision, then Owner).
+// Record is the unit of replication: the whole state of what its key names (a beat publisher,
+// or one instance of a session), as encoded by the registry (Payload), with the version that
+// orders its changes (Revision, then Owner).
 //
 // Records are values; the Payload slice is shared and must never be modified after it was
 // handed to Put or received from the Replicator.
@@ -56,10 +57,10 @@ const (
 // holds an entry per record, one per instance of a session (72 bytes, not
 // 80; the table's entry 112, not 128).
 type Record struct {
-	Key      string // opaque to distro; unique per publisher
+	Key      string // the record key: opaque to distro, unique per record (not a publisher ID)
 	Owner    string // node ID of the only node that may change it
 	Revision uint64
-	Payload  []byte // registry's encoding of the publisher; nil for tombstones
+	Payload  []byte // the registry's encoding of the record's content; nil for tombstones
 	Kind     Kind
 	Deleted  bool // tombstone
 }

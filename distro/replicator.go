@@ -3,7 +3,6 @@ package distro
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -14,7 +13,8 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/muster-io/muster/internal/logx"
-	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/internal/randx"
+	"github.com/muster-io/muster/transport"
 )
 
 // maxBatchBytes caps the payload bytes of one sync, repair or snapshot message (well under the
@@ -45,7 +45,7 @@ type Replicator struct {
 	leftAt     map[string]time.Time
 	renewedAt  map[string]time.Time // last verify received from each owner
 	verifying  map[string]bool      // peers with a verify round in flight
-	adoptLater map[string]struct{}  // beat keys HRW assigns here, received from a live non-owner
+	adoptLater map[string]struct{}  // beat record keys HRW assigns here, received from a live non-owner
 	nextVerify time.Time
 	started    bool
 	closed     bool
@@ -59,7 +59,7 @@ type Replicator struct {
 	stats     counters // see Stats (stats.go)
 
 	kick chan struct{}
-	// amu guards act, what the goroutines are doing (see Drain). It is never held while taking
+	// amu guards act, what the goroutines are doing (see Settle). It is never held while taking
 	// mu.
 	amu sync.Mutex
 	act activity
@@ -104,13 +104,7 @@ func New(cfg Config) (*Replicator, error) {
 		r.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	r.log = logx.WithNode(r.log, r.self)
-	src := cfg.Rand
-	if src == nil {
-		h := fnv.New64a()
-		h.Write([]byte(cfg.NodeID))
-		src = rand.NewPCG(h.Sum64(), 0x6d75737465720a)
-	}
-	r.rnd = rand.New(src)
+	r.rnd = rand.New(randx.Source(cfg.Rand))
 	r.tab = newTable(cfg.Buckets)
 	r.sched = newSyncSched(cfg.SyncDelay, cfg.RetryMin, cfg.RetryMax)
 	r.sched.nb = cfg.Buckets // fresh tasks per bucket: verify leaves those buckets out
@@ -145,14 +139,8 @@ func (r *Replicator) Start(ctx context.Context) error {
 	r.started = true
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.nextVerify = r.clk.Now().Add(r.cfg.VerifyInterval)
+	r.setHandlers(true) // under mu, so that a Close under way removes them (Handle does not block)
 	r.mu.Unlock()
-
-	t := r.cfg.Transport
-	t.Handle(kindSync, r.handleSync)
-	t.Handle(kindVerify, r.handleVerify)
-	t.Handle(kindRepair, r.handleRepair)
-	t.Handle(kindSnapshot, r.handleSnapshot)
-	t.Handle(kindConsistency, r.handleConsistency)
 
 	// Subscribe first, then read the list: no change can fall between the two.
 	unsub := r.cfg.Membership.Subscribe(r.onMembers)
@@ -166,9 +154,30 @@ func (r *Replicator) Start(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the replicator and waits for its goroutines. Calls after it fail with ErrClosed;
-// handlers answer ErrClosed. It does not close the transport or the membership (they are the
-// caller's). Idempotent.
+// setHandlers installs (on) or removes the handlers of distro's message kinds on the transport.
+func (r *Replicator) setHandlers(on bool) {
+	for _, k := range []struct {
+		kind transport.Kind
+		h    transport.Handler
+	}{
+		{kindSync, r.handleSync},
+		{kindVerify, r.handleVerify},
+		{kindRepair, r.handleRepair},
+		{kindSnapshot, r.handleSnapshot},
+		{kindConsistency, r.handleConsistency},
+	} {
+		if !on {
+			k.h = nil
+		}
+		r.cfg.Transport.Handle(k.kind, k.h)
+	}
+}
+
+// Close stops the replicator and waits for its goroutines. Calls after it fail with ErrClosed.
+// It removes the handlers Start installed (peers then get transport.ErrNoHandler; a handler
+// already running answers ErrClosed), but does not close the transport or the membership
+// (they are the caller's): a replicator started on the same transport afterwards must be
+// started after Close returns. Idempotent.
 func (r *Replicator) Close() error {
 	r.mu.Lock()
 	if r.closed {
@@ -177,6 +186,9 @@ func (r *Replicator) Close() error {
 		return nil
 	}
 	r.closed = true
+	if r.started {
+		r.setHandlers(false)
+	}
 	unsub, cancel := r.unsub, r.cancel
 	r.mu.Unlock()
 	if unsub != nil {
@@ -259,8 +271,9 @@ func (r *Replicator) WaitReady(ctx context.Context) error {
 	}
 }
 
-// Owner returns the HRW (rendezvous) owner of key among the live members: the owner of beat
-// records and of any ip:port keyed work (health checks).
+// Owner returns the HRW (rendezvous) owner of key among the live members: the owner of the beat
+// record of that key, and of any work keyed the same way (the registry places an instance's
+// health checks on the owner of its beat record key).
 func (r *Replicator) Owner(key string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -436,7 +449,7 @@ func (r *Replicator) Range(fn func(Record) bool) {
 	}
 }
 
-// poke wakes the run loop. The loop counts as busy (see Drain) before poke returns.
+// poke wakes the run loop. The loop counts as busy (see Settle) before poke returns.
 func (r *Replicator) poke() {
 	select {
 	case r.kick <- struct{}{}:
@@ -658,157 +671,9 @@ func (r *Replicator) onMembers(ms []Member) {
 	r.poke()
 }
 
-// run is the main loop: it sends due syncs, starts verify rounds, removes orphans and expires
-// tombstones, then sleeps on the clock until the next of those is due or something pokes it.
-func (r *Replicator) run() {
-	for {
-		r.mu.Lock()
-		now := r.clk.Now()
-		batches := r.sched.take(now, r.cfg.MaxBatch)
-		type send struct {
-			peer string
-			keys []string
-			recs []Record
-		}
-		var sends []send
-		for peer, keys := range batches {
-			s := send{peer: peer}
-			size := 0
-			for i, k := range keys {
-				e := r.tab.get(k)
-				if e == nil || !e.held() || e.rec.Owner != r.self {
-					continue // no longer ours: whoever owns it now syncs it (no echo)
-				}
-				if size += len(e.rec.Payload); size > maxBatchBytes && len(s.recs) > 0 {
-					for _, rest := range keys[i:] { // the rest goes in the next batch
-						r.sched.addAt(peer, rest, now)
-					}
-					break
-				}
-				s.keys = append(s.keys, k)
-				s.recs = append(s.recs, e.rec)
-			}
-			if len(s.recs) == 0 {
-				r.sched.done(peer, nil, true, now, r.rnd)
-				continue
-			}
-			sends = append(sends, s)
-		}
-		if len(r.flushed) > 0 && len(sends) == 0 && r.sched.quiet(now) {
-			for _, ch := range r.flushed {
-				close(ch)
-			}
-			r.flushed = nil
-		}
-		var verifyPeers []string
-		if !now.Before(r.nextVerify) {
-			r.nextVerify = now.Add(r.cfg.VerifyInterval)
-			if r.ready {
-				for _, p := range r.members {
-					if p != r.self && !r.verifying[p] {
-						r.verifying[p] = true
-						verifyPeers = append(verifyPeers, p)
-					}
-				}
-			}
-			r.tab.expire(now.Add(-r.cfg.TombstoneTTL))
-			// Beat records of keys HRW assigns here but written by another live node (on the
-			// other side of a partition, or before it saw this node join): O(such records).
-			for k := range r.adoptLater {
-				r.adoptScanKeyLocked(k)
-			}
-			clear(r.adoptLater)
-		}
-		wake := r.nextVerify
-		if r.ready {
-			if t, ok := r.orphansLocked(now); ok && t.Before(wake) {
-				wake = t
-			}
-		}
-		if t, ok := r.sched.next(); ok && t.Before(wake) {
-			wake = t
-		}
-		r.mu.Unlock()
-		r.drain()
-
-		for _, s := range sends {
-			r.goBusy(func() { r.sendSync(s.peer, s.keys, s.recs) })
-		}
-		for _, p := range verifyPeers {
-			r.goBusy(func() { r.verify(p) })
-		}
-
-		now = r.clk.Now()
-		d := wake.Sub(now)
-		if d <= 0 {
-			if len(sends) > 0 || len(verifyPeers) > 0 {
-				continue
-			}
-			d = time.Millisecond // all peers busy: wait for a done poke, or a short tick
-		}
-		if !r.sleepUntil(now, d, true) {
-			return
-		}
-	}
-}
-
-// orphansLocked removes the records still owned by members that left more than OrphanTimeout
-// ago and returns the next time it has work.
-func (r *Replicator) orphansLocked(now time.Time) (next time.Time, ok bool) {
-	for owner, at := range r.leftAt {
-		if _, alive := r.memberSet[owner]; alive {
-			delete(r.leftAt, owner)
-			continue
-		}
-		o := r.tab.owners[owner]
-		if o == nil || o.live == 0 {
-			continue
-		}
-		due := at.Add(r.cfg.OrphanTimeout)
-		if due.After(now) {
-			if !ok || due.Before(next) {
-				next, ok = due, true
-			}
-			continue
-		}
-		// Sessions die with their owner. Beat records were handed to their new HRW owner when
-		// the owner left; one still owned by it now was never taken over (the adopter's store
-		// dropped it, or views disagreed): it is removed the same way, locally, and yields to
-		// any newer version.
-		n := 0
-		r.tab.all(func(e *entry) bool {
-			if e.live() && e.rec.Owner == owner {
-				r.emitLocked(storeEvent{op: evApply, rec: r.tab.orphan(e, now)})
-				n++
-			}
-			return true
-		})
-		r.log.Info("distro: removed orphaned records", "owner", owner, "records", n)
-		r.stats.orphansRemoved.Add(uint64(n))
-	}
-	return next, ok
-}
-
 func (r *Replicator) requestCtx() (context.Context, context.CancelFunc) {
 	// A real-time network deadline: the transport's request timeout, not protocol time.
 	return context.WithTimeout(r.ctx, r.cfg.RequestTimeout)
-}
-
-func (r *Replicator) sendSync(peer string, keys []string, recs []Record) {
-	body, err := model.Marshal(syncMsg{Records: wires(recs)})
-	if err == nil {
-		ctx, cancel := r.requestCtx()
-		_, err = r.request(ctx, peer, kindSync, body)
-		cancel()
-	}
-	r.stats.syncSent(len(recs), err == nil)
-	r.mu.Lock()
-	d := r.sched.done(peer, keys, err == nil, r.clk.Now(), r.rnd)
-	r.mu.Unlock()
-	if err != nil && r.ctx.Err() == nil {
-		r.log.Debug("distro: sync failed, will retry", "peer", peer, "records", len(recs), "retry_in", d, "err", err)
-	}
-	r.poke()
 }
 
 // admit checks, before a handler decodes anything, that the sender may act: this replicator is

@@ -564,6 +564,25 @@ func TestCloseIdempotentAndRefuses(t *testing.T) {
 	}
 }
 
+// TestCloseRemovesHandlers: Close takes distro's handlers off the transport; a peer's message
+// is then answered by the transport itself (ErrNoHandler).
+func TestCloseRemovesHandlers(t *testing.T) {
+	c := newCluster(t, nil, "a", "b")
+	c.quiesce()
+	ctx := t.Context()
+	for _, kind := range []transport.Kind{kindSync, kindVerify, kindRepair, kindSnapshot, kindConsistency} {
+		if _, err := c.nodes["b"].tr.Request(ctx, "a", kind, nil); errors.Is(err, transport.ErrNoHandler) {
+			t.Fatalf("kind %d before Close: %v, want a distro answer", kind, err)
+		}
+	}
+	c.nodes["a"].r.Close()
+	for _, kind := range []transport.Kind{kindSync, kindVerify, kindRepair, kindSnapshot, kindConsistency} {
+		if _, err := c.nodes["b"].tr.Request(ctx, "a", kind, nil); !errors.Is(err, transport.ErrNoHandler) {
+			t.Fatalf("kind %d after Close: %v, want ErrNoHandler", kind, err)
+		}
+	}
+}
+
 // A session opened while the node is still loading belongs to this incarnation: the load must
 // not mistake it for a previous incarnation's record and tombstone it.
 func TestPutBeforeReadySurvivesLoad(t *testing.T) {
@@ -652,4 +671,19 @@ func TestFlush(t *testing.T) {
 		t.Fatalf("Flush to an unreachable peer: %v", err)
 	}
 	c.net.Heal()
+}
+
+// TestConfigValidateEvery: Validate reports every rule a config breaks, in one error.
+func TestConfigValidateEvery(t *testing.T) {
+	cfg := DefaultConfig() // no NodeID, Transport, Membership or Store
+	cfg.SyncDelay, cfg.Buckets = -1, 0
+	err := cfg.Validate()
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("Validate = %v, want ErrInvalidConfig", err)
+	}
+	for _, field := range []string{"NodeID", "Transport", "Membership", "Store", "SyncDelay", "Buckets"} {
+		if !contains(err.Error(), field) {
+			t.Errorf("Validate = %v, does not name %s", err, field)
+		}
+	}
 }

@@ -2,7 +2,7 @@ package distro
 
 import "time"
 
-// Store is implemented by the registry: it holds the publishers that the records describe.
+// Store is implemented by the registry: it holds what the records describe (its publishers).
 //
 // Concurrency contract:
 //   - Calls are serialized: never two at once, from whatever goroutine distro runs them on
@@ -18,12 +18,13 @@ import "time"
 //   - The Store never sees its own writes: records this node Puts are not passed to Apply.
 type Store interface {
 	// Apply installs rec from another owner: it is newer than anything applied before for the
-	// key. rec.Deleted means remove the publisher and its instances: the owner's tombstone, an
-	// orphan removal after the owner left (same revision as the last record, Deleted set), the
-	// owner saying in verify that it no longer holds the record, or, during the startup load, a
-	// newer record of this node's previous incarnation replacing it (same version as the record
-	// removed, Deleted set; the Store may receive it for a record it never got). A record of a key this node owned
-	// means another node took the key over (a newer version won): the Store stops its lease.
+	// key. rec.Deleted means remove what the record held (a beat publisher, a session's
+	// instance): the owner's tombstone, an orphan removal after the owner left (same revision as
+	// the last record, Deleted set), the owner saying in verify that it no longer holds the
+	// record, or, during the startup load, a newer record of this node's previous incarnation
+	// replacing it (same version as the record removed, Deleted set; the Store may receive it
+	// for a record it never got). A record of a key this node owned means another node took the
+	// key over (a newer version won): the Store stops its lease.
 	Apply(rec Record)
 
 	// Adopt hands this node ownership of a beat record whose owner left or whose HRW owner is now

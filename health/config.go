@@ -20,7 +20,7 @@ type Config struct {
 	// Logger receives the scheduler's logs. Nil discards them.
 	Logger *slog.Logger
 	// Rand draws the first intervals. Nil means a source seeded from crypto/rand. It is used
-	// under the scheduler's lock, so any rand.Source works.
+	// under the scheduler's lock: do not share it.
 	Rand rand.Source
 
 	// Checkers replaces the checker of a check type (TCP, HTTP, MYSQL). TCP or HTTP absent
@@ -111,13 +111,11 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports every invalid field, each in an error wrapping [ErrInvalidConfig] that
-// names the field and the rule it breaks.
+// Validate reports every rule c breaks, each naming the field and the rule, joined in one error
+// wrapping [ErrInvalidConfig] (nil if none).
 func (c *Config) Validate() error {
 	var errs []error
-	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
-	}
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if c.MaxConcurrent < 1 {
 		bad("MaxConcurrent must be >= 1, got %d", c.MaxConcurrent)
 	}
@@ -164,7 +162,10 @@ func (c *Config) Validate() error {
 	if c.Damping.Flips > maxDampFlips {
 		bad("Damping.Flips must be <= %d, got %d", maxDampFlips, c.Damping.Flips)
 	}
-	return errors.Join(errs...)
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
 }
 
 // maxDampFlips bounds the per-instance flip history.

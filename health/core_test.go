@@ -366,3 +366,22 @@ func TestCoreResultAfterSwitchToNoneIsDropped(t *testing.T) {
 		t.Fatalf("%+v, running %d", st, c.running)
 	}
 }
+
+// TestConfigValidateEvery: Validate reports every rule a config breaks, in one error that
+// wraps ErrInvalidConfig once.
+func TestConfigValidateEvery(t *testing.T) {
+	c := DefaultConfig()
+	c.MaxConcurrent, c.HealthyAfter = 0, 0
+	err := c.Validate()
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("Validate = %v, want ErrInvalidConfig", err)
+	}
+	for _, field := range []string{"MaxConcurrent", "HealthyAfter"} {
+		if !strings.Contains(err.Error(), field) {
+			t.Errorf("Validate = %v, does not name %s", err, field)
+		}
+	}
+	if n := strings.Count(err.Error(), ErrInvalidConfig.Error()); n != 1 {
+		t.Errorf("Validate = %q: says %q %d times, want once", err, ErrInvalidConfig, n)
+	}
+}

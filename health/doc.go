@@ -1,20 +1,40 @@
-// Package health decides when instances are healthy.
+// Package health decides when instances are healthy: beat leases ([Leases]), the deadlines of
+// beat publishers and session keep-alives; and the active checks of persistent instances, the
+// [Checker]s (TCP connect, HTTP GET, MySQL command, None) and the [Scheduler] that runs them and
+// reports flips.
 //
-// It holds beat leases ([Leases]): the deadlines of beat publishers and session keep-alives;
-// and the active health checks of persistent instances: the [Checker]s (TCP connect, HTTP GET,
-// MySQL command, None) and the [Scheduler] that runs them and reports flips.
+// # Usage
+//
+// Leases are a pure core: the caller passes the time and calls Expire when Next says so.
+//
+//	var l health.Leases[string] // the zero value is ready
+//	t := health.Timeouts{Unhealthy: 15 * time.Second, Expire: 30 * time.Second}
+//	err := l.Put("10.0.0.7:8848", now, t)
+//	l.Touch("10.0.0.7:8848", now) // on every beat
+//	next, ok := l.Next()          // when to call Expire
+//	l.Expire(now, func(id string, ev health.Event) { ... })
+//
+// The Scheduler is a driver: it owns a goroutine and the clock, and reports flips.
+//
+//	cfg := health.DefaultConfig()
+//	cfg.OnTransition = func(key model.InstanceKey, healthy bool, st health.Status) { ... }
+//	s, err := health.NewScheduler(cfg) // validates, starts nothing
+//	err = s.Start(ctx)
+//	s.Set(key, health.Target{IP: ip, Port: port, Check: check}, healthy) // checked at once
+//	st, ok := s.Status(key)
+//	s.Remove(key)
+//	err = s.Close() // cancels running checks, waits for every goroutine
+//
+// Tests on a fake clock move the clock, then call Settle: it runs the checks due at the clock's
+// time and returns once they have run and their OnTransition calls have returned.
 //
 // # Leases
 //
 // A lease belongs to an id and has two thresholds measured from its last touch (see
 // [Timeouts]): after Unhealthy it turns unhealthy but is kept, after Expire it is removed.
-// [Leases.Put] creates or resets a lease, [Leases.Touch] renews it (and revives an unhealthy
-// one), and [Leases.Expire] reports the transitions that are due:
-//
-//	var l health.Leases[string]
-//	_ = l.Put("10.0.0.7:8848", now, health.Timeouts{Unhealthy: 15 * time.Second, Expire: 30 * time.Second})
-//	l.Touch("10.0.0.7:8848", now) // on every beat
-//	l.Expire(now, func(id string, ev health.Event) { ... }) // when Next says so (ExpireAt also names each threshold)
+// [Leases.Put] creates or resets a lease. [Leases.Touch] renews it, and revives an unhealthy
+// one. [Leases.Expire] reports the transitions that are due ([Leases.ExpireAt] also names each
+// threshold).
 //
 // Leases is a pure core: it starts no goroutines and never reads a clock. Every call takes the
 // current time from the caller, and [Leases.Next] tells the caller's driver when to call Expire
@@ -40,45 +60,8 @@
 // proportional to the number of leases.
 //
 // Because of the early elements, [Leases.Next] may return a time at which there is nothing to
-// report; calling Expire then is cheap and just re-arms.
-//
-// # Layout and costs
-//
-// With many leases, the cost of a touch is the cache misses it takes, so a lease's state is
-// split by who reads it:
-//
-//   - The index is an open-addressing hash table (linear probing, a power-of-two number of
-//     cells, hashed with [hash/maphash.Comparable] under a seed of its own), whose cells hold
-//     the id and all that a touch reads and writes: the last touch, the healthy flag, the
-//     lease's slot and the index of its Timeouts. A cell is 24 bytes for a pointer id, 32 for
-//     a string. A touch reads and writes one cell, which is one cache miss when the table is
-//     larger than the caches (two lines, fetched together, for the quarter of the 24-byte
-//     cells that straddle a line). A Remove or an expiry empties its cell by shifting the
-//     cells after it back, with no tombstones, so churn does not fill the table. The table
-//     doubles before it gets more than 3/4 full and shrinks when it is less than 3/32 full,
-//     never below 8 cells.
-//   - A slab of 8 bytes a lease, by slot: the position of the lease's cell, which moves when
-//     the table is resized or a deletion shifts it, and the generation that tells live heap
-//     elements from stale ones. Expire reaches a lease through it: heap element, slot, cell.
-//   - The heap, 16 bytes an element.
-//   - Timeouts are interned: each distinct value is stored once, with a count of the leases
-//     that have it, and a cell holds its index. Leases usually share a few values.
-//
-// On the 2-core development VM, with 1,000,000 leases keyed by pointers, a touch costs about
-// 60-100 ns depending on the load from other tenants of the machine: no more than a bare
-// lookup in a Go map of the same ids, and less than half of what the former layout, a Go map
-// from id to slot and the state in slabs by slot, cost. The leases take about 76 bytes each
-// (the former layout: 108): 50 for the table (2^21 cells, half full), 8 for the slab, 16 for
-// the heap and 2 of slack. The table's share depends on where the number of leases falls between
-// two powers of two: from 32 bytes a lease when it is 3/4 full to 64 just after it doubles.
-// The load limit of 3/4 rather than 1/2 was measured: it saves a third of the table on average
-// and touches were no slower (at 700,000 leases they were faster, since the table was half as
-// large). String ids cost more: their bytes are memory of their own, which a probe reads to
-// compare ids of the same length and the hash reads unless they are in the caches.
-//
-// Expire costs O(log n) per popped element as above, plus, when they are not cached, a miss
-// for the slot and then one for the cell, which depends on it; freeing a cell rehashes the
-// cells that it may shift back.
+// report; calling Expire then is cheap and just re-arms. How a lease's state is laid out in
+// memory, and why, is described at the [Leases] type.
 //
 // # Concurrency
 //
@@ -102,14 +85,14 @@
 //     ordinary failure, as it may pass; any other unexpected status is definite (Nacos: all
 //     but 302 and 503). A refused connection is definite, a timeout not. At most 4 KiB of the
 //     body is read, so that the connection can be reused.
-//   - mysqlcheck.Checker (package health/mysqlcheck, so that the scheduler links no MySQL
-//     driver: put it in Config.Checkers; without one a MYSQL check fails and says so) runs Command (default [model.DefaultMySQLCommand]) as User with
-//     Password. With the default command only a writable primary (read_only OFF) is healthy:
-//     a replica fails with "read_only=ON", an ordinary failure. With another command the
-//     instance is healthy iff the command runs without error. An error the server reports (SQL
-//     syntax, access denied) is definite, as is a refused connection; a timeout is not. A
-//     *sql.DB with one connection is cached per (address, user, password), at most MaxDBs,
-//     least recently used evicted, so that checks reuse their connection.
+//   - mysqlcheck.Checker (package health/mysqlcheck, so that the scheduler links no MySQL driver:
+//     put it in Config.Checkers; without one a MYSQL check fails and says so) runs Command (default
+//     [model.DefaultMySQLCommand]) as User with Password. With the default command only a writable
+//     primary (read_only OFF) is healthy: a replica fails with "read_only=ON", an ordinary failure.
+//     With another command the instance is healthy iff the command runs without error. An error the
+//     server reports (SQL syntax, access denied) is definite, as is a refused connection; a timeout
+//     is not. A *sql.DB with one connection is cached per (address, user, password), at most
+//     MaxDBs, least recently used evicted, so that checks reuse their connection.
 //   - [NoneChecker] never probes; the scheduler keeps NONE targets (and unknown types, as
 //     Nacos does) without checking them, with the state given to Set.
 //
@@ -143,17 +126,16 @@
 // flip history and applies the usual rule to the counts, so an instance whose last checks
 // passed turns healthy right then. [Status] shows Damped, HeldUntil and DampReason.
 //
-// Concurrency and cost. At most MaxConcurrent checks run at once, each in its own goroutine;
-// due checks wait their turn, earliest first. The due times are in a 4-ary heap (the one
-// Leases uses), so a wake-up costs O(log n) per due target and nothing when none is due: the
-// driver sleeps on one timer until the earliest due time. BenchmarkSchedulerTick measures
-// the core with 100,000 targets: about 0.6 us per due check and 0 allocations per idle
-// wake-up on the 2-core development VM; BenchmarkSchedulerDriver measures a whole round trip
-// through the goroutines (about 5 us per check).
+// Concurrency and cost. At most MaxConcurrent checks run at once, each in its own goroutine.
+// Due checks wait their turn, earliest first. The due times are in a 4-ary heap (the one Leases
+// uses), so a wake-up costs O(log n) per due target and nothing when none is due: the driver
+// sleeps on one timer until the earliest due time. BenchmarkSchedulerTick measures the core,
+// BenchmarkSchedulerDriver a whole round trip through the goroutines (the README has the
+// figures).
 //
-// Pure core, thin driver. core.go is plain code over Unix-nanosecond times; scheduler.go owns
+// Pure core, thin driver. core.go is plain code over Unix-nanosecond times. scheduler.go owns
 // the goroutine, the clock (an injected clockwork.Clock) and the checks' goroutines. Tests
-// drive it with a fake clock: advance the clock, then [Scheduler.Settle] waits until every
+// drive it with a fake clock: advance the clock, then [Scheduler.Settle] returns once every
 // check due by then has run and its transition was reported.
 //
 // Transitions. Config.OnTransition is called from the scheduler's goroutine, one call at a

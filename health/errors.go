@@ -16,5 +16,5 @@ var ErrClosed = errors.New("health: scheduler closed")
 // ErrNotStarted is returned by [Scheduler.Settle] before [Scheduler.Start].
 var ErrNotStarted = errors.New("health: scheduler not started")
 
-// ErrAlreadyStarted is returned by a second call of [Scheduler.Start].
-var ErrAlreadyStarted = errors.New("health: scheduler already started")
+// ErrStarted is returned by a second call of [Scheduler.Start].
+var ErrStarted = errors.New("health: already started")

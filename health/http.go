@@ -57,16 +57,21 @@ type HTTPChecker struct {
 	client  *http.Client
 }
 
-// NewHTTPChecker returns an HTTPChecker. It reports an error wrapping [ErrInvalidConfig] if a
-// duration is negative.
+// NewHTTPChecker returns an HTTPChecker. It reports every negative field, joined in one error
+// wrapping [ErrInvalidConfig].
 func NewHTTPChecker(cfg HTTPConfig) (*HTTPChecker, error) {
-	switch {
-	case cfg.Timeout < 0:
-		return nil, fmt.Errorf("%w: HTTPConfig.Timeout must be >= 0 (0: %v), got %v", ErrInvalidConfig, DefaultCheckTimeout, cfg.Timeout)
-	case cfg.IdleConnTimeout < 0:
-		return nil, fmt.Errorf("%w: HTTPConfig.IdleConnTimeout must be >= 0, got %v", ErrInvalidConfig, cfg.IdleConnTimeout)
-	case cfg.MaxIdleConns < 0:
-		return nil, fmt.Errorf("%w: HTTPConfig.MaxIdleConns must be >= 0, got %d", ErrInvalidConfig, cfg.MaxIdleConns)
+	var errs []error
+	if cfg.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("HTTPConfig.Timeout must be >= 0 (0: %v), got %v", DefaultCheckTimeout, cfg.Timeout))
+	}
+	if cfg.IdleConnTimeout < 0 {
+		errs = append(errs, fmt.Errorf("HTTPConfig.IdleConnTimeout must be >= 0, got %v", cfg.IdleConnTimeout))
+	}
+	if cfg.MaxIdleConns < 0 {
+		errs = append(errs, fmt.Errorf("HTTPConfig.MaxIdleConns must be >= 0, got %d", cfg.MaxIdleConns))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultCheckTimeout

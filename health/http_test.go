@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -149,5 +150,13 @@ func TestNewHTTPCheckerRejectsNegatives(t *testing.T) {
 		if _, err := NewHTTPChecker(cfg); err == nil {
 			t.Errorf("%+v: no error", cfg)
 		}
+	}
+}
+
+// TestNewHTTPCheckerReportsEvery: NewHTTPChecker names every negative field, in one error.
+func TestNewHTTPCheckerReportsEvery(t *testing.T) {
+	_, err := NewHTTPChecker(HTTPConfig{Timeout: -1, MaxIdleConns: -1})
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "HTTPConfig.Timeout") || !strings.Contains(err.Error(), "HTTPConfig.MaxIdleConns") {
+		t.Fatalf("NewHTTPChecker = %v, want ErrInvalidConfig naming Timeout and MaxIdleConns", err)
 	}
 }

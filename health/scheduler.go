@@ -2,16 +2,14 @@ package health
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/muster-io/muster/internal/randx"
 	"github.com/muster-io/muster/model"
 )
 
@@ -61,12 +59,7 @@ func NewScheduler(cfg Config) (*Scheduler, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	src := cfg.Rand
-	if src == nil {
-		var seed [16]byte
-		_, _ = crand.Read(seed[:])
-		src = rand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:]))
-	}
+	src := randx.Source(cfg.Rand)
 	s := &Scheduler{
 		cfg:     cfg,
 		clock:   cfg.Clock,
@@ -123,7 +116,7 @@ func NewScheduler(cfg Config) (*Scheduler, error) {
 
 // Start starts the scheduler's goroutine; the checks of targets already set begin. The
 // goroutines run until Close, whatever happens to ctx, which is only checked for being
-// done already. It returns [ErrClosed] after Close and [ErrAlreadyStarted] on a second call.
+// done already. It returns [ErrClosed] after Close and [ErrStarted] on a second call.
 func (s *Scheduler) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -134,7 +127,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	case s.closed:
 		return ErrClosed
 	case s.started:
-		return ErrAlreadyStarted
+		return ErrStarted
 	}
 	s.started = true
 	s.goFunc(s.run)
@@ -219,11 +212,14 @@ func (s *Scheduler) Len() int {
 	return len(s.core.index)
 }
 
-// Settle waits until the scheduler is idle at the clock's current time: every check due by
-// now has been started and has completed, and the OnTransition calls they caused have
-// returned. With a fake clock, a test advances the clock and calls Settle. With a checker
-// that blocks, Settle waits for ctx. It returns ctx's error, [ErrNotStarted] before Start and
-// [ErrClosed] once closed.
+// Settle runs every check due at the clock's current time and returns once it has run: the
+// contract of every driver's Settle (distro.Replicator.Settle, registry.Registry.Settle). It
+// never moves the clock and never starts a check before its time. It returns when the
+// scheduler is idle at that time: every check due by then has been started and has completed,
+// and the OnTransition calls they caused have returned. With a fake clock, a test advances the
+// clock and calls Settle. With a checker that blocks, Settle waits for ctx. It returns ctx's
+// error, [ErrClosed] once closed and [ErrNotStarted] before Start (the targets set are due, but
+// nothing runs them yet).
 func (s *Scheduler) Settle(ctx context.Context) error {
 	s.mu.Lock()
 	started, closed := s.started, s.closed

@@ -626,7 +626,7 @@ func TestSchedulerLifecycle(t *testing.T) {
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Start(context.Background()); !errors.Is(err, ErrAlreadyStarted) {
+	if err := s.Start(context.Background()); !errors.Is(err, ErrStarted) {
 		t.Fatalf("second Start: %v", err)
 	}
 	if err := s.Close(); err != nil {

@@ -3,6 +3,17 @@
 // that answer them, and the deltas between views. It imports nothing else of
 // Muster, and every other package may import it.
 //
+// # Usage
+//
+//	svc := model.ServiceKey{Name: "orders"}.WithDefaults() // public, DEFAULT_GROUP
+//	in := model.NewInstance(svc, "10.0.0.7", 8080)       // weight 1, enabled, healthy
+//	err := in.Validate(model.Limits{})                   // zero Limits: the defaults
+//	key := in.Key()                                      // the InstanceKey that names it
+//	b, err := model.Marshal(in)                          // msgpack, stable field names
+//	err = model.Unmarshal(b, &in)                        // bounded: for untrusted bytes
+//
+// Errors from Validate match errors.Is(err, ErrInvalid) and name the field.
+//
 // # Names and defaults
 //
 // Services live in Namespace → Group → Service → Cluster → Instance, as in

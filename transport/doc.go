@@ -1,5 +1,30 @@
 // Package transport carries messages between Muster nodes.
 //
+// # Usage
+//
+//	cfg := transport.DefaultTCPConfig()
+//	cfg.NodeID = "n1"
+//	cfg.Secret = secret // or TLS (mutual); one of them is required
+//	cfg.Resolve = func(id string) (string, error) { return addrs[id], nil }
+//	t, err := transport.NewTCP(cfg) // validates, starts nothing
+//	t.Handle(kind, func(ctx context.Context, from string, body []byte) ([]byte, error) {
+//		return answer, nil // from is the node ID the handshake authenticated
+//	})
+//	err = t.Start(ctx) // listens
+//	resp, err := t.Request(ctx, "n2", kind, body)
+//	err = t.Send(ctx, "n2", kind, body) // one-way, best effort
+//	t.Handle(kind, nil)                 // removes the handler
+//	err = t.Close()
+//
+// Tests use a MemNetwork instead, in memory, with faults on demand:
+//
+//	var net transport.MemNetwork // the zero value is ready
+//	a, err := net.Node("a")      // a *MemTransport, the same interface
+//	net.Partition("a", "b")
+//	net.Heal()
+//
+// Every component that installs a handler removes it on Close.
+//
 // # Model
 //
 // A [Transport] addresses nodes by ID. It offers a request/response call
@@ -246,8 +271,9 @@
 // the byte budget) and logged with exponential spacing (1st, 2nd, 4th,
 // ...). A sender that needs every one-way message handled must
 // bound what it has outstanding, or use requests. Ordered kinds have
-// queues of their own, bounded as described under Ordered kinds. Senders block (up to their context) when a connection's write
-// queue of WriteQueue frames is full.
+// queues of their own, bounded as described under Ordered kinds. Senders
+// block (up to their context) when a connection's write queue of
+// WriteQueue frames is full.
 //
 // Time. Backoff runs on the injected clock. Socket and handler deadlines
 // are derived from contexts, which use real time, and so are the handshake
@@ -299,10 +325,11 @@
 //     first, then doubling), so a declared size costs at most 64 KiB until
 //     its bytes arrive; IdleTimeout (30 s) disconnects a peer that stalls;
 //     MaxInflight (1024) handlers and MaxQueued (16384) queued messages per
-//     connection, whose bodies hold at most MaxQueuedBytes (64 MiB). Each authenticated connection holds about 200 KiB of
-//     buffers, and the number of connections (under distinct node IDs) a
-//     holder of the Secret may open is not bounded here: with a Secret
-//     alone, members are trusted not to exhaust each other.
+//     connection, whose bodies hold at most MaxQueuedBytes (64 MiB). Each
+//     authenticated connection holds a 64 KiB read buffer and a 64 KiB
+//     write buffer, and the number of connections (under distinct node
+//     IDs) a holder of the Secret may open is not bounded here: with a
+//     Secret alone, members are trusted not to exhaust each other.
 //   - Malformed input closes the connection with a logged reason, never a
 //     panic; the frame, hello and stream decoders are fuzzed.
 package transport

@@ -29,6 +29,8 @@ var (
 	ErrBusy = errors.New("transport: peer busy")
 	// ErrNotStarted is returned by calls on a TCP transport before Start.
 	ErrNotStarted = errors.New("transport: not started")
+	// ErrStarted is returned by a second TCP.Start.
+	ErrStarted = errors.New("transport: already started")
 	// ErrIdentity wraps (with ErrHandshake) the refusal of a TLS peer whose
 	// verified certificate does not name the node ID it claims, or that
 	// presented no verified certificate where one is required.

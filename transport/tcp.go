@@ -4,7 +4,6 @@ import (
 	"context"
 	crand "crypto/rand"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/muster-io/muster/internal/logx"
+	"github.com/muster-io/muster/internal/randx"
 )
 
 // TCP is the production [Transport]: one multiplexed, optionally TLS
@@ -103,7 +103,7 @@ func NewTCP(cfg TCPConfig) (*TCP, error) {
 		cfg:     cfg,
 		log:     cfg.Logger,
 		clock:   cfg.Clock,
-		rng:     cfg.Rand,
+		rng:     rand.New(randx.Source(cfg.Rand)),
 		maxBody: cfg.MaxFrameSize,
 		peers:   make(map[string]*peer),
 		conns:   make(map[*conn]struct{}),
@@ -121,17 +121,12 @@ func NewTCP(cfg TCPConfig) (*TCP, error) {
 	if t.clock == nil {
 		t.clock = clockwork.NewRealClock()
 	}
-	if t.rng == nil {
-		var seed [16]byte
-		_, _ = crand.Read(seed[:]) // crypto/rand.Read never fails (Go 1.24+)
-		t.rng = rand.New(rand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:])))
-	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	return t, nil
 }
 
 // Start listens on ListenAddr and accepts connections until Close. ctx
-// bounds only the listen call.
+// bounds only the listen call. A second call fails with ErrStarted.
 func (t *TCP) Start(ctx context.Context) error {
 	t.mu.Lock()
 	switch {
@@ -140,7 +135,7 @@ func (t *TCP) Start(ctx context.Context) error {
 		return ErrClosed
 	case t.started:
 		t.mu.Unlock()
-		return fmt.Errorf("transport: %s already started", t.cfg.NodeID)
+		return ErrStarted
 	}
 	t.mu.Unlock()
 	var lc net.ListenConfig

@@ -3,6 +3,7 @@ package transport
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -120,10 +121,9 @@ type TCPConfig struct {
 	// deadlines come from contexts and use real time.
 	Clock clockwork.Clock
 	// Rand draws backoff jitter; nil means a source seeded from
-	// crypto/rand. The transport takes it over (it is not safe for
-	// concurrent use): do not share it. Handshake nonces always come from
-	// crypto/rand.
-	Rand *rand.Rand
+	// crypto/rand. It is used under the transport's lock: do not share it.
+	// Handshake nonces always come from crypto/rand.
+	Rand rand.Source
 }
 
 // DefaultTCPConfig returns the defaults; NodeID and Resolve still have to be
@@ -147,51 +147,39 @@ func DefaultTCPConfig() TCPConfig {
 	}
 }
 
-// Validate reports the first field that breaks its rule, wrapping
-// ErrInvalidConfig. Besides the range of each field, it refuses a config
-// that would let an anonymous peer in: one with neither Secret nor TLS, or
-// with TLS that requires no verified client certificate
+// Validate reports every field that breaks its rule, joined in one error
+// wrapping ErrInvalidConfig (nil if none). Besides the range of each field,
+// it refuses a config that would let an anonymous peer in: one with neither
+// Secret nor TLS, or with TLS that requires no verified client certificate
 // (ClientAuth != tls.RequireAndVerifyClientCert, and no GetConfigForClient)
 // and no Secret, unless Insecure is set.
 func (c TCPConfig) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
 	}
-	switch {
-	case c.NodeID == "" || len(c.NodeID) > maxNodeIDLen:
-		return bad("NodeID must be 1 to %d bytes, got %d", maxNodeIDLen, len(c.NodeID))
-	case c.ListenAddr == "":
-		return bad("ListenAddr must be set (host:port, port 0 for any)")
-	case len(c.Secret) > 0 && len(c.Secret) < 16:
-		return bad("Secret must be empty or at least 16 bytes, got %d", len(c.Secret))
-	case len(c.Secret) == 0 && c.TLS == nil && !c.Insecure:
-		return bad("neither Secret nor TLS is set: anyone could join; set Secret (>= 16 bytes) or TLS (mutual), or Insecure: true to run unauthenticated")
-	case len(c.Secret) == 0 && c.TLS != nil && !c.Insecure && c.TLS.ClientAuth != tls.RequireAndVerifyClientCert && c.TLS.GetConfigForClient == nil:
-		return bad("TLS without ClientAuth = tls.RequireAndVerifyClientCert and no Secret authenticates no peer; set one of them, or Insecure: true")
-	case c.MaxFrameSize <= 0 || c.MaxFrameSize > 1<<30:
-		return bad("MaxFrameSize must be in (0, 1 GiB], got %d", c.MaxFrameSize)
-	case c.DialTimeout <= 0:
-		return bad("DialTimeout must be > 0, got %v", c.DialTimeout)
-	case c.HandshakeTimeout <= 0:
-		return bad("HandshakeTimeout must be > 0, got %v", c.HandshakeTimeout)
-	case c.MaxHandshakes <= 0:
-		return bad("MaxHandshakes must be > 0, got %d", c.MaxHandshakes)
-	case c.MaxHandshakesPerIP <= 0 || c.MaxHandshakesPerIP > c.MaxHandshakes:
-		return bad("MaxHandshakesPerIP must be in (0, MaxHandshakes = %d], got %d", c.MaxHandshakes, c.MaxHandshakesPerIP)
-	case c.IdleTimeout <= 0:
-		return bad("IdleTimeout must be > 0, got %v", c.IdleTimeout)
-	case c.ReconnectMin <= 0:
-		return bad("ReconnectMin must be > 0, got %v", c.ReconnectMin)
-	case c.ReconnectMax < c.ReconnectMin:
-		return bad("ReconnectMax (%v) must be >= ReconnectMin (%v)", c.ReconnectMax, c.ReconnectMin)
-	case c.MaxInflight <= 0:
-		return bad("MaxInflight must be > 0, got %d", c.MaxInflight)
-	case c.MaxQueued < 0:
-		return bad("MaxQueued must be >= 0, got %d", c.MaxQueued)
-	case c.MaxQueuedBytes <= 0:
-		return bad("MaxQueuedBytes must be > 0, got %d", c.MaxQueuedBytes)
-	case c.WriteQueue <= 0:
-		return bad("WriteQueue must be > 0, got %d", c.WriteQueue)
+	check(c.NodeID != "" && len(c.NodeID) <= maxNodeIDLen, "NodeID must be 1 to %d bytes, got %d", maxNodeIDLen, len(c.NodeID))
+	check(c.ListenAddr != "", "ListenAddr must be set (host:port, port 0 for any)")
+	check(len(c.Secret) == 0 || len(c.Secret) >= 16, "Secret must be empty or at least 16 bytes, got %d", len(c.Secret))
+	check(len(c.Secret) > 0 || c.TLS != nil || c.Insecure, "neither Secret nor TLS is set: anyone could join; set Secret (>= 16 bytes) or TLS (mutual), or Insecure: true to run unauthenticated")
+	check(len(c.Secret) > 0 || c.TLS == nil || c.Insecure || c.TLS.ClientAuth == tls.RequireAndVerifyClientCert || c.TLS.GetConfigForClient != nil,
+		"TLS without ClientAuth = tls.RequireAndVerifyClientCert and no Secret authenticates no peer; set one of them, or Insecure: true")
+	check(c.MaxFrameSize > 0 && c.MaxFrameSize <= 1<<30, "MaxFrameSize must be in (0, 1 GiB], got %d", c.MaxFrameSize)
+	check(c.DialTimeout > 0, "DialTimeout must be > 0, got %v", c.DialTimeout)
+	check(c.HandshakeTimeout > 0, "HandshakeTimeout must be > 0, got %v", c.HandshakeTimeout)
+	check(c.MaxHandshakes > 0, "MaxHandshakes must be > 0, got %d", c.MaxHandshakes)
+	check(c.MaxHandshakesPerIP > 0 && c.MaxHandshakesPerIP <= c.MaxHandshakes, "MaxHandshakesPerIP must be in (0, MaxHandshakes = %d], got %d", c.MaxHandshakes, c.MaxHandshakesPerIP)
+	check(c.IdleTimeout > 0, "IdleTimeout must be > 0, got %v", c.IdleTimeout)
+	check(c.ReconnectMin > 0, "ReconnectMin must be > 0, got %v", c.ReconnectMin)
+	check(c.ReconnectMax >= c.ReconnectMin, "ReconnectMax (%v) must be >= ReconnectMin (%v)", c.ReconnectMax, c.ReconnectMin)
+	check(c.MaxInflight > 0, "MaxInflight must be > 0, got %d", c.MaxInflight)
+	check(c.MaxQueued >= 0, "MaxQueued must be >= 0, got %d", c.MaxQueued)
+	check(c.MaxQueuedBytes > 0, "MaxQueuedBytes must be > 0, got %d", c.MaxQueuedBytes)
+	check(c.WriteQueue > 0, "WriteQueue must be > 0, got %d", c.WriteQueue)
+	if len(errs) == 0 {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
 }

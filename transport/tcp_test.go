@@ -121,8 +121,8 @@ func TestTCPLifecycle(t *testing.T) {
 	if err := tr.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Start(context.Background()); err == nil {
-		t.Fatal("second Start accepted")
+	if err := tr.Start(context.Background()); err == nil || !errors.Is(err, ErrStarted) {
+		t.Fatalf("second Start: %v, want ErrStarted", err)
 	}
 	if !strings.HasPrefix(tr.Addr(), "127.0.0.1:") || strings.HasSuffix(tr.Addr(), ":0") {
 		t.Fatalf("Addr %q", tr.Addr())
@@ -909,6 +909,21 @@ func TestNegotiate(t *testing.T) {
 	} {
 		if got := negotiate(tc.h); got != tc.want {
 			t.Errorf("negotiate(%+v) = %d, want %d", tc.h, got, tc.want)
+		}
+	}
+}
+
+// TestTCPConfigValidateEvery: Validate reports every rule a config breaks, in one error.
+func TestTCPConfigValidateEvery(t *testing.T) {
+	c := DefaultTCPConfig() // no NodeID, neither Secret nor TLS
+	c.DialTimeout, c.WriteQueue = 0, 0
+	err := c.Validate()
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("Validate = %v, want ErrInvalidConfig", err)
+	}
+	for _, field := range []string{"NodeID", "neither Secret nor TLS", "DialTimeout", "WriteQueue"} {
+		if !strings.Contains(err.Error(), field) {
+			t.Errorf("Validate = %v, does not name %s", err, field)
 		}
 	}
 }

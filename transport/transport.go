@@ -20,9 +20,9 @@ type Kind uint16
 //
 // Handlers may be called concurrently, from several goroutines, for the
 // same or different peers (the handler of an ordered kind, see
-// OrderedHandler, one message at a time per connection). The context ends when the request's deadline
-// passes, the connection closes or the transport closes. A handler must not
-// retain body after it returns.
+// OrderedHandler, one message at a time per connection). The context ends
+// when the request's deadline passes, the connection closes or the
+// transport closes. A handler must not retain body after it returns.
 type Handler func(ctx context.Context, from string, body []byte) ([]byte, error)
 
 // Transport carries messages between nodes, addressed by node ID.

@@ -167,7 +167,7 @@ func (c *cluster) settle() error {
 	for {
 		did := false
 		for _, n := range c.nodes {
-			d, err := n.rep.Drain(ctx)
+			d, err := n.rep.Settle(ctx)
 			if err != nil {
 				return fmt.Errorf("%s: %w", n.id, err)
 			}

@@ -1,18 +1,8 @@
-// Package gossip is a distro membership over hashicorp/memberlist: SWIM failure
-// detection and gossip, this node's transport address carried in its node meta (Memberlist.Addr
-// plugs into transport.TCPConfig.Resolve), and a periodic re-join of the seeds, which heals
-// long partitions memberlist does not heal by itself. It is a package of its own so that
-// distro, and a registry built on it, do not link memberlist (and its init) unless the host
-// uses it. Static (package distro) is the membership driven by hand.
-//
-// Gossip is authenticated and encrypted with a key (Config.SecretKey; Validate refuses a
-// config without one unless Insecure is set); keys rotate on a running cluster with AddKey,
-// UseKey and RemoveKey. It binds 127.0.0.1 unless BindAddr says otherwise. It always runs on
-// real time.
 package gossip
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -106,48 +96,38 @@ const defaultBindAddr = "127.0.0.1"
 // validGossipKey reports whether key has an AES key size.
 func validGossipKey(key []byte) bool { return len(key) == 16 || len(key) == 24 || len(key) == 32 }
 
-// Validate reports an error wrapping membership.ErrInvalidConfig and naming the field and the rule.
+// Validate reports every rule c breaks, each naming the field and the rule, joined in one error
+// wrapping membership.ErrInvalidConfig (nil if none).
 func (c *Config) Validate() error {
-	bad := func(field, rule string) error {
-		return fmt.Errorf("%w: Memberlist %s %s", membership.ErrInvalidConfig, field, rule)
-	}
-	switch {
-	case c.NodeID == "" || len(c.NodeID) > membership.MaxIDLen:
-		return bad("NodeID", fmt.Sprintf("must be 1–%d bytes", membership.MaxIDLen))
-	case c.BindPort < 0 || c.BindPort > 65535:
-		return bad("BindPort", "must be 0–65535")
-	case c.AdvertisePort < 0 || c.AdvertisePort > 65535:
-		return bad("AdvertisePort", "must be 0–65535")
-	case len(c.TransportAddr) > memberlist.MetaMaxSize:
-		return bad("TransportAddr", fmt.Sprintf("must be at most %d bytes", memberlist.MetaMaxSize))
-	case c.RejoinInterval < 0:
-		return bad("RejoinInterval", "must be >= 0 (0 disables)")
-	case len(c.SecretKey) == 0 && !c.Insecure:
-		return bad("SecretKey", "is required (16, 24 or 32 bytes): without a gossip key anyone who can reach the gossip port joins the cluster; set Insecure: true to run without one")
-	case len(c.SecretKey) != 0 && !validGossipKey(c.SecretKey):
-		return bad("SecretKey", fmt.Sprintf("must be 16, 24 or 32 bytes, got %d", len(c.SecretKey)))
-	case len(c.ExtraKeys) != 0 && len(c.SecretKey) == 0:
-		return bad("ExtraKeys", "need a SecretKey (the primary key)")
-	case c.ProbeInterval <= 0 || c.ProbeTimeout <= 0 || c.ProbeTimeout >= c.ProbeInterval:
-		return bad("ProbeTimeout", "must be > 0 and below ProbeInterval")
-	case c.SuspicionMult < 1:
-		return bad("SuspicionMult", "must be >= 1")
-	case c.GossipInterval <= 0 || c.PushPullInterval <= 0 || c.TCPTimeout <= 0 || c.GossipToTheDeadTime <= 0:
-		return bad("GossipInterval, PushPullInterval, TCPTimeout and GossipToTheDeadTime", "must be > 0")
-	case c.LeaveTimeout <= 0:
-		return bad("LeaveTimeout", "must be > 0")
-	}
-	for i, k := range c.ExtraKeys {
-		if !validGossipKey(k) {
-			return bad("ExtraKeys["+strconv.Itoa(i)+"]", fmt.Sprintf("must be 16, 24 or 32 bytes, got %d", len(k)))
+	var errs []error
+	check := func(ok bool, field, rule string) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("Memberlist %s %s", field, rule))
 		}
+	}
+	check(c.NodeID != "" && len(c.NodeID) <= membership.MaxIDLen, "NodeID", fmt.Sprintf("must be 1–%d bytes", membership.MaxIDLen))
+	check(c.BindPort >= 0 && c.BindPort <= 65535, "BindPort", "must be 0–65535")
+	check(c.AdvertisePort >= 0 && c.AdvertisePort <= 65535, "AdvertisePort", "must be 0–65535")
+	check(len(c.TransportAddr) <= memberlist.MetaMaxSize, "TransportAddr", fmt.Sprintf("must be at most %d bytes", memberlist.MetaMaxSize))
+	check(c.RejoinInterval >= 0, "RejoinInterval", "must be >= 0 (0 disables)")
+	check(len(c.SecretKey) != 0 || c.Insecure, "SecretKey", "is required (16, 24 or 32 bytes): without a gossip key anyone who can reach the gossip port joins the cluster; set Insecure: true to run without one")
+	check(len(c.SecretKey) == 0 || validGossipKey(c.SecretKey), "SecretKey", fmt.Sprintf("must be 16, 24 or 32 bytes, got %d", len(c.SecretKey)))
+	check(len(c.ExtraKeys) == 0 || len(c.SecretKey) != 0, "ExtraKeys", "need a SecretKey (the primary key)")
+	check(c.ProbeInterval > 0 && c.ProbeTimeout > 0 && c.ProbeTimeout < c.ProbeInterval, "ProbeTimeout", "must be > 0 and below ProbeInterval")
+	check(c.SuspicionMult >= 1, "SuspicionMult", "must be >= 1")
+	check(c.GossipInterval > 0 && c.PushPullInterval > 0 && c.TCPTimeout > 0 && c.GossipToTheDeadTime > 0, "GossipInterval, PushPullInterval, TCPTimeout and GossipToTheDeadTime", "must be > 0")
+	check(c.LeaveTimeout > 0, "LeaveTimeout", "must be > 0")
+	for i, k := range c.ExtraKeys {
+		check(validGossipKey(k), "ExtraKeys["+strconv.Itoa(i)+"]", fmt.Sprintf("must be 16, 24 or 32 bytes, got %d", len(k)))
 	}
 	for i, s := range c.Seeds {
-		if _, _, err := net.SplitHostPort(s); err != nil {
-			return bad("Seeds["+strconv.Itoa(i)+"]", "must be host:port")
-		}
+		_, _, err := net.SplitHostPort(s)
+		check(err == nil, "Seeds["+strconv.Itoa(i)+"]", "must be host:port")
 	}
-	return nil
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", membership.ErrInvalidConfig, errors.Join(errs...))
 }
 
 // Memberlist is a Membership over hashicorp/memberlist: SWIM failure detection and gossip, the

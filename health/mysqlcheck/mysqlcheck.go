@@ -1,8 +1,3 @@
-// Package mysqlcheck is the MySQL health checker: a health.Checker that runs a
-// command on a MySQL or MariaDB server (Nacos's MYSQL check). It is a package of
-// its own so that a registry that does not check MySQL does not link the driver:
-// put one in health.Config.Checkers under model.CheckMySQL (registry/node does),
-// and close it after the scheduler.
 package mysqlcheck
 
 import (
@@ -26,7 +21,8 @@ import (
 // Config configures a [Checker].
 type Config struct {
 	// Timeout bounds a whole check, and is also the driver's dial, read and write timeout
-	// (the DSN's timeout, readTimeout and writeTimeout). 0 means health.DefaultCheckTimeout (500 ms).
+	// (the DSN's timeout, readTimeout and writeTimeout). 0 means health.DefaultCheckTimeout
+	// (500 ms).
 	Timeout time.Duration
 	// MaxDBs bounds the cached connection pools (one per address, user and password).
 	// When it is reached the least recently used pool is closed. 0 means 256.
@@ -74,16 +70,21 @@ type dbEntry struct {
 	evicted bool // out of the cache; closed when refs drops to 0
 }
 
-// New returns a Checker. It opens no connection. It reports an error
-// wrapping [ErrInvalidConfig] if a field is negative.
+// New returns a Checker. It opens no connection. It reports every
+// negative field, joined in one error wrapping [health.ErrInvalidConfig].
 func New(cfg Config) (*Checker, error) {
-	switch {
-	case cfg.Timeout < 0:
-		return nil, fmt.Errorf("%w: Config.Timeout must be >= 0 (0: %v), got %v", health.ErrInvalidConfig, health.DefaultCheckTimeout, cfg.Timeout)
-	case cfg.MaxDBs < 0:
-		return nil, fmt.Errorf("%w: Config.MaxDBs must be >= 0 (0: 256), got %d", health.ErrInvalidConfig, cfg.MaxDBs)
-	case cfg.IdleTimeout < 0:
-		return nil, fmt.Errorf("%w: Config.IdleTimeout must be >= 0 (0: 30s), got %v", health.ErrInvalidConfig, cfg.IdleTimeout)
+	var errs []error
+	if cfg.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("Config.Timeout must be >= 0 (0: %v), got %v", health.DefaultCheckTimeout, cfg.Timeout))
+	}
+	if cfg.MaxDBs < 0 {
+		errs = append(errs, fmt.Errorf("Config.MaxDBs must be >= 0 (0: 256), got %d", cfg.MaxDBs))
+	}
+	if cfg.IdleTimeout < 0 {
+		errs = append(errs, fmt.Errorf("Config.IdleTimeout must be >= 0 (0: 30s), got %v", cfg.IdleTimeout))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", health.ErrInvalidConfig, errors.Join(errs...))
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = health.DefaultCheckTimeout

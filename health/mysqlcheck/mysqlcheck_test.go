@@ -3,6 +3,7 @@ package mysqlcheck
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -268,5 +269,13 @@ func TestSchedulerMySQLReadOnly(t *testing.T) {
 	}
 	if !next() {
 		t.Fatal("flip to unhealthy on read_only=OFF")
+	}
+}
+
+// TestNewReportsEvery: New names every negative field, in one error (no server needed).
+func TestNewReportsEvery(t *testing.T) {
+	_, err := New(Config{Timeout: -1, IdleTimeout: -1})
+	if !errors.Is(err, health.ErrInvalidConfig) || !strings.Contains(err.Error(), "Config.Timeout") || !strings.Contains(err.Error(), "Config.IdleTimeout") {
+		t.Fatalf("New = %v, want ErrInvalidConfig naming Timeout and IdleTimeout", err)
 	}
 }

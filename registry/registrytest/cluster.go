@@ -112,7 +112,7 @@ type Node struct {
 
 // Replicator returns the node's replicator (nil while the node is
 // stopped). It shadows Registry.Replicator, to give tests the
-// *distro.Replicator itself: Get, Range, Drain.
+// *distro.Replicator itself: Get, Range, Settle.
 func (n *Node) Replicator() *distro.Replicator {
 	if n.Registry == nil {
 		return nil
@@ -429,20 +429,20 @@ func (c *Cluster) Advance(d time.Duration) {
 // until the clock moves, a held message is delivered or the test calls a
 // node. It works in rounds. A round runs every live node's Tick (its
 // deadlines, and what the registry sends in the background, answered) and
-// its replicator's Drain (everything distro has due at the clock's time,
+// its replicator's Settle (everything distro has due at the clock's time,
 // run, up to the messages it hands to the network), then waits until
 // nothing is in flight on Net: no handler running, however long it takes,
 // and no caller waiting for a response it has not taken (MemNetwork.WaitIdle).
-// Settle returns after the first quiet round: one in which no Drain reports
+// Settle returns after the first quiet round: one in which no Settle reports
 // that its replicator did anything and no message was sent on Net.
 //
 // Why one quiet round is enough. Settle starts with Net idle, and each round
 // ends with Net idle, so a quiet round starts with no handler running and
 // no response untaken. Every message sent counts in Net's total the moment
 // it is sent, so none was sent during the round, and none is in flight at
-// its end. Each replicator, at its Drain, had no goroutine running and none
+// its end. Each replicator, at its Settle, had no goroutine running and none
 // due to wake at the clock's time, and had run nothing since the previous
-// round's Drain. What could make a node act after its Drain is a message
+// round's Settle. What could make a node act after its Settle is a message
 // (none was delivered: none was sent, Net was idle at the start and is at
 // the end), its clock (it does not move during Settle), a poke from its
 // registry (whose own work ran in Tick; what Tick started in the background
@@ -469,7 +469,7 @@ func (c *Cluster) Settle() {
 			if err := n.Tick(ctx); err != nil {
 				c.t.Fatalf("registrytest: node %s did not settle: %v", n.ID, err)
 			}
-			d, err := n.Replicator().Drain(ctx)
+			d, err := n.Replicator().Settle(ctx)
 			if err != nil {
 				c.t.Fatalf("registrytest: node %s did not settle: %v", n.ID, err)
 			}
