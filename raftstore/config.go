@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -138,73 +139,63 @@ func invalidConfig(field, rule string) error {
 	return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, rule)
 }
 
-// Validate checks c; errors name the field and the rule and match
-// ErrInvalidConfig.
+// Validate checks c and reports every broken rule in one error, each
+// naming the field and the rule; the error matches ErrInvalidConfig.
 func (c *Config) Validate() error {
-	switch {
-	case c.ReplicaID == 0:
-		return invalidConfig("ReplicaID", "must be ≥ 1")
-	case c.ShardID == 0:
-		return invalidConfig("ShardID", "must be ≥ 1")
-	case c.DeploymentID == 0:
-		return invalidConfig("DeploymentID", "must be set (≥ 1), the same on every member and unique to this cluster; there is no default, since Dragonboat's default 1 is shared by every deployment that left it unset")
-	case c.Dir == "":
-		return invalidConfig("Dir", "must be set")
-	case c.RTTMillisecond == 0:
-		return invalidConfig("RTTMillisecond", "must be ≥ 1")
-	case c.HeartbeatRTT == 0:
-		return invalidConfig("HeartbeatRTT", "must be ≥ 1")
-	case c.ElectionRTT <= 2*c.HeartbeatRTT:
-		return invalidConfig("ElectionRTT", "must be more than 2 × HeartbeatRTT")
-	case c.ProposeTimeout < 2*c.rtt():
-		return invalidConfig("ProposeTimeout", "must be at least 2 × RTTMillisecond")
-	case c.ReadTimeout < 2*c.rtt():
-		return invalidConfig("ReadTimeout", "must be at least 2 × RTTMillisecond")
-	case c.MaxBatch < 1 || c.MaxBatch > maxBatchCommands:
-		return invalidConfig("MaxBatch", fmt.Sprintf("must be 1–%d", maxBatchCommands))
-	case c.Join && len(c.InitialMembers) > 0:
-		return invalidConfig("InitialMembers", "must be empty with Join")
+	var errs []error
+	check := func(ok bool, field, rule string) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("%s %s", field, rule))
+		}
 	}
+	check(c.ReplicaID != 0, "ReplicaID", "must be ≥ 1")
+	check(c.ShardID != 0, "ShardID", "must be ≥ 1")
+	check(c.DeploymentID != 0, "DeploymentID", "must be set (≥ 1), the same on every member and unique to this cluster; there is no default, since Dragonboat's default 1 is shared by every deployment that left it unset")
+	check(c.Dir != "", "Dir", "must be set")
+	check(c.RTTMillisecond != 0, "RTTMillisecond", "must be ≥ 1")
+	check(c.HeartbeatRTT != 0, "HeartbeatRTT", "must be ≥ 1")
+	check(c.ElectionRTT > 2*c.HeartbeatRTT, "ElectionRTT", "must be more than 2 × HeartbeatRTT")
+	check(c.ProposeTimeout >= 2*c.rtt(), "ProposeTimeout", "must be at least 2 × RTTMillisecond")
+	check(c.ReadTimeout >= 2*c.rtt(), "ReadTimeout", "must be at least 2 × RTTMillisecond")
+	check(c.MaxBatch >= 1 && c.MaxBatch <= maxBatchCommands, "MaxBatch", fmt.Sprintf("must be 1–%d", maxBatchCommands))
+	check(!c.Join || len(c.InitialMembers) == 0, "InitialMembers", "must be empty with Join")
 	byNodeID := c.Transport != nil
 	self := c.raftAddress()
-	if byNodeID && messageLimit(c.Transport) < minTransportMessage {
-		return invalidConfig("Transport", fmt.Sprintf("must accept messages of at least %d bytes (a snapshot chunk), accepts %d", minTransportMessage, messageLimit(c.Transport)))
-	}
-	switch {
-	case byNodeID && self != c.Transport.LocalID():
-		return invalidConfig("RaftAddress", fmt.Sprintf("must be empty or the transport's node ID %q with Transport set", c.Transport.LocalID()))
-	case byNodeID && c.TLS != nil:
-		return invalidConfig("TLS", "must be nil with Transport (Raft then uses the transport's TLS or secret)")
-	case byNodeID || c.transport != nil:
-	default:
-		if _, port, err := net.SplitHostPort(c.RaftAddress); err != nil || port == "" {
-			return invalidConfig("RaftAddress", "must be host:port")
-		}
-		if c.TLS == nil && !c.Insecure {
-			return invalidConfig("TLS", "must be set (CAFile, CertFile, KeyFile) for Raft over Dragonboat's own TCP transport, or set Transport to carry Raft over Muster's authenticated transport; without either anyone who can reach RaftAddress can join or crash the cluster, which only Insecure: true allows")
-		}
-		if t := c.TLS; t != nil && (t.CAFile == "" || t.CertFile == "" || t.KeyFile == "") {
-			return invalidConfig("TLS", "must name CAFile, CertFile and KeyFile")
+	if byNodeID {
+		limit := messageLimit(c.Transport)
+		check(limit >= minTransportMessage, "Transport", fmt.Sprintf("must accept messages of at least %d bytes (a snapshot chunk), accepts %d", minTransportMessage, limit))
+		check(self == c.Transport.LocalID(), "RaftAddress", fmt.Sprintf("must be empty or the transport's node ID %q with Transport set", c.Transport.LocalID()))
+		check(c.TLS == nil, "TLS", "must be nil with Transport (Raft then uses the transport's TLS or secret)")
+	} else if c.transport == nil {
+		_, port, err := net.SplitHostPort(c.RaftAddress)
+		check(err == nil && port != "", "RaftAddress", "must be host:port")
+		check(c.TLS != nil || c.Insecure, "TLS", "must be set (CAFile, CertFile, KeyFile) for Raft over Dragonboat's own TCP transport, or set Transport to carry Raft over Muster's authenticated transport; without either anyone who can reach RaftAddress can join or crash the cluster, which only Insecure: true allows")
+		if t := c.TLS; t != nil {
+			check(t.CAFile != "" && t.CertFile != "" && t.KeyFile != "", "TLS", "must name CAFile, CertFile and KeyFile")
 		}
 	}
 	if len(c.InitialMembers) > 0 {
-		if c.InitialMembers[c.ReplicaID] != self {
-			return invalidConfig("InitialMembers", "must map ReplicaID to RaftAddress")
-		}
+		check(c.InitialMembers[c.ReplicaID] == self, "InitialMembers", "must map ReplicaID to RaftAddress")
+		var zeroID, badAddr bool
 		for id, addr := range c.InitialMembers {
-			if id == 0 {
-				return invalidConfig("InitialMembers", "IDs must be ≥ 1")
-			}
+			zeroID = zeroID || id == 0
 			if byNodeID {
-				if addr == "" {
-					return invalidConfig("InitialMembers", "node IDs must not be empty")
-				}
+				badAddr = badAddr || addr == ""
 			} else if _, _, err := net.SplitHostPort(addr); err != nil {
-				return invalidConfig("InitialMembers", "addresses must be host:port")
+				badAddr = true
 			}
+		}
+		check(!zeroID, "InitialMembers", "IDs must be ≥ 1")
+		if byNodeID {
+			check(!badAddr, "InitialMembers", "node IDs must not be empty")
+		} else {
+			check(!badAddr, "InitialMembers", "addresses must be host:port")
 		}
 	}
-	return nil
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
 }
 
 // raftAddress is RaftAddress, or the transport's node ID when it is empty

@@ -56,8 +56,8 @@
 // Dragonboat's own TCP. A wrapper that does not implement OrderedHandler
 // gets a plain handler and loses that order: Raft stays correct, but
 // under load Replicate messages overtake each other, followers reject the
-// later ones and the leader falls back to probing (measured: hundreds of
-// rejections in 20,000 writes, and lower throughput). Addresses are then the
+// later ones and the leader falls back to probing, which costs throughput.
+// Addresses are then the
 // transport's node IDs: RaftAddress defaults to Transport.LocalID(), and
 // InitialMembers and AddReplica take node IDs. A new replica joins with
 // Join after a member called AddReplica for it; it catches up by a
@@ -124,12 +124,9 @@
 // Propose hands the command to a batcher: while up to four Raft entries are
 // in flight, commands that arrive meanwhile are packed into the next entry
 // (at most 256 commands or 256 KiB), each with its own result (group
-// commit). BenchmarkPersistentRegister (3 replicas in one process on a
-// 2-core machine, fsync on, 64 writers) measured about 10,000–12,000 ops/s
-// batched against about 2,000 with one command per entry, when the machine
-// was otherwise quiet; both fall by several times when other processes
-// compete for the two cores. Temporary Dragonboat errors (no
-// leader yet, busy, a timed-out attempt) are retried within
+// commit): BenchmarkPersistentRegister compares it with one command per
+// entry. Temporary Dragonboat errors (no leader yet, busy, a timed-out
+// attempt) are retried within
 // Config.ProposeTimeout, after which the call fails with ErrNoLeader. Each
 // entry carries a unique ID (a random per-start nonce and a sequence
 // number) and the state machine applies an ID at most once within a window
@@ -174,8 +171,9 @@
 // Badger (SetHealth reads the record it rewrites). Entries are checked
 // under the committed-data bound and then decoded by hand
 // (model.UnmarshalCommands), and instances are encoded by hand
-// (model.Instance.AppendMsgpack): the same bytes as msgpack's. Badger runs with SyncWrites off: Sync (which Dragonboat calls
-// before snapshots and periodically) calls db.Sync, and the Raft log itself
+// (model.Instance.AppendMsgpack): the same bytes as msgpack's. Badger runs
+// with SyncWrites off: Sync (which Dragonboat calls before snapshots and
+// periodically) calls db.Sync, and the Raft log itself
 // is fsynced by Dragonboat, so a crash loses at most a suffix that is
 // replayed. PrepareSnapshot holds a read-only Badger transaction
 // (a point-in-time view); SaveSnapshot streams its pairs as length-prefixed

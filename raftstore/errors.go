@@ -48,6 +48,8 @@ var (
 	ErrClosed = errors.New("raftstore: closed")
 	// ErrNotStarted: a method that needs a running node was called before Start.
 	ErrNotStarted = errors.New("raftstore: not started")
+	// ErrStarted: Start was called on a node that was started already.
+	ErrStarted = errors.New("raftstore: already started")
 	// ErrInvalidConfig is matched by every Config.Validate error.
 	ErrInvalidConfig = errors.New("raftstore: invalid config")
 	// ErrCorrupt: stored or streamed state could not be decoded.

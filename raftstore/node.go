@@ -164,7 +164,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		return ErrClosed
 	}
 	if n.started {
-		return errors.New("raftstore: already started")
+		return ErrStarted
 	}
 	setDragonboatLogger()
 	if err := os.MkdirAll(n.cfg.Dir, 0o755); err != nil {

@@ -46,6 +46,20 @@ func TestConfigValidate(t *testing.T) {
 	if err := join.Validate(); err == nil {
 		t.Error("Join with InitialMembers accepted")
 	}
+	// Every broken rule at once, in one error (but for RTTMillisecond and
+	// HeartbeatRTT at 0, by which the timeouts and ElectionRTT are judged).
+	all := good.clone()
+	delete(cases, "RTTMillisecond")
+	delete(cases, "HeartbeatRTT")
+	for _, breakIt := range cases {
+		breakIt(&all)
+	}
+	err := all.Validate()
+	for field := range cases {
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), field) {
+			t.Errorf("every field broken: the error does not name %s: %v", field, err)
+		}
+	}
 }
 
 func TestNodeLifecycleAndValidation(t *testing.T) {
