@@ -73,7 +73,7 @@ func (r *Registry) probes(key model.InstanceKey) bool {
 	case !r.sharedCP:
 		return true
 	case r.cluster:
-		return r.ownsKey(beatRecordKey(key.IP, key.Port))
+		return r.ownsRecord(beatRecordKey(key.IP, key.Port))
 	default:
 		return r.store.Leader()
 	}

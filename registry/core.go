@@ -32,12 +32,14 @@ type index struct {
 
 	beats    map[string]*publisher // beat publishers by IP, then chained by port (see beatPub)
 	sessions map[string]*publisher // session publishers by ID
+	remote   map[string]*publisher // replicas of other nodes' publishers, by record key (core_replica.go)
 
 	beatLeases         health.Leases[*pubInst]   // beat publications: unhealthy, then dropped
 	sessionLeases      health.Leases[*publisher] // sessions' keep-alives: closed at expiry
 	emptyTTL, patchTTL time.Duration
 	emptySvcs          health.Leases[model.ServiceKey]  // emptied implicit services, dropped at expiry
 	patchGone          health.Leases[model.InstanceKey] // patches whose instance is gone
+	beatDeregs         health.Leases[model.InstanceKey] // beat instances deregistered here lately (see noteDeregistered)
 
 	fx effects // what the changes so far mean outside the index
 }
@@ -52,6 +54,7 @@ func newIndex(lim Limits, emptyTTL, patchTTL time.Duration) index {
 		patches:  make(map[model.InstanceKey]*model.InstancePatch),
 		beats:    make(map[string]*publisher),
 		sessions: make(map[string]*publisher),
+		remote:   make(map[string]*publisher),
 		quota:    quotas{nsServices: make(map[string]int)},
 		emptyTTL: emptyTTL,
 		patchTTL: patchTTL,
@@ -77,7 +80,9 @@ type effects struct {
 	targets []target
 	// wake: the earliest deadline of a countdown started; zero if none.
 	wake time.Time
-	// conflicts: stored data this node's ephemeral data refused (logged).
+	// conflicts: data the index refused or left out (logged): stored
+	// data that this node's ephemeral data refused, a peer's instances
+	// that do not fit.
 	conflicts []conflict
 	// notes: publications added or changed (published) and removed, for
 	// the per-instance replication of sessions (delta.go), in order.
@@ -94,12 +99,13 @@ type effects struct {
 }
 
 // jnote is one instance event for the journal: the driver stamps it with
-// the time and the node (Registry.note).
+// the time and the node (Registry.noteBy).
 type jnote struct {
-	key  model.InstanceKey
-	kind EventKind
-	pub  *publisher // nil for the persistent store's and this node's own
-	why  string
+	instKey model.InstanceKey
+	kind    EventKind
+	pub     *publisher // nil for the persistent store's and this node's own
+	remote  bool       // pub was a replica when the event happened (its node is its owner)
+	why     string
 }
 
 // note is one publication added or changed (published), or removed.
@@ -109,21 +115,40 @@ type note struct {
 }
 
 // target is one re-evaluation of health-check targets: the slot sl of svc,
-// every slot of svc (sl nil), or no probing of key (svc nil).
+// every slot of svc (sl nil), or no probing of instKey (svc nil).
 type target struct {
-	svc *service
-	sl  *slot
-	key model.InstanceKey
+	svc     *service
+	sl      *slot
+	instKey model.InstanceKey
 }
 
-// conflict is a stored definition or instance that the index kept out,
-// because this node's instances of the service are of the other kind.
+// conflict is data that the index kept out.
 type conflict struct {
-	what      string // "definition" or "instance"
-	key       string // the service or instance
-	ephemeral bool   // the kind the service keeps
-	err       error  // the refusal, for an instance
+	what      conflictKind
+	name      string // the service, instance or record
+	ephemeral bool   // conflictDefinition: the kind the service keeps
+	n         int    // conflictMergeCap: the instances left out
+	err       error  // the refusal (but for conflictDefinition)
 }
+
+// conflictKind says what a conflict kept out.
+type conflictKind uint8
+
+const (
+	// conflictDefinition, conflictInstance: a stored definition or
+	// instance, because this node's instances of the service are of the
+	// other kind.
+	conflictDefinition conflictKind = iota + 1
+	conflictInstance
+	// conflictReplicated: an instance of a peer's record, refused by the
+	// index (a service of the other kind).
+	conflictReplicated
+	// conflictMergeCap: a peer's instances of an ip:port this node owns,
+	// past the endpoint's cap (mergeIntoLocal).
+	conflictMergeCap
+	// conflictHanded: a handed-over instance, refused by the index.
+	conflictHanded
+)
 
 // empty reports whether there is nothing to carry out.
 func (fx *effects) empty() bool {
@@ -157,10 +182,10 @@ func (fx *effects) wakeBy(t time.Time) {
 	}
 }
 
-// note records an instance event of key for the journal, if it is on.
-func (ix *index) note(key model.InstanceKey, kind EventKind, pub *publisher, why string) {
+// note records an instance event of instKey for the journal, if it is on.
+func (ix *index) note(instKey model.InstanceKey, kind EventKind, pub *publisher, why string) {
 	if ix.noting {
-		ix.fx.events = append(ix.fx.events, jnote{key: key, kind: kind, pub: pub, why: why})
+		ix.fx.events = append(ix.fx.events, jnote{instKey: instKey, kind: kind, pub: pub, remote: pub != nil && pub.remote, why: why})
 	}
 }
 
@@ -363,7 +388,7 @@ func (ix *index) apply(cmd *model.Command, o model.Origin, now time.Time) {
 		last := sl.pers
 		sl.pers = nil
 		ix.note(cmd.Key, EventRemoved, nil, "deleted")
-		ix.fx.targets = append(ix.fx.targets, target{key: cmd.Key})
+		ix.fx.targets = append(ix.fx.targets, target{instKey: cmd.Key})
 		ix.dropSlotIfDead(sl, last, now)
 		ix.changed(s)
 	case model.OpPatchInstance:
@@ -411,7 +436,7 @@ func (ix *index) putService(def model.Service) {
 		s = &service{key: def.Key, ephemeral: def.Ephemeral}
 		ix.addService(s)
 	} else if s.ephemeral != def.Ephemeral {
-		ix.fx.conflicts = append(ix.fx.conflicts, conflict{what: "definition", key: def.Key.String(), ephemeral: s.ephemeral})
+		ix.fx.conflicts = append(ix.fx.conflicts, conflict{what: conflictDefinition, name: def.Key.String(), ephemeral: s.ephemeral})
 		return
 	}
 	s.def = &def
@@ -427,7 +452,7 @@ func (ix *index) putService(def model.Service) {
 func (ix *index) putInstance(inst model.Instance) {
 	s, err := ix.ensureService(inst.Service, false)
 	if err != nil {
-		ix.fx.conflicts = append(ix.fx.conflicts, conflict{what: "instance", key: inst.Key().String(), ephemeral: true, err: err})
+		ix.fx.conflicts = append(ix.fx.conflicts, conflict{what: conflictInstance, name: inst.Key().String(), ephemeral: true, err: err})
 		return
 	}
 	stored := newRec(&inst)
@@ -451,11 +476,13 @@ func (ix *index) putInstance(inst model.Instance) {
 // of its own deadline (what an expiry starts counts from there, so that
 // one late run ends where many timely ones would): a beat publication
 // turns unhealthy, then goes; a session whose keep-alive lapsed closes;
-// emptied implicit services still empty leave the index. It returns the
+// emptied implicit services still empty leave the index; deregistrations
+// are forgotten once no handed lease can contradict them. It returns the
 // patches whose instance has been gone for PatchTTL, for the driver to
 // remove through the store. The countdowns an expiry starts land in the
 // lease sets handled after it.
 func (ix *index) expire(now time.Time) []model.InstanceKey {
+	ix.beatDeregs.Expire(now, nil)
 	ix.beatLeases.ExpireAt(now, func(pi *pubInst, ev health.Event, at time.Time) {
 		ix.beatEvent(pi, ev, at)
 	})
@@ -540,7 +567,7 @@ func (ix *index) closeSession(p *publisher, why string, now time.Time) {
 func (ix *index) next() (time.Time, bool) {
 	var t time.Time
 	ok := false
-	for _, at := range [...]func() (time.Time, bool){ix.beatLeases.Next, ix.sessionLeases.Next, ix.emptySvcs.Next, ix.patchGone.Next} {
+	for _, at := range [...]func() (time.Time, bool){ix.beatLeases.Next, ix.sessionLeases.Next, ix.emptySvcs.Next, ix.patchGone.Next, ix.beatDeregs.Next} {
 		if n, nok := at(); nok && (!ok || n.Before(t)) {
 			t, ok = n, true
 		}
@@ -609,8 +636,8 @@ func (ix *index) publishAt(s *service, i int, found bool, pub *publisher, inst m
 	if len(sl.pubs) == 0 {
 		sl.pubs = []*pubInst{pi}
 	} else {
-		id := pub.key()
-		i, _ := slices.BinarySearchFunc(sl.pubs, id, func(p *pubInst, id string) int { return strings.Compare(p.pub.key(), id) })
+		id := pub.pubID()
+		i, _ := slices.BinarySearchFunc(sl.pubs, id, func(p *pubInst, id string) int { return strings.Compare(p.pub.pubID(), id) })
 		sl.pubs = slices.Insert(sl.pubs, i, pi)
 	}
 	if born {

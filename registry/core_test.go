@@ -59,7 +59,7 @@ func summarize(fx *effects) fxSummary {
 	for _, t := range fx.targets {
 		switch {
 		case t.svc == nil:
-			s.targets = append(s.targets, "drop "+t.key.IP)
+			s.targets = append(s.targets, "drop "+t.instKey.IP)
 		case t.sl == nil:
 			s.targets = append(s.targets, "all "+t.svc.key.Name)
 		default:
@@ -476,7 +476,7 @@ func TestCoreJournal(t *testing.T) {
 		ix.apply(&model.Command{Op: model.OpSetHealth, Key: rulesKey("db", 1)}, model.Origin{}, coreT0)
 		var got []string
 		for _, e := range ix.fx.events {
-			got = append(got, e.kind.String()+" "+e.key.IP+" "+e.why)
+			got = append(got, e.kind.String()+" "+e.instKey.IP+" "+e.why)
 		}
 		want := []string{"registered 10.0.0.5 ", "removed 10.0.0.5 deregistered", "unhealthy 10.0.0.1 check: TCP"}
 		if !on {

@@ -166,7 +166,7 @@ func (r *Registry) replicateSession(p *publisher) {
 	if st == nil || len(st.dirty) == 0 {
 		return
 	}
-	key := recordKey(p)
+	key := p.recordKey()
 	// One Write: the records of one change leave in one sync message.
 	changes := make([]distro.Change, 0, len(st.dirty))
 	for h, pi := range st.dirty {

@@ -31,7 +31,7 @@ func (r *Registry) carryOut() {
 	for _, t := range fx.targets {
 		switch {
 		case t.svc == nil:
-			r.untarget(t.key)
+			r.untarget(t.instKey)
 		case t.sl == nil:
 			r.syncTargets(t.svc)
 		default:
@@ -50,7 +50,7 @@ func (r *Registry) carryOut() {
 	}
 	for i := range fx.events {
 		e := &fx.events[i]
-		r.note(e.key, e.kind, e.pub, e.why)
+		r.noteBy(e.instKey, e.kind, e.pub, e.remote, e.why)
 	}
 	for _, id := range fx.lapsed {
 		r.log.Info("session keep-alive lapsed", "session", id)
@@ -58,18 +58,30 @@ func (r *Registry) carryOut() {
 	for _, s := range fx.ended {
 		s.end()
 	}
-	for _, c := range fx.conflicts {
-		if c.what == "definition" {
-			r.log.Warn("a stored definition conflicts with this node's instances; keeping the instances' kind",
-				"service", c.key, "ephemeral", c.ephemeral)
-		} else {
-			r.log.Warn("a stored instance conflicts with this node's ephemeral instances", "instance", c.key, "err", c.err)
-		}
+	for i := range fx.conflicts {
+		r.logConflict(&fx.conflicts[i])
 	}
 	if !fx.wake.IsZero() {
 		r.wakeAt(fx.wake)
 	}
 	fx.reset()
+}
+
+// logConflict logs data that the index kept out.
+func (r *Registry) logConflict(c *conflict) {
+	switch c.what {
+	case conflictDefinition:
+		r.log.Warn("a stored definition conflicts with this node's instances; keeping the instances' kind",
+			"service", c.name, "ephemeral", c.ephemeral)
+	case conflictInstance:
+		r.log.Warn("a stored instance conflicts with this node's ephemeral instances", "instance", c.name, "err", c.err)
+	case conflictReplicated:
+		r.log.Warn("a replicated instance conflicts with this node's index", "instance", c.name, "err", c.err)
+	case conflictMergeCap:
+		r.log.Warn("not merging instances past the endpoint's cap", "record", c.name, "unmerged", c.n, "err", c.err)
+	case conflictHanded:
+		r.log.Warn("a handed-over instance conflicts with this node's index", "instance", c.name, "err", c.err)
+	}
 }
 
 // The index's changes that the Registry's code makes directly, each
@@ -78,27 +90,6 @@ func (r *Registry) carryOut() {
 // changed records a change of s.
 func (r *Registry) changed(s *service) {
 	r.index.changed(s)
-	r.carryOut()
-}
-
-// addService puts s in the index.
-func (r *Registry) addService(s *service) {
-	r.index.addService(s)
-	r.carryOut()
-}
-
-// ensureService returns the service of key, creating an implicit one of the
-// given kind, or ErrKindMismatch when it exists with the other kind.
-func (r *Registry) ensureService(key model.ServiceKey, ephemeral bool) (*service, error) {
-	s, err := r.index.ensureService(key, ephemeral)
-	r.carryOut()
-	return s, err
-}
-
-// dropSlotIfDead removes sl from its service once nothing publishes it
-// (see index.dropSlotIfDead).
-func (r *Registry) dropSlotIfDead(sl *slot, last *rec) {
-	r.index.dropSlotIfDead(sl, last, r.leaseStart())
 	r.carryOut()
 }
 
@@ -189,9 +180,25 @@ func (r *Registry) closeSessionLocked(p *publisher, why string) {
 	r.carryOut()
 }
 
-// noteChange records pi's instance becoming next for the journal (see
-// index.noteChange).
-func (r *Registry) noteChange(pi *pubInst, next *model.Instance, pub *publisher) {
-	r.index.noteChange(pi, next, pub)
+// promote makes the remote beat publisher p this node's own (see
+// index.promote), its leases continuing from lastBeat.
+func (r *Registry) promote(p *publisher, lastBeat time.Time) {
+	r.index.promote(p, lastBeat)
+	r.carryOut()
+}
+
+// noteDeregistered remembers, for as long as its lease would have run, that
+// the beat instance with instKey (published by pi, or not held here: nil)
+// was deregistered on this node, so that a lease handed over later does not
+// bring it back (see index.takeLease). Standalone, no lease is handed over.
+func (r *Registry) noteDeregistered(instKey model.InstanceKey, pi *pubInst) {
+	if !r.cluster {
+		return
+	}
+	ttl := model.DefaultIPDeleteTimeout
+	if pi != nil {
+		ttl = pi.inst.instance(pi.slot.svc).BeatTimings().Delete
+	}
+	r.index.noteDeregistered(instKey, ttl, r.leaseStart())
 	r.carryOut()
 }

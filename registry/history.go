@@ -156,15 +156,21 @@ func (j *journal) find(key model.InstanceKey, limit int) []Event {
 // note records an event of key, a change by pub (nil for the persistent
 // store's and this node's own), if the journal is on. The caller holds mu.
 func (r *Registry) note(key model.InstanceKey, kind EventKind, pub *publisher, why string) {
+	r.noteBy(key, kind, pub, pub != nil && pub.remote, why)
+}
+
+// noteBy is note of an event of pub as it was when the event happened:
+// remote, a replica, whose node is its owner.
+func (r *Registry) noteBy(key model.InstanceKey, kind EventKind, pub *publisher, remote bool, why string) {
 	if len(r.journal.ring) == 0 {
 		return
 	}
 	e := Event{At: r.now(), Key: key, Kind: kind, Reason: why}
 	if pub != nil {
 		// A beat publisher's ID is its ip:port, the key's: built when read,
-		// as the index builds it only when needed (see publisher.key).
+		// as the index builds it only when needed (see publisher.pubID).
 		e.Publisher, e.Node, e.beat = pub.id, r.cfg.NodeID, pub.kind == pubBeat
-		if pub.remote {
+		if remote {
 			e.Node = pub.owner
 		}
 	}
@@ -208,7 +214,7 @@ func (r *Registry) Explain(key model.InstanceKey) Explanation {
 			out.Publishers = append(out.Publishers, "")
 		}
 		for _, pi := range sl.pubs {
-			out.Publishers = append(out.Publishers, pi.pub.peekKey())
+			out.Publishers = append(out.Publishers, pi.pub.peekID())
 		}
 	}
 	out.Events = r.journal.find(key, 0)

@@ -59,7 +59,7 @@ func (r *Registry) CheckConsistency() error {
 				if pi.inst.cluster != cur.cluster || pi.inst.ip != cur.ip || pi.inst.port != cur.port {
 					bad("%s: slot %s holds a publication of another key", key, sl.key())
 				}
-				if j > 0 && strings.Compare(sl.pubs[j-1].pub.peekKey(), pi.pub.peekKey()) >= 0 {
+				if j > 0 && strings.Compare(sl.pubs[j-1].pub.peekID(), pi.pub.peekID()) >= 0 {
 					bad("%s: publishers of %s out of order", key, sl.key())
 				}
 				if pi.pub.kind == pubBeat && !pi.pub.remote {
@@ -76,17 +76,17 @@ func (r *Registry) CheckConsistency() error {
 	}
 	check := func(p *publisher) {
 		if p.closed {
-			bad("closed publisher %s still indexed", p.peekKey())
+			bad("closed publisher %s still indexed", p.peekID())
 		}
 		if len(p.insts) == 0 && p.kind == pubBeat {
-			bad("beat publisher %s has no instances", p.peekKey())
+			bad("beat publisher %s has no instances", p.peekID())
 		}
 		for _, pi := range p.insts {
 			if pi.pub != p {
-				bad("publisher %s lists another's publication", p.peekKey())
+				bad("publisher %s lists another's publication", p.peekID())
 			}
 			if !pubsSeen[pi] {
-				bad("publisher %s lists a publication missing from the index", p.peekKey())
+				bad("publisher %s lists a publication missing from the index", p.peekID())
 			}
 			delete(pubsSeen, pi)
 		}
@@ -102,7 +102,7 @@ func (r *Registry) CheckConsistency() error {
 				}
 			}
 			if p.remote {
-				bad("remote publisher %s indexed as a beat publisher of this node", p.peekKey())
+				bad("remote publisher %s indexed as a beat publisher of this node", p.peekID())
 			}
 			check(p)
 		}
@@ -118,8 +118,8 @@ func (r *Registry) CheckConsistency() error {
 		check(p)
 	}
 	for key, p := range r.remote {
-		if !p.remote || recordKey(p) != key {
-			bad("remote publisher %s indexed under %s", p.peekKey(), key)
+		if !p.remote || p.recordKey() != key {
+			bad("remote publisher %s indexed under %s", p.peekID(), key)
 		}
 		if len(p.insts) == 0 {
 			bad("remote publisher %s has no instances", key)
@@ -127,7 +127,7 @@ func (r *Registry) CheckConsistency() error {
 		check(p)
 	}
 	for pi := range pubsSeen {
-		bad("publication of %s by %s is in the index but not in its publisher", pi.slot.key(), pi.pub.peekKey())
+		bad("publication of %s by %s is in the index but not in its publisher", pi.slot.key(), pi.pub.peekID())
 	}
 	if n := r.beatLeases.Len(); n != beatInsts {
 		bad("%d beat leases for %d beat instances", n, beatInsts)

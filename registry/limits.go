@@ -305,7 +305,7 @@ func (ix *index) admitNew(pub *publisher, s *service, slotHeld bool, inst *model
 	if max, name := ix.pubCap(beat); n >= max {
 		what := "endpoint " + model.Endpoint(inst.IP, inst.Port)
 		if !beat {
-			what = "session " + pub.key()
+			what = "session " + pub.pubID()
 		}
 		return limitError(name, max, "%s publishes %d instances", what, n)
 	}

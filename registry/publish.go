@@ -13,7 +13,7 @@ import (
 // session, or the beat publisher of one ip:port. Only its owner changes it;
 // every change bumps rev.
 type publisher struct {
-	id      string // see key
+	id      string // see pubID
 	rev     uint64
 	insts   []*pubInst
 	session *Session   // session publishers
@@ -63,19 +63,20 @@ func (ix *index) removeBeatPub(ip string, p *publisher) {
 	}
 }
 
-// key returns the publisher's ID: the session ID, or "ip:port" for a beat
-// publisher. A beat publisher builds it on first use: most never need it,
-// and a million of them would hold a million strings.
-func (p *publisher) key() string {
+// pubID returns the publisher's ID: the session ID, or "ip:port" for a beat
+// publisher (its record key is a prefix and the ID: recordKey). A beat
+// publisher builds it on first use: most never need it, and a million of
+// them would hold a million strings.
+func (p *publisher) pubID() string {
 	if p.id == "" && p.kind == pubBeat && len(p.insts) > 0 {
-		p.id = p.peekKey()
+		p.id = p.peekID()
 	}
 	return p.id
 }
 
-// peekKey is key without caching it, for readers that hold mu only for
+// peekID is pubID without caching it, for readers that hold mu only for
 // reading.
-func (p *publisher) peekKey() string {
+func (p *publisher) peekID() string {
 	if p.id == "" && p.kind == pubBeat && len(p.insts) > 0 {
 		i := p.insts[0].inst
 		return model.Endpoint(i.ip, int(i.port))
@@ -347,19 +348,6 @@ func (r *Registry) heartbeatInstanceOwned(ctx context.Context, inst model.Instan
 		return BeatResult{}, err
 	}
 	return BeatResult{Interval: pi.interval, Registered: !held}, nil
-}
-
-// beatPubInst returns the beat publication of (ip, port, cluster, service),
-// or nil. The caller holds mu.
-func (r *Registry) beatPubInst(ip string, port int, cluster string, svc model.ServiceKey) *pubInst {
-	if pub := r.beatPub(ip, port); pub != nil {
-		for _, pi := range pub.insts {
-			if pi.inst.cluster == cluster && pi.slot.svc.key == svc {
-				return pi
-			}
-		}
-	}
-	return nil
 }
 
 // touchBeat renews pi's lease, and makes the instance healthy again if it

@@ -68,13 +68,11 @@ type Registry struct {
 	// index is the core: services, slots, patches and their countdowns
 	// (core.go), embedded so that the driver reads its fields directly.
 	index
-	remote  map[string]*publisher // replicas of other nodes' publishers, by record key
-	journal journal               // the latest instance events, for Explain (history.go)
-	members map[string]bool       // the replicator's members as last told (MembersChanged), for the journal
+	journal journal         // the latest instance events, for Explain (history.go)
+	members map[string]bool // the replicator's members as last told (MembersChanged), for the journal
 
-	beatDeregs health.Leases[model.InstanceKey] // beat instances deregistered here lately (see noteDeregistered)
-	timer      clockwork.Timer                  // wakes the housekeeper; nil before Start
-	timerAt    time.Time                        // when timer fires
+	timer   clockwork.Timer // wakes the housekeeper; nil before Start
+	timerAt time.Time       // when timer fires
 
 	watch watchState
 
@@ -98,14 +96,13 @@ func New(cfg Config) (*Registry, error) {
 		return nil, err
 	}
 	r := &Registry{
-		cfg:    cfg,
-		clock:  cfg.Clock,
-		log:    cfg.Logger,
-		index:  newIndex(cfg.Limits.withDefaults(), cfg.EmptyServiceTTL, cfg.PatchTTL),
-		remote: make(map[string]*publisher),
-		ready:  make(chan struct{}),
-		stop:   make(chan struct{}),
-		ticks:  make(chan chan struct{}),
+		cfg:   cfg,
+		clock: cfg.Clock,
+		log:   cfg.Logger,
+		index: newIndex(cfg.Limits.withDefaults(), cfg.EmptyServiceTTL, cfg.PatchTTL),
+		ready: make(chan struct{}),
+		stop:  make(chan struct{}),
+		ticks: make(chan chan struct{}),
 	}
 	if r.clock == nil {
 		r.clock = clockwork.NewRealClock()
@@ -533,9 +530,7 @@ func (r *Registry) runDue() []model.InstanceKey {
 		return nil
 	}
 	r.timerAt = time.Time{} // until rearm, writers leave the timer alone
-	now := r.now()
-	r.beatDeregs.Expire(now, nil)
-	return r.expireIndex(now)
+	return r.expireIndex(r.now())
 }
 
 // rearm sets the timer to the earliest deadline, SweepInterval at most.
@@ -547,10 +542,8 @@ func (r *Registry) rearm() {
 	}
 	now := r.now()
 	next := now.Add(r.cfg.SweepInterval)
-	for _, at := range [...]func() (time.Time, bool){r.index.next, r.beatDeregs.Next} {
-		if t, ok := at(); ok && t.Before(next) {
-			next = t
-		}
+	if t, ok := r.index.next(); ok && t.Before(next) {
+		next = t
 	}
 	r.armTimer(next)
 }

@@ -158,58 +158,12 @@ func (s *Session) ReplaceService(ctx context.Context, svc model.ServiceKey, inst
 		next[i], keep[inst.Key()] = inst, true
 	}
 	return s.whileOpen(func(r *Registry) error {
-		sv := r.services[svc]
-		if sv != nil && !sv.ephemeral {
-			return kindMismatch(sv)
+		err := r.index.replaceService(s.pub, svc, next, keep, r.leaseStart())
+		if err == nil {
+			r.index.pubChanged(s.pub)
 		}
-		// The instances that leave go first, so that they make room under
-		// the limits for those that come; on a failure (a limit) everything
-		// is put back, so that an error leaves the session as it was.
-		type gone struct {
-			inst *rec
-			svc  *service
-		}
-		var left []gone
-		for _, pi := range slices.Clone(s.pub.insts) {
-			if pi.slot.svc.key == svc && !keep[pi.slot.key()] {
-				left = append(left, gone{pi.inst, pi.slot.svc})
-				r.unpublish(pi, true, "replaced")
-				r.changed(pi.slot.svc)
-			}
-		}
-		type undo struct {
-			pi   *pubInst
-			prev *rec // nil: the publication is new
-		}
-		var done []undo
-		for i := range next {
-			var prev *rec
-			if _, sl := r.lookup(next[i].Key()); sl != nil {
-				if pi := sl.publication(s.pub); pi != nil {
-					prev = pi.inst
-				}
-			}
-			pi, err := r.publish(s.pub, next[i], true)
-			if err != nil {
-				for j := len(done) - 1; j >= 0; j-- {
-					if u := done[j]; u.prev != nil {
-						u.pi.inst = u.prev
-						r.changed(u.pi.slot.svc)
-					} else {
-						r.unpublish(u.pi, true, "write undone")
-						r.changed(u.pi.slot.svc)
-					}
-				}
-				for _, g := range left {
-					// Unlimited: this only restores what the session held.
-					_, _ = r.publish(s.pub, g.inst.instance(g.svc), false)
-				}
-				return err
-			}
-			done = append(done, undo{pi, prev})
-		}
-		r.pubChanged(s.pub)
-		return nil
+		r.carryOut()
+		return err
 	})
 }
 

@@ -45,20 +45,6 @@ type handedLease struct {
 	Age  time.Duration  `msgpack:"a"`
 }
 
-// handedLeasesOf returns the leases of own beat publisher p, before it is
-// demoted. The caller holds mu.
-func (r *Registry) handedLeasesOf(p *publisher, now time.Time) []handedLease {
-	out := make([]handedLease, 0, len(p.insts))
-	for _, pi := range p.insts {
-		st, ok := r.beatLeases.Get(pi)
-		if !ok {
-			continue
-		}
-		out = append(out, handedLease{Inst: pi.inst.instance(pi.slot.svc), Age: max(now.Sub(st.LastTouch), 0)})
-	}
-	return out
-}
-
 // sendLeases hands leases over to their keys' new owners, in the
 // background: a handover that does not arrive leaves the new owner with
 // what it knew. The caller holds mu.
@@ -124,7 +110,8 @@ func (r *Registry) serveLeases(_ context.Context, from string, body []byte) ([]b
 	return model.Marshal(&resp)
 }
 
-// takeLeases serves one handover from node from.
+// takeLeases serves one handover from node from: the leases whose keys
+// this node owns go to the core (index.takeHandedLeases).
 func (r *Registry) takeLeases(from string, body []byte) error {
 	if !r.cluster || !r.isMember(from) {
 		r.log.Warn("refusing beat leases from a non-member", "from", from)
@@ -134,7 +121,7 @@ func (r *Registry) takeLeases(from string, body []byte) error {
 	if err := model.Unmarshal(body, &msg); err != nil {
 		return err
 	}
-	insts := make([]model.Instance, 0, len(msg.Leases))
+	leases := make([]takenLease, 0, len(msg.Leases))
 	ages := make([]time.Duration, 0, len(msg.Leases))
 	for _, l := range msg.Leases {
 		inst := l.Inst.WithDefaults()
@@ -142,7 +129,7 @@ func (r *Registry) takeLeases(from string, body []byte) error {
 			r.log.Warn("ignoring a malformed lease handover", "from", from, "err", err)
 			continue
 		}
-		insts = append(insts, inst)
+		leases = append(leases, takenLease{inst: inst})
 		ages = append(ages, l.Age)
 	}
 	if !r.replicator.Ready() {
@@ -154,88 +141,17 @@ func (r *Registry) takeLeases(from string, body []byte) error {
 		return ErrClosed
 	}
 	now := r.now()
-	var changed []*publisher // in the order of the message: deterministic
-	seen := make(map[*publisher]bool)
-	for i := range insts {
-		if !r.ownsKey(beatRecordKey(insts[i].IP, insts[i].Port)) {
+	owned := leases[:0]
+	for i, l := range leases {
+		if !r.ownsRecord(beatRecordKey(l.inst.IP, l.inst.Port)) {
 			continue // moved on again: its owner's records will tell
 		}
-		if p := r.takeLease(insts[i], now.Add(-ages[i]), now); p != nil && !seen[p] {
-			seen[p] = true
-			changed = append(changed, p)
-		}
+		l.last = now.Add(-ages[i])
+		owned = append(owned, l)
 	}
-	for _, p := range changed {
-		r.pubChanged(p)
-	}
+	r.index.takeHandedLeases(owned, now)
+	r.carryOut()
 	return nil
-}
-
-// takeLease makes this node's lease of inst, whose key it owns, run from
-// last if that is newer than its own last beat, and returns the publisher
-// it changed, or nil. The caller holds mu and calls pubChanged.
-func (r *Registry) takeLease(inst model.Instance, last, now time.Time) *publisher {
-	t := inst.BeatTimings()
-	if !last.Add(t.Delete).After(now) {
-		return nil // lapsed: this node would have expired it too
-	}
-	to := beatTimeouts(t)
-	healthy := to.Unhealthy == 0 || last.Add(to.Unhealthy).After(now)
-	if pi := r.beatPubInst(inst.IP, inst.Port, inst.Cluster, inst.Service); pi != nil {
-		if st, ok := r.beatLeases.Get(pi); ok && !last.After(st.LastTouch) {
-			return nil // this node's own lease is as new
-		}
-		r.leaseFrom(pi, last)
-		if pi.inst.healthy != healthy {
-			pi.inst = pi.inst.withHealth(healthy)
-			r.changed(pi.slot.svc)
-		}
-		return pi.pub
-	}
-	if _, ok := r.beatDeregs.Get(inst.Key()); ok {
-		// Deregistered here within a lease period. The handed beat may be
-		// older or newer (an age only says how old it was when sent, not how
-		// long it travelled): the deregistration wins, and a client that
-		// beats on registers again.
-		return nil
-	}
-	p := r.beatPub(inst.IP, inst.Port)
-	if p == nil {
-		if rp := r.remote[beatRecordKey(inst.IP, inst.Port)]; rp != nil {
-			r.promote(rp, now)
-			p = rp
-		}
-	}
-	fresh := p == nil
-	if fresh {
-		p = &publisher{kind: pubBeat, port: uint16(inst.Port), id: model.Endpoint(inst.IP, inst.Port)}
-	}
-	inst.Healthy = healthy
-	pi, err := r.publish(p, inst, fresh) // a fresh publisher counts against the limits
-	if err != nil {
-		r.log.Warn("a handed-over instance conflicts with this node's index", "instance", inst.Key().String(), "err", err)
-		return nil
-	}
-	if fresh {
-		r.addBeatPub(inst.IP, p)
-	}
-	r.leaseFrom(pi, last)
-	return p
-}
-
-// noteDeregistered remembers, for as long as its lease would have run, that
-// the beat instance with key (published by pi, or not held here: nil) was
-// deregistered on this node, so that a lease handed over later does not
-// bring it back. The caller holds mu.
-func (r *Registry) noteDeregistered(key model.InstanceKey, pi *pubInst) {
-	if !r.cluster {
-		return
-	}
-	ttl := model.DefaultIPDeleteTimeout
-	if pi != nil {
-		ttl = pi.inst.instance(pi.slot.svc).BeatTimings().Delete
-	}
-	putLease(r, &r.beatDeregs, key, ttl)
 }
 
 // pending counts background work, so that Tick can wait for it. Its zero

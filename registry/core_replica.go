@@ -1,0 +1,450 @@
+package registry
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/muster-io/muster/health"
+	"github.com/muster-io/muster/model"
+)
+
+// The replica side of the index core (core.go): the copies of other
+// nodes' publishers (remote), installed from their records; a beat
+// publisher whose owner changes (demote, promote, and the merge of two
+// histories of one ip:port); the beat leases a key's previous owner hands
+// over; a session's swap of its instances of one service. As in core.go,
+// each method takes plain values (decoded and checked instances, the
+// record's key and owner, the start of any lease or countdown) and reports
+// what its change means outside the index in the effects. The driver
+// (replicate.go, takeover.go, session.go) decodes the records, asks the
+// replicator who owns what, and carries the effects out.
+
+// peerRecord is a publisher record of another node as the core takes it,
+// decoded and checked by the driver (decodePayload).
+type peerRecord struct {
+	recordKey string // "s/" + session ID, or "b/" + ip:port
+	owner     string // the node that wrote it
+	kind      pubKind
+	deleted   bool             // a tombstone
+	insts     []model.Instance // valid, ephemeral, with their defaults; none in a tombstone
+}
+
+// applyRecord installs pr, a whole publisher record of another node (an
+// instance record of a session goes to applyInstLocked, delta.go).
+// ownedBeat reports that pr is a beat record this node owns by the hash
+// (the driver asks the replicator): then this node's history of the
+// ip:port wins (applyOwnBeat), and leases start at now. Otherwise the
+// record's owner is the publisher's, and a copy this node held as its own
+// becomes a replica.
+func (ix *index) applyRecord(pr *peerRecord, ownedBeat bool, now time.Time) {
+	local := ix.localPub(pr.recordKey)
+	if ownedBeat {
+		ix.applyOwnBeat(pr, local, now)
+		return
+	}
+	if local != nil {
+		ix.demote(local) // another node owns it now
+	}
+	ix.installRemote(pr, now)
+}
+
+// installRemote makes the remote copy of pr's publisher hold pr's
+// instances (none when pr is a tombstone), creating or dropping it as
+// needed, and returns it, or nil when it is gone. The countdowns of the
+// slots it empties start at now.
+func (ix *index) installRemote(pr *peerRecord, now time.Time) *publisher {
+	p := ix.remote[pr.recordKey]
+	if p == nil {
+		if pr.deleted || len(pr.insts) == 0 {
+			return nil
+		}
+		p = newRemotePub(pr)
+		ix.remote[pr.recordKey] = p
+	}
+	ix.setPublications(p, pr.insts, now)
+	if len(p.insts) == 0 {
+		ix.dropRemote(p, now)
+		return nil
+	}
+	return p
+}
+
+// applyOwnBeat handles a record of a beat publisher this node owns by the
+// hash, written by another node that believed it owned it (membership
+// views differed: a partition, a join). A publisher held here (local)
+// keeps its instances and gains the other's (each was alive where it was
+// written; one no client beats expires with its lease), and a removal
+// there does not remove it here; one this node did not hold is adopted:
+// its writer ran its lease until now. Either way this node then writes a
+// newer revision as the owner, which every node takes.
+func (ix *index) applyOwnBeat(pr *peerRecord, local *publisher, now time.Time) {
+	if local != nil {
+		ix.mergeIntoLocal(local, pr.insts, now)
+		return
+	}
+	if p := ix.installRemote(pr, now); p != nil {
+		ix.promote(p, now)
+	}
+}
+
+// adoption is what adopt did with a record.
+type adoption uint8
+
+const (
+	adoptedNone   adoption = iota // nothing: a tombstone, or a record of no instance
+	adoptedMerged                 // merged into this node's publisher of the key
+	adoptedCopy                   // the record's publisher is this node's now
+)
+
+// adopt makes this node the owner of pr, the beat record of a node that
+// left, whose leases it continues from lastRenewed. A publisher this node
+// already runs for the key (a write it took while it loaded, after a
+// restart) keeps its instances, gains the record's, and writes a revision
+// past the record's.
+func (ix *index) adopt(pr *peerRecord, lastRenewed time.Time) adoption {
+	if local := ix.localPub(pr.recordKey); local != nil {
+		ix.mergeIntoLocal(local, pr.insts, lastRenewed)
+		return adoptedMerged
+	}
+	p := ix.installRemote(pr, lastRenewed)
+	if p == nil {
+		return adoptedNone
+	}
+	ix.promote(p, lastRenewed)
+	return adoptedCopy
+}
+
+// mergeIntoLocal adds to local beat publisher p the instances of insts it
+// does not publish, leased as if last beaten at last, and records a new
+// revision of p. Past the endpoint's cap, the rest is left out (a
+// conflict).
+func (ix *index) mergeIntoLocal(p *publisher, insts []model.Instance, last time.Time) {
+	for i := range insts {
+		if ix.beatPubInst(insts[i].IP, insts[i].Port, insts[i].Cluster, insts[i].Service) != nil {
+			continue
+		}
+		if n := len(p.insts); n >= ix.lim.MaxInstancesPerEndpoint { // the owner's cap holds
+			ix.fx.conflicts = append(ix.fx.conflicts, conflict{what: conflictMergeCap, name: p.recordKey(), n: len(insts) - i,
+				err: limitError("MaxInstancesPerEndpoint", ix.lim.MaxInstancesPerEndpoint, "endpoint publishes %d", n)})
+			break
+		}
+		if _, err := ix.publish(p, insts[i], false); err != nil {
+			ix.fx.conflicts = append(ix.fx.conflicts, conflict{what: conflictReplicated, name: insts[i].Key().String(), err: err})
+		}
+	}
+	for _, pi := range p.insts {
+		if _, ok := ix.beatLeases.Get(pi); !ok {
+			ix.leaseFrom(pi, last)
+		}
+	}
+	ix.pubChanged(p)
+}
+
+// leaseFrom (re)starts pi's beat lease as if its last beat was at last. A
+// deadline already past is handled at the next expire.
+func (ix *index) leaseFrom(pi *pubInst, last time.Time) {
+	t := pi.inst.instance(pi.slot.svc).BeatTimings()
+	pi.interval = t.Interval
+	_ = ix.beatLeases.Put(pi, last, beatTimeouts(t)) // the timings passed validation
+	ix.fx.wakeBy(last.Add(min(t.Unhealthy, t.Delete)))
+}
+
+// setPublications makes p publish exactly insts, changing each affected
+// service once; the countdowns of the slots it empties start at now. An
+// instance the index refuses (a service of the other kind) is a conflict.
+func (ix *index) setPublications(p *publisher, insts []model.Instance, now time.Time) {
+	want := make(map[model.InstanceKey]*model.Instance, len(insts))
+	for i := range insts {
+		want[insts[i].Key()] = &insts[i]
+	}
+	var touched []*service
+	kept := p.insts[:0]
+	for _, pi := range p.insts {
+		instKey := pi.slot.key()
+		inst, ok := want[instKey]
+		if !ok {
+			if !p.remote {
+				ix.beatLeases.Remove(pi)
+			}
+			ix.unpublish(pi, false, "removed by its owner", now)
+			touched = append(touched, pi.slot.svc)
+			continue
+		}
+		delete(want, instKey)
+		if next := newRec(inst); !next.equal(pi.inst) {
+			ix.noteChange(pi, inst, p)
+			pi.inst = next
+			touched = append(touched, pi.slot.svc)
+		}
+		kept = append(kept, pi)
+	}
+	clear(p.insts[len(kept):])
+	p.insts = kept
+	for i := range insts {
+		if want[insts[i].Key()] == nil {
+			continue
+		}
+		if _, err := ix.publish(p, insts[i], false); err != nil {
+			ix.fx.conflicts = append(ix.fx.conflicts, conflict{what: conflictReplicated, name: insts[i].Key().String(), err: err})
+		}
+	}
+	seen := make(map[*service]bool, len(touched))
+	for _, s := range touched {
+		if !seen[s] && ix.services[s.key] == s {
+			seen[s] = true
+			ix.changed(s)
+		}
+	}
+	p.rev++
+}
+
+// dropRemote removes a remote publisher and its instances; the countdowns
+// it starts start at now.
+func (ix *index) dropRemote(p *publisher, now time.Time) {
+	ix.setPublications(p, nil, now)
+	delete(ix.remote, p.recordKey())
+	p.closed = true
+}
+
+// demote turns a publisher this node owned into a remote copy: another node
+// owns it now. Its leases stop here; its instances stay until the new
+// owner's record replaces them. A session's Session ends (an effect).
+func (ix *index) demote(p *publisher) {
+	rkey := p.recordKey()
+	switch p.kind {
+	case pubBeat:
+		for _, pi := range p.insts {
+			ix.beatLeases.Remove(pi)
+		}
+		if len(p.insts) > 0 {
+			ix.removeBeatPub(p.insts[0].inst.ip, p)
+		}
+		p.next = nil
+	case pubSession:
+		ix.sessionLeases.Remove(p)
+		delete(ix.sessions, p.id)
+		if p.session != nil {
+			ix.fx.ended = append(ix.fx.ended, p.session)
+			p.session = nil
+		}
+	}
+	p.remote = true
+	ix.remote[rkey] = p
+}
+
+// promote makes a remote beat publisher this node's own, with leases that
+// continue from lastBeat, and records a new revision of it (the new
+// ownership replicates).
+func (ix *index) promote(p *publisher, lastBeat time.Time) {
+	delete(ix.remote, p.recordKey())
+	p.remote = false
+	ix.addBeatPub(p.insts[0].inst.ip, p)
+	for _, pi := range p.insts {
+		ix.leaseFrom(pi, lastBeat)
+	}
+	ix.pubChanged(p)
+}
+
+// releaseBeat demotes own beat publisher p, whose key another node owns now,
+// and returns the leases it ran, each with the age of its last beat as of
+// now, for the new owner (see takeover.go).
+func (ix *index) releaseBeat(p *publisher, now time.Time) []handedLease {
+	out := make([]handedLease, 0, len(p.insts))
+	for _, pi := range p.insts {
+		st, ok := ix.beatLeases.Get(pi)
+		if !ok {
+			continue
+		}
+		out = append(out, handedLease{Inst: pi.inst.instance(pi.slot.svc), Age: max(now.Sub(st.LastTouch), 0)})
+	}
+	ix.demote(p)
+	return out
+}
+
+// takenLease is a handed-over beat lease whose key this node owns: the
+// instance (valid, ephemeral, with its defaults) and its last beat on this
+// node's clock.
+type takenLease struct {
+	inst model.Instance
+	last time.Time
+}
+
+// takeHandedLeases takes over leases, in order, as of now: each lease runs from
+// the newer of its own last beat and the handed one (takeLease), and each
+// publisher that changed records a new revision, once.
+func (ix *index) takeHandedLeases(leases []takenLease, now time.Time) {
+	var changed []*publisher // in the order of the leases: deterministic
+	seen := make(map[*publisher]bool)
+	for i := range leases {
+		if p := ix.takeLease(leases[i].inst, leases[i].last, now); p != nil && !seen[p] {
+			seen[p] = true
+			changed = append(changed, p)
+		}
+	}
+	for _, p := range changed {
+		ix.pubChanged(p)
+	}
+}
+
+// takeLease makes this node's lease of inst, whose key it owns, run from
+// last if that is newer than its own last beat, and returns the publisher
+// it changed, or nil. The caller records the publisher's new revision.
+func (ix *index) takeLease(inst model.Instance, last, now time.Time) *publisher {
+	t := inst.BeatTimings()
+	if !last.Add(t.Delete).After(now) {
+		return nil // lapsed: this node would have expired it too
+	}
+	to := beatTimeouts(t)
+	healthy := to.Unhealthy == 0 || last.Add(to.Unhealthy).After(now)
+	if pi := ix.beatPubInst(inst.IP, inst.Port, inst.Cluster, inst.Service); pi != nil {
+		if st, ok := ix.beatLeases.Get(pi); ok && !last.After(st.LastTouch) {
+			return nil // this node's own lease is as new
+		}
+		ix.leaseFrom(pi, last)
+		if pi.inst.healthy != healthy {
+			pi.inst = pi.inst.withHealth(healthy)
+			ix.changed(pi.slot.svc)
+		}
+		return pi.pub
+	}
+	if _, ok := ix.beatDeregs.Get(inst.Key()); ok {
+		// Deregistered here within a lease period. The handed beat may be
+		// older or newer (an age only says how old it was when sent, not how
+		// long it travelled): the deregistration wins, and a client that
+		// beats on registers again.
+		return nil
+	}
+	p := ix.beatPub(inst.IP, inst.Port)
+	if p == nil {
+		if rp := ix.remote[beatRecordKey(inst.IP, inst.Port)]; rp != nil {
+			ix.promote(rp, now)
+			p = rp
+		}
+	}
+	fresh := p == nil
+	if fresh {
+		p = &publisher{kind: pubBeat, port: uint16(inst.Port), id: model.Endpoint(inst.IP, inst.Port)}
+	}
+	inst.Healthy = healthy
+	pi, err := ix.publish(p, inst, fresh) // a fresh publisher counts against the limits
+	if err != nil {
+		ix.fx.conflicts = append(ix.fx.conflicts, conflict{what: conflictHanded, name: inst.Key().String(), err: err})
+		return nil
+	}
+	if fresh {
+		ix.addBeatPub(inst.IP, p)
+	}
+	ix.leaseFrom(pi, last)
+	return p
+}
+
+// noteDeregistered remembers, from now for ttl, that the beat instance
+// with instKey was deregistered on this node, so that a lease handed over
+// later does not bring it back.
+func (ix *index) noteDeregistered(instKey model.InstanceKey, ttl time.Duration, now time.Time) {
+	_ = ix.beatDeregs.Put(instKey, now, health.Timeouts{Expire: ttl}) // ttl > 0: validated beat timings
+	ix.fx.wakeBy(now.Add(ttl))
+}
+
+// replaceService makes next the instances of service svc that session
+// publisher pub publishes (see Session.ReplaceService): pub's other
+// instances of svc leave first, making room under the limits for those
+// that come (keep holds the keys of next); on a failure (a limit) every
+// step is undone and the error returned, so that pub publishes what it
+// did. The countdowns of the slots it empties start at now. On success
+// the caller records pub's new revision.
+func (ix *index) replaceService(pub *publisher, svc model.ServiceKey, next []model.Instance, keep map[model.InstanceKey]bool, now time.Time) error {
+	if sv := ix.services[svc]; sv != nil && !sv.ephemeral {
+		return kindMismatch(sv)
+	}
+	type gone struct {
+		inst *rec
+		svc  *service
+	}
+	var left []gone
+	for _, pi := range slices.Clone(pub.insts) {
+		if pi.slot.svc.key == svc && !keep[pi.slot.key()] {
+			left = append(left, gone{pi.inst, pi.slot.svc})
+			ix.unpublish(pi, true, "replaced", now)
+			ix.changed(pi.slot.svc)
+		}
+	}
+	type undo struct {
+		pi   *pubInst
+		prev *rec // nil: the publication is new
+	}
+	var done []undo
+	for i := range next {
+		var prev *rec
+		if _, sl := ix.lookup(next[i].Key()); sl != nil {
+			if pi := sl.publication(pub); pi != nil {
+				prev = pi.inst
+			}
+		}
+		pi, err := ix.publish(pub, next[i], true)
+		if err != nil {
+			for j := len(done) - 1; j >= 0; j-- {
+				if u := done[j]; u.prev != nil {
+					u.pi.inst = u.prev
+					ix.changed(u.pi.slot.svc)
+				} else {
+					ix.unpublish(u.pi, true, "write undone", now)
+					ix.changed(u.pi.slot.svc)
+				}
+			}
+			for _, g := range left {
+				// Unlimited: this only restores what the session held.
+				_, _ = ix.publish(pub, g.inst.instance(g.svc), false)
+			}
+			return err
+		}
+		done = append(done, undo{pi, prev})
+	}
+	return nil
+}
+
+// newRemotePub returns an empty publisher for pr, a record of another
+// node.
+func newRemotePub(pr *peerRecord) *publisher {
+	p := &publisher{remote: true, owner: pr.owner, kind: pr.kind}
+	switch pr.kind {
+	case pubSession:
+		p.id = strings.TrimPrefix(pr.recordKey, sessionPrefix)
+	default:
+		p.id = strings.TrimPrefix(pr.recordKey, beatPrefix)
+		if _, port, ok := splitEndpoint(p.id); ok {
+			p.port = uint16(port)
+		}
+	}
+	return p
+}
+
+// localPub returns the publisher this node owns under recordKey, or nil.
+func (ix *index) localPub(recordKey string) *publisher {
+	if id, ok := strings.CutPrefix(recordKey, sessionPrefix); ok {
+		return ix.sessions[id]
+	}
+	id, ok := strings.CutPrefix(recordKey, beatPrefix)
+	if !ok {
+		return nil
+	}
+	host, port, ok := splitEndpoint(id)
+	if !ok {
+		return nil
+	}
+	return ix.beatPub(host, port)
+}
+
+// beatPubInst returns the beat publication of (ip, port, cluster, service),
+// or nil.
+func (ix *index) beatPubInst(ip string, port int, cluster string, svc model.ServiceKey) *pubInst {
+	if pub := ix.beatPub(ip, port); pub != nil {
+		for _, pi := range pub.insts {
+			if pi.inst.cluster == cluster && pi.slot.svc.key == svc {
+				return pi
+			}
+		}
+	}
+	return nil
+}
