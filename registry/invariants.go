@@ -19,14 +19,22 @@ func (r *Registry) CheckConsistency() error {
 	if !r.index.fx.empty() {
 		bad("the index holds effects not carried out: %+v", r.index.fx)
 	}
+	r.index.checkInvariants(bad)
+	r.checkWatchers(bad)
+	return errors.Join(errs...)
+}
+
+// checkInvariants reports, through bad, every broken invariant of the
+// index: its services, slots, publishers, leases, patches and counts.
+func (ix *index) checkInvariants(bad func(format string, args ...any)) {
 	pubsSeen := map[*pubInst]bool{}
 	beatInsts := 0
-	for key, s := range r.services {
+	for key, s := range ix.services {
 		if key != s.key || key != key.WithDefaults() {
 			bad("service %s indexed under %s", s.key, key)
 		}
 		if s.empty() && s.def == nil {
-			if _, ok := r.emptySvcs.Get(key); !ok {
+			if _, ok := ix.emptySvcs.Get(key); !ok {
 				bad("empty implicit service %s has no clean-up countdown", key)
 			}
 		}
@@ -64,12 +72,12 @@ func (r *Registry) CheckConsistency() error {
 				}
 				if pi.pub.kind == pubBeat && !pi.pub.remote {
 					beatInsts++
-					if _, ok := r.beatLeases.Get(pi); !ok {
+					if _, ok := ix.beatLeases.Get(pi); !ok {
 						bad("%s: beat instance %s has no lease", key, sl.key())
 					}
 				}
 			}
-			if p := r.patches[sl.key()]; p != sl.patch {
+			if p := ix.patches[sl.key()]; p != sl.patch {
 				bad("%s: slot %s does not carry its patch", key, sl.key())
 			}
 		}
@@ -91,7 +99,7 @@ func (r *Registry) CheckConsistency() error {
 			delete(pubsSeen, pi)
 		}
 	}
-	for ip, head := range r.beats {
+	for ip, head := range ix.beats {
 		for p := head; p != nil; p = p.next {
 			if p.kind != pubBeat || len(p.insts) > 0 && p.insts[0].inst.ip != ip {
 				bad("beat publisher chained under %s is not of %s", ip, ip)
@@ -108,7 +116,7 @@ func (r *Registry) CheckConsistency() error {
 		}
 	}
 	ttl := 0
-	for id, p := range r.sessions {
+	for id, p := range ix.sessions {
 		if p.id != id || p.kind != pubSession {
 			bad("session %s indexed under %s", p.id, id)
 		}
@@ -117,7 +125,7 @@ func (r *Registry) CheckConsistency() error {
 		}
 		check(p)
 	}
-	for key, p := range r.remote {
+	for key, p := range ix.remote {
 		if !p.remote || p.recordKey() != key {
 			bad("remote publisher %s indexed under %s", p.peekID(), key)
 		}
@@ -129,41 +137,45 @@ func (r *Registry) CheckConsistency() error {
 	for pi := range pubsSeen {
 		bad("publication of %s by %s is in the index but not in its publisher", pi.slot.key(), pi.pub.peekID())
 	}
-	if n := r.beatLeases.Len(); n != beatInsts {
+	if n := ix.beatLeases.Len(); n != beatInsts {
 		bad("%d beat leases for %d beat instances", n, beatInsts)
 	}
-	if n := r.sessionLeases.Len(); n != ttl {
+	if n := ix.sessionLeases.Len(); n != ttl {
 		bad("%d session leases for %d sessions with a TTL", n, ttl)
 	}
-	for key, p := range r.patches {
+	for key, p := range ix.patches {
 		if p.Key != key {
 			bad("patch of %s indexed under %s", p.Key, key)
 		}
 	}
-	r.checkQuotas(bad)
-	return errors.Join(errs...)
+	ix.checkQuotas(bad)
 }
 
 // checkQuotas checks the counts the limits are enforced on against the
-// index. The caller holds mu.
-func (r *Registry) checkQuotas(bad func(string, ...any)) {
+// index.
+func (ix *index) checkQuotas(bad func(string, ...any)) {
 	instances := 0
 	ns := map[string]int{}
-	for key, s := range r.services {
+	for key, s := range ix.services {
 		instances += len(s.slots)
 		ns[key.Namespace]++
 	}
-	if instances != r.quota.instances {
-		bad("%d instances counted for %d in the index", r.quota.instances, instances)
+	if instances != ix.quota.instances {
+		bad("%d instances counted for %d in the index", ix.quota.instances, instances)
 	}
-	if len(ns) != len(r.quota.nsServices) {
-		bad("%d namespaces counted for %d in the index", len(r.quota.nsServices), len(ns))
+	if len(ns) != len(ix.quota.nsServices) {
+		bad("%d namespaces counted for %d in the index", len(ix.quota.nsServices), len(ns))
 	}
 	for name, n := range ns {
-		if r.quota.nsServices[name] != n {
-			bad("namespace %s: %d services counted for %d in the index", name, r.quota.nsServices[name], n)
+		if ix.quota.nsServices[name] != n {
+			bad("namespace %s: %d services counted for %d in the index", name, ix.quota.nsServices[name], n)
 		}
 	}
+}
+
+// checkWatchers checks the count of open watchers the limits are enforced
+// on. The caller holds mu.
+func (r *Registry) checkWatchers(bad func(string, ...any)) {
 	watchers := 0
 	for _, g := range r.watch.groups {
 		for _, w := range g.watchers {
