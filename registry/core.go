@@ -205,30 +205,30 @@ func (ix *index) noteChange(pi *pubInst, next *model.Instance, pub *publisher) {
 
 // noteHealth records a stored health change of a persistent instance: by
 // its active check, or set by hand on a NONE cluster.
-func (ix *index) noteHealth(s *service, key model.InstanceKey, healthy bool) {
+func (ix *index) noteHealth(s *service, instKey model.InstanceKey, healthy bool) {
 	if !ix.noting {
 		return
 	}
 	why := "manual"
 	def := s.definition()
-	if t := def.Cluster(key.Cluster).HealthCheck.EffectiveType(); t != model.CheckNone {
+	if t := def.Cluster(instKey.Cluster).HealthCheck.EffectiveType(); t != model.CheckNone {
 		why = "check: " + string(t)
 	}
 	kind := EventUnhealthy
 	if healthy {
 		kind = EventHealthy
 	}
-	ix.note(key, kind, nil, why)
+	ix.note(instKey, kind, nil, why)
 }
 
-// lookup returns the service of key and the slot of key in it; either may
-// be nil.
-func (ix *index) lookup(key model.InstanceKey) (*service, *slot) {
-	s := ix.services[key.Service]
+// lookup returns the service of instKey and the slot of instKey in it;
+// either may be nil.
+func (ix *index) lookup(instKey model.InstanceKey) (*service, *slot) {
+	s := ix.services[instKey.Service]
 	if s == nil {
 		return nil, nil
 	}
-	return s, s.lookupSlot(key)
+	return s, s.lookupSlot(instKey)
 }
 
 // slotFor returns the slot of inst's key, creating it (not yet live) when
@@ -256,10 +256,10 @@ func (ix *index) insertSlot(s *service, i int) *slot {
 // slotBorn is called once a new slot has its first publication: it attaches
 // a waiting patch.
 func (ix *index) slotBorn(sl *slot) {
-	key := sl.key()
-	if p := ix.patches[key]; p != nil {
+	instKey := sl.key()
+	if p := ix.patches[instKey]; p != nil {
 		sl.patch = p
-		ix.patchGone.Remove(key)
+		ix.patchGone.Remove(instKey)
 	}
 	ix.emptySvcs.Remove(sl.svc.key)
 }
@@ -292,9 +292,9 @@ func (ix *index) maybeEmpty(s *service, now time.Time) {
 }
 
 // startPatchCountdown starts, from now, the PatchTTL countdown of the
-// patch of key, whose instance is gone.
-func (ix *index) startPatchCountdown(key model.InstanceKey, now time.Time) {
-	_ = ix.patchGone.Put(key, now, health.Timeouts{Expire: ix.patchTTL}) // positive: Config.Validate
+// patch of instKey, whose instance is gone.
+func (ix *index) startPatchCountdown(instKey model.InstanceKey, now time.Time) {
+	_ = ix.patchGone.Put(instKey, now, health.Timeouts{Expire: ix.patchTTL}) // positive: Config.Validate
 	ix.fx.wakeBy(now.Add(ix.patchTTL))
 }
 
@@ -307,12 +307,12 @@ func (ix *index) changed(s *service) {
 	ix.fx.dirty = append(ix.fx.dirty, s.key)
 }
 
-// ensureService returns the service of key, creating an implicit one of the
-// given kind, or ErrKindMismatch when it exists with the other kind.
-func (ix *index) ensureService(key model.ServiceKey, ephemeral bool) (*service, error) {
-	s := ix.services[key]
+// ensureService returns the service of svcKey, creating an implicit one of
+// the given kind, or ErrKindMismatch when it exists with the other kind.
+func (ix *index) ensureService(svcKey model.ServiceKey, ephemeral bool) (*service, error) {
+	s := ix.services[svcKey]
 	if s == nil {
-		s = &service{key: key, ephemeral: ephemeral}
+		s = &service{key: svcKey, ephemeral: ephemeral}
 		ix.addService(s)
 		return s, nil
 	}
@@ -330,14 +330,14 @@ func (ix *index) addService(s *service) {
 	ix.fx.catalogs = append(ix.fx.catalogs, s.key.Namespace)
 }
 
-// dropService takes the service of key out of the index.
-func (ix *index) dropService(key model.ServiceKey) {
-	if _, ok := ix.services[key]; ok {
-		delete(ix.services, key)
-		if ix.quota.nsServices[key.Namespace]--; ix.quota.nsServices[key.Namespace] == 0 {
-			delete(ix.quota.nsServices, key.Namespace)
+// dropService takes the service of svcKey out of the index.
+func (ix *index) dropService(svcKey model.ServiceKey) {
+	if _, ok := ix.services[svcKey]; ok {
+		delete(ix.services, svcKey)
+		if ix.quota.nsServices[svcKey.Namespace]--; ix.quota.nsServices[svcKey.Namespace] == 0 {
+			delete(ix.quota.nsServices, svcKey.Namespace)
 		}
-		ix.fx.catalogs = append(ix.fx.catalogs, key.Namespace)
+		ix.fx.catalogs = append(ix.fx.catalogs, svcKey.Namespace)
 	}
 	ix.fx.services = true
 }
@@ -490,14 +490,14 @@ func (ix *index) expire(now time.Time) []model.InstanceKey {
 		ix.fx.lapsed = append(ix.fx.lapsed, p.id)
 		ix.closeSession(p, "session expired", at)
 	})
-	ix.emptySvcs.Expire(now, func(key model.ServiceKey, _ health.Event) {
-		if s := ix.services[key]; s != nil && s.empty() && s.def == nil {
-			ix.dropService(key)
+	ix.emptySvcs.Expire(now, func(svcKey model.ServiceKey, _ health.Event) {
+		if s := ix.services[svcKey]; s != nil && s.empty() && s.def == nil {
+			ix.dropService(svcKey)
 		}
 	})
 	var orphans []model.InstanceKey
-	ix.patchGone.Expire(now, func(key model.InstanceKey, _ health.Event) {
-		orphans = append(orphans, key)
+	ix.patchGone.Expire(now, func(instKey model.InstanceKey, _ health.Event) {
+		orphans = append(orphans, instKey)
 	})
 	return orphans
 }
@@ -636,8 +636,8 @@ func (ix *index) publishAt(s *service, i int, found bool, pub *publisher, inst m
 	if len(sl.pubs) == 0 {
 		sl.pubs = []*pubInst{pi}
 	} else {
-		id := pub.pubID()
-		i, _ := slices.BinarySearchFunc(sl.pubs, id, func(p *pubInst, id string) int { return strings.Compare(p.pub.pubID(), id) })
+		pubID := pub.pubID()
+		i, _ := slices.BinarySearchFunc(sl.pubs, pubID, func(p *pubInst, id string) int { return strings.Compare(p.pub.pubID(), id) })
 		sl.pubs = slices.Insert(sl.pubs, i, pi)
 	}
 	if born {

@@ -105,10 +105,10 @@ func piHash(pi *pubInst) string {
 	return instHash(pi.slot.svc.key, pi.inst.cluster, pi.inst.ip, int(pi.inst.port))
 }
 
-// splitInstKey splits an instance record key into its session ID and
+// splitInstRecordKey splits an instance record key into its session ID and
 // instance hash.
-func splitInstKey(key string) (sid, hash string, ok bool) {
-	rest, ok := strings.CutPrefix(key, sessionPrefix)
+func splitInstRecordKey(recordKey string) (sid, hash string, ok bool) {
+	rest, ok := strings.CutPrefix(recordKey, sessionPrefix)
 	if !ok {
 		return "", "", false
 	}
@@ -166,11 +166,11 @@ func (r *Registry) replicateSession(p *publisher) {
 	if st == nil || len(st.dirty) == 0 {
 		return
 	}
-	key := p.recordKey()
+	rkey := p.recordKey()
 	// One Write: the records of one change leave in one sync message.
 	changes := make([]distro.Change, 0, len(st.dirty))
 	for h, pi := range st.dirty {
-		k := key + "/" + h
+		k := rkey + "/" + h
 		if pi == nil || p.closed {
 			changes = append(changes, distro.Change{Key: k, Delete: true})
 			continue
@@ -186,7 +186,7 @@ func (r *Registry) replicateSession(p *publisher) {
 	// writes it again (one instance record is the whole of that instance's
 	// state, so nothing else would).
 	for h := range st.dirty {
-		k := key + "/" + h
+		k := rkey + "/" + h
 		i := slices.IndexFunc(changes, func(c distro.Change) bool { return c.Key == k })
 		if i < 0 || i >= len(errs) || errs[i] == nil ||
 			errors.Is(errs[i], distro.ErrNotFound) && changes[i].Delete || errors.Is(errs[i], distro.ErrClosed) {
@@ -213,7 +213,7 @@ func encodeInsts(pis []*pubInst) []byte {
 
 // instRecord is an instance record from a peer, decoded and checked.
 type instRecord struct {
-	rec  distro.Record
+	dr   distro.Record
 	sid  string
 	hash string
 	inst *model.Instance // nil for a tombstone
@@ -221,12 +221,12 @@ type instRecord struct {
 
 // decodeInstRecord decodes and checks an instance record from a peer: a
 // valid ephemeral instance, one, whose key hashes to the record's.
-func (r *Registry) decodeInstRecord(rec distro.Record, sid, hash string) (instRecord, error) {
-	ir := instRecord{rec: rec, sid: sid, hash: hash}
-	if rec.Deleted {
+func (r *Registry) decodeInstRecord(dr distro.Record, sid, hash string) (instRecord, error) {
+	ir := instRecord{dr: dr, sid: sid, hash: hash}
+	if dr.Deleted {
 		return ir, nil
 	}
-	insts, err := r.decodePayload(rec)
+	insts, err := r.decodePayload(dr)
 	if err != nil {
 		return ir, err
 	}
@@ -235,7 +235,7 @@ func (r *Registry) decodeInstRecord(rec distro.Record, sid, hash string) (instRe
 	}
 	in := &insts[0]
 	if instHash(in.Service, in.Cluster, in.IP, in.Port) != hash {
-		return ir, &model.ValidationError{Field: "record.key", Rule: "must be the hash of the instance's key", Value: rec.Key}
+		return ir, &model.ValidationError{Field: "record.key", Rule: "must be the hash of the instance's key", Value: dr.Key}
 	}
 	ir.inst = in
 	return ir, nil
@@ -265,7 +265,7 @@ func (r *Registry) applyInstLocked(ir instRecord) {
 		delete(p.repl.insts, ir.hash)
 		served := pi.slot.current() == pi.inst
 		why := "removed by its owner"
-		if r.members != nil && !r.members[ir.rec.Owner] {
+		if r.members != nil && !r.members[ir.dr.Owner] {
 			why = "orphaned: its owner node left" // distro's orphan removal (OrphanTimeout)
 		}
 		r.unpublish(pi, true, why)
@@ -280,7 +280,7 @@ func (r *Registry) applyInstLocked(ir instRecord) {
 		return
 	}
 	if p == nil {
-		p = &publisher{kind: pubSession, id: ir.sid, remote: true, owner: ir.rec.Owner, repl: &replState{rkey: gkey, insts: map[string]*pubInst{}}}
+		p = &publisher{kind: pubSession, id: ir.sid, remote: true, owner: ir.dr.Owner, repl: &replState{rkey: gkey, insts: map[string]*pubInst{}}}
 		r.remote[gkey] = p
 	}
 	// No per-session cap here: the owner keeps MaxInstancesPerSession, and
@@ -311,22 +311,22 @@ func (r *Registry) closeSessionQuietly(p *publisher) {
 // takes the lock and applying them under one hold of it, so that the
 // instance records of one sync (a ReplaceService, a session's close) reach
 // queries and watchers together.
-func (ds distroStore) applyBatch(recs []distro.Record) {
+func (ds distroStore) applyBatch(drs []distro.Record) {
 	r := ds.r
 	var irs []instRecord
-	for _, rec := range recs {
-		sid, hash, ok := splitInstKey(rec.Key)
-		if !ok || rec.Kind != distro.KindSession {
-			ds.Apply(rec)
+	for _, dr := range drs {
+		sid, hash, ok := splitInstRecordKey(dr.Key)
+		if !ok || dr.Kind != distro.KindSession {
+			ds.Apply(dr)
 			continue
 		}
-		if !sessionOf(sid, rec.Owner) {
-			r.log.Warn("ignoring a session record written by a node other than the session's", "record", rec.Key, "owner", rec.Owner)
+		if !sessionOf(sid, dr.Owner) {
+			r.log.Warn("ignoring a session record written by a node other than the session's", "record", dr.Key, "owner", dr.Owner)
 			continue
 		}
-		ir, err := r.decodeInstRecord(rec, sid, hash)
+		ir, err := r.decodeInstRecord(dr, sid, hash)
 		if err != nil {
-			r.log.Warn("ignoring a malformed record", "record", rec.Key, "owner", rec.Owner, "err", err)
+			r.log.Warn("ignoring a malformed record", "record", dr.Key, "owner", dr.Owner, "err", err)
 			continue
 		}
 		irs = append(irs, ir)
@@ -345,7 +345,7 @@ func (ds distroStore) applyBatch(recs []distro.Record) {
 }
 
 // ApplyBatch implements distro.BatchStore.
-func (ds distroStore) ApplyBatch(recs []distro.Record) { ds.applyBatch(recs) }
+func (ds distroStore) ApplyBatch(drs []distro.Record) { ds.applyBatch(drs) }
 
 // sameInstance reports whether r stores inst (valid or not, with its
 // defaults): registering inst again would change nothing. It allocates

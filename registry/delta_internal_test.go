@@ -37,18 +37,18 @@ func FuzzInstRecord(f *testing.F) {
 	}
 	f.Cleanup(func() { r.Close() })
 	f.Fuzz(func(t *testing.T, key string, payload []byte, deleted bool) {
-		sid, hash, ok := splitInstKey(key)
+		sid, hash, ok := splitInstRecordKey(key)
 		if !ok {
 			return
 		}
 		if key != sessionPrefix+sid+"/"+hash || sid == "" || len(hash) != instHashLen {
-			t.Fatalf("splitInstKey(%q) = %q, %q", key, sid, hash)
+			t.Fatalf("splitInstRecordKey(%q) = %q, %q", key, sid, hash)
 		}
-		rec := distro.Record{Key: key, Kind: distro.KindSession, Owner: "n2", Revision: 1, Deleted: deleted}
+		dr := distro.Record{Key: key, Kind: distro.KindSession, Owner: "n2", Revision: 1, Deleted: deleted}
 		if !deleted {
-			rec.Payload = payload
+			dr.Payload = payload
 		}
-		ir, err := r.decodeInstRecord(rec, sid, hash)
+		ir, err := r.decodeInstRecord(dr, sid, hash)
 		if err != nil {
 			return
 		}
@@ -92,9 +92,9 @@ func TestInstKeys(t *testing.T) {
 		// as long as a hash: its session ID's '-' is no hash digit.
 		{"s/x/ab-0123456789abc", "", false},
 	} {
-		sid, hash, ok := splitInstKey(tc.key)
+		sid, hash, ok := splitInstRecordKey(tc.key)
 		if ok != tc.ok || ok && (sid != tc.sid || hash != h) {
-			t.Errorf("splitInstKey(%q) = %q, %q, %v", tc.key, sid, hash, ok)
+			t.Errorf("splitInstRecordKey(%q) = %q, %q, %v", tc.key, sid, hash, ok)
 		}
 	}
 	if instHash(model.ServiceKey{Name: "a"}, "b", "c", 1) == instHash(model.ServiceKey{Name: "a", Group: ""}, "b", "c", 10) {
@@ -121,12 +121,12 @@ func TestInstRecordKeyCheck(t *testing.T) {
 		ok bool
 	}{{in, true}, {other, false}} {
 		key := sessionPrefix + "n2-0123456789abcdef/" + instHash(tc.of.Service, tc.of.Cluster, tc.of.IP, tc.of.Port)
-		sid, hash, ok := splitInstKey(key)
+		sid, hash, ok := splitInstRecordKey(key)
 		if !ok {
-			t.Fatalf("splitInstKey(%q) failed", key)
+			t.Fatalf("splitInstRecordKey(%q) failed", key)
 		}
-		rec := distro.Record{Key: key, Kind: distro.KindSession, Owner: "n2", Revision: 1, Payload: payload}
-		ir, err := r.decodeInstRecord(rec, sid, hash)
+		dr := distro.Record{Key: key, Kind: distro.KindSession, Owner: "n2", Revision: 1, Payload: payload}
+		ir, err := r.decodeInstRecord(dr, sid, hash)
 		if tc.ok != (err == nil) || tc.ok && ir.inst.IP != in.IP {
 			t.Errorf("record %q carrying %s: %v", key, in.Key(), err)
 		}

@@ -93,10 +93,10 @@ func (r *Registry) changed(s *service) {
 	r.carryOut()
 }
 
-// startPatchCountdown starts the PatchTTL countdown of the patch of key,
-// whose instance is gone.
-func (r *Registry) startPatchCountdown(key model.InstanceKey) {
-	r.index.startPatchCountdown(key, r.leaseStart())
+// startPatchCountdown starts the PatchTTL countdown of the patch of
+// instKey, whose instance is gone.
+func (r *Registry) startPatchCountdown(instKey model.InstanceKey) {
+	r.index.startPatchCountdown(instKey, r.leaseStart())
 	r.carryOut()
 }
 

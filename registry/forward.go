@@ -22,6 +22,16 @@ import (
 // and the client retries, as Nacos clients do. Only current members may
 // forward: the owner refuses any other sender (ErrNotMember), and a member
 // it does not know yet retries as when ownership moves.
+//
+// The names of the paths: each beat write of the API (Register, Heartbeat,
+// HeartbeatInstance, Deregister) goes through beatWrite, which serves it
+// here with serveOwned when this node owns its ip:port and sends it to the
+// owner with forward otherwise. On the owner, serveForward is the
+// transport's handler (only members), acceptForwarded checks that this
+// node owns the write, and serveOwned runs the operation's XOwned
+// (registerOwned, heartbeatOwned, heartbeatInstanceOwned, deregisterOwned):
+// X on the owner, this node; a function named ...Locked is the part of it
+// that runs under mu.
 
 // kindForward is the transport message kind of forwarded beat writes.
 const kindForward transport.Kind = 64
@@ -160,17 +170,17 @@ func (req *fwdRequest) endpoint() (string, int) {
 
 // beatWrite is the one way a beat write (register, beat, deregister) is
 // carried out: on this node when it owns the write's ip:port (always, when
-// standalone), else forwarded to the owner, which serves it with serveBeat.
+// standalone), else forwarded to the owner, which serves it with serveOwned.
 func (r *Registry) beatWrite(ctx context.Context, req *fwdRequest) (BeatResult, error) {
 	if !r.cluster {
-		return r.serveBeat(ctx, req)
+		return r.serveOwned(ctx, req)
 	}
 	return r.forward(ctx, req)
 }
 
-// serveBeat carries out a beat write on its owner, this node: the one
+// serveOwned carries out a beat write on its owner, this node: the one
 // table from forwarded operations to what they do.
-func (r *Registry) serveBeat(ctx context.Context, req *fwdRequest) (BeatResult, error) {
+func (r *Registry) serveOwned(ctx context.Context, req *fwdRequest) (BeatResult, error) {
 	switch req.Op {
 	case fwdRegister:
 		return BeatResult{}, r.registerOwned(ctx, req.Inst)
@@ -202,7 +212,7 @@ func (r *Registry) forward(ctx context.Context, req *fwdRequest) (BeatResult, er
 	for attempt := 1; ; attempt++ {
 		owner, mine := r.beatOwner(ip, port)
 		if mine {
-			return r.serveBeat(ctx, req)
+			return r.serveOwned(ctx, req)
 		}
 		if body == nil {
 			var err error
@@ -277,7 +287,7 @@ func (r *Registry) serveForward(ctx context.Context, from string, body []byte) (
 	} else if err = model.Unmarshal(body, &req); err == nil {
 		r.stats.served.Add(1)
 		var res BeatResult
-		res, err = r.forwarded(ctx, &req)
+		res, err = r.acceptForwarded(ctx, &req)
 		resp.Interval, resp.Registered = res.Interval, res.Registered
 	}
 	resp.Code = codeOf(err)
@@ -287,10 +297,10 @@ func (r *Registry) serveForward(ctx context.Context, from string, body []byte) (
 	return model.Marshal(&resp)
 }
 
-// forwarded serves one forwarded write, if this node owns its key. A
+// acceptForwarded serves one forwarded write, if this node owns its key. A
 // peer's register is checked as Register checks its caller's instance;
 // the other operations check what they are given themselves.
-func (r *Registry) forwarded(ctx context.Context, req *fwdRequest) (BeatResult, error) {
+func (r *Registry) acceptForwarded(ctx context.Context, req *fwdRequest) (BeatResult, error) {
 	if _, mine := r.beatOwner(req.endpoint()); !mine {
 		return BeatResult{}, errNotOwner
 	}
@@ -303,7 +313,7 @@ func (r *Registry) forwarded(ctx context.Context, req *fwdRequest) (BeatResult, 
 			return BeatResult{}, err
 		}
 	}
-	return r.serveBeat(ctx, req)
+	return r.serveOwned(ctx, req)
 }
 
 // isMember reports whether node is a current member of the cluster, other

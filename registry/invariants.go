@@ -125,12 +125,12 @@ func (ix *index) checkInvariants(bad func(format string, args ...any)) {
 		}
 		check(p)
 	}
-	for key, p := range ix.remote {
-		if !p.remote || p.recordKey() != key {
-			bad("remote publisher %s indexed under %s", p.peekID(), key)
+	for rkey, p := range ix.remote {
+		if !p.remote || p.recordKey() != rkey {
+			bad("remote publisher %s indexed under %s", p.peekID(), rkey)
 		}
 		if len(p.insts) == 0 {
-			bad("remote publisher %s has no instances", key)
+			bad("remote publisher %s has no instances", rkey)
 		}
 		check(p)
 	}

@@ -81,18 +81,18 @@ func TestReplicatedRecordCapped(t *testing.T) {
 			if kind == distro.KindBeat {
 				key = beatRecordKey("10.1.1.1", 7000)
 			}
-			rec := distro.Record{Key: key, Kind: kind, Owner: "n2", Revision: 1, Payload: payloadOf(t, endpointInsts(4))}
-			if _, err := r.decodePayload(rec); !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "(3)") {
+			dr := distro.Record{Key: key, Kind: kind, Owner: "n2", Revision: 1, Payload: payloadOf(t, endpointInsts(4))}
+			if _, err := r.decodePayload(dr); !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "(3)") {
 				t.Fatalf("decoding 4 instances under a cap of 3: %v, want ErrLimit naming the cap", err)
 			}
 			ds := distroStore{r}
-			ds.Apply(rec)
-			ds.Adopt(rec, r.now())
+			ds.Apply(dr)
+			ds.Adopt(dr, r.now())
 			if n := held(r); n != 0 {
 				t.Fatalf("%d instances stored from a record past the cap, want 0", n)
 			}
-			rec.Payload = payloadOf(t, endpointInsts(3))
-			ds.Apply(rec)
+			dr.Payload = payloadOf(t, endpointInsts(3))
+			ds.Apply(dr)
 			if n := held(r); n != 3 {
 				t.Fatalf("%d instances stored from a record at the cap, want all 3", n)
 			}
@@ -175,8 +175,8 @@ func TestMergeKeepsEndpointCap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rec := distro.Record{Key: beatRecordKey("10.1.1.1", 7000), Kind: distro.KindBeat, Owner: "n2", Revision: 9, Payload: payloadOf(t, local[2:])}
-	distroStore{r}.Apply(rec) // three more, one of which fits
+	dr := distro.Record{Key: beatRecordKey("10.1.1.1", 7000), Kind: distro.KindBeat, Owner: "n2", Revision: 9, Payload: payloadOf(t, local[2:])}
+	distroStore{r}.Apply(dr) // three more, one of which fits
 	if n := held(r); n != 3 {
 		t.Fatalf("%d instances after merging 3 into an endpoint holding 2 of 3, want 3", n)
 	}

@@ -167,13 +167,13 @@ func (r *Registry) registerOwned(ctx context.Context, inst model.Instance) error
 	if err := r.checkWrite(); err != nil {
 		return err
 	}
-	_, err := r.registerBeatLocked(inst)
+	_, err := r.registerOwnedLocked(inst)
 	return err
 }
 
-// registerBeatLocked publishes inst through the beat publisher of its
+// registerOwnedLocked publishes inst through the beat publisher of its
 // ip:port and (re)starts its lease. The caller holds mu.
-func (r *Registry) registerBeatLocked(inst model.Instance) (*pubInst, error) {
+func (r *Registry) registerOwnedLocked(inst model.Instance) (*pubInst, error) {
 	pub := r.beatPub(inst.IP, inst.Port)
 	if pi := r.renewIfUnchanged(pub, &inst); pi != nil {
 		return pi, nil // issue 15: the same instance again only renews its lease
@@ -241,12 +241,12 @@ func (r *Registry) Heartbeat(ctx context.Context, key model.InstanceKey) (time.D
 }
 
 // heartbeatOwned is Heartbeat on the owner, this node.
-func (r *Registry) heartbeatOwned(ctx context.Context, key model.InstanceKey) (time.Duration, error) {
+func (r *Registry) heartbeatOwned(ctx context.Context, instKey model.InstanceKey) (time.Duration, error) {
 	if err := r.checkBeatWrite(); err != nil {
 		return 0, err
 	}
-	svc := key.Service.WithDefaults()
-	cluster := key.Cluster
+	svc := instKey.Service.WithDefaults()
+	cluster := instKey.Cluster
 	if cluster == "" {
 		cluster = model.DefaultCluster
 	}
@@ -256,23 +256,23 @@ func (r *Registry) heartbeatOwned(ctx context.Context, key model.InstanceKey) (t
 	if err := r.checkWrite(); err != nil {
 		return 0, err
 	}
-	pi := r.beatPubInst(key.IP, key.Port, cluster, svc)
+	pi := r.beatPubInst(instKey.IP, instKey.Port, cluster, svc)
 	if pi == nil && r.cluster {
 		// A copy of another node's publisher that this node owns now, its
 		// adoption still on the way: take it over here.
-		if rp := r.remote[beatRecordKey(key.IP, key.Port)]; rp != nil {
+		if rp := r.remote[beatRecordKey(instKey.IP, instKey.Port)]; rp != nil {
 			r.promote(rp, r.now())
-			pi = r.beatPubInst(key.IP, key.Port, cluster, svc)
+			pi = r.beatPubInst(instKey.IP, instKey.Port, cluster, svc)
 		}
 	}
 	if pi == nil {
-		// Only a valid key is ever found, so it is checked on a miss alone
+		// Only a valid instKey is ever found, so it is checked on a miss alone
 		// (the hot path stays a lookup): an invalid one is ErrInvalid naming
 		// the field, not ErrNotFound, since no beat can ever find it.
-		if err := key.WithDefaults().Validate(); err != nil {
+		if err := instKey.WithDefaults().Validate(); err != nil {
 			return 0, err
 		}
-		return 0, fmt.Errorf("%w: beat instance %s", ErrNotFound, key.WithDefaults())
+		return 0, fmt.Errorf("%w: beat instance %s", ErrNotFound, instKey.WithDefaults())
 	}
 	r.touchBeat(pi)
 	return pi.interval, nil
@@ -343,7 +343,7 @@ func (r *Registry) heartbeatInstanceOwned(ctx context.Context, inst model.Instan
 	// Another beat may have registered it while the lock was released: then
 	// this one replaces it, and did not register it.
 	held := r.beatPubInst(inst.IP, inst.Port, inst.Cluster, inst.Service) != nil
-	pi, err := r.registerBeatLocked(inst)
+	pi, err := r.registerOwnedLocked(inst)
 	if err != nil {
 		return BeatResult{}, err
 	}
@@ -392,33 +392,29 @@ func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) (err e
 			errs = append(errs, r.store.Apply(ctx, &model.Command{Op: model.OpDeleteInstance, Key: key}, model.Origin{}))
 		}
 		if r.cluster {
-			errs = append(errs, r.deregisterBeat(ctx, key))
+			_, err := r.beatWrite(ctx, &fwdRequest{Op: fwdDeregister, Key: key})
+			errs = append(errs, err)
 		}
 		return errors.Join(errs...)
 	}
 	if !ephemeral {
 		return r.store.Apply(ctx, &model.Command{Op: model.OpDeleteInstance, Key: key}, model.Origin{})
 	}
-	return r.deregisterBeat(ctx, key)
-}
-
-// deregisterBeat removes a beat instance through its owner.
-func (r *Registry) deregisterBeat(ctx context.Context, key model.InstanceKey) error {
-	_, err := r.beatWrite(ctx, &fwdRequest{Op: fwdDeregister, Key: key})
+	_, err = r.beatWrite(ctx, &fwdRequest{Op: fwdDeregister, Key: key})
 	return err
 }
 
 // deregisterOwned is Deregister of a beat instance on its owner, this
 // node.
-func (r *Registry) deregisterOwned(ctx context.Context, key model.InstanceKey) error {
+func (r *Registry) deregisterOwned(ctx context.Context, instKey model.InstanceKey) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := r.checkBeatWrite(); err != nil {
 		return err
 	}
-	key = key.WithDefaults()
-	if err := key.Validate(); err != nil {
+	instKey = instKey.WithDefaults()
+	if err := instKey.Validate(); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -426,17 +422,17 @@ func (r *Registry) deregisterOwned(ctx context.Context, key model.InstanceKey) e
 	if err := r.checkWrite(); err != nil {
 		return err
 	}
-	pi := r.beatPubInst(key.IP, key.Port, key.Cluster, key.Service)
-	r.noteDeregistered(key, pi)
+	pi := r.beatPubInst(instKey.IP, instKey.Port, instKey.Cluster, instKey.Service)
+	r.noteDeregistered(instKey, pi)
 	if pi != nil {
 		r.beatLeases.Remove(pi)
 		r.dropBeat(pi, "deregistered")
 		return nil
 	}
-	if _, sl := r.lookup(key); sl != nil && len(sl.pubs) > 0 {
+	if _, sl := r.lookup(instKey); sl != nil && len(sl.pubs) > 0 {
 		// Only sessions publish it: Deregister, which removes what beats
 		// keep alive, cannot remove it, and says so.
-		return fmt.Errorf("%w: %s: Deregister removes beat and persistent instances; remove it with Session.Deregister or by closing its session", ErrSessionInstance, key)
+		return fmt.Errorf("%w: %s: Deregister removes beat and persistent instances; remove it with Session.Deregister or by closing its session", ErrSessionInstance, instKey)
 	}
 	return nil
 }

@@ -148,7 +148,7 @@ func (r *Registry) peerRecord(dr distro.Record) (*peerRecord, error) {
 // Apply installs a record of another owner (see index.applyRecord).
 func (ds distroStore) Apply(dr distro.Record) {
 	r := ds.r
-	if _, _, ok := splitInstKey(dr.Key); ok && dr.Kind == distro.KindSession {
+	if _, _, ok := splitInstRecordKey(dr.Key); ok && dr.Kind == distro.KindSession {
 		ds.applyBatch([]distro.Record{dr}) // an instance record (delta.go)
 		return
 	}

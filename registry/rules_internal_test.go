@@ -32,7 +32,7 @@ func rulesIndex(t *testing.T) *Registry {
 	r.mirrorLocked(&model.Command{Op: model.OpCreateService, Service: model.Service{Key: rulesSvc("empty")}})
 	r.mirrorLocked(&model.Command{Op: model.OpPutInstance, Instance: rulesInst("none", 1, false)})
 	r.mirrorLocked(&model.Command{Op: model.OpPutInstance, Instance: rulesInst("tcp", 2, false)})
-	if _, err := r.registerBeatLocked(rulesInst("eph", 3, true)); err != nil {
+	if _, err := r.registerOwnedLocked(rulesInst("eph", 3, true)); err != nil {
 		t.Fatal(err)
 	}
 	return r
