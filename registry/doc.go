@@ -211,6 +211,12 @@
 //     Its engines run their own. Close stops all of them and waits.
 //   - The transport and the membership stay the caller's: close them after
 //     the registry.
+//   - Inside, the index is a core of plain code (core.go, core_replica.go):
+//     no goroutine, no clock, no I/O. Every change, a caller's write, a
+//     peer's record, a handed lease or a deadline, is one call into it
+//     under the registry's lock, with the time it starts from; the
+//     registry then carries out what the call reports (views to deliver,
+//     records to replicate, checks to re-target, the next deadline).
 //
 // # Errors
 //
