@@ -66,6 +66,27 @@ func checkIndex(t *testing.T, ix *index) {
 	}
 }
 
+// runCoreCase runs one case of a table of the core: setup on coreIndex
+// (its effects dropped), then act, whose effects must be want; then check,
+// and the index's invariants.
+func runCoreCase(t *testing.T, setup func(*testing.T, *index), act func(*index), want fxSummary, check func(*testing.T, *index)) {
+	t.Helper()
+	ix := coreIndex(t)
+	if setup != nil {
+		setup(t, ix)
+		ix.fx.reset()
+	}
+	act(ix)
+	if got := summarize(&ix.fx); !got.equal(want) {
+		t.Fatalf("effects = %+v, want %+v", got, want)
+	}
+	if check != nil {
+		check(t, ix)
+	}
+	ix.fx.reset()
+	checkIndex(t, ix)
+}
+
 // TestCoreApplyRecord: a whole publisher record of another node installs,
 // changes or drops its replica; a beat record of a key this node owns never
 // shadows this node's publisher of it (its instances merge in), and one
@@ -242,20 +263,7 @@ func TestCoreApplyRecord(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ix := coreIndex(t)
-			if tc.setup != nil {
-				tc.setup(t, ix)
-				ix.fx.reset()
-			}
-			ix.applyRecord(tc.pr, tc.ownedBeat, coreT0.Add(tc.now))
-			if got := summarize(&ix.fx); !got.equal(tc.want) {
-				t.Fatalf("effects = %+v, want %+v", got, tc.want)
-			}
-			if tc.check != nil {
-				tc.check(t, ix)
-			}
-			ix.fx.reset()
-			checkIndex(t, ix)
+			runCoreCase(t, tc.setup, func(ix *index) { ix.applyRecord(tc.pr, tc.ownedBeat, coreT0.Add(tc.now)) }, tc.want, tc.check)
 		})
 	}
 }
@@ -455,20 +463,7 @@ func TestCoreTakeHandedLeases(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ix := coreIndex(t)
-			if tc.setup != nil {
-				tc.setup(t, ix)
-				ix.fx.reset()
-			}
-			ix.takeHandedLeases(tc.leases, now)
-			if got := summarize(&ix.fx); !got.equal(tc.want) {
-				t.Fatalf("effects = %+v, want %+v", got, tc.want)
-			}
-			if tc.check != nil {
-				tc.check(t, ix)
-			}
-			ix.fx.reset()
-			checkIndex(t, ix)
+			runCoreCase(t, tc.setup, func(ix *index) { ix.takeHandedLeases(tc.leases, now) }, tc.want, tc.check)
 		})
 	}
 }
