@@ -98,16 +98,17 @@ const (
 )
 
 // adopt makes this node the owner of pr, the beat record of a node that
-// left, whose leases it continues from lastRenewed. A publisher this node
-// already runs for the key (a write it took while it loaded, after a
-// restart) keeps its instances, gains the record's, and writes a revision
-// past the record's.
-func (ix *index) adopt(pr *peerRecord, lastRenewed time.Time) adoption {
+// left, whose leases it continues from lastRenewed; the countdowns of the
+// slots its replica of the key no longer holds start at now. A publisher
+// this node already runs for the key (a write it took while it loaded,
+// after a restart) keeps its instances, gains the record's, and writes a
+// revision past the record's.
+func (ix *index) adopt(pr *peerRecord, lastRenewed, now time.Time) adoption {
 	if local := ix.localPub(pr.recordKey); local != nil {
 		ix.mergeIntoLocal(local, pr.insts, lastRenewed)
 		return adoptedMerged
 	}
-	p := ix.installRemote(pr, lastRenewed)
+	p := ix.installRemote(pr, now)
 	if p == nil {
 		return adoptedNone
 	}

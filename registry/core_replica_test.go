@@ -274,14 +274,18 @@ func TestCoreApplyRecord(t *testing.T) {
 func TestCoreAdopt(t *testing.T) {
 	renewed := coreT0.Add(-5 * time.Second)
 	for _, tc := range []struct {
-		name  string
-		local bool
-		pr    *peerRecord
-		want  adoption
-		n     int // instances of this node's publisher after
+		name    string
+		local   bool             // this node has a publisher of the key (web)
+		replica []model.Instance // this node has a replica of the key, holding these
+		pr      *peerRecord
+		want    adoption
+		n       int // instances of this node's publisher after
 	}{
 		{name: "a copy", pr: beatRec("n2", 5, beatInst("web", 5, 1)), want: adoptedCopy, n: 1},
 		{name: "merged", local: true, pr: beatRec("n2", 5, beatInst("api", 5, 1)), want: adoptedMerged, n: 2},
+		{name: "a replica's instance the record lacks goes, its service counting down from now",
+			replica: []model.Instance{beatInst("web", 5, 1), beatInst("api", 5, 1)},
+			pr:      beatRec("n2", 5, beatInst("web", 5, 1)), want: adoptedCopy, n: 1},
 		{name: "a record of no instance", pr: &peerRecord{recordKey: beatRec("", 5).recordKey, owner: "n2", kind: pubBeat}, want: adoptedNone},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -289,8 +293,11 @@ func TestCoreAdopt(t *testing.T) {
 			if tc.local {
 				ownBeat(t, ix, coreT0, beatInst("web", 5, 1))
 			}
+			if tc.replica != nil {
+				ix.applyRecord(beatRec("n2", 5, tc.replica...), false, coreT0)
+			}
 			ix.fx.reset()
-			if got := ix.adopt(tc.pr, renewed); got != tc.want {
+			if got := ix.adopt(tc.pr, renewed, coreT0); got != tc.want {
 				t.Fatalf("adopt = %d, want %d", got, tc.want)
 			}
 			p := ix.beatPub("10.0.0.5", 80)
@@ -305,6 +312,11 @@ func TestCoreAdopt(t *testing.T) {
 				adopted := pubOf(ix, p, tc.pr.insts[0].Service.Name, 5)
 				if st, _ := ix.beatLeases.Get(adopted); !st.LastTouch.Equal(renewed) {
 					t.Fatalf("the adopted lease runs from %v, want %v", st.LastTouch, renewed)
+				}
+				if tc.replica != nil {
+					if st, ok := ix.emptySvcs.Get(rulesSvc("api")); !ok || !st.LastTouch.Equal(coreT0) {
+						t.Fatalf("the emptied service counts down from %v (%v), want now", st.LastTouch, ok)
+					}
 				}
 			}
 			ix.fx.reset()

@@ -187,7 +187,7 @@ func (ds distroStore) Adopt(dr distro.Record, lastRenewed time.Time) {
 	if r.state.Load() == stateClosed {
 		return
 	}
-	how := r.index.adopt(pr, lastRenewed)
+	how := r.index.adopt(pr, lastRenewed, r.leaseStart())
 	r.carryOut()
 	switch how {
 	case adoptedMerged:
