@@ -25,7 +25,7 @@ type monitor struct {
 	// system this run (a precondition the machine's load broke), with why.
 	inconclusive map[string]string
 	stop         chan struct{}
-	done  chan struct{}
+	done         chan struct{}
 }
 
 func watchRules(c *cluster) *monitor {
