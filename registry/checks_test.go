@@ -363,7 +363,7 @@ func TestActiveCheckRaftLeaderProbes(t *testing.T) {
 			if r == nil {
 				continue
 			}
-			_ = r.Tick(ctx)
+			_ = r.Settle(ctx)
 			if st, ok := r.CheckStatus(in.Key()); ok && st.Probed {
 				out = append(out, i)
 			}

@@ -22,9 +22,9 @@
 //
 //	cfg := registry.DefaultConfig()
 //	cfg.NodeID = "n1"
-//	cfg.Replicator = registry.Distro(dc) // ephemeral data: a distro.Replicator over dc's transport and membership
-//	cfg.Transport = tr                   // forwarded beat writes and lease handovers
-//	cfg.Store = raftcp.New(rc).Open      // persistent data: a Raft group (package registry/raftcp)
+//	cfg.Replicator = registry.Distro(dc) // ephemeral data: Distro over dc's transport
+//	cfg.Transport = tr                   // forwarded beat writes, lease handovers
+//	cfg.Store = raftcp.New(rc).Open      // persistent data: Raft (registry/raftcp)
 //
 // Package registry/node does all of it in one call (transport, gossip
 // membership, Distro, Raft and the checks), and closes it in the right
@@ -200,7 +200,7 @@
 // # Time and concurrency
 //
 //   - Every deadline follows the configured clock. On a fake clock, a test
-//     moves it and calls Tick, which returns once every deadline that
+//     moves it and calls Settle, which returns once every deadline that
 //     passed has been handled (registrytest's Advance does both).
 //   - Every method of Registry and Session is safe for concurrent use. A
 //     Watcher's Next must be called from one goroutine at a time. Methods

@@ -7,6 +7,7 @@ import (
 
 	"github.com/muster-io/muster/registry"
 	"github.com/muster-io/muster/registry/registrytest"
+	"github.com/muster-io/muster/transport"
 )
 
 // TestForwardRefusesNonMembers: a peer on the transport that is not a
@@ -109,4 +110,26 @@ func TestLeaseHandoverRefusesNonMembers(t *testing.T) {
 	if got := ipsOn(t, c.Node(0), "orders"); !slices.Equal(got, []string{fake.IP}) {
 		t.Fatalf("n1 holds %v after a member's handover, want %s", got, fake.IP)
 	}
+}
+
+// TestCloseRemovesHandlers: once a node's registry is closed, a peer's
+// forwarded write and handed lease reach no handler on its transport
+// (transport.ErrNoHandler), though the transport itself is still open.
+func TestCloseRemovesHandlers(t *testing.T) {
+	c := registrytest.NewCluster(t, clusterOpts())
+	real := ownedBy(t, c, "n1", "orders")
+	for name, kind := range map[string]transport.Kind{"forward": registry.KindForward, "leases": registry.KindLeases} {
+		if _, err := c.Node(1).Transport.Request(ctx, "n1", kind, registry.ForwardRegister(real)); errors.Is(err, transport.ErrNoHandler) {
+			t.Fatalf("%s before Close: %v, want a handler", name, err)
+		}
+	}
+	if err := c.Node(0).Registry.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for name, kind := range map[string]transport.Kind{"forward": registry.KindForward, "leases": registry.KindLeases} {
+		if _, err := c.Node(1).Transport.Request(ctx, "n1", kind, registry.ForwardRegister(real)); !errors.Is(err, transport.ErrNoHandler) {
+			t.Errorf("%s after Close: %v, want transport.ErrNoHandler", name, err)
+		}
+	}
+	c.Stop(0) // a second Close, then the transports
 }

@@ -2,8 +2,6 @@ package registry
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +13,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/muster-io/muster/health"
 	"github.com/muster-io/muster/internal/logx"
+	"github.com/muster-io/muster/internal/randx"
 	"github.com/muster-io/muster/model"
 )
 
@@ -80,7 +79,8 @@ type Registry struct {
 	stop     chan struct{}   // closed by Close
 	runCtx   context.Context // cancelled by Close, right after stop: bounds the background work
 	runStop  context.CancelFunc
-	ticks    chan chan struct{} // Tick's requests to the housekeeper
+	settles  chan chan struct{} // Settle's requests to the housekeeper
+	handling atomic.Bool        // Start installed the forward and lease handlers
 	sends    pending            // lease handovers being sent (see takeover.go)
 	wg       sync.WaitGroup
 	closeErr error
@@ -96,13 +96,13 @@ func New(cfg Config) (*Registry, error) {
 		return nil, err
 	}
 	r := &Registry{
-		cfg:   cfg,
-		clock: cfg.Clock,
-		log:   cfg.Logger,
-		index: newIndex(cfg.Limits.withDefaults(), cfg.EmptyServiceTTL, cfg.PatchTTL),
-		ready: make(chan struct{}),
-		stop:  make(chan struct{}),
-		ticks: make(chan chan struct{}),
+		cfg:     cfg,
+		clock:   cfg.Clock,
+		log:     cfg.Logger,
+		index:   newIndex(cfg.Limits.withDefaults(), cfg.EmptyServiceTTL, cfg.PatchTTL),
+		ready:   make(chan struct{}),
+		stop:    make(chan struct{}),
+		settles: make(chan chan struct{}),
 	}
 	if r.clock == nil {
 		r.clock = clockwork.NewRealClock()
@@ -111,13 +111,7 @@ func New(cfg Config) (*Registry, error) {
 		r.log = slog.New(slog.DiscardHandler)
 	}
 	r.log = logx.WithNode(r.log, cfg.NodeID)
-	src := cfg.Rand
-	if src == nil {
-		var seed [16]byte
-		_, _ = crand.Read(seed[:]) // never fails on supported platforms
-		src = rand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:]))
-	}
-	r.rand = rand.New(src)
+	r.rand = rand.New(randx.Source(cfg.Rand))
 	r.store = &memStore{r: r}
 	r.replicator = solo{id: cfg.NodeID}
 	r.watch.init()
@@ -222,6 +216,7 @@ func (r *Registry) Start(ctx context.Context) error {
 	if r.cluster {
 		r.trans.Handle(kindForward, r.serveForward)
 		r.trans.Handle(kindLeases, r.serveLeases)
+		r.handling.Store(true)
 	}
 	if err := r.replicator.Start(ctx); err != nil {
 		_ = r.Close()
@@ -297,6 +292,10 @@ func (r *Registry) Close() error {
 		sessions = append(sessions, p)
 	}
 	r.mu.Unlock()
+	if r.handling.Load() { // peers' writes and leases now get ErrNoHandler
+		r.trans.Handle(kindForward, nil)
+		r.trans.Handle(kindLeases, nil)
+	}
 
 	close(r.stop)
 	if r.runStop != nil {
@@ -445,7 +444,7 @@ func (r *Registry) wakeAt(t time.Time) {
 
 // housekeeper runs the timers: beat and session leases, empty services and
 // orphaned patches. It sleeps until the earliest deadline, or SweepInterval
-// at most, and also runs when Tick asks.
+// at most, and also runs when Settle asks.
 func (r *Registry) housekeeper() {
 	for {
 		var done chan struct{}
@@ -453,7 +452,7 @@ func (r *Registry) housekeeper() {
 		case <-r.stop:
 			return
 		case <-r.timer.Chan():
-		case done = <-r.ticks:
+		case done = <-r.settles:
 		}
 		r.housekeep()
 		if done != nil {
@@ -484,19 +483,22 @@ func (r *Registry) housekeep() {
 	r.rearm()
 }
 
-// Tick makes the registry handle, now, every deadline that has passed on its
-// clock (beat leases, session keep-alives, clean-ups) and returns once that
-// is done, and once the messages it has started sending in the background
-// (leases handed to a key's new owner) have been answered. The registry
-// does this by itself as time passes; a test that moves a fake clock calls
-// Tick to see the effects at once (registrytest's Advance does).
-func (r *Registry) Tick(ctx context.Context) error {
+// Settle makes the registry handle, now, every deadline that has passed on
+// its clock (beat leases, session keep-alives, clean-ups) and returns once
+// that is done, and once the messages it has started sending in the
+// background (leases handed to a key's new owner) have been answered: the
+// contract of every driver's Settle (health.Scheduler.Settle,
+// distro.Replicator.Settle). It never moves the clock. The registry does
+// this by itself as time passes; a test that moves a fake clock calls
+// Settle to see the effects at once (registrytest's Advance does). It
+// returns ctx's error, ErrClosed once closed and ErrNotReady before Start.
+func (r *Registry) Settle(ctx context.Context) error {
 	if err := r.checkWrite(); err != nil {
 		return err
 	}
 	done := make(chan struct{})
 	select {
-	case r.ticks <- done:
+	case r.settles <- done:
 	case <-r.stop:
 		return ErrClosed
 	case <-ctx.Done():

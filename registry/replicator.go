@@ -29,9 +29,10 @@ type Replicator interface {
 	// WaitReady blocks until the load is done, ctx ends, or the
 	// replicator closes.
 	WaitReady(ctx context.Context) error
-	// Owner returns the node that owns the beat record key among the live
-	// members (rendezvous hashing). It does not block.
-	Owner(key string) string
+	// Owner returns the node ID of the live member that owns the record
+	// key recordKey (rendezvous hashing; a beat record's key names its
+	// ip:port). It does not block.
+	Owner(recordKey string) string
 	// Members returns the IDs of the live members, this node included. It
 	// does not block.
 	Members() []string

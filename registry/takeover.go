@@ -154,7 +154,7 @@ func (r *Registry) takeLeases(from string, body []byte) error {
 	return nil
 }
 
-// pending counts background work, so that Tick can wait for it. Its zero
+// pending counts background work, so that Settle can wait for it. Its zero
 // value is ready to use.
 type pending struct {
 	mu   sync.Mutex

@@ -46,9 +46,10 @@ type ClusterOptions struct {
 	// Raft, when set, gives every node a raftstore replica (real Dragonboat
 	// and Badger, data in the test's temporary directory, which survives
 	// Stop and Restart) through registry/raftcp, configured from it:
-	// ReplicaID, Dir, Transport and InitialMembers are set per node. Raft traffic goes over the node's
-	// endpoint on RaftNet (raftstore.Config.Transport), which Partition,
-	// Isolate, Heal and Stop cut like Net. Dragonboat runs on real time:
+	// ReplicaID, Dir, Transport and InitialMembers are set per node. Raft
+	// traffic goes over the node's endpoint on RaftNet
+	// (raftstore.Config.Transport), which Partition, Isolate, Heal and Stop
+	// cut like Net. Dragonboat runs on real time:
 	// use a small RTTMillisecond, and WaitFor rather than Eventually for
 	// what depends on it.
 	Raft *raftstore.Config
@@ -427,7 +428,7 @@ func (c *Cluster) Advance(d time.Duration) {
 // Settle waits until the nodes have handled every deadline that passed and
 // nothing is left in flight: when it returns, nothing more happens on Net
 // until the clock moves, a held message is delivered or the test calls a
-// node. It works in rounds. A round runs every live node's Tick (its
+// node. It works in rounds. A round runs every live node's Settle (its
 // deadlines, and what the registry sends in the background, answered) and
 // its replicator's Settle (everything distro has due at the clock's time,
 // run, up to the messages it hands to the network), then waits until
@@ -445,7 +446,7 @@ func (c *Cluster) Advance(d time.Duration) {
 // round's Settle. What could make a node act after its Settle is a message
 // (none was delivered: none was sent, Net was idle at the start and is at
 // the end), its clock (it does not move during Settle), a poke from its
-// registry (whose own work ran in Tick; what Tick started in the background
+// registry (whose own work ran in Settle; what Settle started in the background
 // was answered, which takes messages), or another node (only through a
 // message). So nothing was running anywhere at the end of the round, and
 // nothing can start by itself: no timing is involved, however slowly
@@ -466,7 +467,7 @@ func (c *Cluster) Settle() {
 	for {
 		did := false
 		for _, n := range c.Live() {
-			if err := n.Tick(ctx); err != nil {
+			if err := n.Settle(ctx); err != nil {
 				c.t.Fatalf("registrytest: node %s did not settle: %v", n.ID, err)
 			}
 			d, err := n.Replicator().Settle(ctx)

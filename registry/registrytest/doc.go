@@ -8,7 +8,7 @@
 //
 // Advance moves the clock and returns once the registry has handled every
 // deadline that passed and every watcher has been handed the newest view
-// (Settle: Registry.Tick, then Registry.FlushWatchers), so a test can assert
+// (Settle: Registry.Settle, then Registry.FlushWatchers), so a test can assert
 // on the result at once, and a Watcher's Next returns the change without
 // waiting. Step advances by one Options.Step; Eventually advances in such
 // steps until a condition holds; WaitFor polls in real time, for what does not run on the fake
@@ -49,7 +49,8 @@
 // has been quiet for a few milliseconds. ClusterOptions.Raft adds a real
 // Raft group (Dragonboat and Badger, in the test's temporary directory)
 // whose traffic goes over the MemNetwork, so partitions cut it too;
-// Dragonboat runs on real time: WaitFor polls for what depends on it. When the test ends, the harness heals the network, lets two verify
+// Dragonboat runs on real time: WaitFor polls for what depends on it. When
+// the test ends, the harness heals the network, lets two verify
 // periods pass, checks that every live node holds the same records and
 // serves the same instances, checks each index, closes every node, and
 // fails the test on a leaked goroutine.

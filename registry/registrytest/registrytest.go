@@ -122,7 +122,7 @@ func (r *Registry) Advance(d time.Duration) {
 }
 
 // Settle waits until the registry has handled every deadline that has
-// passed on its clock (Registry.Tick) and every watcher has been handed the
+// passed on its clock (Registry.Settle) and every watcher has been handed the
 // newest view (Registry.FlushWatchers): a Watcher's Next then returns at
 // once with what changed. It works whoever moved the clock, and whatever
 // else shares it.
@@ -130,7 +130,7 @@ func (r *Registry) Settle() {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := r.Tick(ctx); err != nil {
+	if err := r.Registry.Settle(ctx); err != nil {
 		r.t.Fatalf("registrytest: the registry did not settle: %v", err)
 	}
 	if err := r.FlushWatchers(ctx); err != nil {
