@@ -235,8 +235,13 @@ func (r *Registry) forward(ctx context.Context, req *fwdRequest) (BeatResult, er
 				err = resp.err(owner)
 			}
 		}
-		// An owner that does not count this node as a member yet (it has
-		// just joined) is a membership view that differs too: retry.
+		// An owner whose registry has closed (its handler is gone, its
+		// transport not yet) is as good as unreachable. An owner that does
+		// not count this node as a member yet (it has just joined) is a
+		// membership view that differs too: retry.
+		if errors.Is(err, transport.ErrNoHandler) {
+			err = fmt.Errorf("%w: %w", transport.ErrUnreachable, err)
+		}
 		if err == nil || !errors.Is(err, errNotOwner) && !errors.Is(err, ErrNotMember) && !errors.Is(err, transport.ErrUnreachable) {
 			return BeatResult{Interval: resp.Interval, Registered: resp.Registered}, err
 		}

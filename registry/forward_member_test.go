@@ -1,10 +1,13 @@
 package registry_test
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"testing"
 
+	"github.com/muster-io/muster/distro"
+	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/registry"
 	"github.com/muster-io/muster/registry/registrytest"
 	"github.com/muster-io/muster/transport"
@@ -119,7 +122,8 @@ func TestCloseRemovesHandlers(t *testing.T) {
 	c := registrytest.NewCluster(t, clusterOpts())
 	real := ownedBy(t, c, "n1", "orders")
 	for name, kind := range map[string]transport.Kind{"forward": registry.KindForward, "leases": registry.KindLeases} {
-		if _, err := c.Node(1).Transport.Request(ctx, "n1", kind, registry.ForwardRegister(real)); errors.Is(err, transport.ErrNoHandler) {
+		// A body no handler accepts: answered (with a refusal), not applied.
+		if _, err := c.Node(1).Transport.Request(ctx, "n1", kind, []byte{0}); errors.Is(err, transport.ErrNoHandler) {
 			t.Fatalf("%s before Close: %v, want a handler", name, err)
 		}
 	}
@@ -127,9 +131,71 @@ func TestCloseRemovesHandlers(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, kind := range map[string]transport.Kind{"forward": registry.KindForward, "leases": registry.KindLeases} {
-		if _, err := c.Node(1).Transport.Request(ctx, "n1", kind, registry.ForwardRegister(real)); !errors.Is(err, transport.ErrNoHandler) {
+		if _, err := c.Node(1).Transport.Request(ctx, "n1", kind, []byte{0}); !errors.Is(err, transport.ErrNoHandler) {
 			t.Errorf("%s after Close: %v, want transport.ErrNoHandler", name, err)
 		}
 	}
+	// A write forwarded to the closed owner is one the caller may retry.
+	if err := c.Node(1).Register(ctx, real); !errors.Is(err, registry.ErrUnavailable) {
+		t.Errorf("a write forwarded to the closed owner: %v, want ErrUnavailable", err)
+	}
 	c.Stop(0) // a second Close, then the transports
+}
+
+// blockingStore's Start waits until release is closed.
+type blockingStore struct{ entered, release chan struct{} }
+
+func (s blockingStore) Start(ctx context.Context) error {
+	close(s.entered)
+	<-s.release
+	return nil
+}
+func (blockingStore) WaitReady(context.Context) error { return nil }
+func (blockingStore) Barrier(context.Context) error   { return nil }
+func (blockingStore) IsLeader() bool                  { return true }
+func (blockingStore) Propose(context.Context, model.Command) (error, error) {
+	return nil, registry.ErrClosed
+}
+func (blockingStore) Close() error { return nil }
+
+// TestCloseDuringStart: a Close while Start waits for a slow store leaves
+// no handler behind: Start gives up with ErrClosed instead of installing
+// them after Close has run.
+func TestCloseDuringStart(t *testing.T) {
+	net := &transport.MemNetwork{}
+	tr, err := net.Node("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	peer, err := net.Node("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	dc := distro.DefaultConfig()
+	dc.Transport, dc.Membership = tr, distro.NewStatic(distro.Member{ID: "a"})
+	store := blockingStore{entered: make(chan struct{}), release: make(chan struct{})}
+	cfg := registry.DefaultConfig()
+	cfg.HealthChecks, cfg.NodeID, cfg.Replicator, cfg.Transport = nil, "a", registry.Distro(dc), tr
+	cfg.Store = func(registry.Env, registry.StoreFeed) (registry.Store, error) { return store, nil }
+	r, err := registry.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 1)
+	go func() { started <- r.Start(context.Background()) }()
+	<-store.entered
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	close(store.release)
+	if err := <-started; !errors.Is(err, registry.ErrClosed) {
+		t.Errorf("Start after a Close during it: %v, want ErrClosed", err)
+	}
+	for name, kind := range map[string]transport.Kind{"forward": registry.KindForward, "leases": registry.KindLeases} {
+		if _, err := peer.Request(ctx, "a", kind, []byte{0}); !errors.Is(err, transport.ErrNoHandler) {
+			t.Errorf("%s after Close: %v, want transport.ErrNoHandler", name, err)
+		}
+	}
 }

@@ -80,7 +80,7 @@ type Registry struct {
 	runCtx   context.Context // cancelled by Close, right after stop: bounds the background work
 	runStop  context.CancelFunc
 	settles  chan chan struct{} // Settle's requests to the housekeeper
-	handling atomic.Bool        // Start installed the forward and lease handlers
+	handling bool               // Start installed the forward and lease handlers; guarded by mu
 	sends    pending            // lease handovers being sent (see takeover.go)
 	wg       sync.WaitGroup
 	closeErr error
@@ -213,17 +213,34 @@ func (r *Registry) Start(ctx context.Context) error {
 		_ = r.Close()
 		return fmt.Errorf("registry: starting the persistent store: %w", err)
 	}
-	if r.cluster {
+	if r.cluster && !r.startLocked(func() {
 		r.trans.Handle(kindForward, r.serveForward)
 		r.trans.Handle(kindLeases, r.serveLeases)
-		r.handling.Store(true)
+		r.handling = true
+	}) {
+		return ErrClosed
 	}
 	if err := r.replicator.Start(ctx); err != nil {
 		_ = r.Close()
 		return fmt.Errorf("registry: starting replication: %w", err)
 	}
-	r.goFunc(r.awaitReady)
+	if !r.startLocked(func() { r.goFunc(r.awaitReady) }) {
+		return ErrClosed
+	}
 	return nil
+}
+
+// startLocked runs f, a step of Start, under mu unless a Close has begun
+// meanwhile (the store can take seconds to start): then it reports false
+// and f does not run, so a Close never misses what Start set up.
+func (r *Registry) startLocked(f func()) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state.Load() == stateClosed {
+		return false
+	}
+	f()
+	return true
 }
 
 // awaitReady marks the registry ready once replication has loaded from the
@@ -284,6 +301,7 @@ func (r *Registry) Close() error {
 	}
 	r.state.Store(stateClosed)
 	r.serving.Store(false)
+	handling := r.handling
 	if r.timer != nil {
 		r.timer.Stop()
 	}
@@ -292,7 +310,7 @@ func (r *Registry) Close() error {
 		sessions = append(sessions, p)
 	}
 	r.mu.Unlock()
-	if r.handling.Load() { // peers' writes and leases now get ErrNoHandler
+	if handling { // peers' writes and leases now get ErrNoHandler
 		r.trans.Handle(kindForward, nil)
 		r.trans.Handle(kindLeases, nil)
 	}

@@ -69,8 +69,9 @@ func (r *Registry) sendLeases(byOwner map[string][]handedLease) {
 
 // handLeases sends one handover to owner. Membership views change on each
 // node in its own time, so the new owner may not count this node as a
-// member yet when the handover arrives (it answers ErrNotMember), or the
-// connection may not be up: both are retried, with a backoff in real time
+// member yet when the handover arrives (it answers ErrNotMember), its
+// registry may not have installed its handler yet (ErrNoHandler), or the
+// connection may not be up: all are retried, with a backoff in real time
 // (the network's), until ForwardTimeout has passed.
 func (r *Registry) handLeases(owner string, body []byte) {
 	ctx, cancel := context.WithTimeout(r.runCtx, r.cfg.ForwardTimeout) // real time: the network's
@@ -86,7 +87,7 @@ func (r *Registry) handLeases(owner string, body []byte) {
 		if err == nil {
 			return
 		}
-		if !errors.Is(err, ErrNotMember) && !errors.Is(err, transport.ErrUnreachable) {
+		if !errors.Is(err, ErrNotMember) && !errors.Is(err, transport.ErrUnreachable) && !errors.Is(err, transport.ErrNoHandler) {
 			r.log.Debug("handing beat leases over failed", "to", owner, "err", err)
 			return
 		}

@@ -2,7 +2,7 @@ package transport
 
 import "context"
 
-// CallHooks let a caller that counts its own goroutines as busy (distro's Replicator.Drain, for
+// CallHooks let a caller that counts its own goroutines as busy (distro's Replicator.Settle, for
 // tests on a fake clock) hand a request over to the network's count of what is in flight
 // (MemNetwork.InFlight) and take it back without a moment in which neither counts it. A
 // MemTransport calls Sent, on the caller's goroutine, once the network counts the message (being
