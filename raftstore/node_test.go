@@ -3,6 +3,7 @@ package raftstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -55,9 +56,14 @@ func TestConfigValidate(t *testing.T) {
 		breakIt(&all)
 	}
 	err := all.Validate()
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("every field broken: %v, want ErrInvalidConfig", err)
+	}
+	// One line per broken rule, each starting with its field.
+	lines := strings.Split(strings.TrimPrefix(err.Error(), ErrInvalidConfig.Error()+": "), "\n")
 	for field := range cases {
-		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), field) {
-			t.Errorf("every field broken: the error does not name %s: %v", field, err)
+		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, field+" ") }) {
+			t.Errorf("every field broken: no rule of %s in %q", field, lines)
 		}
 	}
 }
