@@ -28,6 +28,7 @@ type index struct {
 	rev      uint64 // last revision handed out; revisions are unique across services
 	lim      Limits // the registry's limits, with their defaults
 	noting   bool   // the journal is on: changes record its events (effects.events)
+	solo     bool   // standalone: no replicator, so changes record no replication effects (notes, replicate)
 	quota    quotas // what the limits count (see limits.go)
 
 	beats    map[string]*publisher // beat publishers by IP, then chained by port (see beatPub)
@@ -81,9 +82,9 @@ type effects struct {
 	conflicts []conflict
 	// notes: publications added or changed (published) and removed, for
 	// the per-instance replication of sessions (delta.go), in order.
-	notes []note
 	// replicate: publishers whose revision moved: their records are due
-	// to the replicator.
+	// to the replicator. A standalone index (index.solo) records neither.
+	notes     []note
 	replicate []*publisher
 	// ended: sessions closed (their Done channel to close); lapsed: the
 	// IDs of those whose keep-alive lapsed (logged).
@@ -161,6 +162,22 @@ func (fx *effects) wakeBy(t time.Time) {
 func (ix *index) note(key model.InstanceKey, kind EventKind, pub *publisher, why string) {
 	if ix.noting {
 		ix.fx.events = append(ix.fx.events, jnote{key: key, kind: kind, pub: pub, why: why})
+	}
+}
+
+// noteSlot is note of sl's key, built only when the journal is on.
+func (ix *index) noteSlot(sl *slot, kind EventKind, pub *publisher, why string) {
+	if ix.noting {
+		ix.note(sl.key(), kind, pub, why)
+	}
+}
+
+// notePublication records that pi was published (new or changed) or, if
+// not published, removed, for the per-instance replication of sessions
+// (delta.go); standalone, nothing reads it.
+func (ix *index) notePublication(pi *pubInst, published bool) {
+	if !ix.solo {
+		ix.fx.notes = append(ix.fx.notes, note{pi: pi, published: published})
 	}
 }
 
@@ -439,9 +456,9 @@ func (ix *index) putInstance(inst model.Instance) {
 	sl.pers = stored
 	if born {
 		ix.slotBorn(sl)
-		ix.note(sl.key(), EventRegistered, nil, "")
+		ix.noteSlot(sl, EventRegistered, nil, "")
 	} else {
-		ix.note(sl.key(), EventUpdated, nil, "")
+		ix.noteSlot(sl, EventUpdated, nil, "")
 	}
 	ix.changed(s)
 	ix.fx.targets = append(ix.fx.targets, target{svc: s, sl: sl})
@@ -480,7 +497,7 @@ func (ix *index) beatEvent(pi *pubInst, ev health.Event, now time.Time) {
 	switch ev {
 	case health.EventUnhealthy:
 		if pi.inst.healthy {
-			ix.note(pi.slot.key(), EventUnhealthy, pi.pub, "beat missed")
+			ix.noteSlot(pi.slot, EventUnhealthy, pi.pub, "beat missed")
 			ix.replaceInst(pi, pi.inst.withHealth(false))
 		}
 	case health.EventExpired: // the tracker has dropped the lease already
@@ -582,7 +599,7 @@ func (ix *index) publishAt(s *service, i int, found bool, pub *publisher, inst m
 			if served {
 				ix.changed(s)
 			}
-			ix.fx.notes = append(ix.fx.notes, note{pi: pi, published: true})
+			ix.notePublication(pi, true)
 			return pi, nil
 		}
 	}
@@ -616,13 +633,13 @@ func (ix *index) publishAt(s *service, i int, found bool, pub *publisher, inst m
 	if born {
 		ix.slotBorn(sl)
 	}
-	ix.note(sl.key(), EventRegistered, pub, "")
+	ix.noteSlot(sl, EventRegistered, pub, "")
 	// issue 15: another publisher of a key, with the same instance, changes
 	// no view.
 	if born || sl.current() == stored && !stored.equal(prev) {
 		ix.changed(s)
 	}
-	ix.fx.notes = append(ix.fx.notes, note{pi: pi, published: true})
+	ix.notePublication(pi, true)
 	return pi, nil
 }
 
@@ -631,8 +648,8 @@ func (ix *index) publishAt(s *service, i int, found bool, pub *publisher, inst m
 // removed from its publisher's list (a caller removing them all skips
 // that). The caller drops the publication's lease, if any.
 func (ix *index) unpublish(pi *pubInst, detach bool, why string, now time.Time) {
-	ix.note(pi.slot.key(), EventRemoved, pi.pub, why)
-	ix.fx.notes = append(ix.fx.notes, note{pi: pi}) // issue 15: per-instance replication (delta.go)
+	ix.noteSlot(pi.slot, EventRemoved, pi.pub, why)
+	ix.notePublication(pi, false) // issue 15: per-instance replication (delta.go)
 	sl := pi.slot
 	if i := slices.Index(sl.pubs, pi); i >= 0 {
 		sl.pubs = slices.Delete(sl.pubs, i, i+1)
@@ -654,12 +671,14 @@ func (ix *index) replaceInst(pi *pubInst, next *rec) {
 }
 
 // pubChanged records a change of pub: its revision moves on, and its
-// record is due to the replicator. Every change of a publisher's
-// instances goes through here, so that the record is replicated from one
-// place.
+// record is due to the replicator (none standalone). Every change of a
+// publisher's instances goes through here, so that the record is
+// replicated from one place.
 func (ix *index) pubChanged(pub *publisher) {
 	pub.rev++
-	ix.fx.replicate = append(ix.fx.replicate, pub)
+	if !ix.solo {
+		ix.fx.replicate = append(ix.fx.replicate, pub)
+	}
 }
 
 // admit checks a normalized cmd from o against the rules (model.AdmitCommand

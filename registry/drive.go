@@ -16,6 +16,9 @@ import (
 // The caller holds mu.
 func (r *Registry) carryOut() {
 	fx := &r.index.fx
+	if fx.empty() {
+		return // a change that means nothing outside the index (most of a standalone write's)
+	}
 	for _, key := range fx.dirty {
 		r.markDirty(key)
 	}
