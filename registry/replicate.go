@@ -30,10 +30,8 @@ const (
 )
 
 // pubPayload is a publisher record's payload: its instances, with their
-// health. It is msgpack-encoded; the tags are part of the wire format.
-type pubPayload struct {
-	Instances []model.Instance `msgpack:"i"`
-}
+// health (model's wire type, msgpack-encoded).
+type pubPayload = model.InstanceList
 
 // recordKey returns p's distro record key.
 func recordKey(p *publisher) string {
