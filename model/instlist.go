@@ -91,3 +91,18 @@ func instanceListLen(b []byte) (int, error) {
 	}
 	return 0, nil
 }
+
+// AppendMsgpack appends the msgpack encoding of l to b and returns the
+// extended slice: byte for byte what Marshal(l) writes, without
+// reflection.
+func (l *InstanceList) AppendMsgpack(b []byte) []byte {
+	b = appendStr(append(b, 0x81), "i")
+	if l.Instances == nil {
+		return append(b, 0xc0)
+	}
+	b = appendArrayLen(b, len(l.Instances))
+	for i := range l.Instances {
+		b = l.Instances[i].AppendMsgpack(b)
+	}
+	return b
+}

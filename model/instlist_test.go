@@ -53,6 +53,27 @@ func TestUnmarshalInstanceListRandom(t *testing.T) {
 	}
 }
 
+// TestInstanceListAppendMsgpack: the hand encoder writes what msgpack
+// writes.
+func TestInstanceListAppendMsgpack(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed: %d", seed)
+	r := rand.New(rand.NewPCG(seed, 3))
+	lists := []InstanceList{{}, {Instances: []Instance{}}, {Instances: benchInstances(20)}}
+	for range 300 {
+		lists = append(lists, randomInstanceList(r))
+	}
+	for _, l := range lists {
+		want, err := Marshal(&l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := l.AppendMsgpack([]byte{0xff}); !bytes.Equal(got[1:], want) || got[0] != 0xff {
+			t.Fatalf("AppendMsgpack % x\nMarshal       % x", got, want)
+		}
+	}
+}
+
 // futureInstance is an Instance of a later version, with a field this one
 // does not know.
 type futureInstance struct {

@@ -200,15 +200,15 @@ func (r *Registry) replicateSession(p *publisher) {
 
 // encodeInsts returns the record payload of pis.
 func encodeInsts(pis []*pubInst) []byte {
-	pl := pubPayload{Instances: make([]model.Instance, len(pis))}
-	for i, pi := range pis {
-		pl.Instances[i] = pi.inst.instance(pi.slot.svc)
+	var one [1]model.Instance // a session's instance record: no list to allocate
+	pl := pubPayload{Instances: one[:0]}
+	if len(pis) > len(one) {
+		pl.Instances = make([]model.Instance, 0, len(pis))
 	}
-	b, err := model.Marshal(&pl)
-	if err != nil { // plain structs of validated values always encode
-		panic("registry: encoding a publisher: " + err.Error())
+	for _, pi := range pis {
+		pl.Instances = append(pl.Instances, pi.inst.instance(pi.slot.svc))
 	}
-	return b
+	return pl.AppendMsgpack(make([]byte, 0, 192*len(pis)))
 }
 
 // instRecord is an instance record from a peer, decoded and checked.
