@@ -244,8 +244,8 @@ func (r *Registry) decodeInstRecord(rec distro.Record, sid, hash string) (instRe
 // applyInstLocked installs an instance record of a peer's session in its
 // grouped copy: one publication added, changed or removed. The caller
 // holds mu.
-func (r *Registry) applyInstLocked(ir instRecord) {
-	gkey := sessionPrefix + ir.sid + "/"
+func (r *Registry) applyInstLocked(ir *instRecord) {
+	gkey := ir.rec.Key[:len(ir.rec.Key)-len(ir.hash)] // sessionPrefix + ir.sid + "/", without building it
 	if r.sessions[ir.sid] != nil {
 		// This node's own session (its ID names this node, and
 		// applyBatch took only records of the node a session ID names):
@@ -289,7 +289,7 @@ func (r *Registry) applyInstLocked(ir instRecord) {
 	// never be repaired: distro holds its version).
 	pi, err := r.publish(p, *ir.inst, false)
 	if err != nil {
-		r.log.Warn("a replicated instance conflicts with this node's index", "instance", ir.inst.Key().String(), "err", err)
+		r.conflictingInstance(ir.inst, err)
 	} else {
 		p.repl.insts[ir.hash] = pi
 		p.rev++
@@ -298,6 +298,12 @@ func (r *Registry) applyInstLocked(ir instRecord) {
 		delete(r.remote, gkey)
 		p.closed = true
 	}
+}
+
+// conflictingInstance logs a peer's instance that the index refused (out
+// of line: see ignoreRecord).
+func (r *Registry) conflictingInstance(inst *model.Instance, err error) {
+	r.log.Warn("a replicated instance conflicts with this node's index", "instance", inst.Key().String(), "err", err)
 }
 
 // closeSessionQuietly ends local session p without replicating: another
@@ -314,19 +320,20 @@ func (r *Registry) closeSessionQuietly(p *publisher) {
 func (ds distroStore) applyBatch(recs []distro.Record) {
 	r := ds.r
 	var irs []instRecord
-	for _, rec := range recs {
+	for i := range recs {
+		rec := &recs[i]
 		sid, hash, ok := splitInstKey(rec.Key)
 		if !ok || rec.Kind != distro.KindSession {
-			ds.Apply(rec)
+			ds.Apply(*rec)
 			continue
 		}
 		if !sessionOf(sid, rec.Owner) {
-			r.log.Warn("ignoring a session record written by a node other than the session's", "record", rec.Key, "owner", rec.Owner)
+			r.ignoreRecord("ignoring a session record written by a node other than the session's", rec, nil)
 			continue
 		}
-		ir, err := r.decodeInstRecord(rec, sid, hash)
+		ir, err := r.decodeInstRecord(*rec, sid, hash)
 		if err != nil {
-			r.log.Warn("ignoring a malformed record", "record", rec.Key, "owner", rec.Owner, "err", err)
+			r.ignoreRecord("ignoring a malformed record", rec, err)
 			continue
 		}
 		irs = append(irs, ir)
@@ -339,9 +346,20 @@ func (ds distroStore) applyBatch(recs []distro.Record) {
 	if r.state.Load() == stateClosed {
 		return
 	}
-	for _, ir := range irs {
-		r.applyInstLocked(ir)
+	for i := range irs {
+		r.applyInstLocked(&irs[i])
 	}
+}
+
+// ignoreRecord logs a peer's record that is not applied, and why. It is
+// out of line, as are the apply path's other logs: that path runs on a
+// goroutine per message, whose stack grows (a copy) with every frame.
+func (r *Registry) ignoreRecord(msg string, rec *distro.Record, err error) {
+	if err == nil {
+		r.log.Warn(msg, "record", rec.Key, "owner", rec.Owner)
+		return
+	}
+	r.log.Warn(msg, "record", rec.Key, "owner", rec.Owner, "err", err)
 }
 
 // ApplyBatch implements distro.BatchStore.

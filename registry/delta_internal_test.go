@@ -56,7 +56,7 @@ func FuzzInstRecord(f *testing.F) {
 			t.Fatalf("accepted %q carrying instance %s", key, ir.inst.Key())
 		}
 		r.mu.Lock()
-		r.applyInstLocked(ir)
+		r.applyInstLocked(&ir)
 		r.mu.Unlock()
 		if err := r.CheckConsistency(); err != nil {
 			t.Fatal(err)

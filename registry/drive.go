@@ -22,24 +22,18 @@ func (r *Registry) carryOut() {
 	for _, key := range fx.dirty {
 		r.markDirty(key)
 	}
-	for _, s := range fx.gone {
-		r.serviceGone(s)
-	}
-	for _, ns := range fx.catalogs {
-		r.catalogChanged(ns)
+	// The rarer effects are carried out of line (carryOutGone, retarget,
+	// carryOutEnds), in the same order: this runs on the apply path of
+	// peers' records, a goroutine per message whose stack grows (a copy)
+	// with every frame.
+	if len(fx.gone) > 0 || len(fx.catalogs) > 0 {
+		r.carryOutGone(fx)
 	}
 	if fx.services {
 		r.svcGen.Add(1)
 	}
-	for _, t := range fx.targets {
-		switch {
-		case t.svc == nil:
-			r.untarget(t.key)
-		case t.sl == nil:
-			r.syncTargets(t.svc)
-		default:
-			r.syncTarget(t.svc, t.sl)
-		}
+	if len(fx.targets) > 0 {
+		r.retarget(fx.targets)
 	}
 	for _, n := range fx.notes {
 		if n.published {
@@ -55,6 +49,43 @@ func (r *Registry) carryOut() {
 		e := &fx.events[i]
 		r.note(e.key, e.kind, e.pub, e.why)
 	}
+	if len(fx.lapsed) > 0 || len(fx.ended) > 0 || len(fx.conflicts) > 0 {
+		r.carryOutEnds(fx)
+	}
+	if !fx.wake.IsZero() {
+		r.wakeAt(fx.wake)
+	}
+	fx.reset()
+}
+
+// carryOutGone tells the watchers of the services that left, and those of
+// the catalogs that changed (see carryOut).
+func (r *Registry) carryOutGone(fx *effects) {
+	for _, s := range fx.gone {
+		r.serviceGone(s)
+	}
+	for _, ns := range fx.catalogs {
+		r.catalogChanged(ns)
+	}
+}
+
+// retarget re-evaluates health-check targets (see carryOut).
+func (r *Registry) retarget(targets []target) {
+	for _, t := range targets {
+		switch {
+		case t.svc == nil:
+			r.untarget(t.key)
+		case t.sl == nil:
+			r.syncTargets(t.svc)
+		default:
+			r.syncTarget(t.svc, t.sl)
+		}
+	}
+}
+
+// carryOutEnds logs the lapsed keep-alives, ends the sessions closed and
+// logs the conflicts (see carryOut).
+func (r *Registry) carryOutEnds(fx *effects) {
 	for _, id := range fx.lapsed {
 		r.log.Info("session keep-alive lapsed", "session", id)
 	}
@@ -69,10 +100,6 @@ func (r *Registry) carryOut() {
 			r.log.Warn("a stored instance conflicts with this node's ephemeral instances", "instance", c.key, "err", c.err)
 		}
 	}
-	if !fx.wake.IsZero() {
-		r.wakeAt(fx.wake)
-	}
-	fx.reset()
 }
 
 // The index's changes that the Registry's code makes directly, each
