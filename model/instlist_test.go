@@ -6,8 +6,8 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"testing"
-	"time"
 
+	"github.com/muster-io/muster/internal/testutil"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -25,9 +25,10 @@ func randomInstanceList(r *rand.Rand) InstanceList {
 // writes them take the one-pass decoder, and decode as msgpack decodes
 // them.
 func TestUnmarshalInstanceListRandom(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed: %d", seed)
-	r := rand.New(rand.NewPCG(seed, 2))
+	testutil.Seeds(t, 0, 1, func(t *testing.T, seed uint64) { instanceListRandom(t, rand.New(rand.NewPCG(seed, 2))) })
+}
+
+func instanceListRandom(t *testing.T, r *rand.Rand) {
 	for range 300 {
 		l := randomInstanceList(r)
 		b, err := Marshal(&l)
@@ -56,9 +57,10 @@ func TestUnmarshalInstanceListRandom(t *testing.T) {
 // TestInstanceListAppendMsgpack: the hand encoder writes what msgpack
 // writes.
 func TestInstanceListAppendMsgpack(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed: %d", seed)
-	r := rand.New(rand.NewPCG(seed, 3))
+	testutil.Seeds(t, 0, 1, func(t *testing.T, seed uint64) { instanceListAppend(t, rand.New(rand.NewPCG(seed, 3))) })
+}
+
+func instanceListAppend(t *testing.T, r *rand.Rand) {
 	lists := []InstanceList{{}, {Instances: []Instance{}}, {Instances: benchInstances(20)}}
 	for range 300 {
 		lists = append(lists, randomInstanceList(r))
