@@ -135,20 +135,27 @@ func (fx *effects) empty() bool {
 
 // reset clears fx, keeping its storage.
 func (fx *effects) reset() {
-	clear(fx.gone)
-	clear(fx.targets)
-	clear(fx.conflicts)
-	clear(fx.notes)
-	clear(fx.replicate)
-	clear(fx.ended)
-	clear(fx.lapsed)
-	clear(fx.events)
-	// Each slice is cut in place (x = x[:0] writes no pointer, so it costs
-	// no write barrier, unlike assigning a whole new effects).
-	fx.dirty, fx.gone, fx.catalogs = fx.dirty[:0], fx.gone[:0], fx.catalogs[:0]
-	fx.targets, fx.conflicts, fx.notes = fx.targets[:0], fx.conflicts[:0], fx.notes[:0]
-	fx.replicate, fx.ended, fx.lapsed, fx.events = fx.replicate[:0], fx.ended[:0], fx.lapsed[:0], fx.events[:0]
+	cut(&fx.dirty)
+	cut(&fx.gone)
+	cut(&fx.catalogs)
+	cut(&fx.targets)
+	cut(&fx.conflicts)
+	cut(&fx.notes)
+	cut(&fx.replicate)
+	cut(&fx.ended)
+	cut(&fx.lapsed)
+	cut(&fx.events)
 	fx.services, fx.wake = false, time.Time{}
+}
+
+// cut empties *s, keeping its storage. It touches only a list that holds
+// something (a change nearly always records one or two), and cuts it in
+// place (s = s[:0] writes no pointer, so it costs no write barrier).
+func cut[T any](s *[]T) {
+	if len(*s) > 0 {
+		clear(*s)
+		*s = (*s)[:0]
+	}
 }
 
 // wakeBy records that a deadline at t was started.

@@ -74,6 +74,13 @@ type replState struct {
 // instHash returns the record key hash of the instance key (svc, cluster,
 // ip, port).
 func instHash(svc model.ServiceKey, cluster, ip string, port int) string {
+	h := instHashDigits(svc, cluster, ip, port)
+	return string(h[:])
+}
+
+// instHashDigits is instHash's digits, in an array (comparing them with a
+// string allocates nothing).
+func instHashDigits(svc model.ServiceKey, cluster, ip string, port int) [instHashLen]byte {
 	var buf [512]byte
 	b := append(buf[:0], svc.Namespace...)
 	b = append(b, 0)
@@ -92,7 +99,7 @@ func instHash(svc model.ServiceKey, cluster, ip string, port int) string {
 		v := uint32(sum[3*i])<<16 | uint32(sum[3*i+1])<<8 | uint32(sum[3*i+2])
 		out[4*i], out[4*i+1], out[4*i+2], out[4*i+3] = hashDigits[v>>18&63], hashDigits[v>>12&63], hashDigits[v>>6&63], hashDigits[v&63]
 	}
-	return string(out[:])
+	return out
 }
 
 // isHashDigit reports whether c is one of hashDigits.
@@ -234,7 +241,7 @@ func (r *Registry) decodeInstRecord(rec distro.Record, sid, hash string) (instRe
 		return ir, &model.ValidationError{Field: "record.instances", Rule: "an instance record carries one instance", Value: strconv.Itoa(len(insts))}
 	}
 	in := &insts[0]
-	if instHash(in.Service, in.Cluster, in.IP, in.Port) != hash {
+	if h := instHashDigits(in.Service, in.Cluster, in.IP, in.Port); string(h[:]) != hash {
 		return ir, &model.ValidationError{Field: "record.key", Rule: "must be the hash of the instance's key", Value: rec.Key}
 	}
 	ir.inst = in
@@ -280,7 +287,7 @@ func (r *Registry) applyInstLocked(ir *instRecord) {
 		return
 	}
 	if p == nil {
-		p = &publisher{kind: pubSession, id: ir.sid, remote: true, owner: ir.rec.Owner, repl: &replState{rkey: gkey, insts: map[string]*pubInst{}}}
+		p = newGroupedCopy(gkey, ir.sid, ir.rec.Owner)
 		r.remote[gkey] = p
 	}
 	// No per-session cap here: the owner keeps MaxInstancesPerSession, and
@@ -304,6 +311,25 @@ func (r *Registry) applyInstLocked(ir *instRecord) {
 // of line: see ignoreRecord).
 func (r *Registry) conflictingInstance(inst *model.Instance, err error) {
 	r.log.Warn("a replicated instance conflicts with this node's index", "instance", inst.Key().String(), "err", err)
+}
+
+// groupedCopy is a peer's session as this node holds it: the publisher
+// and its replication state, in one allocation (a peer's session is new
+// with its first record, nearly always its only one).
+type groupedCopy struct {
+	pub  publisher
+	repl replState
+}
+
+// newGroupedCopy returns the empty grouped copy of session sid of node
+// owner, under the r.remote key gkey.
+func newGroupedCopy(gkey, sid, owner string) *publisher {
+	g := &groupedCopy{
+		pub:  publisher{kind: pubSession, id: sid, remote: true, owner: owner},
+		repl: replState{rkey: gkey, insts: map[string]*pubInst{}},
+	}
+	g.pub.repl = &g.repl
+	return &g.pub
 }
 
 // closeSessionQuietly ends local session p without replicating: another
