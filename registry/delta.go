@@ -3,6 +3,7 @@ package registry
 import (
 	"crypto/sha256"
 	"errors"
+	"iter"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,11 +65,89 @@ type replState struct {
 	// rkey is the r.remote key of a peer's grouped copy ("s/<id>/").
 	rkey string
 	// insts are a grouped copy's publications, by instance hash.
-	insts map[string]*pubInst
+	insts hashMap
 	// dirty are a local session's instance records to write at its next
 	// replicate, by instance hash: the publication to send, or nil to
 	// delete the record.
-	dirty map[string]*pubInst
+	dirty hashMap
+}
+
+// hashMap maps instance hashes to publications. It holds its first entry
+// inline: a session nearly always publishes one instance, and a Go map of
+// one entry costs some 250 bytes, on the owner (dirty) and on every peer
+// (a grouped copy's insts). Its zero value is empty.
+type hashMap struct {
+	one  string // the inline entry's hash, "" when there is none (a hash never is)
+	oneV *pubInst
+	more map[string]*pubInst
+}
+
+// get returns the entry of h.
+func (m *hashMap) get(h string) (*pubInst, bool) {
+	if h != "" && m.one == h {
+		return m.oneV, true
+	}
+	v, ok := m.more[h]
+	return v, ok
+}
+
+// put sets the entry of h, which is not "".
+func (m *hashMap) put(h string, v *pubInst) {
+	if m.one == h {
+		m.oneV = v
+		return
+	}
+	if _, ok := m.more[h]; ok {
+		m.more[h] = v
+		return
+	}
+	if m.one == "" {
+		m.one, m.oneV = h, v
+		return
+	}
+	if m.more == nil {
+		m.more = make(map[string]*pubInst)
+	}
+	m.more[h] = v
+}
+
+// del removes the entry of h, if any.
+func (m *hashMap) del(h string) {
+	if h != "" && m.one == h {
+		m.one, m.oneV = "", nil
+		return
+	}
+	delete(m.more, h)
+}
+
+// len returns the number of entries.
+func (m *hashMap) len() int {
+	n := len(m.more)
+	if m.one != "" {
+		n++
+	}
+	return n
+}
+
+// all yields the entries, in no particular order; the loop may del the
+// entry it is given.
+func (m *hashMap) all() iter.Seq2[string, *pubInst] {
+	return func(yield func(string, *pubInst) bool) {
+		if m.one != "" && !yield(m.one, m.oneV) {
+			return
+		}
+		for h, v := range m.more {
+			if !yield(h, v) {
+				return
+			}
+		}
+	}
+}
+
+// reset removes every entry, keeping the map's storage.
+func (m *hashMap) reset() {
+	m.one, m.oneV = "", nil
+	clear(m.more)
 }
 
 // instHash returns the record key hash of the instance key (svc, cluster,
@@ -138,11 +217,7 @@ func (r *Registry) notePublished(pub *publisher, pi *pubInst) {
 	if !r.cluster || pub.kind != pubSession || pub.remote {
 		return
 	}
-	st := pub.replState()
-	if st.dirty == nil {
-		st.dirty = make(map[string]*pubInst)
-	}
-	st.dirty[piHash(pi)] = pi
+	pub.replState().dirty.put(piHash(pi), pi)
 }
 
 // noteUnpublished records that pi left its publisher. The caller holds mu.
@@ -151,11 +226,7 @@ func (r *Registry) noteUnpublished(pi *pubInst) {
 	if !r.cluster || pub.kind != pubSession || pub.remote {
 		return
 	}
-	st := pub.replState()
-	if st.dirty == nil {
-		st.dirty = make(map[string]*pubInst)
-	}
-	st.dirty[piHash(pi)] = nil
+	pub.replState().dirty.put(piHash(pi), nil)
 }
 
 func (p *publisher) replState() *replState {
@@ -170,13 +241,13 @@ func (p *publisher) replState() *replState {
 // all. The caller holds mu.
 func (r *Registry) replicateSession(p *publisher) {
 	st := p.repl
-	if st == nil || len(st.dirty) == 0 {
+	if st == nil || st.dirty.len() == 0 {
 		return
 	}
 	key := recordKey(p)
 	// One Write: the records of one change leave in one sync message.
-	changes := make([]distro.Change, 0, len(st.dirty))
-	for h, pi := range st.dirty {
+	changes := make([]distro.Change, 0, st.dirty.len())
+	for h, pi := range st.dirty.all() {
 		k := key + "/" + h
 		if pi == nil || p.closed {
 			changes = append(changes, distro.Change{Key: k, Delete: true})
@@ -186,18 +257,18 @@ func (r *Registry) replicateSession(p *publisher) {
 	}
 	errs := r.replicator.Write(changes)
 	if errs == nil {
-		clear(st.dirty)
+		st.dirty.reset()
 		return
 	}
 	// A change whose write failed stays dirty: the session's next change
 	// writes it again (one instance record is the whole of that instance's
 	// state, so nothing else would).
-	for h := range st.dirty {
+	for h := range st.dirty.all() {
 		k := key + "/" + h
 		i := slices.IndexFunc(changes, func(c distro.Change) bool { return c.Key == k })
 		if i < 0 || i >= len(errs) || errs[i] == nil ||
 			errors.Is(errs[i], distro.ErrNotFound) && changes[i].Delete || errors.Is(errs[i], distro.ErrClosed) {
-			delete(st.dirty, h)
+			st.dirty.del(h)
 			continue
 		}
 		r.log.Warn("replicating a session change failed; it is written again with the session's next change",
@@ -265,11 +336,11 @@ func (r *Registry) applyInstLocked(ir *instRecord) {
 		if p == nil {
 			return
 		}
-		pi := p.repl.insts[ir.hash]
+		pi, _ := p.repl.insts.get(ir.hash)
 		if pi == nil {
 			return
 		}
-		delete(p.repl.insts, ir.hash)
+		p.repl.insts.del(ir.hash)
 		served := pi.slot.current() == pi.inst
 		why := "removed by its owner"
 		if r.members != nil && !r.members[ir.rec.Owner] {
@@ -298,7 +369,7 @@ func (r *Registry) applyInstLocked(ir *instRecord) {
 	if err != nil {
 		r.conflictingInstance(ir.inst, err)
 	} else {
-		p.repl.insts[ir.hash] = pi
+		p.repl.insts.put(ir.hash, pi)
 		p.rev++
 	}
 	if len(p.insts) == 0 {
@@ -326,7 +397,7 @@ type groupedCopy struct {
 func newGroupedCopy(gkey, sid, owner string) *publisher {
 	g := &groupedCopy{
 		pub:  publisher{kind: pubSession, id: sid, remote: true, owner: owner},
-		repl: replState{rkey: gkey, insts: map[string]*pubInst{}},
+		repl: replState{rkey: gkey},
 	}
 	g.pub.repl = &g.repl
 	return &g.pub
