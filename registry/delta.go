@@ -416,7 +416,8 @@ func (r *Registry) closeSessionQuietly(p *publisher) {
 // queries and watchers together.
 func (ds distroStore) applyBatch(recs []distro.Record) {
 	r := ds.r
-	var irs []instRecord
+	var first [1]instRecord // a sync nearly always carries one record
+	irs := first[:0]
 	for i := range recs {
 		rec := &recs[i]
 		sid, hash, ok := splitInstKey(rec.Key)
