@@ -11,7 +11,7 @@ import (
 // a publisher record's payload (registry), a distro sync batch of such
 // records, a Raft entry's batch of commands and a service view.
 func BenchmarkUnmarshal(b *testing.B) {
-	payload := mPubPayload{Instances: benchInstances(4)}
+	payload := InstanceList{Instances: benchInstances(4)}
 	pb, _ := msgpack.Marshal(&payload)
 	var batch mSyncMsg
 	for i := range 64 {
@@ -76,7 +76,7 @@ func BenchmarkUnmarshalHostile(b *testing.B) {
 // BenchmarkWalk compares the bound's walk over typical payloads with the
 // type-blind Check it replaced and with msgpack's own decoding.
 func BenchmarkWalk(b *testing.B) {
-	payload := mPubPayload{Instances: benchInstances(4)}
+	payload := InstanceList{Instances: benchInstances(4)}
 	pb, _ := msgpack.Marshal(&payload)
 	var batch mSyncMsg
 	for i := range 64 {

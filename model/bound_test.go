@@ -263,7 +263,7 @@ func TestUnmarshalRealisticValues(t *testing.T) {
 		&mSyncMsg{Records: make([]mWireRecord, 100)},
 		&mVerifyResp{Buckets: make([]uint32, 1000), Versions: make([]mVersion, 100)},
 		&ServiceView{Instances: make([]Instance, 50), RealHealth: make([]bool, 50)},
-		&mPubPayload{Instances: benchInstances(64)},
+		&InstanceList{Instances: benchInstances(64)},
 		minimal(20),
 	} {
 		b, _ := msgpack.Marshal(v)

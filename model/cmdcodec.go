@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"reflect"
+	"unsafe"
 )
 
 // UnmarshalCommands decodes a msgpack array of Commands (a batch, as a
@@ -36,14 +37,27 @@ func UnmarshalCommands(b []byte, o DecodeOptions) ([]Command, error) {
 
 var commandsType = reflect.TypeFor[[]Command]()
 
-// cmdDecoder reads the canonical encoding of Commands. Every method
-// returns ok = false on anything outside that form (the caller then
+// cmdDecoder reads the canonical encoding of Commands and Instances. Every
+// method returns ok = false on anything outside that form (the caller then
 // decodes with msgpack); it checks every length against the input, so it
 // is safe on any bytes, and it allocates no more than msgpack would for
-// the same value (which the walk bounded).
+// the same value (which the walk bounded). With a positive limit it also
+// bounds itself, without a walk: every allocation is counted (allocSize)
+// before it is made, and one that would take spent past limit fails.
 type cmdDecoder struct {
-	b   []byte
-	off int
+	b            []byte
+	off          int
+	limit, spent int64
+}
+
+// charge counts an allocation of n bytes, and reports whether it fits the
+// limit (always, without one).
+func (d *cmdDecoder) charge(n int64) bool {
+	if d.limit <= 0 {
+		return true
+	}
+	d.spent += allocSize(n)
+	return d.spent <= d.limit
 }
 
 func (d *cmdDecoder) collection(fix, b16, b32 byte, perItem int) (int, bool) {
@@ -113,6 +127,9 @@ func (d *cmdDecoder) str() (string, bool) {
 		return DefaultGroup, true
 	case DefaultCluster:
 		return DefaultCluster, true
+	}
+	if !d.charge(int64(len(b))) {
+		return "", false
 	}
 	return string(b), true
 }
@@ -236,6 +253,9 @@ func (d *cmdDecoder) commands() ([]Command, bool) {
 	if !ok {
 		return nil, false
 	}
+	if !d.charge(int64(n) * int64(unsafe.Sizeof(Command{}))) {
+		return nil, false
+	}
 	cmds := make([]Command, n)
 	for i := range cmds {
 		if !d.command(&cmds[i]) {
@@ -341,10 +361,16 @@ func (d *cmdDecoder) patch(p *InstancePatch) bool {
 		case "key":
 			return 0, d.instanceKey(&p.Key)
 		case "weight":
+			if !d.charge(8) {
+				return 1, false
+			}
 			w, ok := d.float()
 			p.Weight = &w
 			return 1, ok
 		case "enabled":
+			if !d.charge(1) {
+				return 2, false
+			}
 			e, ok := d.bool()
 			p.Enabled = &e
 			return 2, ok
@@ -364,6 +390,10 @@ func (d *cmdDecoder) metadata(m *Metadata) bool {
 	if n == 0 {
 		*m = Metadata{}
 		return true
+	}
+	// The pairs, and what sorting them may box (sortPairs).
+	if !d.charge(int64(2*n)*int64(unsafe.Sizeof("")) + 32) {
+		return false
 	}
 	kv := make([]string, 2*n)
 	for i := range kv {
@@ -388,7 +418,7 @@ func (d *cmdDecoder) service(s *Service) bool {
 			return 3, d.metadata(&s.Metadata)
 		case "clusters":
 			n, ok := d.arrayLen()
-			if !ok {
+			if !ok || !d.charge(int64(n)*int64(unsafe.Sizeof(Cluster{}))) {
 				return 4, false
 			}
 			s.Clusters = make([]Cluster, n) // empty, not nil, as msgpack makes it
@@ -432,7 +462,7 @@ func (d *cmdDecoder) healthCheck(h *HealthCheck) bool {
 			return 3, d.metadata(&h.Headers)
 		case "codes":
 			n, ok := d.arrayLen()
-			if !ok {
+			if !ok || !d.charge(int64(n)*int64(unsafe.Sizeof(0))) {
 				return 4, false
 			}
 			h.ExpectedCodes = make([]int, n) // empty, not nil, as msgpack makes it

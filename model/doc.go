@@ -66,6 +66,9 @@
 // could allocate more than 1 GiB. A nil is accepted only where the Go type
 // has one. Struct fields cap their length with a maxlen tag, and
 // UnmarshalWith caps the top-level value (DecodeOptions.MaxLen).
+// UnmarshalInstanceList decodes a replicated publisher record's instances
+// (InstanceList) with the same guarantees and a cap on their number, in one
+// pass that counts its own allocations instead of a walk before msgpack.
 //
 // Every type that crosses the wire or the disk has msgpack tags
 // (github.com/vmihailenco/msgpack/v5) whose names are part of the format:

@@ -125,7 +125,7 @@ func FuzzUnmarshalBound(f *testing.F) {
 	for _, v := range targets {
 		seed(v)
 	}
-	seed(&mPubPayload{Instances: benchInstances(3)})
+	seed(&InstanceList{Instances: benchInstances(3)})
 	seed(&ServiceView{Instances: benchInstances(2), RealHealth: []bool{true, false}})
 	seed(&mSyncMsg{Records: []mWireRecord{{Key: "s/1", Kind: 1, Revision: 1, Payload: []byte("x")}}})
 	seed(&[]mCommand{{Op: 4, Instance: validInstance()}})

@@ -63,11 +63,8 @@ type mSnapResp struct {
 	Done    bool
 }
 
-// registry/replicate.go and forward.go
-type mPubPayload struct {
-	Instances []Instance `msgpack:"i"`
-}
-
+// registry/forward.go (registry/replicate.go's payload is model's
+// InstanceList)
 type mFwdRequest struct {
 	Op   uint8       `msgpack:"op"`
 	Inst Instance    `msgpack:"inst,omitempty"`
@@ -114,7 +111,7 @@ func wireTargets() []any {
 	return []any{
 		&Instance{}, &Service{}, &InstancePatch{}, &Query{}, &ServiceView{}, &Delta{}, &Metadata{}, &InstanceKey{}, &ServiceKey{},
 		&mSyncMsg{}, &mVerifyReq{}, &mVerifyResp{}, &mRepairMsg{}, &mSnapReq{}, &mSnapResp{},
-		&mPubPayload{}, &mFwdRequest{}, &mFwdResponse{}, &mHello{},
+		&InstanceList{}, &mFwdRequest{}, &mFwdResponse{}, &mHello{},
 		&mCommand{}, &[]mCommand{}, &mSnapRecord{},
 	}
 }

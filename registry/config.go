@@ -76,7 +76,7 @@ type Config struct {
 	// updated, health flips, patches, removals and why) this node keeps for
 	// Explain, for all instances together (rounded up to a power of two):
 	// about 130 bytes each, allocated once, and a clock read per event on
-	// the write paths (about 90 ns on a standalone Register, some 12%).
+	// the write paths (a noticeable share of a standalone Register's cost).
 	// DefaultConfig leaves it 0 (off: Explain reports the instance's
 	// current state only); registry/node and registrytest turn it on with
 	// DefaultHistoryEvents, as a cluster's operators want it.

@@ -28,6 +28,7 @@ type index struct {
 	rev      uint64 // last revision handed out; revisions are unique across services
 	lim      Limits // the registry's limits, with their defaults
 	noting   bool   // the journal is on: changes record its events (effects.events)
+	solo     bool   // standalone: no replicator, so changes record no replication effects (notes, replicate)
 	quota    quotas // what the limits count (see limits.go)
 
 	beats    map[string]*publisher // beat publishers by IP, then chained by port (see beatPub)
@@ -86,9 +87,9 @@ type effects struct {
 	conflicts []conflict
 	// notes: publications added or changed (published) and removed, for
 	// the per-instance replication of sessions (delta.go), in order.
-	notes []note
 	// replicate: publishers whose revision moved: their records are due
-	// to the replicator.
+	// to the replicator. A standalone index (index.solo) records neither.
+	notes     []note
 	replicate []*publisher
 	// ended: sessions closed (their Done channel to close); lapsed: the
 	// IDs of those whose keep-alive lapsed (logged).
@@ -159,20 +160,27 @@ func (fx *effects) empty() bool {
 
 // reset clears fx, keeping its storage.
 func (fx *effects) reset() {
-	clear(fx.gone)
-	clear(fx.targets)
-	clear(fx.conflicts)
-	clear(fx.notes)
-	clear(fx.replicate)
-	clear(fx.ended)
-	clear(fx.lapsed)
-	clear(fx.events)
-	// Each slice is cut in place (x = x[:0] writes no pointer, so it costs
-	// no write barrier, unlike assigning a whole new effects).
-	fx.dirty, fx.gone, fx.catalogs = fx.dirty[:0], fx.gone[:0], fx.catalogs[:0]
-	fx.targets, fx.conflicts, fx.notes = fx.targets[:0], fx.conflicts[:0], fx.notes[:0]
-	fx.replicate, fx.ended, fx.lapsed, fx.events = fx.replicate[:0], fx.ended[:0], fx.lapsed[:0], fx.events[:0]
+	cut(&fx.dirty)
+	cut(&fx.gone)
+	cut(&fx.catalogs)
+	cut(&fx.targets)
+	cut(&fx.conflicts)
+	cut(&fx.notes)
+	cut(&fx.replicate)
+	cut(&fx.ended)
+	cut(&fx.lapsed)
+	cut(&fx.events)
 	fx.services, fx.wake = false, time.Time{}
+}
+
+// cut empties *s, keeping its storage. It touches only a list that holds
+// something (a change nearly always records one or two), and cuts it in
+// place (s = s[:0] writes no pointer, so it costs no write barrier).
+func cut[T any](s *[]T) {
+	if len(*s) > 0 {
+		clear(*s)
+		*s = (*s)[:0]
+	}
 }
 
 // wakeBy records that a deadline at t was started.
@@ -186,6 +194,22 @@ func (fx *effects) wakeBy(t time.Time) {
 func (ix *index) note(instKey model.InstanceKey, kind EventKind, pub *publisher, why string) {
 	if ix.noting {
 		ix.fx.events = append(ix.fx.events, jnote{instKey: instKey, kind: kind, pub: pub, remote: pub != nil && pub.remote, why: why})
+	}
+}
+
+// noteSlot is note of sl's key, built only when the journal is on.
+func (ix *index) noteSlot(sl *slot, kind EventKind, pub *publisher, why string) {
+	if ix.noting {
+		ix.note(sl.key(), kind, pub, why)
+	}
+}
+
+// notePublication records that pi was published (new or changed) or, if
+// not published, removed, for the per-instance replication of sessions
+// (delta.go); standalone, nothing reads it.
+func (ix *index) notePublication(pi *pubInst, published bool) {
+	if !ix.solo {
+		ix.fx.notes = append(ix.fx.notes, note{pi: pi, published: published})
 	}
 }
 
@@ -464,9 +488,9 @@ func (ix *index) putInstance(inst model.Instance) {
 	sl.pers = stored
 	if born {
 		ix.slotBorn(sl)
-		ix.note(sl.key(), EventRegistered, nil, "")
+		ix.noteSlot(sl, EventRegistered, nil, "")
 	} else {
-		ix.note(sl.key(), EventUpdated, nil, "")
+		ix.noteSlot(sl, EventUpdated, nil, "")
 	}
 	ix.changed(s)
 	ix.fx.targets = append(ix.fx.targets, target{svc: s, sl: sl})
@@ -507,7 +531,7 @@ func (ix *index) beatEvent(pi *pubInst, ev health.Event, now time.Time) {
 	switch ev {
 	case health.EventUnhealthy:
 		if pi.inst.healthy {
-			ix.note(pi.slot.key(), EventUnhealthy, pi.pub, "beat missed")
+			ix.noteSlot(pi.slot, EventUnhealthy, pi.pub, "beat missed")
 			ix.replaceInst(pi, pi.inst.withHealth(false))
 		}
 	case health.EventExpired: // the tracker has dropped the lease already
@@ -609,7 +633,7 @@ func (ix *index) publishAt(s *service, i int, found bool, pub *publisher, inst m
 			if served {
 				ix.changed(s)
 			}
-			ix.fx.notes = append(ix.fx.notes, note{pi: pi, published: true})
+			ix.notePublication(pi, true)
 			return pi, nil
 		}
 	}
@@ -643,13 +667,13 @@ func (ix *index) publishAt(s *service, i int, found bool, pub *publisher, inst m
 	if born {
 		ix.slotBorn(sl)
 	}
-	ix.note(sl.key(), EventRegistered, pub, "")
+	ix.noteSlot(sl, EventRegistered, pub, "")
 	// issue 15: another publisher of a key, with the same instance, changes
 	// no view.
 	if born || sl.current() == stored && !stored.equal(prev) {
 		ix.changed(s)
 	}
-	ix.fx.notes = append(ix.fx.notes, note{pi: pi, published: true})
+	ix.notePublication(pi, true)
 	return pi, nil
 }
 
@@ -658,8 +682,8 @@ func (ix *index) publishAt(s *service, i int, found bool, pub *publisher, inst m
 // removed from its publisher's list (a caller removing them all skips
 // that). The caller drops the publication's lease, if any.
 func (ix *index) unpublish(pi *pubInst, detach bool, why string, now time.Time) {
-	ix.note(pi.slot.key(), EventRemoved, pi.pub, why)
-	ix.fx.notes = append(ix.fx.notes, note{pi: pi}) // issue 15: per-instance replication (delta.go)
+	ix.noteSlot(pi.slot, EventRemoved, pi.pub, why)
+	ix.notePublication(pi, false) // issue 15: per-instance replication (delta.go)
 	sl := pi.slot
 	if i := slices.Index(sl.pubs, pi); i >= 0 {
 		sl.pubs = slices.Delete(sl.pubs, i, i+1)
@@ -681,12 +705,14 @@ func (ix *index) replaceInst(pi *pubInst, next *rec) {
 }
 
 // pubChanged records a change of pub: its revision moves on, and its
-// record is due to the replicator. Every change of a publisher's
-// instances goes through here, so that the record is replicated from one
-// place.
+// record is due to the replicator (none standalone). Every change of a
+// publisher's instances goes through here, so that the record is
+// replicated from one place.
 func (ix *index) pubChanged(pub *publisher) {
 	pub.rev++
-	ix.fx.replicate = append(ix.fx.replicate, pub)
+	if !ix.solo {
+		ix.fx.replicate = append(ix.fx.replicate, pub)
+	}
 }
 
 // admit checks a normalized cmd from o against the rules (model.AdmitCommand

@@ -487,3 +487,41 @@ func TestCoreJournal(t *testing.T) {
 		}
 	}
 }
+
+// TestCoreSolo: a standalone index records the same effects of a session's
+// publish, update and removal as a replicated one, but no replication
+// effects (notes, publishers due to the replicator): nothing reads them.
+func TestCoreSolo(t *testing.T) {
+	run := func(solo bool) fxSummary {
+		ix := coreIndex(t)
+		ix.solo = solo
+		p := &publisher{id: "a", kind: pubSession}
+		pi, err := ix.publish(p, rulesInst("web", 5, true), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ix.pubChanged(p)
+		changed := rulesInst("web", 5, true)
+		changed.Weight = 2
+		if _, err := ix.publish(p, changed, true); err != nil {
+			t.Fatal(err)
+		}
+		ix.unpublish(pi, true, "deregistered", coreT0)
+		ix.pubChanged(p)
+		if p.rev != 2 {
+			t.Fatalf("solo %v: revision %d, want 2", solo, p.rev)
+		}
+		return summarize(&ix.fx)
+	}
+	replicated, solo := run(false), run(true)
+	if want := []string{"+10.0.0.5", "+10.0.0.5", "-10.0.0.5"}; !slices.Equal(replicated.notes, want) || replicated.replicate != 2 {
+		t.Fatalf("replicated: notes %q, replicate %d; want %q, 2", replicated.notes, replicated.replicate, want)
+	}
+	if solo.notes != nil || solo.replicate != 0 {
+		t.Fatalf("solo: notes %q, replicate %d; want none", solo.notes, solo.replicate)
+	}
+	replicated.notes, replicated.replicate = nil, 0
+	if !solo.equal(replicated) {
+		t.Fatalf("solo effects %+v, want the replicated ones without replication %+v", solo, replicated)
+	}
+}

@@ -3,6 +3,7 @@ package registry
 import (
 	"crypto/sha256"
 	"errors"
+	"iter"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,16 +65,101 @@ type replState struct {
 	// rkey is the r.remote key of a peer's grouped copy ("s/<id>/").
 	rkey string
 	// insts are a grouped copy's publications, by instance hash.
-	insts map[string]*pubInst
+	insts hashMap
 	// dirty are a local session's instance records to write at its next
 	// replicate, by instance hash: the publication to send, or nil to
 	// delete the record.
-	dirty map[string]*pubInst
+	dirty hashMap
+}
+
+// hashMap maps instance hashes to publications. It holds its first entry
+// inline: a session nearly always publishes one instance, and a Go map of
+// one entry costs some 250 bytes, on the owner (dirty) and on every peer
+// (a grouped copy's insts). Its zero value is empty.
+type hashMap struct {
+	one  string // the inline entry's hash, "" when there is none (a hash never is)
+	oneV *pubInst
+	more map[string]*pubInst
+}
+
+// get returns the entry of h.
+func (m *hashMap) get(h string) (*pubInst, bool) {
+	if h != "" && m.one == h {
+		return m.oneV, true
+	}
+	v, ok := m.more[h]
+	return v, ok
+}
+
+// put sets the entry of h, which is not "".
+func (m *hashMap) put(h string, v *pubInst) {
+	if m.one == h {
+		m.oneV = v
+		return
+	}
+	if _, ok := m.more[h]; ok {
+		m.more[h] = v
+		return
+	}
+	if m.one == "" {
+		m.one, m.oneV = h, v
+		return
+	}
+	if m.more == nil {
+		m.more = make(map[string]*pubInst)
+	}
+	m.more[h] = v
+}
+
+// del removes the entry of h, if any.
+func (m *hashMap) del(h string) {
+	if h != "" && m.one == h {
+		m.one, m.oneV = "", nil
+		return
+	}
+	delete(m.more, h)
+}
+
+// len returns the number of entries.
+func (m *hashMap) len() int {
+	n := len(m.more)
+	if m.one != "" {
+		n++
+	}
+	return n
+}
+
+// all yields the entries, in no particular order; the loop may del the
+// entry it is given.
+func (m *hashMap) all() iter.Seq2[string, *pubInst] {
+	return func(yield func(string, *pubInst) bool) {
+		if m.one != "" && !yield(m.one, m.oneV) {
+			return
+		}
+		for h, v := range m.more {
+			if !yield(h, v) {
+				return
+			}
+		}
+	}
+}
+
+// reset removes every entry, keeping the map's storage.
+func (m *hashMap) reset() {
+	m.one, m.oneV = "", nil
+	clear(m.more)
 }
 
 // instHash returns the record key hash of the instance key (svc, cluster,
 // ip, port).
 func instHash(svc model.ServiceKey, cluster, ip string, port int) string {
+	h := instHashDigits(svc, cluster, ip, port)
+	return string(h[:])
+}
+
+// instHashDigits is instHash's digits, in an array (comparing them with a
+// string allocates nothing).
+func instHashDigits(svc model.ServiceKey, cluster, ip string, port int) [instHashLen]byte {
 	var buf [512]byte
 	b := append(buf[:0], svc.Namespace...)
 	b = append(b, 0)
@@ -92,7 +178,7 @@ func instHash(svc model.ServiceKey, cluster, ip string, port int) string {
 		v := uint32(sum[3*i])<<16 | uint32(sum[3*i+1])<<8 | uint32(sum[3*i+2])
 		out[4*i], out[4*i+1], out[4*i+2], out[4*i+3] = hashDigits[v>>18&63], hashDigits[v>>12&63], hashDigits[v>>6&63], hashDigits[v&63]
 	}
-	return string(out[:])
+	return out
 }
 
 // isHashDigit reports whether c is one of hashDigits.
@@ -131,11 +217,7 @@ func (r *Registry) notePublished(pub *publisher, pi *pubInst) {
 	if !r.cluster || pub.kind != pubSession || pub.remote {
 		return
 	}
-	st := pub.replState()
-	if st.dirty == nil {
-		st.dirty = make(map[string]*pubInst)
-	}
-	st.dirty[piHash(pi)] = pi
+	pub.replState().dirty.put(piHash(pi), pi)
 }
 
 // noteUnpublished records that pi left its publisher. The caller holds mu.
@@ -144,11 +226,7 @@ func (r *Registry) noteUnpublished(pi *pubInst) {
 	if !r.cluster || pub.kind != pubSession || pub.remote {
 		return
 	}
-	st := pub.replState()
-	if st.dirty == nil {
-		st.dirty = make(map[string]*pubInst)
-	}
-	st.dirty[piHash(pi)] = nil
+	pub.replState().dirty.put(piHash(pi), nil)
 }
 
 func (p *publisher) replState() *replState {
@@ -163,13 +241,13 @@ func (p *publisher) replState() *replState {
 // all. The caller holds mu.
 func (r *Registry) replicateSession(p *publisher) {
 	st := p.repl
-	if st == nil || len(st.dirty) == 0 {
+	if st == nil || st.dirty.len() == 0 {
 		return
 	}
 	rkey := p.recordKey()
 	// One Write: the records of one change leave in one sync message.
-	changes := make([]distro.Change, 0, len(st.dirty))
-	for h, pi := range st.dirty {
+	changes := make([]distro.Change, 0, st.dirty.len())
+	for h, pi := range st.dirty.all() {
 		k := rkey + "/" + h
 		if pi == nil || p.closed {
 			changes = append(changes, distro.Change{Key: k, Delete: true})
@@ -179,18 +257,18 @@ func (r *Registry) replicateSession(p *publisher) {
 	}
 	errs := r.replicator.Write(changes)
 	if errs == nil {
-		clear(st.dirty)
+		st.dirty.reset()
 		return
 	}
 	// A change whose write failed stays dirty: the session's next change
 	// writes it again (one instance record is the whole of that instance's
 	// state, so nothing else would).
-	for h := range st.dirty {
+	for h := range st.dirty.all() {
 		k := rkey + "/" + h
 		i := slices.IndexFunc(changes, func(c distro.Change) bool { return c.Key == k })
 		if i < 0 || i >= len(errs) || errs[i] == nil ||
 			errors.Is(errs[i], distro.ErrNotFound) && changes[i].Delete || errors.Is(errs[i], distro.ErrClosed) {
-			delete(st.dirty, h)
+			st.dirty.del(h)
 			continue
 		}
 		r.log.Warn("replicating a session change failed; it is written again with the session's next change",
@@ -200,15 +278,15 @@ func (r *Registry) replicateSession(p *publisher) {
 
 // encodeInsts returns the record payload of pis.
 func encodeInsts(pis []*pubInst) []byte {
-	pl := pubPayload{Instances: make([]model.Instance, len(pis))}
-	for i, pi := range pis {
-		pl.Instances[i] = pi.inst.instance(pi.slot.svc)
+	var one [1]model.Instance // a session's instance record: no list to allocate
+	pl := pubPayload{Instances: one[:0]}
+	if len(pis) > len(one) {
+		pl.Instances = make([]model.Instance, 0, len(pis))
 	}
-	b, err := model.Marshal(&pl)
-	if err != nil { // plain structs of validated values always encode
-		panic("registry: encoding a publisher: " + err.Error())
+	for _, pi := range pis {
+		pl.Instances = append(pl.Instances, pi.inst.instance(pi.slot.svc))
 	}
-	return b
+	return pl.AppendMsgpack(make([]byte, 0, 192*len(pis)))
 }
 
 // instRecord is an instance record from a peer, decoded and checked.
@@ -234,7 +312,7 @@ func (r *Registry) decodeInstRecord(dr distro.Record, sid, hash string) (instRec
 		return ir, &model.ValidationError{Field: "record.instances", Rule: "an instance record carries one instance", Value: strconv.Itoa(len(insts))}
 	}
 	in := &insts[0]
-	if instHash(in.Service, in.Cluster, in.IP, in.Port) != hash {
+	if h := instHashDigits(in.Service, in.Cluster, in.IP, in.Port); string(h[:]) != hash {
 		return ir, &model.ValidationError{Field: "record.key", Rule: "must be the hash of the instance's key", Value: dr.Key}
 	}
 	ir.inst = in
@@ -244,8 +322,8 @@ func (r *Registry) decodeInstRecord(dr distro.Record, sid, hash string) (instRec
 // applyInstLocked installs an instance record of a peer's session in its
 // grouped copy: one publication added, changed or removed. The caller
 // holds mu.
-func (r *Registry) applyInstLocked(ir instRecord) {
-	gkey := sessionPrefix + ir.sid + "/"
+func (r *Registry) applyInstLocked(ir *instRecord) {
+	gkey := ir.dr.Key[:len(ir.dr.Key)-len(ir.hash)] // sessionPrefix + ir.sid + "/", without building it
 	if r.sessions[ir.sid] != nil {
 		// This node's own session (its ID names this node, and
 		// applyBatch took only records of the node a session ID names):
@@ -258,11 +336,11 @@ func (r *Registry) applyInstLocked(ir instRecord) {
 		if p == nil {
 			return
 		}
-		pi := p.repl.insts[ir.hash]
+		pi, _ := p.repl.insts.get(ir.hash)
 		if pi == nil {
 			return
 		}
-		delete(p.repl.insts, ir.hash)
+		p.repl.insts.del(ir.hash)
 		served := pi.slot.current() == pi.inst
 		why := "removed by its owner"
 		if r.members != nil && !r.members[ir.dr.Owner] {
@@ -280,7 +358,7 @@ func (r *Registry) applyInstLocked(ir instRecord) {
 		return
 	}
 	if p == nil {
-		p = &publisher{kind: pubSession, id: ir.sid, remote: true, owner: ir.dr.Owner, repl: &replState{rkey: gkey, insts: map[string]*pubInst{}}}
+		p = newGroupedCopy(gkey, ir.sid, ir.dr.Owner)
 		r.remote[gkey] = p
 	}
 	// No per-session cap here: the owner keeps MaxInstancesPerSession, and
@@ -289,15 +367,40 @@ func (r *Registry) applyInstLocked(ir instRecord) {
 	// never be repaired: distro holds its version).
 	pi, err := r.publish(p, *ir.inst, false)
 	if err != nil {
-		r.log.Warn("a replicated instance conflicts with this node's index", "instance", ir.inst.Key().String(), "err", err)
+		r.conflictingInstance(ir.inst, err)
 	} else {
-		p.repl.insts[ir.hash] = pi
+		p.repl.insts.put(ir.hash, pi)
 		p.rev++
 	}
 	if len(p.insts) == 0 {
 		delete(r.remote, gkey)
 		p.closed = true
 	}
+}
+
+// conflictingInstance logs a peer's instance that the index refused (out
+// of line: see ignoreRecord).
+func (r *Registry) conflictingInstance(inst *model.Instance, err error) {
+	r.log.Warn("a replicated instance conflicts with this node's index", "instance", inst.Key().String(), "err", err)
+}
+
+// groupedCopy is a peer's session as this node holds it: the publisher
+// and its replication state, in one allocation (a peer's session is new
+// with its first record, nearly always its only one).
+type groupedCopy struct {
+	pub  publisher
+	repl replState
+}
+
+// newGroupedCopy returns the empty grouped copy of session sid of node
+// owner, under the r.remote key gkey.
+func newGroupedCopy(gkey, sid, owner string) *publisher {
+	g := &groupedCopy{
+		pub:  publisher{kind: pubSession, id: sid, remote: true, owner: owner},
+		repl: replState{rkey: gkey},
+	}
+	g.pub.repl = &g.repl
+	return &g.pub
 }
 
 // closeSessionQuietly ends local session p without replicating: another
@@ -313,20 +416,22 @@ func (r *Registry) closeSessionQuietly(p *publisher) {
 // queries and watchers together.
 func (ds distroStore) applyBatch(drs []distro.Record) {
 	r := ds.r
-	var irs []instRecord
-	for _, dr := range drs {
+	var first [1]instRecord // a sync nearly always carries one record
+	irs := first[:0]
+	for i := range drs {
+		dr := &drs[i]
 		sid, hash, ok := splitInstRecordKey(dr.Key)
 		if !ok || dr.Kind != distro.KindSession {
-			ds.Apply(dr)
+			ds.Apply(*dr)
 			continue
 		}
 		if !sessionOf(sid, dr.Owner) {
-			r.log.Warn("ignoring a session record written by a node other than the session's", "record", dr.Key, "owner", dr.Owner)
+			r.ignoreRecord("ignoring a session record written by a node other than the session's", dr, nil)
 			continue
 		}
-		ir, err := r.decodeInstRecord(dr, sid, hash)
+		ir, err := r.decodeInstRecord(*dr, sid, hash)
 		if err != nil {
-			r.log.Warn("ignoring a malformed record", "record", dr.Key, "owner", dr.Owner, "err", err)
+			r.ignoreRecord("ignoring a malformed record", dr, err)
 			continue
 		}
 		irs = append(irs, ir)
@@ -339,9 +444,20 @@ func (ds distroStore) applyBatch(drs []distro.Record) {
 	if r.state.Load() == stateClosed {
 		return
 	}
-	for _, ir := range irs {
-		r.applyInstLocked(ir)
+	for i := range irs {
+		r.applyInstLocked(&irs[i])
 	}
+}
+
+// ignoreRecord logs a peer's record that is not applied, and why. It is
+// out of line, as are the apply path's other logs: that path runs on a
+// goroutine per message, whose stack grows (a copy) with every frame.
+func (r *Registry) ignoreRecord(msg string, dr *distro.Record, err error) {
+	if err == nil {
+		r.log.Warn(msg, "record", dr.Key, "owner", dr.Owner)
+		return
+	}
+	r.log.Warn(msg, "record", dr.Key, "owner", dr.Owner, "err", err)
 }
 
 // ApplyBatch implements distro.BatchStore.

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"maps"
 	"testing"
 
 	"github.com/muster-io/muster/distro"
@@ -56,7 +57,7 @@ func FuzzInstRecord(f *testing.F) {
 			t.Fatalf("accepted %q carrying instance %s", key, ir.inst.Key())
 		}
 		r.mu.Lock()
-		r.applyInstLocked(ir)
+		r.applyInstLocked(&ir)
 		r.mu.Unlock()
 		if err := r.CheckConsistency(); err != nil {
 			t.Fatal(err)
@@ -241,4 +242,70 @@ func TestSessionOf(t *testing.T) {
 			t.Errorf("sessionOf(%q, %q) = %v, want %v", c.sid, c.node, got, c.want)
 		}
 	}
+}
+
+// TestHashMap: the map of instance hashes, whose first entry is inline,
+// answers as a Go map does through puts, updates and deletes of the inline
+// entry and of the others, and deletes during its walk.
+func TestHashMap(t *testing.T) {
+	var m hashMap
+	want := map[string]*pubInst{}
+	pis := []*pubInst{{}, {}, {}}
+	check := func(step string) {
+		t.Helper()
+		if m.len() != len(want) {
+			t.Fatalf("%s: len %d, want %d", step, m.len(), len(want))
+		}
+		got := map[string]*pubInst{}
+		for h, v := range m.all() {
+			got[h] = v
+		}
+		if !maps.Equal(got, want) {
+			t.Fatalf("%s: entries %v, want %v", step, got, want)
+		}
+		for h, v := range want {
+			if g, ok := m.get(h); !ok || g != v {
+				t.Fatalf("%s: get(%q) = %v, %v; want %v", step, h, g, ok, v)
+			}
+		}
+		if _, ok := m.get("absent"); ok {
+			t.Fatalf("%s: get of an absent hash found it", step)
+		}
+	}
+	for _, op := range []struct {
+		put  bool
+		h    string
+		v    *pubInst
+		step string
+	}{
+		{true, "a", pis[0], "the first, inline"},
+		{true, "b", pis[1], "a second, in the map"},
+		{true, "a", nil, "the inline one set to nil (a deletion to write)"},
+		{false, "a", nil, "the inline one deleted"},
+		{true, "b", pis[2], "the map's one updated, not put inline"},
+		{true, "c", pis[0], "a new one takes the free inline place"},
+		{false, "b", nil, "the map's one deleted"},
+		{false, "zz", nil, "an absent one deleted"},
+	} {
+		if op.put {
+			m.put(op.h, op.v)
+			want[op.h] = op.v
+		} else {
+			m.del(op.h)
+			delete(want, op.h)
+		}
+		check(op.step)
+	}
+	m.put("d", pis[1])
+	want["d"] = pis[1]
+	for h := range m.all() {
+		m.del(h)
+		delete(want, h)
+	}
+	check("deleted while walked")
+	m.put("e", pis[2])
+	m.put("f", pis[0])
+	m.reset()
+	clear(want)
+	check("reset")
 }

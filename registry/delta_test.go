@@ -142,7 +142,7 @@ func TestIdenticalRegisterReplicatesNothing(t *testing.T) {
 	}
 	records := func() map[string]uint64 {
 		out := map[string]uint64{}
-		a.Replicator().Range(func(rec distro.Record) bool { out[rec.Key] = rec.Revision; return true })
+		a.Replicator().Range(func(dr distro.Record) bool { out[dr.Key] = dr.Revision; return true })
 		return out
 	}
 	before, beforeRecs := revs(), records()
@@ -478,8 +478,8 @@ func TestSessionCloseRemovesEverywhere(t *testing.T) {
 		}
 	}
 	live := 0
-	a.Replicator().Range(func(rec distro.Record) bool {
-		if !rec.Deleted {
+	a.Replicator().Range(func(dr distro.Record) bool {
+		if !dr.Deleted {
 			live++
 		}
 		return true

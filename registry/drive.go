@@ -16,27 +16,24 @@ import (
 // The caller holds mu.
 func (r *Registry) carryOut() {
 	fx := &r.index.fx
+	if fx.empty() {
+		return // a change that means nothing outside the index (most of a standalone write's)
+	}
 	for _, key := range fx.dirty {
 		r.markDirty(key)
 	}
-	for _, s := range fx.gone {
-		r.serviceGone(s)
-	}
-	for _, ns := range fx.catalogs {
-		r.catalogChanged(ns)
+	// The rarer effects are carried out of line (carryOutGone, retarget,
+	// carryOutEnds), in the same order: this runs on the apply path of
+	// peers' records, a goroutine per message whose stack grows (a copy)
+	// with every frame.
+	if len(fx.gone) > 0 || len(fx.catalogs) > 0 {
+		r.carryOutGone(fx)
 	}
 	if fx.services {
 		r.svcGen.Add(1)
 	}
-	for _, t := range fx.targets {
-		switch {
-		case t.svc == nil:
-			r.untarget(t.instKey)
-		case t.sl == nil:
-			r.syncTargets(t.svc)
-		default:
-			r.syncTarget(t.svc, t.sl)
-		}
+	if len(fx.targets) > 0 {
+		r.retarget(fx.targets)
 	}
 	for _, n := range fx.notes {
 		if n.published {
@@ -52,6 +49,43 @@ func (r *Registry) carryOut() {
 		e := &fx.events[i]
 		r.noteBy(e.instKey, e.kind, e.pub, e.remote, e.why)
 	}
+	if len(fx.lapsed) > 0 || len(fx.ended) > 0 || len(fx.conflicts) > 0 {
+		r.carryOutEnds(fx)
+	}
+	if !fx.wake.IsZero() {
+		r.wakeAt(fx.wake)
+	}
+	fx.reset()
+}
+
+// carryOutGone tells the watchers of the services that left, and those of
+// the catalogs that changed (see carryOut).
+func (r *Registry) carryOutGone(fx *effects) {
+	for _, s := range fx.gone {
+		r.serviceGone(s)
+	}
+	for _, ns := range fx.catalogs {
+		r.catalogChanged(ns)
+	}
+}
+
+// retarget re-evaluates health-check targets (see carryOut).
+func (r *Registry) retarget(targets []target) {
+	for _, t := range targets {
+		switch {
+		case t.svc == nil:
+			r.untarget(t.instKey)
+		case t.sl == nil:
+			r.syncTargets(t.svc)
+		default:
+			r.syncTarget(t.svc, t.sl)
+		}
+	}
+}
+
+// carryOutEnds logs the lapsed keep-alives, ends the sessions closed and
+// logs the conflicts (see carryOut).
+func (r *Registry) carryOutEnds(fx *effects) {
 	for _, id := range fx.lapsed {
 		r.log.Info("session keep-alive lapsed", "session", id)
 	}
@@ -61,10 +95,6 @@ func (r *Registry) carryOut() {
 	for i := range fx.conflicts {
 		r.logConflict(&fx.conflicts[i])
 	}
-	if !fx.wake.IsZero() {
-		r.wakeAt(fx.wake)
-	}
-	fx.reset()
 }
 
 // logConflict logs data that the index kept out.

@@ -1,13 +1,11 @@
 package registry
 
 import (
-	"bytes"
 	"fmt"
 	"strconv"
 
 	"github.com/muster-io/muster/distro"
 	"github.com/muster-io/muster/model"
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Limits bound what the registry holds, so that the clients of the host
@@ -347,49 +345,16 @@ func (ix *index) admitCommand(cmd *model.Command) error {
 
 // decodeInstances decodes a publisher record's payload from a peer, whose
 // instance list holds at most max: a longer one is refused from its
-// declared length, before any instance is decoded. The decode itself goes
-// through model.Unmarshal, so it allocates at most a small multiple of the
-// payload and refuses a nil instance.
+// declared length, before any instance is decoded. The decode is
+// model.UnmarshalInstanceList, so it allocates at most a small multiple of
+// the payload and refuses a nil instance.
 func decodeInstances(payload []byte, max int, name string) ([]model.Instance, error) {
-	if err := model.Check(payload); err != nil { // every declared length fits the input
-		return nil, err
-	}
-	if n, err := payloadLen(payload); err != nil {
-		return nil, err
-	} else if n > max {
+	pl, n, err := model.UnmarshalInstanceList(payload, max)
+	if n > max {
 		return nil, limitError(name, max, "a record of %d instances", n)
 	}
-	var pl pubPayload
-	if err := model.Unmarshal(payload, &pl); err != nil {
-		return nil, err
-	}
-	return pl.Instances, nil
+	return pl.Instances, err
 }
-
-// payloadLen returns the declared length of a checked payload's instance
-// list, reading only headers and keys.
-func payloadLen(payload []byte) (int, error) {
-	dec := msgpack.NewDecoder(bytes.NewReader(payload))
-	n, err := dec.DecodeMapLen()
-	if err != nil {
-		return 0, err
-	}
-	for range max0(n) {
-		k, err := dec.DecodeString()
-		if err != nil {
-			return 0, err
-		}
-		if k == "i" {
-			return dec.DecodeArrayLen()
-		}
-		if err := dec.Skip(); err != nil {
-			return 0, err
-		}
-	}
-	return 0, nil
-}
-
-func max0(n int) int { return max(n, 0) }
 
 // payloadCap returns the instance cap of a record of kind and its name.
 func (r *Registry) payloadCap(kind distro.Kind) (int, string) {

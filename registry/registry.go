@@ -133,6 +133,7 @@ func New(cfg Config) (*Registry, error) {
 		}
 		r.cluster, r.replicator, r.trans = true, d, cfg.Transport
 	}
+	r.index.solo = !r.cluster // nothing replicates: the index records no replication effects
 	if cfg.HealthChecks != nil {
 		hc := *cfg.HealthChecks
 		hrand := rand.NewPCG(r.rand.Uint64(), r.rand.Uint64())

@@ -30,10 +30,8 @@ const (
 )
 
 // pubPayload is a publisher record's payload: its instances, with their
-// health. It is msgpack-encoded; the tags are part of the wire format.
-type pubPayload struct {
-	Instances []model.Instance `msgpack:"i"`
-}
+// health (model's wire type, msgpack-encoded).
+type pubPayload = model.InstanceList
 
 // recordKey returns p's distro record key.
 func (p *publisher) recordKey() string {
@@ -73,17 +71,7 @@ func (r *Registry) replicate(p *publisher) {
 }
 
 // encode returns p's record payload.
-func (p *publisher) encode() []byte {
-	pl := pubPayload{Instances: make([]model.Instance, len(p.insts))}
-	for i, pi := range p.insts {
-		pl.Instances[i] = pi.inst.instance(pi.slot.svc)
-	}
-	b, err := model.Marshal(&pl)
-	if err != nil { // plain structs of validated values always encode
-		panic("registry: encoding a publisher: " + err.Error())
-	}
-	return b
-}
+func (p *publisher) encode() []byte { return encodeInsts(p.insts) }
 
 // decodePayload decodes and checks a record payload from a peer. Every
 // instance must be valid and ephemeral; a beat record's must all share the

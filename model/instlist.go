@@ -1,0 +1,108 @@
+package model
+
+import (
+	"bytes"
+	"strconv"
+	"unsafe"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// InstanceList is a list of instances as a replicated publisher record
+// carries it (the registry's record payload). It is msgpack-encoded; the
+// tag is part of the wire format.
+type InstanceList struct {
+	Instances []Instance `msgpack:"i"`
+}
+
+// UnmarshalInstanceList decodes b, an InstanceList from an untrusted
+// source holding at most maxInsts instances, with Unmarshal's guarantees:
+// decoding allocates at most MaxDecodeRatio × len(b) + DecodeSlack bytes, a
+// nil instance is refused, and malformed input decodes nothing. A list
+// declared longer than maxInsts is refused from its declared length, before
+// any instance is decoded: n is that length (n > maxInsts tells this
+// refusal from the others), and err matches ErrTooLarge.
+//
+// The form Marshal writes is decoded in one pass, by hand, which counts
+// each allocation against the bound before it makes it, so it needs no
+// separate walk of the input; anything else goes through Unmarshal, whose
+// bound is then what the pass left.
+func UnmarshalInstanceList(b []byte, maxInsts int) (l InstanceList, n int, err error) {
+	limit := int64(MaxDecodeRatio)*int64(len(b)) + DecodeSlack
+	d := cmdDecoder{b: b, limit: limit}
+	if insts, ok := d.instanceList(maxInsts); ok && d.off == len(b) {
+		return InstanceList{Instances: insts}, len(insts), nil
+	}
+	if err := Check(b); err != nil { // every declared length fits the input
+		return InstanceList{}, 0, err
+	}
+	if n, err = instanceListLen(b); err != nil {
+		return InstanceList{}, 0, err
+	}
+	n = max(n, 0) // a nil list
+	if n > maxInsts {
+		return InstanceList{}, n, &DecodeError{Type: "model.InstanceList", Path: ".i", Rule: "more than " + strconv.Itoa(maxInsts) + " instances", Err: ErrTooLarge}
+	}
+	err = UnmarshalWith(b, &l, DecodeOptions{MaxAlloc: max(limit-d.spent, 1)})
+	return l, n, err
+}
+
+// instanceList reads an InstanceList of at most maxInsts instances as
+// Marshal writes it.
+func (d *cmdDecoder) instanceList(maxInsts int) ([]Instance, bool) {
+	if n, ok := d.mapLen(); !ok || n != 1 {
+		return nil, false
+	}
+	if k, ok := d.raw(); !ok || string(k) != "i" {
+		return nil, false
+	}
+	n, ok := d.arrayLen()
+	if !ok || n > maxInsts || !d.charge(int64(n)*int64(unsafe.Sizeof(Instance{}))) {
+		return nil, false
+	}
+	insts := make([]Instance, n) // empty, not nil, as msgpack makes it
+	for i := range insts {
+		if !d.instance(&insts[i]) {
+			return nil, false
+		}
+	}
+	return insts, true
+}
+
+// instanceListLen returns the declared length of a checked InstanceList's
+// instances, reading only headers and keys.
+func instanceListLen(b []byte) (int, error) {
+	dec := msgpack.NewDecoder(bytes.NewReader(b))
+	n, err := dec.DecodeMapLen()
+	if err != nil {
+		return 0, err
+	}
+	for range max(n, 0) {
+		k, err := dec.DecodeString()
+		if err != nil {
+			return 0, err
+		}
+		if k == "i" {
+			return dec.DecodeArrayLen()
+		}
+		if err := dec.Skip(); err != nil {
+			return 0, err
+		}
+	}
+	return 0, nil
+}
+
+// AppendMsgpack appends the msgpack encoding of l to b and returns the
+// extended slice: byte for byte what Marshal(l) writes, without
+// reflection.
+func (l *InstanceList) AppendMsgpack(b []byte) []byte {
+	b = appendStr(append(b, 0x81), "i")
+	if l.Instances == nil {
+		return append(b, 0xc0)
+	}
+	b = appendArrayLen(b, len(l.Instances))
+	for i := range l.Instances {
+		b = l.Instances[i].AppendMsgpack(b)
+	}
+	return b
+}
