@@ -780,3 +780,36 @@ func (x *indexState) Patch(k model.InstanceKey) (model.InstancePatch, bool) {
 	}
 	return model.InstancePatch{}, false
 }
+
+// renewIfUnchanged renews the lease of beat publisher pub's publication of
+// inst from now, and returns it, if it holds inst exactly (pub may be
+// nil); else it changes nothing and returns nil.
+func (ix *index) renewIfUnchanged(pub *publisher, inst *model.Instance, now time.Time) *pubInst {
+	pi := beatPublishedAs(pub, inst)
+	if pi == nil {
+		return nil
+	}
+	t := inst.BeatTimings()
+	_ = ix.beatLeases.Put(pi, now, beatTimeouts(t)) // the stored timings passed validation
+	ix.fx.wakeBy(now.Add(min(t.Unhealthy, t.Delete)))
+	return pi
+}
+
+// beatPublishedAs returns beat publisher pub's publication of inst's key
+// if it holds inst exactly, or nil (pub may be nil). pub publishes inst's
+// ip:port, nearly always once, so its own list is shorter than a lookup
+// in the index. The caller holds mu.
+func beatPublishedAs(pub *publisher, inst *model.Instance) *pubInst {
+	if pub == nil {
+		return nil
+	}
+	for _, pi := range pub.insts {
+		if pi.inst.cluster == inst.Cluster && pi.slot.svc.key == inst.Service {
+			if pi.inst.sameInstance(inst) {
+				return pi
+			}
+			return nil
+		}
+	}
+	return nil
+}

@@ -31,7 +31,7 @@ type peerRecord struct {
 }
 
 // applyRecord installs pr, a whole publisher record of another node (an
-// instance record of a session goes to applyInstLocked, delta.go).
+// instance record of a session goes to applyInstRecord).
 // ownedBeat reports that pr is a beat record this node owns by the hash
 // (the driver asks the replicator): then this node's history of the
 // ip:port wins (applyOwnBeat), and leases start at now. Otherwise the
@@ -448,4 +448,71 @@ func (ix *index) beatPubInst(ip string, port int, cluster string, svc model.Serv
 		}
 	}
 	return nil
+}
+
+// applyInstRecord installs one instance record of a peer's session, the
+// session sid of node owner, in its grouped copy (ix.remote[groupKey]):
+// the publication of the instance whose key hashes to hash is added or
+// changed to inst, or removed when inst is nil (a tombstone; ownerGone
+// says the owner has left the membership, which makes it an orphan's
+// removal). A record of this node's own live session is a copy coming
+// back, say from a peer's load: the session is the truth, and the record
+// changes nothing. Countdowns of the slots it empties start at now.
+func (ix *index) applyInstRecord(groupKey, sid, hash, owner string, inst *model.Instance, ownerGone bool, now time.Time) {
+	if ix.sessions[sid] != nil {
+		return
+	}
+	p := ix.remote[groupKey]
+	if inst == nil {
+		if p == nil {
+			return
+		}
+		pi, _ := p.repl.insts.get(hash)
+		if pi == nil {
+			return
+		}
+		p.repl.insts.del(hash)
+		served := pi.slot.current() == pi.inst
+		why := "removed by its owner"
+		if ownerGone {
+			why = "orphaned: its owner node left" // distro's orphan removal (OrphanTimeout)
+		}
+		ix.unpublish(pi, true, why, now)
+		if served {
+			ix.changed(pi.slot.svc)
+		}
+		p.rev++
+		ix.dropIfEmptyCopy(groupKey, p)
+		return
+	}
+	if p == nil {
+		p = newGroupedCopy(groupKey, sid, owner)
+		ix.remote[groupKey] = p
+	}
+	// No per-session cap here: the owner keeps MaxInstancesPerSession, and
+	// a copy passes it for a moment when a new instance's record arrives
+	// before the removal that made room for it (a refused record would
+	// never be repaired: distro holds its version).
+	if pi, err := ix.publish(p, *inst, false); err != nil {
+		ix.refusedReplica(inst, err)
+	} else {
+		p.repl.insts.put(hash, pi)
+		p.rev++
+	}
+	ix.dropIfEmptyCopy(groupKey, p)
+}
+
+// dropIfEmptyCopy forgets the grouped copy p once it holds nothing.
+func (ix *index) dropIfEmptyCopy(groupKey string, p *publisher) {
+	if len(p.insts) == 0 {
+		delete(ix.remote, groupKey)
+		p.closed = true
+	}
+}
+
+// refusedReplica reports a peer's instance that the index refused (out of
+// line: the apply path runs on a goroutine per message, whose stack grows
+// by copies with every frame).
+func (ix *index) refusedReplica(inst *model.Instance, err error) {
+	ix.fx.conflicts = append(ix.fx.conflicts, conflict{what: conflictReplicated, name: inst.Key().String(), err: err})
 }

@@ -585,3 +585,154 @@ func TestCoreReplaceService(t *testing.T) {
 		})
 	}
 }
+
+// TestCoreApplyInstRecord: an instance record of a peer's session adds,
+// changes and removes one publication of the session's grouped copy; a
+// removal after the owner left is an orphan's; a record of this node's own
+// live session changes nothing; a refused instance is a conflict.
+func TestCoreApplyInstRecord(t *testing.T) {
+	const sid = "n2-0123456789abcdef"
+	gkey := sessionPrefix + sid + "/"
+	web5, web6 := beatInst("web", 5, 1), beatInst("web", 6, 1)
+	hash := func(in model.Instance) string { return instHash(in.Service, in.Cluster, in.IP, in.Port) }
+	put := func(in model.Instance) func(*index) {
+		return func(ix *index) { ix.applyInstRecord(gkey, sid, hash(in), "n2", &in, false, coreT0) }
+	}
+	del := func(in model.Instance, ownerGone bool) func(*index) {
+		return func(ix *index) { ix.applyInstRecord(gkey, sid, hash(in), "n2", nil, ownerGone, coreT0) }
+	}
+	copyHolds := func(ips ...string) func(*testing.T, *index) {
+		return func(t *testing.T, ix *index) {
+			t.Helper()
+			p := ix.remote[gkey]
+			if len(ips) == 0 {
+				if p != nil {
+					t.Fatalf("the grouped copy is still held: %+v", p)
+				}
+				return
+			}
+			if p == nil || !p.remote || p.owner != "n2" || p.id != sid {
+				t.Fatalf("grouped copy %+v", p)
+			}
+			var got []string
+			for _, pi := range p.insts {
+				got = append(got, pi.inst.ip)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, ips) || p.repl.insts.len() != len(ips) {
+				t.Fatalf("the copy publishes %v (%d hashes), want %v", got, p.repl.insts.len(), ips)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		setup func(*testing.T, *index)
+		act   func(*index)
+		want  fxSummary
+		check func(*testing.T, *index)
+	}{
+		{
+			name:  "the first record makes the copy",
+			act:   put(web5),
+			want:  fxSummary{dirty: []string{"web"}, catalogs: 1, services: true, notes: []string{"+10.0.0.5"}},
+			check: copyHolds("10.0.0.5"),
+		},
+		{
+			name:  "a second instance joins it",
+			setup: func(t *testing.T, ix *index) { put(web5)(ix) },
+			act:   put(web6),
+			want:  fxSummary{dirty: []string{"web"}, notes: []string{"+10.0.0.6"}},
+			check: copyHolds("10.0.0.5", "10.0.0.6"),
+		},
+		{
+			name:  "a tombstone removes one, the copy stays",
+			setup: func(t *testing.T, ix *index) { put(web5)(ix); put(web6)(ix) },
+			act:   del(web6, false),
+			want:  fxSummary{dirty: []string{"web"}, notes: []string{"-10.0.0.6"}},
+			check: copyHolds("10.0.0.5"),
+		},
+		{
+			name:  "the owner gone, the last tombstone is an orphan's and drops the copy",
+			setup: func(t *testing.T, ix *index) { put(web5)(ix); ix.noting = true },
+			act:   del(web5, true),
+			// The emptied slot's countdown, and the empty service's.
+			want: fxSummary{dirty: []string{"web"}, notes: []string{"-10.0.0.5"}, wake: time.Minute},
+			check: func(t *testing.T, ix *index) {
+				copyHolds()(t, ix)
+				// The journal names the copy's publisher as a replica's
+				// (the event is the owner node's), as of the event.
+				ev := ix.fx.events
+				if len(ev) == 0 || ev[len(ev)-1].why != "orphaned: its owner node left" || !ev[len(ev)-1].remote {
+					t.Fatalf("the removal's journal notes: %+v, want an orphan's, by a replica", ev)
+				}
+			},
+		},
+		{
+			name:  "a tombstone of nothing held changes nothing",
+			act:   del(web5, false),
+			check: copyHolds(),
+		},
+		{
+			name: "a record of this node's own live session changes nothing",
+			setup: func(t *testing.T, ix *index) {
+				ix.sessions[sid] = &publisher{kind: pubSession, id: sid, session: &Session{}}
+			},
+			act:   put(web5),
+			check: copyHolds(),
+		},
+		{
+			name:  "an instance the index refuses is a conflict",
+			act:   put(rulesInst("db", 5, true)), // db is persistent
+			want:  fxSummary{conflicts: 1},
+			check: copyHolds(),
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) { runCoreCase(t, tc.setup, tc.act, tc.want, tc.check) })
+	}
+}
+
+// TestCoreRenewIfUnchanged: a beat registration of the instance a beat
+// publisher holds exactly renews its lease and wakes the driver by the new
+// deadline; any difference renews nothing.
+func TestCoreRenewIfUnchanged(t *testing.T) {
+	web5 := beatInst("web", 5, 1)
+	later := coreT0.Add(time.Minute)
+	for _, tc := range []struct {
+		name    string
+		inst    model.Instance
+		renewed bool
+	}{
+		{"the same instance", web5, true},
+		{"another weight", beatInst("web", 5, 2), false},
+		{"another service", beatInst("api", 5, 1), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ix := coreIndex(t)
+			p := ownBeat(t, ix, coreT0, web5)
+			ix.fx.reset()
+			pi := ix.renewIfUnchanged(p, &tc.inst, later)
+			if (pi != nil) != tc.renewed {
+				t.Fatalf("renewed = %v, want %v", pi != nil, tc.renewed)
+			}
+			tm := web5.BeatTimings()
+			wantWake := time.Time{}
+			if tc.renewed {
+				wantWake = later.Add(min(tm.Unhealthy, tm.Delete))
+			}
+			if !ix.fx.wake.Equal(wantWake) {
+				t.Fatalf("wake = %v, want %v", ix.fx.wake, wantWake)
+			}
+			wantTouch := coreT0
+			if tc.renewed {
+				wantTouch = later
+			}
+			if st, ok := ix.beatLeases.Get(p.insts[0]); !ok || !st.LastTouch.Equal(wantTouch) {
+				t.Fatalf("the lease's last touch %v (ok %v), want %v", st.LastTouch, ok, wantTouch)
+			}
+			if ix.renewIfUnchanged(nil, &web5, later) != nil {
+				t.Fatal("a nil publisher renewed something")
+			}
+			checkIndex(t, ix)
+		})
+	}
+}

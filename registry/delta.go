@@ -320,68 +320,12 @@ func (r *Registry) decodeInstRecord(dr distro.Record, sid, hash string) (instRec
 }
 
 // applyInstLocked installs an instance record of a peer's session in its
-// grouped copy: one publication added, changed or removed. The caller
-// holds mu.
+// grouped copy (see index.applyInstRecord). The caller holds mu.
 func (r *Registry) applyInstLocked(ir *instRecord) {
 	gkey := ir.dr.Key[:len(ir.dr.Key)-len(ir.hash)] // sessionPrefix + ir.sid + "/", without building it
-	if r.sessions[ir.sid] != nil {
-		// This node's own session (its ID names this node, and
-		// applyBatch took only records of the node a session ID names):
-		// a copy of its own record coming back, say from a peer's load.
-		// The live session is the truth.
-		return
-	}
-	p := r.remote[gkey]
-	if ir.inst == nil {
-		if p == nil {
-			return
-		}
-		pi, _ := p.repl.insts.get(ir.hash)
-		if pi == nil {
-			return
-		}
-		p.repl.insts.del(ir.hash)
-		served := pi.slot.current() == pi.inst
-		why := "removed by its owner"
-		if r.members != nil && !r.members[ir.dr.Owner] {
-			why = "orphaned: its owner node left" // distro's orphan removal (OrphanTimeout)
-		}
-		r.unpublish(pi, true, why)
-		if served {
-			r.changed(pi.slot.svc)
-		}
-		p.rev++
-		if len(p.insts) == 0 {
-			delete(r.remote, gkey)
-			p.closed = true
-		}
-		return
-	}
-	if p == nil {
-		p = newGroupedCopy(gkey, ir.sid, ir.dr.Owner)
-		r.remote[gkey] = p
-	}
-	// No per-session cap here: the owner keeps MaxInstancesPerSession, and
-	// a copy passes it for a moment when a new instance's record arrives
-	// before the removal that made room for it (a refused record would
-	// never be repaired: distro holds its version).
-	pi, err := r.publish(p, *ir.inst, false)
-	if err != nil {
-		r.conflictingInstance(ir.inst, err)
-	} else {
-		p.repl.insts.put(ir.hash, pi)
-		p.rev++
-	}
-	if len(p.insts) == 0 {
-		delete(r.remote, gkey)
-		p.closed = true
-	}
-}
-
-// conflictingInstance logs a peer's instance that the index refused (out
-// of line: see ignoreRecord).
-func (r *Registry) conflictingInstance(inst *model.Instance, err error) {
-	r.log.Warn("a replicated instance conflicts with this node's index", "instance", inst.Key().String(), "err", err)
+	ownerGone := r.members != nil && !r.members[ir.dr.Owner]
+	r.index.applyInstRecord(gkey, ir.sid, ir.hash, ir.dr.Owner, ir.inst, ownerGone, r.leaseStart())
+	r.carryOut()
 }
 
 // groupedCopy is a peer's session as this node holds it: the publisher
@@ -401,13 +345,6 @@ func newGroupedCopy(gkey, sid, owner string) *publisher {
 	}
 	g.pub.repl = &g.repl
 	return &g.pub
-}
-
-// closeSessionQuietly ends local session p without replicating: another
-// node owns its records now. The caller holds mu.
-func (r *Registry) closeSessionQuietly(p *publisher) {
-	p.remote = true // replicate skips it
-	r.closeSessionLocked(p, "taken over by another node")
 }
 
 // applyBatch applies records of other owners, decoding them before it
@@ -550,37 +487,12 @@ func (s *Session) unchanged(inst *model.Instance, loc *instLoc) bool {
 	return ok
 }
 
-// beatPublishedAs returns beat publisher pub's publication of inst's key
-// if it holds inst exactly, or nil (pub may be nil). pub publishes inst's
-// ip:port, nearly always once, so its own list is shorter than a lookup
-// in the index. The caller holds mu.
-func beatPublishedAs(pub *publisher, inst *model.Instance) *pubInst {
-	if pub == nil {
-		return nil
-	}
-	for _, pi := range pub.insts {
-		if pi.inst.cluster == inst.Cluster && pi.slot.svc.key == inst.Service {
-			if pi.inst.sameInstance(inst) {
-				return pi
-			}
-			return nil
-		}
-	}
-	return nil
-}
-
 // renewIfUnchanged renews the lease of beat publisher pub's publication of
-// inst, and returns it, if it holds inst exactly (pub may be nil). The
-// caller holds mu.
+// inst, and returns it, if it holds inst exactly (see
+// index.renewIfUnchanged). The caller holds mu.
 func (r *Registry) renewIfUnchanged(pub *publisher, inst *model.Instance) *pubInst {
-	pi := beatPublishedAs(pub, inst)
-	if pi == nil {
-		return nil
-	}
-	t := inst.BeatTimings()
-	now := r.now()
-	_ = r.beatLeases.Put(pi, now, beatTimeouts(t)) // the stored timings passed validation
-	r.wakeAt(now.Add(min(t.Unhealthy, t.Delete)))
+	pi := r.index.renewIfUnchanged(pub, inst, r.now())
+	r.carryOut()
 	return pi
 }
 
