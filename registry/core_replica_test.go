@@ -692,8 +692,8 @@ func TestCoreApplyInstRecord(t *testing.T) {
 }
 
 // TestCoreRenewIfUnchanged: a beat registration of the instance a beat
-// publisher holds exactly renews its lease and wakes the driver by the new
-// deadline; any difference renews nothing.
+// publisher holds exactly renews its lease and returns the new deadline to
+// wake by, with no effect to carry out; any difference renews nothing.
 func TestCoreRenewIfUnchanged(t *testing.T) {
 	web5 := beatInst("web", 5, 1)
 	later := coreT0.Add(time.Minute)
@@ -710,7 +710,7 @@ func TestCoreRenewIfUnchanged(t *testing.T) {
 			ix := coreIndex(t)
 			p := ownBeat(t, ix, coreT0, web5)
 			ix.fx.reset()
-			pi := ix.renewIfUnchanged(p, &tc.inst, later)
+			pi, wake := ix.renewIfUnchanged(p, &tc.inst, later)
 			if (pi != nil) != tc.renewed {
 				t.Fatalf("renewed = %v, want %v", pi != nil, tc.renewed)
 			}
@@ -719,8 +719,8 @@ func TestCoreRenewIfUnchanged(t *testing.T) {
 			if tc.renewed {
 				wantWake = later.Add(min(tm.Unhealthy, tm.Delete))
 			}
-			if !ix.fx.wake.Equal(wantWake) {
-				t.Fatalf("wake = %v, want %v", ix.fx.wake, wantWake)
+			if !wake.Equal(wantWake) || !ix.fx.empty() {
+				t.Fatalf("wake = %v, want %v; effects %+v, want none", wake, wantWake, summarize(&ix.fx))
 			}
 			wantTouch := coreT0
 			if tc.renewed {
@@ -729,7 +729,7 @@ func TestCoreRenewIfUnchanged(t *testing.T) {
 			if st, ok := ix.beatLeases.Get(p.insts[0]); !ok || !st.LastTouch.Equal(wantTouch) {
 				t.Fatalf("the lease's last touch %v (ok %v), want %v", st.LastTouch, ok, wantTouch)
 			}
-			if ix.renewIfUnchanged(nil, &web5, later) != nil {
+			if pi, _ := ix.renewIfUnchanged(nil, &web5, later); pi != nil {
 				t.Fatal("a nil publisher renewed something")
 			}
 			checkIndex(t, ix)

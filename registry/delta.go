@@ -491,8 +491,10 @@ func (s *Session) unchanged(inst *model.Instance, loc *instLoc) bool {
 // inst, and returns it, if it holds inst exactly (see
 // index.renewIfUnchanged). The caller holds mu.
 func (r *Registry) renewIfUnchanged(pub *publisher, inst *model.Instance) *pubInst {
-	pi := r.index.renewIfUnchanged(pub, inst, r.now())
-	r.carryOut()
+	pi, wake := r.index.renewIfUnchanged(pub, inst, r.now())
+	if pi != nil {
+		r.wakeAt(wake)
+	}
 	return pi
 }
 
