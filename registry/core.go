@@ -781,22 +781,6 @@ func (x *indexState) Patch(k model.InstanceKey) (model.InstancePatch, bool) {
 	return model.InstancePatch{}, false
 }
 
-// renewIfUnchanged renews the lease of beat publisher pub's publication of
-// inst from now, and returns it with the lease's next deadline (by which
-// the driver must wake), if it holds inst exactly (pub may be nil); else it
-// changes nothing and returns nil. The deadline is returned, not an
-// effect: this is the path of a Nacos client's every beat that resends its
-// instance, and it has nothing else to carry out.
-func (ix *index) renewIfUnchanged(pub *publisher, inst *model.Instance, now time.Time) (*pubInst, time.Time) {
-	pi := beatPublishedAs(pub, inst)
-	if pi == nil {
-		return nil, time.Time{}
-	}
-	t := inst.BeatTimings()
-	_ = ix.beatLeases.Put(pi, now, beatTimeouts(t)) // the stored timings passed validation
-	return pi, now.Add(min(t.Unhealthy, t.Delete))
-}
-
 // beatPublishedAs returns beat publisher pub's publication of inst's key
 // if it holds inst exactly, or nil (pub may be nil). pub publishes inst's
 // ip:port, nearly always once, so its own list is shorter than a lookup

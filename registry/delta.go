@@ -488,13 +488,17 @@ func (s *Session) unchanged(inst *model.Instance, loc *instLoc) bool {
 }
 
 // renewIfUnchanged renews the lease of beat publisher pub's publication of
-// inst, and returns it, if it holds inst exactly (see
-// index.renewIfUnchanged). The caller holds mu.
+// inst, and returns it, if it holds inst exactly (pub may be nil). The
+// caller holds mu.
 func (r *Registry) renewIfUnchanged(pub *publisher, inst *model.Instance) *pubInst {
-	pi, wake := r.index.renewIfUnchanged(pub, inst, r.now())
-	if pi != nil {
-		r.wakeAt(wake)
+	pi := beatPublishedAs(pub, inst)
+	if pi == nil {
+		return nil
 	}
+	t := inst.BeatTimings()
+	now := r.now()
+	_ = r.beatLeases.Put(pi, now, beatTimeouts(t)) // the stored timings passed validation
+	r.wakeAt(now.Add(min(t.Unhealthy, t.Delete)))
 	return pi
 }
 
