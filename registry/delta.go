@@ -319,15 +319,6 @@ func (r *Registry) decodeInstRecord(dr distro.Record, sid, hash string) (instRec
 	return ir, nil
 }
 
-// applyInstLocked installs an instance record of a peer's session in its
-// grouped copy (see index.applyInstRecord). The caller holds mu.
-func (r *Registry) applyInstLocked(ir *instRecord) {
-	gkey := ir.dr.Key[:len(ir.dr.Key)-len(ir.hash)] // sessionPrefix + ir.sid + "/", without building it
-	ownerGone := r.members != nil && !r.members[ir.dr.Owner]
-	r.index.applyInstRecord(gkey, ir.sid, ir.hash, ir.dr.Owner, ir.inst, ownerGone, r.leaseStart())
-	r.carryOut()
-}
-
 // groupedCopy is a peer's session as this node holds it: the publisher
 // and its replication state, in one allocation (a peer's session is new
 // with its first record, nearly always its only one).
@@ -381,9 +372,13 @@ func (ds distroStore) applyBatch(drs []distro.Record) {
 	if r.state.Load() == stateClosed {
 		return
 	}
+	now := r.leaseStart()
 	for i := range irs {
-		r.applyInstLocked(&irs[i])
+		ir := &irs[i]
+		gkey := ir.dr.Key[:len(ir.dr.Key)-len(ir.hash)] // sessionPrefix + ir.sid + "/", without building it
+		r.index.applyInstRecord(gkey, ir.sid, ir.hash, ir.dr.Owner, ir.inst, r.members != nil && !r.members[ir.dr.Owner], now)
 	}
+	r.carryOut() // once for the batch: its records reach queries and watchers together
 }
 
 // ignoreRecord logs a peer's record that is not applied, and why. It is

@@ -57,7 +57,8 @@ func FuzzInstRecord(f *testing.F) {
 			t.Fatalf("accepted %q carrying instance %s", key, ir.inst.Key())
 		}
 		r.mu.Lock()
-		r.applyInstLocked(&ir)
+		r.index.applyInstRecord(dr.Key[:len(dr.Key)-len(hash)], sid, hash, dr.Owner, ir.inst, false, r.leaseStart())
+		r.carryOut()
 		r.mu.Unlock()
 		if err := r.CheckConsistency(); err != nil {
 			t.Fatal(err)
