@@ -36,14 +36,14 @@ func UnmarshalInstanceList(b []byte, maxInsts int) (l InstanceList, n int, err e
 	if err := Check(b); err != nil { // every declared length fits the input
 		return InstanceList{}, 0, err
 	}
-	if n, err = instanceListLen(b); err != nil {
+	n, spent, err := instanceListLen(b)
+	if err != nil {
 		return InstanceList{}, 0, err
 	}
-	n = max(n, 0) // a nil list
 	if n > maxInsts {
 		return InstanceList{}, n, &DecodeError{Type: "model.InstanceList", Path: ".i", Rule: "more than " + strconv.Itoa(maxInsts) + " instances", Err: ErrTooLarge}
 	}
-	err = UnmarshalWith(b, &l, DecodeOptions{MaxAlloc: max(limit-d.spent, 1)})
+	err = UnmarshalWith(b, &l, DecodeOptions{MaxAlloc: max(limit-d.spent-spent, 1)})
 	return l, n, err
 }
 
@@ -70,26 +70,42 @@ func (d *cmdDecoder) instanceList(maxInsts int) ([]Instance, bool) {
 }
 
 // instanceListLen returns the declared length of a checked InstanceList's
-// instances, reading only headers and keys.
-func instanceListLen(b []byte) (int, error) {
+// instances (0 for a nil list), reading only headers and keys, and what
+// reading them allocated (the keys' strings and the decoder), which counts
+// against the decode's bound. A map may repeat the key "i": msgpack keeps
+// the last, so the length is the last one's.
+func instanceListLen(b []byte) (n int, spent int64, err error) {
+	const decoderCost = 1 << 10 // the decoder and its reader
+	spent = decoderCost
 	dec := msgpack.NewDecoder(bytes.NewReader(b))
-	n, err := dec.DecodeMapLen()
+	count, err := dec.DecodeMapLen()
 	if err != nil {
-		return 0, err
+		return 0, spent, err
 	}
-	for range max(n, 0) {
+	for range max(count, 0) {
 		k, err := dec.DecodeString()
 		if err != nil {
-			return 0, err
+			return 0, spent, err
 		}
-		if k == "i" {
-			return dec.DecodeArrayLen()
+		spent += int64(len(k)) + 16 // the string and its header
+		if k != "i" {
+			if err := dec.Skip(); err != nil {
+				return 0, spent, err
+			}
+			continue
 		}
-		if err := dec.Skip(); err != nil {
-			return 0, err
+		l, err := dec.DecodeArrayLen()
+		if err != nil {
+			return 0, spent, err
+		}
+		n = max(l, 0)
+		for range n {
+			if err := dec.Skip(); err != nil {
+				return 0, spent, err
+			}
 		}
 	}
-	return 0, nil
+	return n, spent, nil
 }
 
 // AppendMsgpack appends the msgpack encoding of l to b and returns the

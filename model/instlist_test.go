@@ -3,6 +3,7 @@ package model
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -178,6 +179,46 @@ func TestUnmarshalInstanceListBound(t *testing.T) {
 		if got := allocated(func() { _, _, err = UnmarshalInstanceList(in, 1000) }); got > limit {
 			t.Errorf("%s (%d bytes, err %v): allocated %d, want at most %d", name, len(in), err, got, limit)
 		}
+	}
+	// A review's shape: thousands of unknown top-level keys (their strings
+	// are allocated before the fallback decodes), then "i" with nearly as
+	// many empty maps as the bound allows.
+	for _, keyLen := range []int{9, 16, 17} {
+		const keys = 3000
+		total := keys + 1
+		b := []byte{0xde, byte(total >> 8), byte(total)}
+		for k := range keys {
+			key := fmt.Sprintf("%0*d", keyLen, k)
+			b = append(b, 0xa0|byte(keyLen))
+			b = append(b, key...)
+			b = append(b, 0xc0)
+		}
+		n := 1000
+		b = append(b, 0xa1, 'i', 0xdc, byte(n>>8), byte(n))
+		b = append(b, bytes.Repeat([]byte{0x80}, n)...)
+		limit := uint64(MaxDecodeRatio*len(b) + DecodeSlack)
+		var err error
+		if got := allocated(func() { _, _, err = UnmarshalInstanceList(b, 1000) }); got > limit {
+			t.Errorf("%d unknown keys of %d bytes (%d bytes, err %v): allocated %d, want at most %d", keys, keyLen, len(b), err, got, limit)
+		}
+	}
+}
+
+// TestUnmarshalInstanceListRepeatedKey: a map that repeats "i" decodes to
+// its last list (msgpack's rule), so the cap on instances holds against
+// the last one, not the first.
+func TestUnmarshalInstanceListRepeatedKey(t *testing.T) {
+	in, _ := Marshal(&Instance{Service: ServiceKey{Namespace: "public", Group: "g", Name: "s"}, Cluster: "DEFAULT", IP: "10.0.0.1", Port: 80, Weight: 1, Ephemeral: true})
+	b := []byte{0x82, 0xa1, 'i', 0x90, 0xa1, 'i', 0xdc, 0, 50}
+	for range 50 {
+		b = append(b, in...)
+	}
+	l, n, err := UnmarshalInstanceList(b, 10)
+	if !errors.Is(err, ErrTooLarge) || n != 50 {
+		t.Fatalf("{i: [], i: [50 instances]} with a cap of 10: %d instances, n %d, err %v; want ErrTooLarge for 50", len(l.Instances), n, err)
+	}
+	if l, n, err := UnmarshalInstanceList(b, 50); err != nil || n != 50 || len(l.Instances) != 50 {
+		t.Fatalf("the same with a cap of 50: %d instances, n %d, err %v; want the last list's 50", len(l.Instances), n, err)
 	}
 }
 
