@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/muster-io/muster/internal/testutil"
@@ -181,25 +182,25 @@ func TestUnmarshalInstanceListBound(t *testing.T) {
 		}
 	}
 	// A review's shape: thousands of unknown top-level keys (their strings
-	// are allocated before the fallback decodes), then "i" with nearly as
-	// many empty maps as the bound allows.
+	// are allocated before the fallback decodes), then "i" with about as
+	// many empty maps as the bound allows (a count scanned across the edge).
 	for _, keyLen := range []int{9, 16, 17} {
 		const keys = 3000
 		total := keys + 1
-		b := []byte{0xde, byte(total >> 8), byte(total)}
+		head := []byte{0xde, byte(total >> 8), byte(total)}
 		for k := range keys {
-			key := fmt.Sprintf("%0*d", keyLen, k)
-			b = append(b, 0xa0|byte(keyLen))
-			b = append(b, key...)
-			b = append(b, 0xc0)
+			head = append(head, 0xa0|byte(keyLen))
+			head = append(head, fmt.Sprintf("%0*d", keyLen, k)...)
+			head = append(head, 0xc0)
 		}
-		n := 1000
-		b = append(b, 0xa1, 'i', 0xdc, byte(n>>8), byte(n))
-		b = append(b, bytes.Repeat([]byte{0x80}, n)...)
-		limit := uint64(MaxDecodeRatio*len(b) + DecodeSlack)
-		var err error
-		if got := allocated(func() { _, _, err = UnmarshalInstanceList(b, 1000) }); got > limit {
-			t.Errorf("%d unknown keys of %d bytes (%d bytes, err %v): allocated %d, want at most %d", keys, keyLen, len(b), err, got, limit)
+		for n := 1000; n <= 4000; n += 50 {
+			b := append(slices.Clip(head), 0xa1, 'i', 0xdc, byte(n>>8), byte(n))
+			b = append(b, bytes.Repeat([]byte{0x80}, n)...)
+			limit := uint64(MaxDecodeRatio*len(b) + DecodeSlack)
+			var err error
+			if got := allocated(func() { _, _, err = UnmarshalInstanceList(b, 1<<20) }); got > limit {
+				t.Errorf("%d unknown keys of %d bytes, %d empty instances (%d bytes, err %v): allocated %d, want at most %d", keys, keyLen, n, len(b), err, got, limit)
+			}
 		}
 	}
 }
