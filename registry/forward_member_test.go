@@ -115,13 +115,16 @@ func TestLeaseHandoverRefusesNonMembers(t *testing.T) {
 	}
 }
 
+// handlerKinds are the transport kinds the registry handles in a cluster.
+var handlerKinds = map[string]transport.Kind{"forward": registry.KindForward, "leases": registry.KindLeases}
+
 // TestCloseRemovesHandlers: once a node's registry is closed, a peer's
 // forwarded write and handed lease reach no handler on its transport
 // (transport.ErrNoHandler), though the transport itself is still open.
 func TestCloseRemovesHandlers(t *testing.T) {
 	c := registrytest.NewCluster(t, clusterOpts())
 	real := ownedBy(t, c, "n1", "orders")
-	for name, kind := range map[string]transport.Kind{"forward": registry.KindForward, "leases": registry.KindLeases} {
+	for name, kind := range handlerKinds {
 		// A body no handler accepts: answered (with a refusal), not applied.
 		if _, err := c.Node(1).Transport.Request(ctx, "n1", kind, []byte{0}); errors.Is(err, transport.ErrNoHandler) {
 			t.Fatalf("%s before Close: %v, want a handler", name, err)
@@ -130,7 +133,7 @@ func TestCloseRemovesHandlers(t *testing.T) {
 	if err := c.Node(0).Registry.Close(); err != nil {
 		t.Fatal(err)
 	}
-	for name, kind := range map[string]transport.Kind{"forward": registry.KindForward, "leases": registry.KindLeases} {
+	for name, kind := range handlerKinds {
 		if _, err := c.Node(1).Transport.Request(ctx, "n1", kind, []byte{0}); !errors.Is(err, transport.ErrNoHandler) {
 			t.Errorf("%s after Close: %v, want transport.ErrNoHandler", name, err)
 		}
@@ -193,7 +196,7 @@ func TestCloseDuringStart(t *testing.T) {
 	if err := <-started; !errors.Is(err, registry.ErrClosed) {
 		t.Errorf("Start after a Close during it: %v, want ErrClosed", err)
 	}
-	for name, kind := range map[string]transport.Kind{"forward": registry.KindForward, "leases": registry.KindLeases} {
+	for name, kind := range handlerKinds {
 		if _, err := peer.Request(ctx, "a", kind, []byte{0}); !errors.Is(err, transport.ErrNoHandler) {
 			t.Errorf("%s after Close: %v, want transport.ErrNoHandler", name, err)
 		}
