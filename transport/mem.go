@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -80,10 +81,13 @@ type MemNetwork struct {
 	nextID   uint64
 	changed  chan struct{} // closed and replaced whenever the queue grows
 
-	// In flight: see InFlight. idle is closed while busy is 0.
-	busyMu sync.Mutex
-	busy   int
-	idle   chan struct{}
+	// In flight: see InFlight. busy is the count; a WaitIdle that has to
+	// wait makes idle (under busyMu), and the busyAdd that brings busy to 0
+	// closes it. Without a waiter a message costs two atomic adds.
+	busy    atomic.Int64
+	waiters atomic.Int32
+	busyMu  sync.Mutex
+	idle    chan struct{}
 }
 
 type memLink struct{ from, to string }
@@ -101,29 +105,33 @@ type memMsg struct {
 type memCall struct {
 	done chan memResult
 
-	mu      sync.Mutex
-	counted bool // the caller counts as in flight (see MemNetwork.InFlight)
-	gone    bool // the caller has returned
+	// state is 0, callCounted (the caller counts as in flight, see
+	// MemNetwork.InFlight) or callGone (the caller has returned).
+	state atomic.Int32
 }
 
+const (
+	callCounted int32 = 1 + iota
+	callGone
+)
+
 // enter counts the waiting caller as in flight once its request reaches a
-// handler, unless it has returned already.
+// handler, unless it has returned already or counts already (a duplicate).
+// The handler's own count is held (dispatch adds it first), so undoing a
+// lost race here never brings InFlight to 0.
 func (c *memCall) enter(n *MemNetwork) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.gone && !c.counted {
-		c.counted = true
-		n.busyAdd(1)
+	if c.state.Load() != 0 {
+		return
+	}
+	n.busyAdd(1)
+	if !c.state.CompareAndSwap(0, callCounted) {
+		n.busyAdd(-1)
 	}
 }
 
 // leave records that the caller has returned, with the response or not.
 func (c *memCall) leave(n *MemNetwork) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.gone = true
-	if c.counted {
-		c.counted = false
+	if c.state.Swap(callGone) == callCounted {
 		n.busyAdd(-1)
 	}
 }
@@ -293,11 +301,7 @@ func (n *MemNetwork) ResetStats() {
 // queue) do not count until they are delivered: they wait for the test, not
 // for the nodes. A test that must know when the nodes are done with what
 // was sent waits for 0 (WaitIdle) instead of for a quiet moment.
-func (n *MemNetwork) InFlight() int {
-	n.busyMu.Lock()
-	defer n.busyMu.Unlock()
-	return n.busy
-}
+func (n *MemNetwork) InFlight() int { return int(n.busy.Load()) }
 
 // Held returns how many messages the network holds back: on a link delay,
 // waiting for the clock, or in the manual-delivery queue, waiting for the
@@ -316,11 +320,16 @@ func (n *MemNetwork) Held() int {
 
 // WaitIdle blocks until InFlight is 0 or ctx ends.
 func (n *MemNetwork) WaitIdle(ctx context.Context) error {
+	n.waiters.Add(1)
+	defer n.waiters.Add(-1)
 	for {
 		n.busyMu.Lock()
-		if n.busy == 0 {
+		if n.busy.Load() == 0 {
 			n.busyMu.Unlock()
 			return nil
+		}
+		if n.idle == nil {
+			n.idle = make(chan struct{})
 		}
 		idle := n.idle
 		n.busyMu.Unlock()
@@ -332,17 +341,21 @@ func (n *MemNetwork) WaitIdle(ctx context.Context) error {
 	}
 }
 
-// busyAdd changes the in-flight count by d.
+// busyAdd changes the in-flight count by d. Bringing it to 0 wakes the
+// waiting WaitIdles; they check the count again, so a wake-up that comes
+// late, after the count rose again, costs them a loop and nothing else.
+// The waiter count is raised before a WaitIdle reads busy, so a busyAdd
+// that reads no waiter brought busy to 0 before that read.
 func (n *MemNetwork) busyAdd(d int) {
+	if n.busy.Add(int64(d)) != 0 || d > 0 || n.waiters.Load() == 0 {
+		return
+	}
 	n.busyMu.Lock()
-	defer n.busyMu.Unlock()
-	if n.busy == 0 && d > 0 {
-		n.idle = make(chan struct{})
-	}
-	n.busy += d
-	if n.busy == 0 && d < 0 {
+	if n.idle != nil {
 		close(n.idle)
+		n.idle = nil
 	}
+	n.busyMu.Unlock()
 }
 
 // SetManual turns manual-delivery mode on or off. While on, every request
