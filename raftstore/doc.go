@@ -121,13 +121,13 @@
 //
 // # Writes: batching, retries, no leader
 //
-// Propose hands the command to a batcher: while up to four Raft entries are
-// in flight, commands that arrive meanwhile are packed into the next entry
-// (at most 256 commands or 256 KiB), each with its own result (group
-// commit): BenchmarkPersistentRegister compares it with one command per
-// entry. Temporary Dragonboat errors (no leader yet, busy, a timed-out
-// attempt) are retried within
-// Config.ProposeTimeout, after which the call fails with ErrNoLeader. Each
+// Propose hands the command to a batcher: while the node's Raft entry is in
+// flight, commands that arrive meanwhile are packed into the next entry (at
+// most 256 commands or 256 KiB), each with its own result (group commit):
+// BenchmarkPersistentRegister compares it with one command per entry.
+// Temporary Dragonboat errors (no leader yet, busy, a timed-out attempt)
+// are retried within Config.ProposeTimeout, after which the call fails with
+// ErrNoLeader. Each
 // entry carries a unique ID (a random per-start nonce and a sequence
 // number) and the state machine applies an ID at most once within a window
 // of 50,000 indices, so a retry of an attempt that did commit returns the

@@ -221,13 +221,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	n.nh, n.db = nh, db
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.queue = make(chan *proposal, 4*maxBatchCommands)
-	workers := proposeWorkers
-	if n.cfg.MaxBatch == 1 {
-		workers = 1
-	}
-	for range workers {
-		n.goFunc(n.batchLoop)
-	}
+	n.goFunc(n.batchLoop)
 	if n.cfg.SnapshotEntries > 0 {
 		n.goFunc(n.snapshotLoop)
 	}

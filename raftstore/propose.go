@@ -10,11 +10,6 @@ import (
 	"github.com/lni/dragonboat/v4"
 )
 
-// proposeWorkers is the number of batches in flight at once. While they
-// wait for their entries to commit, new commands queue up and go out as
-// the next batches: group commit.
-const proposeWorkers = 4
-
 type proposal struct {
 	cmd  Command // normalized
 	enc  []byte
@@ -74,7 +69,12 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 }
 
 // batchLoop takes a waiting proposal, adds every other one already queued
-// (up to MaxBatch and maxEntryBytes), and proposes them as one entry.
+// (up to MaxBatch and maxEntryBytes), and proposes them as one entry. One
+// entry per node is in flight at a time: while it commits, new commands
+// queue up and go out together as the next one (group commit). More in
+// flight made each entry slower than it saved: Dragonboat's cost is per
+// entry, and the entries of all nodes share the leader's rounds (see
+// docs/raft-records.md, Batching).
 func (n *Node) batchLoop() {
 	var carry *proposal
 	batch := make([]*proposal, 0, n.cfg.MaxBatch)
