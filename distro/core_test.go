@@ -115,6 +115,31 @@ func TestDigestIncremental(t *testing.T) {
 	}
 }
 
+// An owner whose last record went (expired tombstone, orphan removal) leaves the table's
+// owner set: node IDs come and go with hosts, and every digest walks the set.
+func TestTableOwnersPruned(t *testing.T) {
+	tab := newTable(4)
+	tab.install(Record{Key: "a", Kind: KindSession, Owner: "gone", Revision: 1}, t0)
+	tab.install(Record{Key: "b", Kind: KindSession, Owner: "stays", Revision: 1}, t0)
+	tab.install(Record{Key: "a", Kind: KindSession, Owner: "gone", Revision: 2, Deleted: true}, t0)
+	if len(tab.owners) != 2 {
+		t.Fatalf("owners = %d, want 2", len(tab.owners))
+	}
+	if n := tab.expire(t0); n != 1 {
+		t.Fatalf("expire removed %d, want 1", n)
+	}
+	if _, ok := tab.owners["gone"]; ok || len(tab.owners) != 1 {
+		t.Fatalf("owners after the last record of gone expired: %v", tab.owners)
+	}
+	if tab.digest("gone") != nil {
+		t.Fatal("a pruned owner still has a digest")
+	}
+	tab.install(Record{Key: "c", Kind: KindSession, Owner: "gone", Revision: 1}, t0) // it comes back
+	if d := tab.digest("gone"); d == nil || tab.owners["gone"].held != 1 {
+		t.Fatalf("returning owner: digest %v", d)
+	}
+}
+
 func TestTableExpire(t *testing.T) {
 	tab := newTable(4)
 	tab.install(Record{Key: "a", Kind: KindSession, Owner: "n", Revision: 2, Deleted: true}, t0)

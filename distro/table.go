@@ -98,7 +98,7 @@ func (t *table) account(e *entry, sign int) {
 	o.held--
 	o.live -= live
 	if o.held == 0 {
-		clear(o.sums)
+		delete(t.owners, e.rec.Owner) // node IDs come and go with hosts
 	}
 }
 
