@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/muster-io/muster/transport"
 )
 
@@ -18,7 +19,8 @@ import (
 // by whoever starts it, before it starts; a sleeper is woken (and counted) by whoever wakes it
 // first, the clock's timer, a poke or Settle; a request counts again before its result is used.
 type activity struct {
-	// busy is the number of busy goroutines; idle is closed while it is 0.
+	// busy is the number of busy goroutines. idle is made by a Settle that has to wait and
+	// closed (and dropped) when busy reaches 0: without a waiter, a move costs no channel.
 	busy int
 	idle chan struct{}
 	// woke counts every move to busy; drained is its value when Settle last returned.
@@ -26,18 +28,21 @@ type activity struct {
 	// sleepers are the goroutines sleeping on the clock; loop is the run loop's, if it sleeps.
 	sleepers map[*sleeper]struct{}
 	loop     *sleeper
+	// loopSleeper and loopTimer are the run loop's, reused from one sleep to the next (it
+	// sleeps after every pass): a fresh wake channel only after one was closed.
+	loopSleeper sleeper
+	loopTimer   clockwork.Timer
 }
 
 // sleeper is a goroutine sleeping until the clock reaches at.
 type sleeper struct {
-	at    time.Time
-	wake  chan struct{} // closed when woken by a poke or by Settle
-	woken bool
+	at     time.Time
+	wake   chan struct{} // closed when woken by a poke or by Settle
+	woken  bool
+	closed bool // wake is closed
 }
 
 func (a *activity) init() {
-	a.idle = make(chan struct{})
-	close(a.idle)
 	a.sleepers = map[*sleeper]struct{}{}
 }
 
@@ -45,13 +50,11 @@ func (a *activity) init() {
 func (a *activity) addLocked(d int) {
 	if d > 0 {
 		a.woke++
-		if a.busy == 0 {
-			a.idle = make(chan struct{})
-		}
 	}
 	a.busy += d
-	if a.busy == 0 && d < 0 {
+	if a.busy == 0 && a.idle != nil {
 		close(a.idle)
+		a.idle = nil
 	}
 }
 
@@ -68,6 +71,7 @@ func (a *activity) wakeLocked(s *sleeper, closeWake bool) {
 	a.addLocked(1)
 	if closeWake {
 		close(s.wake)
+		s.closed = true
 	}
 }
 
@@ -106,25 +110,42 @@ func (r *Replicator) request(ctx context.Context, peer string, kind transport.Ki
 // Close; it reports false on Close. The run loop passes loop = true: a poke that came before it
 // sleeps keeps it awake.
 func (r *Replicator) sleepUntil(now time.Time, d time.Duration, loop bool) bool {
-	s := &sleeper{at: now.Add(d), wake: make(chan struct{})}
 	r.amu.Lock()
 	if loop && len(r.kick) > 0 {
 		r.amu.Unlock()
 		<-r.kick
 		return true
 	}
-	r.act.sleepers[s] = struct{}{}
+	var s *sleeper
 	if loop {
+		s = &r.act.loopSleeper
+		s.at, s.woken = now.Add(d), false
+		if s.wake == nil || s.closed {
+			s.wake, s.closed = make(chan struct{}), false
+		}
 		r.act.loop = s
+	} else {
+		s = &sleeper{at: now.Add(d), wake: make(chan struct{})}
 	}
+	r.act.sleepers[s] = struct{}{}
 	r.act.addLocked(-1)
+	wake := s.wake
 	r.amu.Unlock()
-	// The timer is made after now was read, so it fires at s.at or later: Settle, which wakes
+	// The timer is set after now was read, so it fires at s.at or later: Settle, which wakes
 	// s once the clock reaches s.at, never wakes it before its time.
-	t := r.clk.NewTimer(d)
+	var t clockwork.Timer
 	var kick chan struct{}
 	if loop {
+		// Only the run loop uses loopTimer: no lock needed.
+		if t = r.act.loopTimer; t == nil {
+			t = r.clk.NewTimer(d)
+			r.act.loopTimer = t
+		} else {
+			t.Reset(d)
+		}
 		kick = r.kick
+	} else {
+		t = r.clk.NewTimer(d)
 	}
 	ok := true
 	select {
@@ -132,9 +153,14 @@ func (r *Replicator) sleepUntil(now time.Time, d time.Duration, loop bool) bool 
 		ok = false
 	case <-kick:
 	case <-t.Chan():
-	case <-s.wake:
+	case <-wake:
 	}
-	t.Stop()
+	if !t.Stop() {
+		select { // a tick that fired but was not taken must not end the loop's next sleep
+		case <-t.Chan():
+		default:
+		}
+	}
 	r.amu.Lock()
 	r.act.wakeLocked(s, false)
 	r.amu.Unlock()
@@ -190,6 +216,9 @@ func (r *Replicator) Settle(ctx context.Context) (did bool, err error) {
 			r.act.drained = r.act.woke
 			r.amu.Unlock()
 			return did, nil
+		}
+		if r.act.idle == nil {
+			r.act.idle = make(chan struct{})
 		}
 		idle, busy := r.act.idle, r.act.busy
 		r.amu.Unlock()
