@@ -32,6 +32,7 @@ type index struct {
 	quota    quotas // what the limits count (see limits.go)
 
 	beats    map[string]*publisher // beat publishers by IP, then chained by port (see beatPub)
+	beatsGen uint64                // counts additions to and removals from beats (see beatLoc)
 	sessions map[string]*publisher // session publishers by ID
 	remote   map[string]*publisher // replicas of other nodes' publishers, by record key (core_replica.go)
 
@@ -161,6 +162,12 @@ func (fx *effects) empty() bool {
 // reset clears fx, keeping its storage.
 func (fx *effects) reset() {
 	cut(&fx.dirty)
+	fx.wake = time.Time{}
+	fx.resetRest()
+}
+
+// resetRest clears fx but for dirty and wake (see carryOut).
+func (fx *effects) resetRest() {
 	cut(&fx.gone)
 	cut(&fx.catalogs)
 	cut(&fx.targets)
@@ -170,17 +177,26 @@ func (fx *effects) reset() {
 	cut(&fx.ended)
 	cut(&fx.lapsed)
 	cut(&fx.events)
-	fx.services, fx.wake = false, time.Time{}
+	fx.services = false
 }
 
 // cut empties *s, keeping its storage. It touches only a list that holds
 // something (a change nearly always records one or two), and cuts it in
-// place (s = s[:0] writes no pointer, so it costs no write barrier).
+// place (s = s[:0] writes no pointer, so it costs no write barrier). A
+// list of one, the common case, is cleared by an assignment rather than
+// clear's call into the runtime (a clear of pointers, with its bulk
+// barrier).
 func cut[T any](s *[]T) {
-	if len(*s) > 0 {
+	switch len(*s) {
+	case 0:
+		return
+	case 1:
+		var zero T
+		(*s)[0] = zero
+	default:
 		clear(*s)
-		*s = (*s)[:0]
 	}
+	*s = (*s)[:0]
 }
 
 // wakeBy records that a deadline at t was started.
@@ -667,7 +683,9 @@ func (ix *index) publishAt(s *service, i int, found bool, pub *publisher, inst m
 	if born {
 		ix.slotBorn(sl)
 	}
-	ix.noteSlot(sl, EventRegistered, pub, "")
+	if ix.noting { // tested here: noteSlot is not inlined, and this is every registration's path
+		ix.noteSlot(sl, EventRegistered, pub, "")
+	}
 	// issue 15: another publisher of a key, with the same instance, changes
 	// no view.
 	if born || sl.current() == stored && !stored.equal(prev) {

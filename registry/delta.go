@@ -499,11 +499,18 @@ func (r *Registry) renewIfUnchanged(pub *publisher, inst *model.Instance) *pubIn
 
 // renewUnchangedBeat is Register's answer, standalone, to a beat
 // registration of an instance held exactly: its lease is renewed, before
-// validation (what is stored was valid). It reports whether it was.
-func (r *Registry) renewUnchangedBeat(inst *model.Instance) bool {
+// validation (what is stored was valid). It reports whether it was; when
+// not, loc holds the lookup of inst's beat publisher, for the registration.
+func (r *Registry) renewUnchangedBeat(inst *model.Instance, loc *beatLoc) bool {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.checkWrite() == nil && r.renewIfUnchanged(r.beatPub(inst.IP, inst.Port), inst) != nil
+	if r.checkWrite() != nil {
+		r.mu.Unlock()
+		return false
+	}
+	*loc = beatLoc{ok: true, pub: r.beatPub(inst.IP, inst.Port), gen: r.beatsGen}
+	renewed := r.renewIfUnchanged(loc.pub, inst) != nil
+	r.mu.Unlock()
+	return renewed
 }
 
 // sessionOf reports whether session ID sid names node as the node that

@@ -16,46 +16,50 @@ import (
 // The caller holds mu.
 func (r *Registry) carryOut() {
 	fx := &r.index.fx
-	if fx.empty() {
-		return // a change that means nothing outside the index (most of a standalone write's)
-	}
 	for _, key := range fx.dirty {
 		r.markDirty(key)
 	}
-	// The rarer effects are carried out of line (carryOutGone, retarget,
-	// carryOutEnds), in the same order: this runs on the apply path of
-	// peers' records, a goroutine per message whose stack grows (a copy)
-	// with every frame.
-	if len(fx.gone) > 0 || len(fx.catalogs) > 0 {
-		r.carryOutGone(fx)
-	}
-	if fx.services {
-		r.svcGen.Add(1)
-	}
-	if len(fx.targets) > 0 {
-		r.retarget(fx.targets)
-	}
-	for _, n := range fx.notes {
-		if n.published {
-			r.notePublished(n.pi.pub, n.pi)
-		} else {
-			r.noteUnpublished(n.pi)
+	// A standalone write records a changed service and maybe a deadline,
+	// nothing else: one test (the lists' lengths or-ed) passes the rest.
+	if len(fx.gone)|len(fx.catalogs)|len(fx.targets)|len(fx.notes)|len(fx.replicate)|len(fx.events)|
+		len(fx.lapsed)|len(fx.ended)|len(fx.conflicts) != 0 || fx.services {
+		// The rarer effects are carried out of line (carryOutGone,
+		// retarget, carryOutEnds), in the same order: this runs on the
+		// apply path of peers' records, a goroutine per message whose
+		// stack grows (a copy) with every frame.
+		if len(fx.gone) > 0 || len(fx.catalogs) > 0 {
+			r.carryOutGone(fx)
 		}
-	}
-	for _, p := range fx.replicate {
-		r.replicate(p)
-	}
-	for i := range fx.events {
-		e := &fx.events[i]
-		r.noteBy(e.instKey, e.kind, e.pub, e.remote, e.why)
-	}
-	if len(fx.lapsed) > 0 || len(fx.ended) > 0 || len(fx.conflicts) > 0 {
-		r.carryOutEnds(fx)
+		if fx.services {
+			r.svcGen.Add(1)
+		}
+		if len(fx.targets) > 0 {
+			r.retarget(fx.targets)
+		}
+		for _, n := range fx.notes {
+			if n.published {
+				r.notePublished(n.pi.pub, n.pi)
+			} else {
+				r.noteUnpublished(n.pi)
+			}
+		}
+		for _, p := range fx.replicate {
+			r.replicate(p)
+		}
+		for i := range fx.events {
+			e := &fx.events[i]
+			r.noteBy(e.instKey, e.kind, e.pub, e.remote, e.why)
+		}
+		if len(fx.lapsed) > 0 || len(fx.ended) > 0 || len(fx.conflicts) > 0 {
+			r.carryOutEnds(fx)
+		}
+		fx.resetRest()
 	}
 	if !fx.wake.IsZero() {
 		r.wakeAt(fx.wake)
+		fx.wake = time.Time{}
 	}
-	fx.reset()
+	cut(&fx.dirty)
 }
 
 // carryOutGone tells the watchers of the services that left, and those of

@@ -183,7 +183,7 @@ func (r *Registry) beatWrite(ctx context.Context, req *fwdRequest) (BeatResult, 
 func (r *Registry) serveOwned(ctx context.Context, req *fwdRequest) (BeatResult, error) {
 	switch req.Op {
 	case fwdRegister:
-		return BeatResult{}, r.registerOwned(ctx, req.Inst)
+		return BeatResult{}, r.registerOwned(ctx, req.Inst, nil)
 	case fwdHeartbeat:
 		iv, err := r.heartbeatOwned(ctx, req.Key)
 		return BeatResult{Interval: iv}, err

@@ -38,14 +38,36 @@ func (ix *index) beatPub(ip string, port int) *publisher {
 	return nil
 }
 
+// beatLoc is a lookup of the beat publisher of an ip:port under mu (pub,
+// nil when there was none) and ix.beatsGen then. Until beatsGen moves, the
+// lookup holds, after mu was released and taken again: a standalone
+// Register, which validates between its pre-check and its registration,
+// looks the publisher up once.
+type beatLoc struct {
+	ok  bool // the lookup was made
+	pub *publisher
+	gen uint64
+}
+
+// beatPubAt is beatPub of ip:port, loc's if it still holds (loc may be
+// nil).
+func (ix *index) beatPubAt(loc *beatLoc, ip string, port int) *publisher {
+	if loc != nil && loc.ok && loc.gen == ix.beatsGen {
+		return loc.pub
+	}
+	return ix.beatPub(ip, port)
+}
+
 // addBeatPub indexes a new beat publisher of ip.
 func (ix *index) addBeatPub(ip string, p *publisher) {
+	ix.beatsGen++
 	p.next = ix.beats[ip]
 	ix.beats[ip] = p
 }
 
 // removeBeatPub drops the beat publisher p of ip from the index.
 func (ix *index) removeBeatPub(ip string, p *publisher) {
+	ix.beatsGen++
 	head := ix.beats[ip]
 	if head == p {
 		if p.next == nil {
@@ -126,7 +148,8 @@ func (r *Registry) Register(ctx context.Context, inst model.Instance) (err error
 		return err
 	}
 	inst = inst.WithDefaults()
-	if inst.Ephemeral && !r.cluster && r.renewUnchangedBeat(&inst) {
+	var loc beatLoc // the beat publisher's lookup, kept for the registration
+	if inst.Ephemeral && !r.cluster && r.renewUnchangedBeat(&inst, &loc) {
 		return nil // issue 15: the same instance again only renews its lease (delta.go)
 	}
 	if err := r.validInstance(&inst); err != nil {
@@ -136,7 +159,7 @@ func (r *Registry) Register(ctx context.Context, inst model.Instance) (err error
 		return r.store.Apply(ctx, &model.Command{Op: model.OpPutInstance, Instance: inst}, model.Origin{})
 	}
 	if !r.cluster {
-		return r.registerOwned(ctx, inst) // beatWrite's route standalone, without its request
+		return r.registerOwned(ctx, inst, &loc) // beatWrite's route standalone, without its request
 	}
 	_, err = r.beatWrite(ctx, &fwdRequest{Op: fwdRegister, Inst: inst})
 	return err
@@ -154,8 +177,9 @@ func (r *Registry) checkBeatWrite() error {
 }
 
 // registerOwned is Register of a beat instance on its owner, this node.
-// inst is valid, ephemeral and has its defaults.
-func (r *Registry) registerOwned(ctx context.Context, inst model.Instance) error {
+// inst is valid, ephemeral and has its defaults; loc, if not nil, is a
+// lookup of its beat publisher made earlier (see beatLoc).
+func (r *Registry) registerOwned(ctx context.Context, inst model.Instance, loc *beatLoc) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -167,22 +191,28 @@ func (r *Registry) registerOwned(ctx context.Context, inst model.Instance) error
 	if err := r.checkWrite(); err != nil {
 		return err
 	}
-	_, err := r.registerOwnedLocked(inst)
+	_, err := r.registerBeat(r.beatPubAt(loc, inst.IP, inst.Port), &inst)
 	return err
 }
 
 // registerOwnedLocked publishes inst through the beat publisher of its
 // ip:port and (re)starts its lease. The caller holds mu.
 func (r *Registry) registerOwnedLocked(inst model.Instance) (*pubInst, error) {
-	pub := r.beatPub(inst.IP, inst.Port)
-	if pi := r.renewIfUnchanged(pub, &inst); pi != nil {
+	return r.registerBeat(r.beatPub(inst.IP, inst.Port), &inst)
+}
+
+// registerBeat is registerOwnedLocked with the beat publisher of inst's
+// ip:port looked up already: pub, or nil when there is none. inst is only
+// read.
+func (r *Registry) registerBeat(pub *publisher, inst *model.Instance) (*pubInst, error) {
+	if pi := r.renewIfUnchanged(pub, inst); pi != nil {
 		return pi, nil // issue 15: the same instance again only renews its lease
 	}
 	if pub == nil && r.cluster {
 		// A copy of another node's publisher: this node owns it now.
 		if rp := r.remote[beatRecordKey(inst.IP, inst.Port)]; rp != nil {
 			// Checked first: a refused write leaves the copy as it is.
-			if err := r.admitPublication(rp, &inst); err != nil {
+			if err := r.admitPublication(rp, inst); err != nil {
 				return nil, err
 			}
 			r.promote(rp, r.now())
@@ -198,20 +228,22 @@ func (r *Registry) registerOwnedLocked(inst model.Instance) (*pubInst, error) {
 			pub.id = model.Endpoint(inst.IP, inst.Port)
 		}
 	}
-	pi, err := r.publish(pub, inst, true)
+	pi, err := r.index.publish(pub, *inst, true)
 	if err != nil {
+		r.carryOut()
 		return nil, err
 	}
 	if fresh {
 		r.addBeatPub(inst.IP, pub)
 	}
-	r.pubChanged(pub)
+	r.index.pubChanged(pub)
 	t := inst.BeatTimings()
 	pi.interval = t.Interval
 	now := r.now()
 	// The timings passed Validate, so the lease accepts them.
 	_ = r.beatLeases.Put(pi, now, beatTimeouts(t))
-	r.wakeAt(now.Add(min(t.Unhealthy, t.Delete)))
+	r.index.fx.wakeBy(now.Add(min(t.Unhealthy, t.Delete)))
+	r.carryOut() // once for the publication, the new revision and the lease
 	return pi, nil
 }
 

@@ -111,14 +111,20 @@ func (s *Session) Register(ctx context.Context, inst model.Instance) (err error)
 	if err := s.r.validInstance(&inst); err != nil {
 		return err
 	}
-	return s.whileOpen(func(r *Registry) error {
-		sv, i, found := r.relocate(&loc, &inst)
-		if _, err := r.publishAt(sv, i, found, s.pub, inst, true); err != nil {
-			return err
-		}
-		r.pubChanged(s.pub)
-		return nil
-	})
+	// whileOpen's section, without its closure: this is a hot path.
+	r := s.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	sv, i, found := r.relocate(&loc, &inst)
+	_, err = r.index.publishAt(sv, i, found, s.pub, inst, true)
+	if err == nil {
+		r.index.pubChanged(s.pub)
+	}
+	r.carryOut() // once for the publication and the new revision
+	return err
 }
 
 // ReplaceService makes insts the session's instances of service svc, all
@@ -238,13 +244,22 @@ func (s *Session) whileOpen(f func(r *Registry) error) error {
 	r := s.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.checkWrite(); err != nil {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	return f(r)
+}
+
+// checkOpen fails with ErrSessionClosed or the registry's error unless the
+// session and the registry accept writes. The caller holds mu.
+func (s *Session) checkOpen() error {
+	if err := s.r.checkWrite(); err != nil {
 		return err
 	}
 	if s.pub.closed || s.pub.remote {
 		return fmt.Errorf("%w: %s", ErrSessionClosed, s.pub.id)
 	}
-	return f(r)
+	return nil
 }
 
 func (s *Session) end() { s.once.Do(func() { close(s.done) }) }
