@@ -68,7 +68,8 @@ type syncBatch struct {
 func (r *Replicator) takeSyncsLocked(now time.Time) []syncBatch {
 	var out []syncBatch
 	for peer, keys := range r.sched.take(now, r.cfg.MaxBatch) {
-		b := syncBatch{peer: peer}
+		// keys is ours: the batch's keys are filtered into it in place.
+		b := syncBatch{peer: peer, keys: keys[:0], recs: make([]Record, 0, len(keys))}
 		size := 0
 		for i, k := range keys {
 			e := r.tab.get(k)

@@ -37,6 +37,8 @@ type peerSync struct {
 	busy    bool            // a batch is in flight
 	ready   map[string]bool // keys due, waiting for the peer to be free (value: fresh)
 	flight  map[string]bool // the keys of the batch in flight (value: fresh)
+	// readyBig: ready held more than smallBurst keys since it was made.
+	readyBig bool
 	// fresh counts, per bucket, the fresh tasks (see dueTask) of this peer: the peer may hold an
 	// older version of those records only because their sync has not arrived yet.
 	fresh map[int]int
@@ -144,6 +146,11 @@ func (s *syncSched) pending() int {
 	return n
 }
 
+// smallBurst is the most keys a peer's ready and in-flight sets hold and are then kept for
+// reuse once emptied (a sync of a few keys, the common case, allocates no map). A map keeps the
+// size of its largest burst, and iterating it costs that much: after a bigger one, a new map.
+const smallBurst = 8
+
 // take moves the tasks due at now to their peers' ready sets and returns, for every peer not
 // busy, up to max ready keys, marking those peers busy. The driver sends each batch and reports
 // back with done.
@@ -162,8 +169,14 @@ func (s *syncSched) take(now time.Time, max int) map[string][]string {
 		if ps.busy || len(ps.ready) == 0 {
 			continue
 		}
-		keys := make([]string, 0, min(max, len(ps.ready)))
-		ps.flight = make(map[string]bool, min(max, len(ps.ready)))
+		if len(ps.ready) > smallBurst {
+			ps.readyBig = true
+		}
+		n := min(max, len(ps.ready))
+		keys := make([]string, 0, n)
+		if ps.flight == nil {
+			ps.flight = make(map[string]bool, n)
+		}
 		for k, fresh := range ps.ready {
 			if len(keys) == max {
 				break
@@ -172,8 +185,8 @@ func (s *syncSched) take(now time.Time, max int) map[string][]string {
 			ps.flight[k] = fresh
 			delete(ps.ready, k)
 		}
-		if len(ps.ready) == 0 {
-			ps.ready = map[string]bool{} // a map keeps the size of its largest burst: iterating it would cost that much
+		if len(ps.ready) == 0 && ps.readyBig {
+			ps.ready, ps.readyBig = map[string]bool{}, false // see smallBurst
 		}
 		ps.busy = true
 		if out == nil {
@@ -197,7 +210,11 @@ func (s *syncSched) done(peer string, keys []string, ok bool, now time.Time, rnd
 			s.count(ps, k, -1)
 		}
 	}
-	ps.flight = nil
+	if len(ps.flight) > smallBurst {
+		ps.flight = nil // see smallBurst
+	} else {
+		clear(ps.flight)
+	}
 	if ok {
 		ps.attempt = 0
 		return 0
