@@ -44,7 +44,7 @@ func (ix *index) applyRecord(pr *peerRecord, ownedBeat bool, now time.Time) {
 		return
 	}
 	if local != nil {
-		ix.demote(local) // another node owns it now
+		ix.demote(local, pr.owner) // another node owns it now
 	}
 	ix.installRemote(pr, now)
 }
@@ -62,6 +62,7 @@ func (ix *index) installRemote(pr *peerRecord, now time.Time) *publisher {
 		p = newRemotePub(pr)
 		ix.remote[pr.recordKey] = p
 	}
+	p.owner = pr.owner // the record's writer: a key's owner moves
 	ix.setPublications(p, pr.insts, now)
 	if len(p.insts) == 0 {
 		ix.dropRemote(p, now)
@@ -208,10 +209,10 @@ func (ix *index) dropRemote(p *publisher, now time.Time) {
 	p.closed = true
 }
 
-// demote turns a publisher this node owned into a remote copy: another node
-// owns it now. Its leases stop here; its instances stay until the new
+// demote turns a publisher this node owned into a remote copy: node owner
+// owns it now (the journal names it). Its leases stop here; its instances stay until the new
 // owner's record replaces them. A session's Session ends (an effect).
-func (ix *index) demote(p *publisher) {
+func (ix *index) demote(p *publisher, owner string) {
 	rkey := p.recordKey()
 	switch p.kind {
 	case pubBeat:
@@ -230,7 +231,7 @@ func (ix *index) demote(p *publisher) {
 			p.session = nil
 		}
 	}
-	p.remote = true
+	p.remote, p.owner = true, owner
 	ix.remote[rkey] = p
 }
 
@@ -250,7 +251,7 @@ func (ix *index) promote(p *publisher, lastBeat time.Time) {
 // releaseBeat demotes own beat publisher p, whose key another node owns now,
 // and returns the leases it ran, each with the age of its last beat as of
 // now, for the new owner (see takeover.go).
-func (ix *index) releaseBeat(p *publisher, now time.Time) []handedLease {
+func (ix *index) releaseBeat(p *publisher, owner string, now time.Time) []handedLease {
 	out := make([]handedLease, 0, len(p.insts))
 	for _, pi := range p.insts {
 		st, ok := ix.beatLeases.Get(pi)
@@ -259,7 +260,7 @@ func (ix *index) releaseBeat(p *publisher, now time.Time) []handedLease {
 		}
 		out = append(out, handedLease{Inst: pi.inst.instance(pi.slot.svc), Age: max(now.Sub(st.LastTouch), 0)})
 	}
-	ix.demote(p)
+	ix.demote(p, owner)
 	return out
 }
 

@@ -341,7 +341,7 @@ func TestCoreOwnershipMoves(t *testing.T) {
 	ix.leaseFrom(pi, coreT0.Add(2*time.Second))
 	ix.fx.reset()
 
-	leases := ix.releaseBeat(p, coreT0.Add(10*time.Second))
+	leases := ix.releaseBeat(p, "n2", coreT0.Add(10*time.Second))
 	var got []string
 	for _, l := range leases {
 		got = append(got, l.Inst.Service.Name+" "+l.Age.String())
@@ -349,7 +349,7 @@ func TestCoreOwnershipMoves(t *testing.T) {
 	if !slices.Equal(got, []string{"web 10s", "api 8s"}) {
 		t.Fatalf("handed leases %q", got)
 	}
-	if !p.remote || ix.remote[p.recordKey()] != p || ix.beatPub("10.0.0.5", 80) != nil || ix.beatLeases.Len() != 0 {
+	if !p.remote || p.owner != "n2" || ix.remote[p.recordKey()] != p || ix.beatPub("10.0.0.5", 80) != nil || ix.beatLeases.Len() != 0 {
 		t.Fatalf("released publisher %+v, leases %d", p, ix.beatLeases.Len())
 	}
 	if got := summarize(&ix.fx); !got.equal(fxSummary{}) {
@@ -689,4 +689,21 @@ func TestCoreApplyInstRecord(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) { runCoreCase(t, tc.setup, tc.act, tc.want, tc.check) })
 	}
+}
+
+// A replica knows its writer: a publisher this node owned names the node
+// that owns it now, and a remote copy follows its key's owner as it moves
+// (the journal's Event.Node says who wrote a replica's change).
+func TestCoreReplicaOwner(t *testing.T) {
+	ix := coreIndex(t)
+	p := ownBeat(t, ix, coreT0, beatInst("web", 5, 1))
+	ix.applyRecord(beatRec("n2", 5, beatInst("web", 5, 2)), false, coreT0)
+	if !p.remote || p.owner != "n2" {
+		t.Fatalf("demoted publisher: remote %v, owner %q, want n2", p.remote, p.owner)
+	}
+	ix.applyRecord(beatRec("n3", 5, beatInst("web", 5, 3)), false, coreT0)
+	if q := ix.remote[p.recordKey()]; q == nil || q.owner != "n3" {
+		t.Fatalf("remote copy after n3's record: %+v, want owner n3", q)
+	}
+	checkIndex(t, ix)
 }

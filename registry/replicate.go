@@ -211,7 +211,7 @@ func (ds distroStore) MembersChanged(members []string) {
 	now := r.now()
 	for _, p := range moved {
 		owner := r.replicator.Owner(p.recordKey())
-		handed[owner] = append(handed[owner], r.index.releaseBeat(p, now)...)
+		handed[owner] = append(handed[owner], r.index.releaseBeat(p, owner, now)...)
 	}
 	r.carryOut()
 	r.sendLeases(handed)
