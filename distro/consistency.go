@@ -184,10 +184,7 @@ func (r *Replicator) Compare(ctx context.Context, peer string) (ConsistencyRepor
 // same versions under different owners differ. O(owners × buckets).
 func (r *Replicator) allDigestLocked(from int) []uint64 {
 	out := make([]uint64, r.cfg.Buckets-from)
-	for id, o := range r.tab.owners {
-		if o.held == 0 {
-			continue
-		}
+	for id, o := range r.tab.owners { // only owners with held records
 		oh := keyHash(id)
 		for b := from; b < len(o.sums); b++ {
 			if s := o.sums[b]; s != 0 {

@@ -138,6 +138,15 @@ func TestTableOwnersPruned(t *testing.T) {
 	if d := tab.digest("gone"); d == nil || tab.owners["gone"].held != 1 {
 		t.Fatalf("returning owner: digest %v", d)
 	}
+	// A new version of an owner's only record keeps the owner's aggregates: only the entry is
+	// allocated (the bucket sums are Buckets × 8 bytes).
+	big := newTable(1024)
+	rev := uint64(0)
+	install := func() { rev++; big.install(Record{Key: "a", Kind: KindBeat, Owner: "n2", Revision: rev}, t0) }
+	install()
+	if n := testing.AllocsPerRun(100, install); n > 1 {
+		t.Fatalf("a new version of an owner's only record: %v allocations, want 1", n)
+	}
 }
 
 func TestTableExpire(t *testing.T) {

@@ -222,6 +222,9 @@ func (s *syncSched) done(peer string, keys []string, ok bool, now time.Time, rnd
 	ps.attempt++
 	d := s.backoff(ps.attempt, rnd)
 	at := now.Add(d)
+	if len(ps.ready) > smallBurst {
+		ps.readyBig = true // emptied here, replaced by take once emptied there
+	}
 	for k, fresh := range ps.ready {
 		delete(ps.ready, k)
 		if fresh {

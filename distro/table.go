@@ -121,13 +121,16 @@ func (t *table) accepts(rec Record) bool {
 func (t *table) install(rec Record, now time.Time) (prev entry, had bool) {
 	kh := keyHash(rec.Key)
 	b := t.buckets[bucketOf(kh, t.nb)]
-	if e := b[rec.Key]; e != nil {
-		prev, had = *e, true
-		t.account(e, -1)
-	}
+	old := b[rec.Key]
 	e := &entry{rec: rec, kh: kh, recvAt: now}
 	b[rec.Key] = e
+	// The new version counts before the old one leaves: an owner replacing its only record
+	// keeps its aggregates (account prunes an owner whose count reaches 0).
 	t.account(e, +1)
+	if old != nil {
+		prev, had = *old, true
+		t.account(old, -1)
+	}
 	if rec.Deleted {
 		t.gcq = append(t.gcq, gcItem{key: rec.Key, rev: rec.Revision, at: now})
 	}
@@ -180,11 +183,10 @@ func (t *table) expire(cutoff time.Time) int {
 
 // digest returns the bucket hashes of owner's held records (nil if it has none).
 func (t *table) digest(owner string) []uint64 {
-	o := t.owners[owner]
-	if o == nil || o.held == 0 {
-		return nil
+	if o := t.owners[owner]; o != nil {
+		return o.sums
 	}
-	return o.sums
+	return nil
 }
 
 // bucketSum is the hash of what this node holds in bucket b, of every owner (what a snapshot
