@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -158,6 +159,87 @@ func TestNoQuorum(t *testing.T) {
 	defer cancel()
 	if _, err := n.Propose(short, Command{Op: OpDeleteInstance, Key: inst.Key()}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("propose with short ctx: %v", err)
+	}
+}
+
+// ProposeTimeout bounds a Propose call from its start, also when its
+// command waits behind an entry that is itself in a bounded wait without a
+// quorum (one entry is in flight per node): it does not wait twice.
+func TestProposeBoundFromCall(t *testing.T) {
+	const bound = time.Second
+	c := newCluster(t, 3, func(cfg *Config) { cfg.ProposeTimeout = bound })
+	inst := persistent("q", "10.0.0.4", 80)
+	mustPropose(t, c.nodes[1], Command{Op: OpPutInstance, Instance: inst})
+	c.converged(1)
+	c.stop(2)
+	c.stop(3)
+	n := c.nodes[1]
+	ctx := context.Background()
+	// The first command goes into the queue as Propose puts it there; once
+	// the queue is empty again, the batcher has taken it.
+	cmd := Command{Op: OpDeleteInstance, Key: inst.Key()}
+	cmd.Normalize()
+	enc, err := cmd.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := &proposal{at: n.clock.Now(), cmd: cmd, enc: enc, done: make(chan proposalResult, 1)}
+	n.queue <- first
+	deadline := time.Now().Add(5 * time.Second)
+	for len(n.queue) > 0 && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	// This pause only orders the second call after the first entry left the
+	// batcher's fill loop; if it did not, both share an entry and the check
+	// below cannot fail.
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	_, err = n.Propose(ctx, Command{Op: OpPutInstance, Instance: persistent("q", "10.0.0.5", 80)})
+	took := time.Since(start)
+	if !errors.Is(err, ErrNoLeader) {
+		t.Fatalf("second propose without quorum: %v", err)
+	}
+	if took > bound*17/10 {
+		t.Fatalf("second propose took %v: it waited for the first entry's bound, then its own (%v)", took, bound)
+	}
+	if r := <-first.done; !errors.Is(r.err, ErrNoLeader) {
+		t.Fatalf("first command without quorum: %v", r.err)
+	}
+}
+
+// A command whose Propose call returned before the batcher took it (its
+// context or bounded wait ended, Close) is left out: never applied, counted
+// as failed.
+func TestProposeAbandonedLeftOut(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	n := c.nodes[c.waitLeader()]
+	gone := persistent("q", "10.0.0.6", 80)
+	cmd := Command{Op: OpPutInstance, Instance: gone}
+	cmd.Normalize()
+	enc, err := cmd.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proposal{at: n.clock.Now(), cmd: cmd, enc: enc, done: make(chan proposalResult, 1)}
+	p.gone.Store(true)
+	failed := n.Stats().ProposalsFailed
+	n.queue <- p
+	kept := persistent("q", "10.0.0.7", 80)
+	mustPropose(t, n, Command{Op: OpPutInstance, Instance: kept})
+	ctx := context.Background()
+	if _, ok, err := n.GetInstance(ctx, gone.Key(), ReadOptions{}); ok || err != nil {
+		t.Fatalf("the abandoned command was applied (%v, %v)", ok, err)
+	}
+	if _, ok, err := n.GetInstance(ctx, kept.Key(), ReadOptions{}); !ok || err != nil {
+		t.Fatalf("the command after it: %v, %v", ok, err)
+	}
+	if got := n.Stats().ProposalsFailed; got != failed+1 {
+		t.Fatalf("ProposalsFailed %d → %d, want one more", failed, got)
+	}
+	select {
+	case r := <-p.done:
+		t.Fatalf("an abandoned command got an outcome: %+v", r)
+	default:
 	}
 }
 

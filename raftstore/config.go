@@ -57,9 +57,9 @@ type Config struct {
 	// from the log (see doc.go, Snapshots).
 	SnapshotEntries    uint64
 	CompactionOverhead uint64
-	// ProposeTimeout bounds how long Propose waits for its command to be
-	// committed, retrying while there is no leader; then ErrNoLeader
-	// (default 3 s).
+	// ProposeTimeout bounds how long a Propose call waits, from its start,
+	// for its command to be committed, retrying while there is no leader;
+	// then ErrNoLeader (default 3 s).
 	ProposeTimeout time.Duration
 	// ReadTimeout bounds Barrier (and linearizable reads) the same way
 	// (default 3 s).

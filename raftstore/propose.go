@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/lni/dragonboat/v4"
@@ -16,6 +17,9 @@ type proposal struct {
 	done chan proposalResult // buffered: the worker never blocks on it
 	// at is when Propose was called (Config.Clock), for Stats.ProposeLatency.
 	at time.Time
+	// gone is set when Propose has returned without the outcome (ctx, its
+	// bounded wait, Close): the batcher leaves it out if it has not taken it yet.
+	gone atomic.Bool
 }
 
 type proposalResult struct {
@@ -26,15 +30,17 @@ type proposalResult struct {
 // Propose validates cmd, commits it through Raft and returns its outcome
 // once the local replica has applied it. Result.Rejected is set when the
 // state rules refused the command (identically on every replica); the error
-// is for everything else: *model.ValidationError, ErrNoLeader after
-// ProposeTimeout without a leader or quorum, ErrClosed, or ctx's error.
+// is for everything else: *model.ValidationError, ErrNoLeader when
+// ProposeTimeout passed since the call without a leader or quorum,
+// ErrClosed, or ctx's error.
 //
 // Concurrent calls are packed into one Raft entry (group commit). Temporary
 // Dragonboat errors are retried within ProposeTimeout. Every entry carries a
 // unique ID and the state machine applies an ID once, so a retry after an
 // attempt that timed out but did commit returns the first outcome instead
 // of applying the batch again. When ctx ends first, or with ErrNoLeader, the
-// command may still be applied later.
+// command may still be applied later (or never: a command still queued
+// when its call returns is left out).
 func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 	if err := n.running(); err != nil {
 		return Result{}, err
@@ -51,21 +57,37 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 		return Result{}, err
 	}
 	p := &proposal{at: n.clock.Now(), cmd: cmd, enc: enc, done: make(chan proposalResult, 1)}
+	// The bounded wait runs from this call, not from when the batcher takes
+	// p: the entry ahead of it may be in its own bounded wait. Dragonboat is
+	// a real-time engine: the bound is real time.
+	wctx, cancel := context.WithTimeout(ctx, n.cfg.ProposeTimeout)
+	defer cancel()
 	select {
 	case n.queue <- p:
-	case <-ctx.Done():
-		return Result{}, ctx.Err()
+	case <-wctx.Done():
+		return Result{}, n.waitErr(ctx)
 	case <-n.done:
 		return Result{}, ErrClosed
 	}
 	select {
 	case r := <-p.done:
 		return r.res, r.err
-	case <-ctx.Done():
-		return Result{}, ctx.Err()
+	case <-wctx.Done():
+		p.gone.Store(true)
+		return Result{}, n.waitErr(ctx)
 	case <-n.done:
+		p.gone.Store(true)
 		return Result{}, ErrClosed
 	}
+}
+
+// waitErr is Propose's error when its wait ended before the outcome: ctx's,
+// or ErrNoLeader when the bounded wait passed.
+func (n *Node) waitErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: no quorum of replicas answered within ProposeTimeout (%v)", ErrNoLeader, n.cfg.ProposeTimeout)
 }
 
 // batchLoop takes a waiting proposal, adds every other one already queued
@@ -87,6 +109,9 @@ func (n *Node) batchLoop() {
 		} else {
 			select {
 			case p := <-n.queue:
+				if n.abandoned(p) {
+					continue
+				}
 				batch = append(batch, p)
 			case <-n.ctx.Done():
 				return
@@ -97,6 +122,9 @@ func (n *Node) batchLoop() {
 		for len(batch) < n.cfg.MaxBatch {
 			select {
 			case p := <-n.queue:
+				if n.abandoned(p) {
+					continue
+				}
 				if size+len(p.enc) > maxEntryBytes {
 					carry = p
 					break fill
@@ -128,6 +156,16 @@ func (n *Node) batchLoop() {
 		}
 		clear(batch)
 	}
+}
+
+// abandoned reports whether p's caller has returned without its outcome
+// (counted as a failed proposal): p is left out of the entries.
+func (n *Node) abandoned(p *proposal) bool {
+	if !p.gone.Load() {
+		return false
+	}
+	n.stats.proposalDone(n.clock.Since(p.at), proposalResult{err: ErrNoLeader})
+	return true
 }
 
 // nextEntryID returns a new entry ID: the node's random nonce and the next
