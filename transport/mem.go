@@ -860,11 +860,12 @@ func (t *MemTransport) dispatch(m *memMsg) {
 	if m.call != nil {
 		m.call.enter(n)
 	}
-	if t.handlers.ordered(m.env.Kind) {
+	e := t.handlers.lookup(m.env.Kind)
+	if e.ordered {
 		t.queue(m)
 		return
 	}
-	if !t.goFunc(func() { t.serve(m) }) {
+	if !t.goFunc(func() { t.serveWith(m, e.h) }) {
 		n.busyAdd(-1)
 		m.fail(fmt.Errorf("%w: %s closed", ErrUnreachable, t.id))
 	}
@@ -918,7 +919,7 @@ func (t *MemTransport) laneLoop(k memLaneKey, l *memLane) {
 			t.net.busyAdd(-1)
 			m.fail(fmt.Errorf("%w: %s closed", ErrUnreachable, t.id))
 		} else {
-			t.serve(m)
+			t.serveWith(m, t.handler(m.env.Kind)) // looked up when served: it may have been removed
 		}
 		t.mu.Lock()
 	}
@@ -927,9 +928,9 @@ func (t *MemTransport) laneLoop(k memLaneKey, l *memLane) {
 	t.mu.Unlock()
 }
 
-func (t *MemTransport) serve(m *memMsg) {
+// serveWith runs h, m's kind's handler (nil: none), for m.
+func (t *MemTransport) serveWith(m *memMsg, h Handler) {
 	defer t.net.busyAdd(-1)
-	h := t.handler(m.env.Kind)
 	if m.call == nil {
 		if h != nil {
 			_, _ = h(t.ctx, m.env.From, m.env.Body) // one-way: results are discarded

@@ -33,8 +33,11 @@ type conn struct {
 	send1  chan struct{} // one token: orders request and one-way frames against the go-away
 
 	// listening is set while a takeover probe waits for a frame: the
-	// reader then closes heard at the next frame.
+	// reader then closes heard at the next frame. The reader loads it at
+	// every frame: the padding keeps it off mu's cache line, which the
+	// handlers write all the time.
 	listening atomic.Bool
+	_         [64]byte
 
 	mu        sync.Mutex
 	heard     chan struct{} // see listening
@@ -456,7 +459,9 @@ func (c *conn) handle(h header, body []byte) {
 			// derived from the caller's ctx, so real time.
 			m.deadline = time.Now().Add(time.Duration(min(h.timeout, uint64(1<<62)/1000)) * time.Microsecond) // real time
 		}
-		if c.t.handlers.ordered(h.kind) {
+		e := c.t.handlers.lookup(h.kind)
+		m.hd = e.h
+		if e.ordered {
 			c.handleOrdered(m)
 			return
 		}
@@ -473,6 +478,7 @@ func (c *conn) handle(h header, body []byte) {
 			c.handlers++
 			c.held += size
 			c.mu.Unlock()
+			m.fresh = true
 			if !c.t.goFunc(func() { c.serveLoop(m) }) {
 				c.mu.Lock()
 				c.handlers--
@@ -630,6 +636,12 @@ type inbound struct {
 	h        header
 	body     []byte
 	deadline time.Time // zero: none
+	// hd is the kind's handler as looked up on arrival (nil: none), for a
+	// message handed to a handler slot at once; a queued one (backlog, lane)
+	// looks it up again when served, so a handler removed meanwhile is not
+	// called.
+	hd    Handler
+	fresh bool // hd is valid
 }
 
 // serveLoop serves m, then queued messages until the backlog is empty. It
@@ -654,8 +666,10 @@ func (c *conn) serveLoop(m inbound) {
 
 // serve runs the handler for one request or one-way message.
 func (c *conn) serve(m inbound) {
-	h, body := m.h, m.body
-	hd := c.t.handler(h.kind)
+	h, body, hd := m.h, m.body, m.hd
+	if !m.fresh {
+		hd = c.t.handler(h.kind)
+	}
 	if h.flags == flagOneWay {
 		if hd == nil {
 			c.t.log.Debug("no handler for one-way message", "peer", c.peer, "kind", h.kind)
