@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/muster-io/muster/model"
 )
@@ -204,6 +205,28 @@ func TestProposeBoundFromCall(t *testing.T) {
 	}
 	if r := <-first.done; !errors.Is(r.err, ErrNoLeader) {
 		t.Fatalf("first command without quorum: %v", r.err)
+	}
+}
+
+// A proposal made on a follower just after the leader went down is retried
+// until the new leader takes it, on real time: with a fake Config.Clock that
+// nobody moves (registrytest's), the pause between attempts used to wait for
+// the clock, and the bounded wait ran out instead.
+func TestProposeRetriesOnRealTime(t *testing.T) {
+	fake := clockwork.NewFakeClock()
+	c := newCluster(t, 3, func(cfg *Config) {
+		cfg.Clock = fake
+		cfg.ProposeTimeout = 5 * time.Second
+	})
+	leader := c.waitLeader()
+	c.stop(leader)
+	var follower *Node
+	for _, n := range c.nodes {
+		follower = n
+	}
+	inst := persistent("q", "10.0.0.8", 80)
+	if _, err := follower.Propose(context.Background(), Command{Op: OpPutInstance, Instance: inst}); err != nil {
+		t.Fatalf("propose after the leader went down: %v", err)
 	}
 }
 

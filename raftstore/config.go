@@ -75,8 +75,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Limits are the validation limits of commands.
 	Limits model.Limits
-	// Clock paces retries (nil is the real clock). Dragonboat itself runs
-	// on real time.
+	// Clock timestamps proposals for Stats.ProposeLatency (nil is the real
+	// clock). Dragonboat runs on real time, and so do the bounded waits and
+	// the pause between their attempts.
 	Clock clockwork.Clock
 
 	// TLS turns on Dragonboat's mutual TLS on its own TCP transport (used

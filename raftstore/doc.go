@@ -244,6 +244,7 @@
 //
 // Dragonboat runs on real time (its ticks, election and request timeouts);
 // the bounded waits of Propose, Barrier and membership changes are real-time
-// context deadlines for that reason. The pause between retries uses
-// Config.Clock.
+// context deadlines for that reason, and so is the pause between retries
+// (paced by a fake clock, a retry would wait for a test to move it).
+// Config.Clock only timestamps Stats.ProposeLatency.
 package raftstore

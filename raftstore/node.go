@@ -300,12 +300,15 @@ func (n *Node) attemptTimeout() time.Duration {
 	return 2 * time.Duration(n.cfg.ElectionRTT) * n.cfg.rtt()
 }
 
-// backoff waits one tick before a retry; false if ctx ended.
+// backoff waits one tick before a retry; false if ctx ended. The tick is
+// real time, as Dragonboat's are and the bound of the wait is: paced by a
+// fake Config.Clock, a retry waited for the test to move the clock and the
+// bounded wait ran out instead (a proposal made while the leader was down).
 func (n *Node) backoff(ctx context.Context) bool {
-	t := n.clock.NewTimer(n.cfg.rtt())
+	t := time.NewTimer(n.cfg.rtt()) // real time: Dragonboat's pace
 	defer t.Stop()
 	select {
-	case <-t.Chan():
+	case <-t.C:
 		return true
 	case <-ctx.Done():
 		return false

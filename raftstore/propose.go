@@ -81,9 +81,14 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 	}
 }
 
-// waitErr is Propose's error when its wait ended before the outcome: ctx's,
-// or ErrNoLeader when the bounded wait passed.
+// waitErr is Propose's error when its wait ended before the outcome:
+// ErrClosed, ctx's, or ErrNoLeader when the bounded wait passed.
 func (n *Node) waitErr(ctx context.Context) error {
+	select {
+	case <-n.done:
+		return ErrClosed
+	default:
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -103,10 +108,11 @@ func (n *Node) batchLoop() {
 	encs := make([][]byte, 0, n.cfg.MaxBatch)
 	for {
 		batch = batch[:0]
-		if carry != nil {
+		if carry != nil && !n.abandoned(carry) { // it waited out the entry before it
 			batch = append(batch, carry)
-			carry = nil
-		} else {
+		}
+		carry = nil
+		if len(batch) == 0 {
 			select {
 			case p := <-n.queue:
 				if n.abandoned(p) {

@@ -460,7 +460,6 @@ func (c *conn) handle(h header, body []byte) {
 			m.deadline = time.Now().Add(time.Duration(min(h.timeout, uint64(1<<62)/1000)) * time.Microsecond) // real time
 		}
 		e := c.t.handlers.lookup(h.kind)
-		m.hd = e.h
 		if e.ordered {
 			c.handleOrdered(m)
 			return
@@ -478,7 +477,7 @@ func (c *conn) handle(h header, body []byte) {
 			c.handlers++
 			c.held += size
 			c.mu.Unlock()
-			m.fresh = true
+			m.hd, m.fresh = e.h, true
 			if !c.t.goFunc(func() { c.serveLoop(m) }) {
 				c.mu.Lock()
 				c.handlers--
