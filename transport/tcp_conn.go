@@ -32,6 +32,10 @@ type conn struct {
 	wq     chan []byte   // frames for the writer; nil means flush and close
 	send1  chan struct{} // one token: orders request and one-way frames against the go-away
 
+	// serving1 counts the serveLoop goroutines the reader started; the
+	// reader waits for them before it returns.
+	serving1 sync.WaitGroup
+
 	// listening is set while a takeover probe waits for a frame: the
 	// reader then closes heard at the next frame. The reader loads it at
 	// every frame: the padding keeps it off mu's cache line, which the
@@ -273,6 +277,12 @@ func (c *conn) retire() {
 	c.maybeFinish()
 }
 
+// draining reports whether c is retired and its peer sent go-away: only
+// then can a handler that ends let it finish (whoever sets either calls
+// maybeFinish after). It spares a handler a second hold of c.mu per
+// message. c.mu must be held.
+func (c *conn) draining() bool { return c.retired && c.goaway }
+
 // maybeFinish queues the close marker once c is drained.
 func (c *conn) maybeFinish() {
 	c.mu.Lock()
@@ -400,6 +410,7 @@ func readPayload(r io.Reader, n int) ([]byte, error) {
 }
 
 func (c *conn) readLoop() {
+	defer c.serving1.Wait() // the handler goroutines it started (handle)
 	ir := &idleReader{c: c, idle: c.t.cfg.IdleTimeout}
 	ir.arm()
 	br := bufio.NewReaderSize(ir, 64<<10)
@@ -478,12 +489,16 @@ func (c *conn) handle(h header, body []byte) {
 			c.held += size
 			c.mu.Unlock()
 			m.hd, m.fresh = e.h, true
-			if !c.t.goFunc(func() { c.serveLoop(m) }) {
-				c.mu.Lock()
-				c.handlers--
-				c.held -= size
-				c.mu.Unlock()
-			}
+			// The reader counts its handler goroutines itself and waits for
+			// them before it returns (readLoop), so Close, which waits for the
+			// reader, waits for them too: a message's goroutine takes neither
+			// the transport's mutex nor its WaitGroup, which share a cache line
+			// that every handler's end would write from another core.
+			c.serving1.Add(1)
+			go func() {
+				defer c.serving1.Done()
+				c.serveLoop(m)
+			}()
 		case len(c.backlog) < c.t.cfg.MaxQueued:
 			c.backlog = append(c.backlog, m)
 			c.held += size
@@ -652,8 +667,11 @@ func (c *conn) serveLoop(m inbound) {
 		c.held -= len(m.body)
 		if len(c.backlog) == 0 || c.closed {
 			c.handlers--
+			draining := c.draining()
 			c.mu.Unlock()
-			c.maybeFinish()
+			if draining {
+				c.maybeFinish()
+			}
 			return
 		}
 		m = c.backlog[0]
