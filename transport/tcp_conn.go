@@ -32,9 +32,9 @@ type conn struct {
 	wq     chan []byte   // frames for the writer; nil means flush and close
 	send1  chan struct{} // one token: orders request and one-way frames against the go-away
 
-	// serving1 counts the serveLoop goroutines the reader started; the
-	// reader waits for them before it returns.
-	serving1 sync.WaitGroup
+	// handlerWG counts the serveLoop goroutines the reader started; the
+	// reader waits for them before it returns (not lanes: goFunc's).
+	handlerWG sync.WaitGroup
 
 	// listening is set while a takeover probe waits for a frame: the
 	// reader then closes heard at the next frame. The reader loads it at
@@ -278,9 +278,10 @@ func (c *conn) retire() {
 }
 
 // draining reports whether c is retired and its peer sent go-away: only
-// then can a handler that ends let it finish (whoever sets either calls
-// maybeFinish after). It spares a handler a second hold of c.mu per
-// message. c.mu must be held.
+// then can a handler that ends let it finish. It spares a handler a second
+// hold of c.mu per message, and relies on every place that sets retired or
+// goaway calling maybeFinish afterwards (retire does, and the go-away frame
+// calls retire). c.mu must be held.
 func (c *conn) draining() bool { return c.retired && c.goaway }
 
 // maybeFinish queues the close marker once c is drained.
@@ -410,7 +411,8 @@ func readPayload(r io.Reader, n int) ([]byte, error) {
 }
 
 func (c *conn) readLoop() {
-	defer c.serving1.Wait() // the handler goroutines it started (handle)
+	defer c.handlerWG.Wait()       // the handler goroutines it started (handle)
+	defer c.close("reader exited") // first (a panic): the handlers' contexts end
 	ir := &idleReader{c: c, idle: c.t.cfg.IdleTimeout}
 	ir.arm()
 	br := bufio.NewReaderSize(ir, 64<<10)
@@ -478,6 +480,8 @@ func (c *conn) handle(h header, body []byte) {
 		size := len(body)
 		c.mu.Lock()
 		switch {
+		case c.closed:
+			c.mu.Unlock() // Close began: no new handler (the caller's request fails with the connection)
 		case c.held > 0 && c.held+size > c.t.cfg.MaxQueuedBytes:
 			held := c.held
 			c.mu.Unlock()
@@ -494,9 +498,9 @@ func (c *conn) handle(h header, body []byte) {
 			// reader, waits for them too: a message's goroutine takes neither
 			// the transport's mutex nor its WaitGroup, which share a cache line
 			// that every handler's end would write from another core.
-			c.serving1.Add(1)
+			c.handlerWG.Add(1)
 			go func() {
-				defer c.serving1.Done()
+				defer c.handlerWG.Done()
 				c.serveLoop(m)
 			}()
 		case len(c.backlog) < c.t.cfg.MaxQueued:
