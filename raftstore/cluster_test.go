@@ -126,16 +126,11 @@ func TestClusterRestartFromDisk(t *testing.T) {
 // Without a quorum, writes fail with ErrNoLeader within the bounded wait and
 // local reads still answer.
 func TestNoQuorum(t *testing.T) {
-	c := newCluster(t, 3, func(cfg *Config) {
+	inst := persistent("q", "10.0.0.4", 80)
+	n := withoutQuorum(t, inst, func(cfg *Config) {
 		cfg.ProposeTimeout = 500 * time.Millisecond
 		cfg.ReadTimeout = 500 * time.Millisecond
 	})
-	inst := persistent("q", "10.0.0.4", 80)
-	mustPropose(t, c.nodes[1], Command{Op: OpPutInstance, Instance: inst})
-	c.converged(1)
-	c.stop(2)
-	c.stop(3)
-	n := c.nodes[1]
 	ctx := context.Background()
 	start := time.Now()
 	_, err := n.Propose(ctx, Command{Op: OpDeleteInstance, Key: inst.Key()})
@@ -168,34 +163,17 @@ func TestNoQuorum(t *testing.T) {
 // quorum (one entry is in flight per node): it does not wait twice.
 func TestProposeBoundFromCall(t *testing.T) {
 	const bound = time.Second
-	c := newCluster(t, 3, func(cfg *Config) { cfg.ProposeTimeout = bound })
 	inst := persistent("q", "10.0.0.4", 80)
-	mustPropose(t, c.nodes[1], Command{Op: OpPutInstance, Instance: inst})
-	c.converged(1)
-	c.stop(2)
-	c.stop(3)
-	n := c.nodes[1]
-	ctx := context.Background()
-	// The first command goes into the queue as Propose puts it there; once
-	// the queue is empty again, the batcher has taken it.
-	cmd := Command{Op: OpDeleteInstance, Key: inst.Key()}
-	cmd.Normalize()
-	enc, err := cmd.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	first := &proposal{at: n.clock.Now(), cmd: cmd, enc: enc, done: make(chan proposalResult, 1)}
-	n.queue <- first
+	// One command per entry: once the batcher has taken the first, the
+	// second cannot join its entry, and waits behind it.
+	n := withoutQuorum(t, inst, func(cfg *Config) { cfg.ProposeTimeout, cfg.MaxBatch = bound, 1 })
+	first := queue(t, n, Command{Op: OpDeleteInstance, Key: inst.Key()}, false)
 	deadline := time.Now().Add(5 * time.Second)
 	for len(n.queue) > 0 && time.Now().Before(deadline) {
 		runtime.Gosched()
 	}
-	// This pause only orders the second call after the first entry left the
-	// batcher's fill loop; if it did not, both share an entry and the check
-	// below cannot fail.
-	time.Sleep(100 * time.Millisecond)
 	start := time.Now()
-	_, err = n.Propose(ctx, Command{Op: OpPutInstance, Instance: persistent("q", "10.0.0.5", 80)})
+	_, err := n.Propose(context.Background(), Command{Op: OpPutInstance, Instance: persistent("q", "10.0.0.5", 80)})
 	took := time.Since(start)
 	if !errors.Is(err, ErrNoLeader) {
 		t.Fatalf("second propose without quorum: %v", err)
@@ -237,16 +215,8 @@ func TestProposeAbandonedLeftOut(t *testing.T) {
 	c := newCluster(t, 3, nil)
 	n := c.nodes[c.waitLeader()]
 	gone := persistent("q", "10.0.0.6", 80)
-	cmd := Command{Op: OpPutInstance, Instance: gone}
-	cmd.Normalize()
-	enc, err := cmd.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proposal{at: n.clock.Now(), cmd: cmd, enc: enc, done: make(chan proposalResult, 1)}
-	p.gone.Store(true)
 	failed := n.Stats().ProposalsFailed
-	n.queue <- p
+	p := queue(t, n, Command{Op: OpPutInstance, Instance: gone}, true)
 	kept := persistent("q", "10.0.0.7", 80)
 	mustPropose(t, n, Command{Op: OpPutInstance, Instance: kept})
 	ctx := context.Background()
@@ -264,6 +234,34 @@ func TestProposeAbandonedLeftOut(t *testing.T) {
 		t.Fatalf("an abandoned command got an outcome: %+v", r)
 	default:
 	}
+}
+
+// withoutQuorum starts three replicas (tweaked), writes inst through
+// replica 1, stops the other two and returns replica 1: it has no quorum.
+func withoutQuorum(t *testing.T, inst model.Instance, tweak func(*Config)) *Node {
+	t.Helper()
+	c := newCluster(t, 3, tweak)
+	mustPropose(t, c.nodes[1], Command{Op: OpPutInstance, Instance: inst})
+	c.converged(1)
+	c.stop(2)
+	c.stop(3)
+	return c.nodes[1]
+}
+
+// queue puts cmd into n's proposal queue as Propose does, marked as given
+// up by its caller if gone, and returns the proposal: its outcome arrives
+// on done.
+func queue(t *testing.T, n *Node, cmd Command, gone bool) *proposal {
+	t.Helper()
+	cmd.Normalize()
+	enc, err := cmd.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proposal{at: n.clock.Now(), cmd: cmd, enc: enc, done: make(chan proposalResult, 1)}
+	p.gone.Store(gone)
+	n.queue <- p
+	return p
 }
 
 // After Barrier returns on a follower, its Listener has seen every write

@@ -376,6 +376,8 @@ func (n *Node) readIndex(ctx context.Context) error {
 
 // boundedErr is the error after a bounded wait ended: the caller's own
 // context error if it ended, ErrClosed if the node closed, else ErrNoLeader.
+// last is the last attempt's error, if there was an attempt (Propose's own
+// bound ends a wait in the queue too).
 func (n *Node) boundedErr(ctx context.Context, last error) error {
 	select {
 	case <-n.done:
@@ -388,7 +390,9 @@ func (n *Node) boundedErr(ctx context.Context, last error) error {
 	// Dragonboat's own words for the last attempt ("specified timeout value
 	// is too small", "shard not ready") describe its internals, not what
 	// happened: they are logged, not returned.
-	n.log.Debug("raftstore: bounded wait ended without a leader", "last", last)
+	if last != nil {
+		n.log.Debug("raftstore: bounded wait ended without a leader", "last", last)
+	}
 	return fmt.Errorf("%w: no quorum of replicas answered in time", ErrNoLeader)
 }
 

@@ -65,7 +65,7 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 	select {
 	case n.queue <- p:
 	case <-wctx.Done():
-		return Result{}, n.waitErr(ctx)
+		return Result{}, n.boundedErr(ctx, nil)
 	case <-n.done:
 		return Result{}, ErrClosed
 	}
@@ -74,25 +74,11 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 		return r.res, r.err
 	case <-wctx.Done():
 		p.gone.Store(true)
-		return Result{}, n.waitErr(ctx)
+		return Result{}, n.boundedErr(ctx, nil)
 	case <-n.done:
 		p.gone.Store(true)
 		return Result{}, ErrClosed
 	}
-}
-
-// waitErr is Propose's error when its wait ended before the outcome:
-// ErrClosed, ctx's, or ErrNoLeader when the bounded wait passed.
-func (n *Node) waitErr(ctx context.Context) error {
-	select {
-	case <-n.done:
-		return ErrClosed
-	default:
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return fmt.Errorf("%w: no quorum of replicas answered within ProposeTimeout (%v)", ErrNoLeader, n.cfg.ProposeTimeout)
 }
 
 // batchLoop takes a waiting proposal, adds every other one already queued

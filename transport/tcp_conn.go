@@ -492,7 +492,7 @@ func (c *conn) handle(h header, body []byte) {
 			c.handlers++
 			c.held += size
 			c.mu.Unlock()
-			m.hd, m.fresh = e.h, true
+			m.hd = e.h
 			// The reader counts its handler goroutines itself and waits for
 			// them before it returns (readLoop), so Close, which waits for the
 			// reader, waits for them too: a message's goroutine takes neither
@@ -654,12 +654,11 @@ type inbound struct {
 	h        header
 	body     []byte
 	deadline time.Time // zero: none
-	// hd is the kind's handler as looked up on arrival (nil: none), for a
-	// message handed to a handler slot at once; a queued one (backlog, lane)
-	// looks it up again when served, so a handler removed meanwhile is not
-	// called.
-	hd    Handler
-	fresh bool // hd is valid
+	// hd is the kind's handler as looked up on arrival, for a message
+	// handed to a handler slot at once; nil otherwise (queued in the backlog
+	// or a lane, or no handler then), and serve looks it up again, so a
+	// handler removed meanwhile is not called.
+	hd Handler
 }
 
 // serveLoop serves m, then queued messages until the backlog is empty. It
@@ -688,7 +687,7 @@ func (c *conn) serveLoop(m inbound) {
 // serve runs the handler for one request or one-way message.
 func (c *conn) serve(m inbound) {
 	h, body, hd := m.h, m.body, m.hd
-	if !m.fresh {
+	if hd == nil { // queued, or no handler on arrival: look again
 		hd = c.t.handler(h.kind)
 	}
 	if h.flags == flagOneWay {
