@@ -97,6 +97,7 @@ type memMsg struct {
 	env      Envelope
 	deadline time.Time // the caller's ctx deadline, zero if none
 	call     *memCall  // nil for one-way messages
+	h        Handler   // the handler dispatch found (unordered kinds)
 	taken    bool      // taken from MemTransport.delayed for delivery (guarded by the receiver's mu)
 }
 
@@ -620,7 +621,7 @@ type MemTransport struct {
 	handlers handlerTable
 
 	mu      sync.Mutex
-	closed  bool
+	closed  atomic.Bool                 // set under mu (with the wg.Add rule below); read without it
 	timers  map[*memMsg]clockwork.Timer // delayed messages addressed to this node
 	delayed map[string][]*memMsg        // per sender, the delayed messages of ordered kinds, in send order
 	lanes   map[memLaneKey]*memLane     // per sender and ordered kind, the messages waiting for its handler
@@ -668,11 +669,7 @@ func (t *MemTransport) HandleOrdered(kind Kind, h Handler) { t.handlers.set(kind
 
 func (t *MemTransport) handler(kind Kind) Handler { return t.handlers.get(kind) }
 
-func (t *MemTransport) isClosed() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.closed
-}
+func (t *MemTransport) isClosed() bool { return t.closed.Load() }
 
 // Request sends body to node `to` and waits for the response. An
 // unreachable peer (unknown, closed, partitioned, isolated) fails at once
@@ -743,12 +740,12 @@ func (t *MemTransport) Send(ctx context.Context, to string, kind Kind, body []by
 // It waits for the handlers to return and is idempotent.
 func (t *MemTransport) Close() error {
 	t.mu.Lock()
-	if t.closed {
+	if t.closed.Load() {
 		t.mu.Unlock()
 		t.wg.Wait()
 		return nil
 	}
-	t.closed = true
+	t.closed.Store(true)
 	timers := t.timers
 	t.timers = nil
 	t.delayed = nil
@@ -769,7 +766,7 @@ func (t *MemTransport) Close() error {
 func (t *MemTransport) schedule(clock clockwork.Clock, d time.Duration, m *memMsg) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed {
+	if t.closed.Load() {
 		m.fail(fmt.Errorf("%w: %s closed", ErrUnreachable, t.id))
 		return
 	}
@@ -785,7 +782,7 @@ func (t *MemTransport) schedule(clock clockwork.Clock, d time.Duration, m *memMs
 		t.mu.Lock()
 		_, ok := t.timers[m]
 		delete(t.timers, m)
-		closed := t.closed
+		closed := t.closed.Load()
 		t.mu.Unlock()
 		switch {
 		case ok:
@@ -804,7 +801,7 @@ func (t *MemTransport) fireOrdered(m *memMsg) {
 	t.orderMu.Lock()
 	defer t.orderMu.Unlock()
 	t.mu.Lock()
-	if t.closed {
+	if t.closed.Load() {
 		taken := m.taken // if not, Close found its timer fired already and left it to us
 		t.mu.Unlock()
 		if !taken {
@@ -837,22 +834,6 @@ func (t *MemTransport) fireOrdered(m *memMsg) {
 	}
 }
 
-// goFunc runs f in a goroutine that Close waits for. It returns false,
-// without running f, once t is closed.
-func (t *MemTransport) goFunc(f func()) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return false
-	}
-	t.wg.Add(1)
-	go func() {
-		defer t.wg.Done()
-		f()
-	}()
-	return true
-}
-
 // dispatch runs m's handler in a goroutine owned by t.
 func (t *MemTransport) dispatch(m *memMsg) {
 	n := t.net
@@ -865,10 +846,23 @@ func (t *MemTransport) dispatch(m *memMsg) {
 		t.queue(m)
 		return
 	}
-	if !t.goFunc(func() { t.serveWith(m, e.h) }) {
+	t.mu.Lock()
+	if t.closed.Load() {
+		t.mu.Unlock()
 		n.busyAdd(-1)
 		m.fail(fmt.Errorf("%w: %s closed", ErrUnreachable, t.id))
+		return
 	}
+	t.wg.Add(1) // under t.mu, not closed: Close waits for it
+	t.mu.Unlock()
+	m.h = e.h
+	go t.serveOwned(m)
+}
+
+// serveOwned serves m with the handler dispatch found, for Close's count.
+func (t *MemTransport) serveOwned(m *memMsg) {
+	defer t.wg.Done()
+	t.serveWith(m, m.h)
 }
 
 // queue appends m, of an ordered kind, to its sender's lane, and starts
@@ -877,7 +871,7 @@ func (t *MemTransport) dispatch(m *memMsg) {
 func (t *MemTransport) queue(m *memMsg) {
 	k := memLaneKey{m.env.From, m.env.Kind}
 	t.mu.Lock()
-	if t.closed {
+	if t.closed.Load() {
 		t.mu.Unlock()
 		t.net.busyAdd(-1)
 		m.fail(fmt.Errorf("%w: %s closed", ErrUnreachable, t.id))
@@ -913,7 +907,7 @@ func (t *MemTransport) laneLoop(k memLaneKey, l *memLane) {
 		m := l.q[0]
 		l.q[0] = nil
 		l.q = l.q[1:]
-		closed := t.closed
+		closed := t.closed.Load()
 		t.mu.Unlock()
 		if closed {
 			t.net.busyAdd(-1)
