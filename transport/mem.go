@@ -620,8 +620,12 @@ type MemTransport struct {
 
 	handlers handlerTable
 
+	// closed is set by Close under mu. A goroutine is added to wg only under mu with closed
+	// false (dispatch, queue), and Close waits for wg after setting it: nothing starts after
+	// Close began, and Close waits for everything that did. Reads outside mu (Request, Send,
+	// serveWith) are only checks.
 	mu      sync.Mutex
-	closed  atomic.Bool                 // set under mu (with the wg.Add rule below); read without it
+	closed  atomic.Bool
 	timers  map[*memMsg]clockwork.Timer // delayed messages addressed to this node
 	delayed map[string][]*memMsg        // per sender, the delayed messages of ordered kinds, in send order
 	lanes   map[memLaneKey]*memLane     // per sender and ordered kind, the messages waiting for its handler
