@@ -166,6 +166,12 @@ func (r *Replicator) orphansLocked(now time.Time) (next time.Time, ok bool) {
 		}
 		o := r.tab.owners[owner]
 		if o == nil || o.live == 0 {
+			// Nothing of its is held here. Forget it once its records' tombstones have expired
+			// everywhere as well (node IDs come and go with hosts); a record of it that a lagging
+			// peer's repair brings later puts it back (install), its orphan clock started anew.
+			if !at.Add(r.cfg.OrphanTimeout + r.cfg.TombstoneTTL).After(now) {
+				delete(r.leftAt, owner)
+			}
 			continue
 		}
 		due := at.Add(r.cfg.OrphanTimeout)

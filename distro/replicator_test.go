@@ -437,6 +437,53 @@ func TestOrphansAndAdoption(t *testing.T) {
 	c.checkInvariants()
 }
 
+// A member that left is forgotten once nothing of its is held here and its records'
+// tombstones have expired (node IDs come and go with hosts: the table of departed members must
+// not grow with every one). A record of it that a lagging peer brings later makes it
+// remembered again, and that record is orphaned after OrphanTimeout like the others.
+func TestLeftOwnerForgotten(t *testing.T) {
+	c := newCluster(t, nil, "a", "b")
+	c.nodes["a"].r.Put(KindSession, "sa", []byte("x"))
+	c.eventually(time.Second, "replicated", c.converged)
+	c.stop("a")
+	c.setMembers("b")
+	b := c.nodes["b"]
+	remembered := func() bool {
+		b.r.mu.Lock()
+		defer b.r.mu.Unlock()
+		_, ok := b.r.leftAt["a"]
+		return ok
+	}
+	held := func(key string) bool {
+		_, ok := b.store.get(key)
+		return ok
+	}
+	c.eventually(10*time.Second, "orphaned session removed", func() bool { return !held("sa") })
+	if !remembered() {
+		t.Fatal("a forgotten before its tombstones expired")
+	}
+	c.eventually(20*time.Second, "a forgotten", func() bool { return !remembered() })
+
+	b.r.mu.Lock()
+	installed := b.r.offerLocked(Record{Key: "sb", Owner: "a", Revision: 1, Payload: []byte("late"), Kind: KindSession}, c.clk.Now())
+	b.r.mu.Unlock()
+	b.r.poke()
+	if !installed {
+		t.Fatal("a late record of a departed member was refused")
+	}
+	if !remembered() {
+		t.Fatal("a late record of a did not make a remembered again")
+	}
+	c.eventually(time.Second, "late record stored", func() bool { return held("sb") })
+	c.step(4 * time.Second)
+	c.settle()
+	if !held("sb") {
+		t.Fatal("late record removed before OrphanTimeout")
+	}
+	c.eventually(3*time.Second, "late record orphaned", func() bool { return !held("sb") })
+	c.checkInvariants()
+}
+
 // A node that comes back before OrphanTimeout keeps its sessions; one that comes back after
 // (partition healed) gets them back through verify: orphan removals yield to the real owner.
 func TestOrphanOwnerReturns(t *testing.T) {
