@@ -166,11 +166,14 @@ func (r *Replicator) orphansLocked(now time.Time) (next time.Time, ok bool) {
 		}
 		o := r.tab.owners[owner]
 		if o == nil || o.live == 0 {
-			// Nothing of its is held here. Forget it once its records' tombstones have expired
-			// everywhere as well (node IDs come and go with hosts); a record of it that a lagging
-			// peer's repair brings later puts it back (install), its orphan clock started anew.
+			// Nothing of its is held here. Forget it, and when it last verified, once its
+			// records' tombstones have expired everywhere as well (node IDs come and go with
+			// hosts). Its records reach this node again only if it rejoins (a member again) or
+			// from this node's own load (finishLoad starts their clock); offerLocked restarts the
+			// clock for any other.
 			if !at.Add(r.cfg.OrphanTimeout + r.cfg.TombstoneTTL).After(now) {
 				delete(r.leftAt, owner)
+				delete(r.renewedAt, owner)
 			}
 			continue
 		}
