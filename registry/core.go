@@ -30,6 +30,7 @@ type index struct {
 	noting   bool   // the journal is on: changes record its events (effects.events)
 	solo     bool   // standalone: no replicator, so changes record no replication effects (notes, replicate)
 	quota    quotas // what the limits count (see limits.go)
+	expired  expiries
 
 	beats    map[string]*publisher // beat publishers by IP, then chained by port (see beatPub)
 	beatsGen uint64                // counts additions to and removals from beats (see beatLoc)
@@ -45,6 +46,10 @@ type index struct {
 
 	fx effects // what the changes so far mean outside the index
 }
+
+// expiries count what this node's leases ended (Stats.LeasesExpired,
+// SessionsExpired).
+type expiries struct{ leases, sessions uint64 }
 
 // newIndex returns an empty index with the limits lim (with their
 // defaults), whose emptied implicit services go after emptyTTL and
@@ -528,6 +533,7 @@ func (ix *index) expire(now time.Time) []model.InstanceKey {
 	})
 	ix.sessionLeases.ExpireAt(now, func(p *publisher, _ health.Event, at time.Time) {
 		ix.fx.lapsed = append(ix.fx.lapsed, p.id)
+		ix.expired.sessions++
 		ix.closeSession(p, "session expired", at)
 	})
 	ix.emptySvcs.Expire(now, func(svcKey model.ServiceKey, _ health.Event) {
@@ -551,6 +557,7 @@ func (ix *index) beatEvent(pi *pubInst, ev health.Event, now time.Time) {
 			ix.replaceInst(pi, pi.inst.withHealth(false))
 		}
 	case health.EventExpired: // the tracker has dropped the lease already
+		ix.expired.leases++
 		ix.dropBeat(pi, "lease expired", now)
 	}
 }

@@ -115,6 +115,12 @@ type Stats struct {
 	// (ErrUnavailable); Served counts the forwarded writes it served as the
 	// owner for other nodes.
 	Forwarded, ForwardFailures, Served uint64
+	// LeasesExpired counts the beat instances this node dropped because no
+	// beat came within their delete timeout, and SessionsExpired the
+	// sessions it closed because their keep-alive lapsed: each is counted
+	// on the node that held the lease (the beat's owner, the session's
+	// node), once.
+	LeasesExpired, SessionsExpired uint64
 	// WatchDelivery is the time from a change of a watched service to its
 	// watchers being handed the new view, one observation per watcher
 	// handed one (on the registry's clock).
@@ -177,6 +183,7 @@ func (r *Registry) Stats() Stats {
 	defer r.mu.RUnlock()
 	st.Counts = r.countsLocked()
 	st.Ops[OpHeartbeat].Calls = r.beatsServed
+	st.LeasesExpired, st.SessionsExpired = r.expired.leases, r.expired.sessions
 	st.Namespaces = r.namespaceStatsLocked()
 	return st
 }

@@ -73,6 +73,46 @@ func TestStatsCountWrites(t *testing.T) {
 
 // Every watcher handed a view counts once in the delivery histogram, with
 // the time from the change on the registry's clock.
+// A beat instance whose beats stop and a session whose keep-alive lapses
+// are each counted once, when their lease ends; one that is renewed, or
+// deregistered, is not.
+func TestStatsCountExpiries(t *testing.T) {
+	r := newReg(t)
+	mustRegister(t, r, inst("a", 1), inst("a", 2), inst("a", 3))
+	if err := r.Deregister(ctx, inst("a", 3).Key()); err != nil {
+		t.Fatal(err)
+	}
+	lapsing, err := r.OpenSession(ctx, registry.SessionOptions{TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := r.OpenSession(ctx, registry.SessionOptions{TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range []*registry.Session{lapsing, kept} {
+		if err := s.Register(ctx, inst("s", i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 8 { // 40 s: past the beat instances' 30 s delete timeout and the sessions' TTL
+		r.Advance(5 * time.Second)
+		if _, err := r.Heartbeat(ctx, inst("a", 2).Key()); err != nil {
+			t.Fatal(err)
+		}
+		if err := kept.KeepAlive(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := r.Stats()
+	if st.LeasesExpired != 1 || st.SessionsExpired != 1 {
+		t.Fatalf("LeasesExpired %d, SessionsExpired %d; want 1 and 1 (a:1 and the lapsed session)", st.LeasesExpired, st.SessionsExpired)
+	}
+	if got := st.Instances; got != 2 {
+		t.Fatalf("%d instances left, want 2 (a:2 and the kept session's)", got)
+	}
+}
+
 func TestStatsWatchDelivery(t *testing.T) {
 	r := newReg(t)
 	var ws []*registry.Watcher

@@ -10,7 +10,7 @@ type descs struct {
 	regServices, regInstances, regSessions, regWatchers                    *prometheus.Desc
 	regNsInstances, regNsHealth, regNsSessions, regNsWatchers              *prometheus.Desc
 	regWrites, regWriteErrors, regForwarded, regForwardFailures, regServed *prometheus.Desc
-	regWatchDelivery                                                       *prometheus.Desc
+	regWatchDelivery, regExpired                                           *prometheus.Desc
 
 	trConns, trDials, trDialFailures, trAccepted, trRefused, trLimited, trKept, trShed *prometheus.Desc
 	trFramesIn, trFramesOut, trBytesIn, trBytesOut                                     *prometheus.Desc
@@ -51,6 +51,7 @@ func newDescs(constLabels prometheus.Labels) *descs {
 	d.regForwarded = mk("muster_registry_forwards_total", "Beat writes this node sent to their owner node (each attempt).")
 	d.regForwardFailures = mk("muster_registry_forward_failures_total", "Attempts to forward a beat write that failed (unreachable owner, ownership moving, not a member yet).")
 	d.regServed = mk("muster_registry_forwards_served_total", "Beat writes forwarded by other nodes that this node served as the owner.")
+	d.regExpired = mk("muster_registry_expirations_total", "Leases this node ended: beat instances with no beat within their delete timeout (kind=lease) and sessions whose keep-alive lapsed (kind=session).", "kind")
 	d.regWatchDelivery = mk("muster_registry_watch_delivery_duration_seconds", "Time from a change of a watched service to each of its watchers being handed the new view, on the registry's clock.")
 
 	group = &d.transport

@@ -163,6 +163,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		e.counter(d.regForwarded, st.Forwarded)
 		e.counter(d.regForwardFailures, st.ForwardFailures)
 		e.counter(d.regServed, st.Served)
+		e.counter(d.regExpired, st.LeasesExpired, "lease")
+		e.counter(d.regExpired, st.SessionsExpired, "session")
 		e.histogram(d.regWatchDelivery, st.WatchDelivery)
 	}
 	if s := c.src.Transport; s != nil {
