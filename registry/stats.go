@@ -117,9 +117,10 @@ type Stats struct {
 	Forwarded, ForwardFailures, Served uint64
 	// LeasesExpired counts the beat instances this node dropped because no
 	// beat came within their delete timeout, and SessionsExpired the
-	// sessions it closed because their keep-alive lapsed: each is counted
-	// on the node that held the lease (the beat's owner, the session's
-	// node), once.
+	// sessions it closed because their keep-alive lapsed, each counted on
+	// the node that held the lease (the beat's owner, the session's node).
+	// While membership views disagree, two nodes may each hold a lease for
+	// one beat instance, and each counts its own expiry.
 	LeasesExpired, SessionsExpired uint64
 	// WatchDelivery is the time from a change of a watched service to its
 	// watchers being handed the new view, one observation per watcher

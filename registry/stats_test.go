@@ -71,11 +71,9 @@ func TestStatsCountWrites(t *testing.T) {
 	}
 }
 
-// Every watcher handed a view counts once in the delivery histogram, with
-// the time from the change on the registry's clock.
 // A beat instance whose beats stop and a session whose keep-alive lapses
-// are each counted once, when their lease ends; one that is renewed, or
-// deregistered, is not.
+// are each counted once, when their lease ends; one that is renewed,
+// deregistered or closed is not.
 func TestStatsCountExpiries(t *testing.T) {
 	r := newReg(t)
 	mustRegister(t, r, inst("a", 1), inst("a", 2), inst("a", 3))
@@ -95,6 +93,13 @@ func TestStatsCountExpiries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	closed, err := r.OpenSession(ctx, registry.SessionOptions{TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := closed.Close(); err != nil {
+		t.Fatal(err)
+	}
 	for range 8 { // 40 s: past the beat instances' 30 s delete timeout and the sessions' TTL
 		r.Advance(5 * time.Second)
 		if _, err := r.Heartbeat(ctx, inst("a", 2).Key()); err != nil {
@@ -113,6 +118,8 @@ func TestStatsCountExpiries(t *testing.T) {
 	}
 }
 
+// Every watcher handed a view counts once in the delivery histogram, with
+// the time from the change on the registry's clock.
 func TestStatsWatchDelivery(t *testing.T) {
 	r := newReg(t)
 	var ws []*registry.Watcher
