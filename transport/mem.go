@@ -97,7 +97,7 @@ type memMsg struct {
 	env      Envelope
 	deadline time.Time // the caller's ctx deadline, zero if none
 	call     *memCall  // nil for one-way messages
-	h        Handler   // the handler dispatch found (unordered kinds)
+	h        Handler   // the handler dispatch found for an unordered kind; nil otherwise, and serve looks it up
 	taken    bool      // taken from MemTransport.delayed for delivery (guarded by the receiver's mu)
 }
 
@@ -623,7 +623,7 @@ type MemTransport struct {
 	// closed is set by Close under mu. A goroutine is added to wg only under mu with closed
 	// false (dispatch, queue), and Close waits for wg after setting it: nothing starts after
 	// Close began, and Close waits for everything that did. Reads outside mu (Request, Send,
-	// serveWith) are only checks.
+	// serve) are only checks.
 	mu      sync.Mutex
 	closed  atomic.Bool
 	timers  map[*memMsg]clockwork.Timer // delayed messages addressed to this node
@@ -863,10 +863,10 @@ func (t *MemTransport) dispatch(m *memMsg) {
 	go t.serveOwned(m)
 }
 
-// serveOwned serves m with the handler dispatch found, for Close's count.
+// serveOwned serves m, for Close's count.
 func (t *MemTransport) serveOwned(m *memMsg) {
 	defer t.wg.Done()
-	t.serveWith(m, m.h)
+	t.serve(m)
 }
 
 // queue appends m, of an ordered kind, to its sender's lane, and starts
@@ -917,7 +917,7 @@ func (t *MemTransport) laneLoop(k memLaneKey, l *memLane) {
 			t.net.busyAdd(-1)
 			m.fail(fmt.Errorf("%w: %s closed", ErrUnreachable, t.id))
 		} else {
-			t.serveWith(m, t.handler(m.env.Kind)) // looked up when served: it may have been removed
+			t.serve(m) // its handler is looked up when served: it may have been removed
 		}
 		t.mu.Lock()
 	}
@@ -926,8 +926,13 @@ func (t *MemTransport) laneLoop(k memLaneKey, l *memLane) {
 	t.mu.Unlock()
 }
 
-// serveWith runs h, m's kind's handler (nil: none), for m.
-func (t *MemTransport) serveWith(m *memMsg, h Handler) {
+// serve runs m's handler: the one dispatch found, else its kind's now
+// (none: ErrNoHandler for a request).
+func (t *MemTransport) serve(m *memMsg) {
+	h := m.h
+	if h == nil {
+		h = t.handler(m.env.Kind)
+	}
 	defer t.net.busyAdd(-1)
 	if m.call == nil {
 		if h != nil {
