@@ -67,6 +67,15 @@ type Config struct {
 	// MaxBatch caps the commands packed into one Raft entry by the proposal
 	// batcher (default 256; 1 disables batching).
 	MaxBatch int
+	// BatchWait is how long the batcher keeps collecting, after an entry's
+	// callers have their results, while fewer commands are queued than that
+	// entry answered (plus those queued then): callers that issue their
+	// next command as soon as the last returns then share one entry instead
+	// of splitting into cohorts that take turns (default 1 ms; 0 proposes
+	// whatever is queued at once). It is real time, as Dragonboat is. A
+	// command never waits longer than BatchWait for the entry it goes in,
+	// and one that arrives after the window goes out at once.
+	BatchWait time.Duration
 	// Listener receives the change feed (nil ignores it). See Listener for
 	// its concurrency contract.
 	Listener Listener
@@ -133,6 +142,7 @@ func DefaultConfig() Config {
 		ProposeTimeout:     3 * time.Second,
 		ReadTimeout:        3 * time.Second,
 		MaxBatch:           maxBatchCommands,
+		BatchWait:          time.Millisecond,
 	}
 }
 
@@ -159,6 +169,7 @@ func (c *Config) Validate() error {
 	check(c.ProposeTimeout >= 2*c.rtt(), "ProposeTimeout", "must be at least 2 × RTTMillisecond")
 	check(c.ReadTimeout >= 2*c.rtt(), "ReadTimeout", "must be at least 2 × RTTMillisecond")
 	check(c.MaxBatch >= 1 && c.MaxBatch <= maxBatchCommands, "MaxBatch", fmt.Sprintf("must be 1–%d", maxBatchCommands))
+	check(c.BatchWait >= 0 && c.BatchWait <= c.ProposeTimeout/4, "BatchWait", "must be 0 (off) to ProposeTimeout / 4")
 	check(!c.Join || len(c.InitialMembers) == 0, "InitialMembers", "must be empty with Join")
 	byNodeID := c.Transport != nil
 	self := c.raftAddress()

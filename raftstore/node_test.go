@@ -29,6 +29,7 @@ func TestConfigValidate(t *testing.T) {
 		"ProposeTimeout": func(c *Config) { c.ProposeTimeout = 1 },
 		"ReadTimeout":    func(c *Config) { c.ReadTimeout = 1 },
 		"MaxBatch":       func(c *Config) { c.MaxBatch = 0 },
+		"BatchWait":      func(c *Config) { c.BatchWait = -1 },
 		"InitialMembers": func(c *Config) { c.InitialMembers = map[uint64]string{2: "127.0.0.1:2"} },
 	}
 	for field, breakIt := range cases {

@@ -88,44 +88,81 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 // flight made each entry slower than it saved: Dragonboat's cost is per
 // entry, and the entries of all nodes share the leader's rounds (see
 // docs/raft-records.md, Batching).
+//
+// Once an entry's callers have their results, many of them come straight
+// back with their next command, but waking them takes a while on a busy
+// machine. Proposing at once would send the few that made it, and the rest
+// would wait out that whole entry, so the callers would split into cohorts
+// that alternate. For Config.BatchWait after answering an entry, the loop
+// therefore waits for as many commands as that entry answered plus those
+// queued when it did, and proposes as soon as they are in (or the entry is
+// full). A command that arrives after the window closed goes out at once.
 func (n *Node) batchLoop() {
-	var carry *proposal
-	batch := make([]*proposal, 0, n.cfg.MaxBatch)
-	encs := make([][]byte, 0, n.cfg.MaxBatch)
-	for {
-		batch = batch[:0]
-		if carry != nil && !n.abandoned(carry) { // it waited out the entry before it
-			batch = append(batch, carry)
+	var (
+		carry  *proposal
+		batch  = make([]*proposal, 0, n.cfg.MaxBatch)
+		encs   = make([][]byte, 0, n.cfg.MaxBatch)
+		size   int
+		expect int                        // commands to wait for while the window is open
+		open   bool                       // the window after the last entry's answers is open
+		window = time.NewTimer(time.Hour) // Dragonboat is a real-time engine: real time
+	)
+	window.Stop()
+	defer window.Stop()
+	// add puts p in the batch and reports whether the batch is full.
+	add := func(p *proposal) bool {
+		if n.abandoned(p) {
+			return false
 		}
-		carry = nil
-		if len(batch) == 0 {
+		if len(batch) > 0 && size+len(p.enc) > maxEntryBytes {
+			carry = p
+			return true
+		}
+		size += len(p.enc)
+		batch = append(batch, p)
+		return len(batch) >= n.cfg.MaxBatch
+	}
+	for {
+		batch, size = batch[:0], 0
+		if p := carry; p != nil { // it waited out the entry before it
+			carry = nil
+			add(p)
+		}
+		for len(batch) == 0 {
 			select {
 			case p := <-n.queue:
-				if n.abandoned(p) {
-					continue
-				}
-				batch = append(batch, p)
+				add(p)
+			case <-window.C:
+				open = false
 			case <-n.ctx.Done():
 				return
 			}
 		}
-		size := len(batch[0].enc)
+		waited, expired := false, false
 	fill:
-		for len(batch) < n.cfg.MaxBatch {
+		for carry == nil && len(batch) < n.cfg.MaxBatch {
 			select {
 			case p := <-n.queue:
-				if n.abandoned(p) {
-					continue
-				}
-				if size+len(p.enc) > maxEntryBytes {
-					carry = p
-					break fill
-				}
-				size += len(p.enc)
-				batch = append(batch, p)
+				add(p)
+				continue
 			default:
-				break fill
 			}
+			if !open || len(batch) >= expect {
+				break
+			}
+			waited = true
+			select {
+			case p := <-n.queue:
+				add(p)
+			case <-window.C:
+				open, expired = false, true
+				break fill
+			case <-n.ctx.Done():
+				break fill // proposeEntry fails with ErrClosed
+			}
+		}
+		if waited {
+			n.stats.batchWaited(expired)
 		}
 		encs = encs[:0]
 		for _, p := range batch {
@@ -146,7 +183,12 @@ func (n *Node) batchLoop() {
 			n.stats.proposalDone(n.clock.Since(p.at), r)
 			p.done <- r
 		}
+		expect = min(len(batch)+len(n.queue), n.cfg.MaxBatch)
 		clear(batch)
+		if n.cfg.BatchWait > 0 {
+			window.Reset(n.cfg.BatchWait)
+			open = true
+		}
 	}
 }
 

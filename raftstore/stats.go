@@ -27,6 +27,11 @@ type Stats struct {
 	// commit), so Proposals / Entries is the mean batch size. EntriesFailed of them failed.
 	Entries       uint64
 	EntriesFailed uint64
+	// BatchWaits counts the entries whose batcher waited, after answering the entry before,
+	// for its callers to come back (Config.BatchWait); BatchWaitsExpired of them were
+	// proposed when the wait ran out, with fewer commands than it waited for.
+	BatchWaits        uint64
+	BatchWaitsExpired uint64
 	// ProposeLatency is the time from a Propose call to its outcome (commit and local apply,
 	// or failure), measured on Config.Clock (a fake clock in tests measures nothing).
 	ProposeLatency Histogram
@@ -61,6 +66,7 @@ type Stats struct {
 type stats struct {
 	proposals, proposalsFailed, proposalsRejected atomic.Uint64
 	entries, entriesFailed                        atomic.Uint64
+	batchWaits, batchWaitsExpired                 atomic.Uint64
 	latency                                       *metric.Histogram
 
 	leaderChanges atomic.Uint64
@@ -84,6 +90,14 @@ func (s *stats) proposalDone(took time.Duration, r proposalResult) {
 	}
 	if s.latency != nil {
 		s.latency.Observe(took)
+	}
+}
+
+// batchWaited counts an entry whose batcher waited for returning callers.
+func (s *stats) batchWaited(expired bool) {
+	s.batchWaits.Add(1)
+	if expired {
+		s.batchWaitsExpired.Add(1)
 	}
 }
 
@@ -144,6 +158,8 @@ func (n *Node) Stats() Stats {
 		ProposalsRejected:  s.proposalsRejected.Load(),
 		Entries:            s.entries.Load(),
 		EntriesFailed:      s.entriesFailed.Load(),
+		BatchWaits:         s.batchWaits.Load(),
+		BatchWaitsExpired:  s.batchWaitsExpired.Load(),
 		LeaderChanges:      s.leaderChanges.Load(),
 		LeaderID:           s.leader.Load(),
 		Term:               s.term.Load(),

@@ -346,6 +346,16 @@ func TestScrapeNodeCluster(t *testing.T) {
 	if v := value(t, after, "muster_raft_proposals_total", "outcome", "applied"); v <= applied {
 		t.Errorf("applied proposals %v, want more than %v", v, applied)
 	}
+	for _, outcome := range []string{"filled", "expired"} {
+		st := n1.Raft().Stats()
+		want := float64(st.BatchWaitsExpired)
+		if outcome == "filled" {
+			want = float64(st.BatchWaits - st.BatchWaitsExpired)
+		}
+		if v := value(t, after, "muster_raft_batch_waits_total", "outcome", outcome); v != want {
+			t.Errorf("batch waits %s = %v, want %v (Stats)", outcome, v, want)
+		}
+	}
 	if v := value(t, after, "muster_raft_proposal_duration_seconds"); v < 1 {
 		t.Errorf("proposal latency histogram holds %v samples", v)
 	}
