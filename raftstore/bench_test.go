@@ -27,18 +27,22 @@ import (
 //   - batched-at-leader: every writer on the leader;
 //   - unbatched: spread, one command per Raft entry;
 //   - batched-muster-tcp: as batched, with Raft over Muster's TCP transport
-//     (Config.Transport) instead of Dragonboat's.
+//     (Config.Transport) instead of Dragonboat's;
+//   - batched-no-wait: as batched, with BatchWait 0 (what is queued goes at
+//     once, and the writers split into cohorts that take turns).
 func BenchmarkPersistentRegister(b *testing.B) {
 	for _, mode := range []struct {
 		name     string
 		batch    int
 		atLeader bool
 		muster   bool
+		noWait   bool
 	}{
-		{"batched", maxBatchCommands, false, false},
-		{"batched-at-leader", maxBatchCommands, true, false},
-		{"unbatched", 1, false, false},
-		{"batched-muster-tcp", maxBatchCommands, false, true},
+		{"batched", maxBatchCommands, false, false, false},
+		{"batched-at-leader", maxBatchCommands, true, false, false},
+		{"unbatched", 1, false, false, false},
+		{"batched-muster-tcp", maxBatchCommands, false, true, false},
+		{"batched-no-wait", maxBatchCommands, false, false, true},
 	} {
 		batch := mode.batch
 		b.Run(mode.name, func(b *testing.B) {
@@ -46,6 +50,9 @@ func BenchmarkPersistentRegister(b *testing.B) {
 				cfg.RTTMillisecond = 20
 				cfg.MaxBatch = batch
 				cfg.ProposeTimeout = 10 * time.Second
+				if mode.noWait {
+					cfg.BatchWait = 0
+				}
 			}
 			var c *cluster
 			if mode.muster {
