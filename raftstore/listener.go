@@ -18,8 +18,11 @@ type Listener interface {
 	// Applied delivers committed commands in log order with their outcome
 	// (Rejected is nil when the command took effect). One Raft entry may
 	// carry several commands (a batch): they share an Index and follow one
-	// another in the slice. Every change up to the last one's Index is
-	// durable in Badger's write-ahead log when Applied is called.
+	// another in the slice. Badger may still be writing the call's last
+	// changes while it runs (a read of Node's local state from Applied sees
+	// the changes of earlier calls); Propose returns, and the replica's
+	// applied index moves, only once Badger holds them and Applied has
+	// returned.
 	Applied(changes []Change)
 }
 

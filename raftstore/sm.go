@@ -114,7 +114,8 @@ const dedupeWindow = 50000
 // Update applies a batch of entries: one Badger transaction (split into
 // chunks only when it gets large), the applied index written with the data.
 // The in-memory index changes as each command applies, before its
-// transaction commits. An error is fatal (Dragonboat's apply worker
+// transaction commits, and the listener gets the batch while the last chunk
+// is written. An error is fatal (Dragonboat's apply worker
 // panics with it: the process stops), and on restart Open rebuilds the
 // index from what Badger holds, so an index ahead of a failed commit is
 // never read.
@@ -126,7 +127,7 @@ func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 	for i := range ents {
 		e := &ents[i]
 		if last != 0 && (w.bytes+2*len(e.Cmd) > txnBudgetBytes || w.count+maxBatchCommands+2 > txnBudgetCount) {
-			if err := s.commit(w, last); err != nil {
+			if err := s.commit(w, last, nil); err != nil {
 				return nil, err
 			}
 			w = &writer{txn: s.db.NewTransaction(true), ix: s.ix}
@@ -180,12 +181,16 @@ func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 			}
 			s.cleaned = last
 		}
-		if err := s.commit(w, last); err != nil {
+		// The listener gets the batch while Badger writes its last chunk:
+		// every change is committed in the Raft log, and if the write fails
+		// the replica stops (see above).
+		if err := s.commit(w, last, func() {
+			if len(changes) > 0 {
+				s.listener.Applied(changes)
+			}
+		}); err != nil {
 			return nil, err
 		}
-	}
-	if len(changes) > 0 {
-		s.listener.Applied(changes)
 	}
 	return ents, nil
 }
@@ -220,11 +225,18 @@ func (s *stateMachine) cleanDedupe(w *writer, last uint64) error {
 	return nil
 }
 
-func (s *stateMachine) commit(w *writer, index uint64) error {
+// commit commits w's transaction with the applied index, running during
+// (when not nil) while Badger writes it, and then records index as applied.
+func (s *stateMachine) commit(w *writer, index uint64, during func()) error {
 	if err := w.txn.Set(appliedKey, encodeIndex(index)); err != nil {
 		return err
 	}
-	if err := w.txn.Commit(); err != nil {
+	done := make(chan error, 1)
+	w.txn.CommitWith(func(err error) { done <- err })
+	if during != nil {
+		during()
+	}
+	if err := <-done; err != nil {
 		return fmt.Errorf("raftstore: commit index %d: %w", index, err)
 	}
 	s.appliedTo(index)
