@@ -124,7 +124,12 @@
 // Propose hands the command to a batcher: while the node's Raft entry is in
 // flight, commands that arrive meanwhile are packed into the next entry (at
 // most 256 commands or 256 KiB), each with its own result (group commit):
-// BenchmarkPersistentRegister compares it with one command per entry.
+// BenchmarkPersistentRegister compares it with one command per entry. Once
+// an entry's callers have their results, the batcher waits up to
+// Config.BatchWait (default 1 ms) for as many commands as that entry
+// answered, so callers that write again at once share the next entry
+// instead of splitting into cohorts that take turns; a command arriving
+// after the window goes out at once.
 // Temporary Dragonboat errors (no leader yet, busy, a timed-out attempt)
 // are retried within Config.ProposeTimeout, after which the call fails with
 // ErrNoLeader. Each
