@@ -42,7 +42,7 @@ func closedLoop(t *testing.T, n *Node, writers, rounds int) {
 func TestBatchWaitKeepsCallersTogether(t *testing.T) {
 	const writers, rounds = 8, 25
 	// A window far longer than any caller takes to come back, unless the
-	// machine stalls: then an entry or two more, which the bound allows.
+	// machine stalls: then an entry or two more, which the bounds allow.
 	c := newCluster(t, 1, func(cfg *Config) { cfg.BatchWait = 500 * time.Millisecond })
 	n := c.nodes[1]
 	closedLoop(t, n, writers, rounds)
@@ -52,11 +52,12 @@ func TestBatchWaitKeepsCallersTogether(t *testing.T) {
 	}
 	// Without the wait the writers split into cohorts: about twice the entries.
 	if st.Entries > rounds+5 {
-		t.Errorf("%d entries for %d writers × %d rounds: the writers did not share entries (waits %d, expired %d)",
-			st.Entries, writers, rounds, st.BatchWaits, st.BatchWaitsExpired)
+		t.Errorf("%d entries for %d writers × %d rounds: the writers did not share entries (waits filled %d, expired %d)",
+			st.Entries, writers, rounds, st.BatchWaitsFilled, st.BatchWaitsExpired)
 	}
-	if st.BatchWaits == 0 {
-		t.Error("the batcher never waited")
+	// The wait ends when the callers are back, not when the window closes.
+	if st.BatchWaitsFilled == 0 || st.BatchWaitsExpired > 5 {
+		t.Errorf("waits filled %d, expired %d: want the waits to end as the writers come back", st.BatchWaitsFilled, st.BatchWaitsExpired)
 	}
 
 	// A lone command after them waits at most for the rest of the window
@@ -64,11 +65,28 @@ func TestBatchWaitKeepsCallersTogether(t *testing.T) {
 	before := n.Stats()
 	mustPropose(t, n, Command{Op: OpPutInstance, Instance: persistent("svc", "10.1.0.1", 8080)})
 	after := n.Stats()
-	if waits, expired := after.BatchWaits-before.BatchWaits, after.BatchWaitsExpired-before.BatchWaitsExpired; waits > 1 || expired != waits {
-		t.Errorf("lone command: %d waits, %d expired; want at most one, expired", waits, expired)
+	if filled, expired := after.BatchWaitsFilled-before.BatchWaitsFilled, after.BatchWaitsExpired-before.BatchWaitsExpired; filled != 0 || expired > 1 {
+		t.Errorf("lone command: %d waits filled, %d expired; want at most one, expired", filled, expired)
 	}
 	if after.Entries != before.Entries+1 {
 		t.Errorf("lone command: %d entries, want 1", after.Entries-before.Entries)
+	}
+}
+
+// A command that comes after the window has closed goes out at once: the
+// batcher does not wait for callers that did not come back.
+func TestBatchWaitWindowCloses(t *testing.T) {
+	const window = 20 * time.Millisecond
+	c := newCluster(t, 1, func(cfg *Config) { cfg.BatchWait = window })
+	n := c.nodes[1]
+	closedLoop(t, n, 8, 5)
+	// The window is real time, as Dragonboat is: let it pass.
+	time.Sleep(5 * window)
+	before := n.Stats()
+	mustPropose(t, n, Command{Op: OpPutInstance, Instance: persistent("svc", "10.2.0.1", 8080)})
+	after := n.Stats()
+	if waits := after.BatchWaitsFilled + after.BatchWaitsExpired - before.BatchWaitsFilled - before.BatchWaitsExpired; waits != 0 || after.Entries != before.Entries+1 {
+		t.Errorf("a command after the window: %d waits, %d entries; want none and one", waits, after.Entries-before.Entries)
 	}
 }
 
@@ -77,7 +95,7 @@ func TestBatchWaitOff(t *testing.T) {
 	c := newCluster(t, 1, func(cfg *Config) { cfg.BatchWait = 0 })
 	n := c.nodes[1]
 	closedLoop(t, n, 8, 10)
-	if st := n.Stats(); st.Proposals != 80 || st.BatchWaits != 0 || st.BatchWaitsExpired != 0 {
+	if st := n.Stats(); st.Proposals != 80 || st.BatchWaitsFilled != 0 || st.BatchWaitsExpired != 0 {
 		t.Errorf("stats: %+v", st)
 	}
 }

@@ -127,7 +127,7 @@
 // BenchmarkPersistentRegister compares it with one command per entry. Once
 // an entry's callers have their results, the batcher waits up to
 // Config.BatchWait (default 1 ms) for as many commands as that entry
-// answered, so callers that write again at once share the next entry
+// answered plus those queued then, so callers that write again at once share the next entry
 // instead of splitting into cohorts that take turns; a command arriving
 // after the window goes out at once.
 // Temporary Dragonboat errors (no leader yet, busy, a timed-out attempt)

@@ -19,10 +19,11 @@ type Listener interface {
 	// (Rejected is nil when the command took effect). One Raft entry may
 	// carry several commands (a batch): they share an Index and follow one
 	// another in the slice. Badger may still be writing the call's last
-	// changes while it runs (a read of Node's local state from Applied sees
-	// the changes of earlier calls); Propose returns, and the replica's
-	// applied index moves, only once Badger holds them and Applied has
-	// returned.
+	// changes while it runs (a read of Node's local state from Applied
+	// waits for that write and sees them), and if that write fails the
+	// replica stops after Applied returns. Propose returns, and the
+	// replica's applied index moves, only once Badger holds the changes and
+	// Applied has returned. Every change delivered is committed in the log.
 	Applied(changes []Change)
 }
 

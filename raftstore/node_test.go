@@ -48,6 +48,12 @@ func TestConfigValidate(t *testing.T) {
 	if err := join.Validate(); err == nil {
 		t.Error("Join with InitialMembers accepted")
 	}
+	// BatchWait has an upper bound too.
+	long := good.clone()
+	long.BatchWait = long.ProposeTimeout/4 + 1
+	if err := long.Validate(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "BatchWait") {
+		t.Errorf("BatchWait above ProposeTimeout/4: %v", err)
+	}
 	// Every broken rule at once, in one error (but for RTTMillisecond and
 	// HeartbeatRTT at 0, by which the timeouts and ElectionRTT are judged).
 	all := good.clone()

@@ -158,7 +158,12 @@ func (n *Node) batchLoop() {
 				open, expired = false, true
 				break fill
 			case <-n.ctx.Done():
-				break fill // proposeEntry fails with ErrClosed
+				// Closed: the callers have had ErrClosed; propose nothing more.
+				for _, p := range batch {
+					n.stats.proposalDone(n.clock.Since(p.at), proposalResult{err: ErrClosed})
+					p.done <- proposalResult{err: ErrClosed}
+				}
+				return
 			}
 		}
 		if waited {

@@ -27,10 +27,12 @@ type Stats struct {
 	// commit), so Proposals / Entries is the mean batch size. EntriesFailed of them failed.
 	Entries       uint64
 	EntriesFailed uint64
-	// BatchWaits counts the entries whose batcher waited, after answering the entry before,
-	// for its callers to come back (Config.BatchWait); BatchWaitsExpired of them were
-	// proposed when the wait ran out, with fewer commands than it waited for.
-	BatchWaits        uint64
+	// BatchWaitsFilled and BatchWaitsExpired count the entries whose batcher waited, after
+	// answering the entry before, for its callers to come back (Config.BatchWait): filled
+	// when the wait ended before the window closed (the commands it waited for came, the
+	// entry filled up, or the node closed), expired when the window closed first and the
+	// entry went with fewer commands.
+	BatchWaitsFilled  uint64
 	BatchWaitsExpired uint64
 	// ProposeLatency is the time from a Propose call to its outcome (commit and local apply,
 	// or failure), measured on Config.Clock (a fake clock in tests measures nothing).
@@ -66,7 +68,7 @@ type Stats struct {
 type stats struct {
 	proposals, proposalsFailed, proposalsRejected atomic.Uint64
 	entries, entriesFailed                        atomic.Uint64
-	batchWaits, batchWaitsExpired                 atomic.Uint64
+	batchWaitsFilled, batchWaitsExpired           atomic.Uint64
 	latency                                       *metric.Histogram
 
 	leaderChanges atomic.Uint64
@@ -95,9 +97,10 @@ func (s *stats) proposalDone(took time.Duration, r proposalResult) {
 
 // batchWaited counts an entry whose batcher waited for returning callers.
 func (s *stats) batchWaited(expired bool) {
-	s.batchWaits.Add(1)
 	if expired {
 		s.batchWaitsExpired.Add(1)
+	} else {
+		s.batchWaitsFilled.Add(1)
 	}
 }
 
@@ -158,7 +161,7 @@ func (n *Node) Stats() Stats {
 		ProposalsRejected:  s.proposalsRejected.Load(),
 		Entries:            s.entries.Load(),
 		EntriesFailed:      s.entriesFailed.Load(),
-		BatchWaits:         s.batchWaits.Load(),
+		BatchWaitsFilled:   s.batchWaitsFilled.Load(),
 		BatchWaitsExpired:  s.batchWaitsExpired.Load(),
 		LeaderChanges:      s.leaderChanges.Load(),
 		LeaderID:           s.leader.Load(),

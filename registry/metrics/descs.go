@@ -108,7 +108,7 @@ func newDescs(constLabels prometheus.Labels) *descs {
 	d.rProposals = mk("muster_raft_proposals_total", "Commands proposed through this replica that reached an outcome: applied, rejected (refused by the state rules) or failed (no leader, closed, error).", "outcome")
 	d.rEntries = mk("muster_raft_entries_total", "Raft entries proposed (commands are packed into entries: group commit).")
 	d.rEntriesFailed = mk("muster_raft_entries_failed_total", "Raft entries whose proposal failed.")
-	d.rBatchWaits = mk("muster_raft_batch_waits_total", "Raft entries whose batcher waited for the callers it had just answered (BatchWait): filled when they came back in time, expired when the wait ran out.", "outcome")
+	d.rBatchWaits = mk("muster_raft_batch_waits_total", "Raft entries whose batcher waited for the callers it had just answered (BatchWait): filled when the wait ended in time (they came, the entry filled up), expired when the window closed first.", "outcome")
 	d.rProposeLatency = mk("muster_raft_proposal_duration_seconds", "Time from a proposal to its outcome (commit and local apply, or failure).")
 	d.rLeaderChanges = mk("muster_raft_leader_changes_total", "Leader changes this replica observed (to another replica, or to none).")
 	d.rHasLeader = mk("muster_raft_has_leader", "1 if this replica knows a leader, else 0.")

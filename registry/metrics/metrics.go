@@ -242,7 +242,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		e.counter(d.rProposals, t.ProposalsFailed, "failed")
 		e.counter(d.rEntries, t.Entries)
 		e.counter(d.rEntriesFailed, t.EntriesFailed)
-		e.counter(d.rBatchWaits, t.BatchWaits-min(t.BatchWaits, t.BatchWaitsExpired), "filled")
+		e.counter(d.rBatchWaits, t.BatchWaitsFilled, "filled")
 		e.counter(d.rBatchWaits, t.BatchWaitsExpired, "expired")
 		e.histogram(d.rProposeLatency, t.ProposeLatency)
 		e.counter(d.rLeaderChanges, t.LeaderChanges)

@@ -153,6 +153,9 @@ type Timings struct {
 	// RaftRTT is Dragonboat's tick (an election takes about 10);
 	// Propose and Read bound a write and a read index without a leader.
 	RaftRTT, Propose, Read time.Duration
+	// RaftBatchWait is how long the proposal batcher waits for the callers
+	// it just answered to come back (raftstore.Config.BatchWait; 0 off).
+	RaftBatchWait time.Duration
 	// ReconnectMin and ReconnectMax bound the transport's redial backoff.
 	ReconnectMin, ReconnectMax time.Duration
 	// CheckInterval, if not 0, is the shortest interval of the TCP health
@@ -181,7 +184,8 @@ func LAN() Timings {
 		SyncDelay: dc.SyncDelay, Verify: dc.VerifyInterval, Orphan: dc.OrphanTimeout,
 		Tombstone: dc.TombstoneTTL, Load: dc.LoadTimeout, Request: dc.RequestTimeout,
 		RaftRTT: time.Duration(rc.RTTMillisecond) * time.Millisecond, Propose: rc.ProposeTimeout, Read: rc.ReadTimeout,
-		ReconnectMin: tc.ReconnectMin, ReconnectMax: tc.ReconnectMax,
+		RaftBatchWait: rc.BatchWait,
+		ReconnectMin:  tc.ReconnectMin, ReconnectMax: tc.ReconnectMax,
 		Sweep: reg.SweepInterval, Forward: reg.ForwardTimeout,
 	}
 }
@@ -198,7 +202,8 @@ func Fast() Timings {
 		SyncDelay: 20 * time.Millisecond, Verify: time.Second, Orphan: 2 * time.Second,
 		Tombstone: 10 * time.Second, Load: 2 * time.Second, Request: time.Second,
 		RaftRTT: 10 * time.Millisecond, Propose: 2 * time.Second, Read: 2 * time.Second,
-		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 500 * time.Millisecond,
+		RaftBatchWait: raftstore.DefaultConfig().BatchWait,
+		ReconnectMin:  20 * time.Millisecond, ReconnectMax: 500 * time.Millisecond,
 		CheckInterval: p, Sweep: 100 * time.Millisecond, Forward: time.Second,
 	}
 }
@@ -424,6 +429,7 @@ func (c *Config) registryConfig(tr transport.Transport, members distro.Membershi
 		}
 		rc.RTTMillisecond = uint64(max(t.RaftRTT.Milliseconds(), 1))
 		rc.ProposeTimeout, rc.ReadTimeout = t.Propose, t.Read
+		rc.BatchWait = t.RaftBatchWait
 		cp = raftcp.New(rc) // Clock nil: the registry's
 		cfg.Store = cp.Open
 	}
