@@ -16,10 +16,12 @@ func closedLoop(t *testing.T, n *Node, writers, rounds int) {
 	defer cancel()
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
+	start := make(chan struct{}) // the writers start together
 	for w := range writers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			<-start
 			for i := range rounds {
 				cmd := Command{Op: OpPutInstance, Instance: persistent("svc", fmt.Sprintf("10.0.%d.%d", w, i), 8080)}
 				if _, err := n.Propose(ctx, cmd); err != nil {
@@ -29,6 +31,7 @@ func closedLoop(t *testing.T, n *Node, writers, rounds int) {
 			}
 		}()
 	}
+	close(start)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -55,8 +58,10 @@ func TestBatchWaitKeepsCallersTogether(t *testing.T) {
 		t.Errorf("%d entries for %d writers × %d rounds: the writers did not share entries (waits filled %d, expired %d)",
 			st.Entries, writers, rounds, st.BatchWaitsFilled, st.BatchWaitsExpired)
 	}
-	// The wait ends when the callers are back, not when the window closes.
-	if st.BatchWaitsFilled == 0 || st.BatchWaitsExpired > 5 {
+	// The wait ends when the callers are back, not when the window closes
+	// (writers that got into different first entries finish at different
+	// rounds, and each such end runs out one window).
+	if st.BatchWaitsFilled == 0 || st.BatchWaitsExpired > writers {
 		t.Errorf("waits filled %d, expired %d: want the waits to end as the writers come back", st.BatchWaitsFilled, st.BatchWaitsExpired)
 	}
 

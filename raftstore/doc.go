@@ -127,9 +127,9 @@
 // BenchmarkPersistentRegister compares it with one command per entry. Once
 // an entry's callers have their results, the batcher waits up to
 // Config.BatchWait (default 1 ms) for as many commands as that entry
-// answered plus those queued then, so callers that write again at once share the next entry
-// instead of splitting into cohorts that take turns; a command arriving
-// after the window goes out at once.
+// answered plus those queued then, so callers that write again at once
+// share the next entry instead of splitting into cohorts that take turns;
+// a command arriving after the window goes out at once.
 // Temporary Dragonboat errors (no leader yet, busy, a timed-out attempt)
 // are retried within Config.ProposeTimeout, after which the call fails with
 // ErrNoLeader. Each

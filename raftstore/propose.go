@@ -38,8 +38,8 @@ type proposalResult struct {
 // Dragonboat errors are retried within ProposeTimeout. Every entry carries a
 // unique ID and the state machine applies an ID once, so a retry after an
 // attempt that timed out but did commit returns the first outcome instead
-// of applying the batch again. When ctx ends first, or with ErrNoLeader, the
-// command may still be applied later (or never: a command still queued
+// of applying the batch again. When ctx ends first, or with ErrNoLeader or
+// ErrClosed, the command may still be applied later (or never: a command still queued
 // when its call returns is left out).
 func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 	if err := n.running(); err != nil {
@@ -135,6 +135,7 @@ func (n *Node) batchLoop() {
 			case <-window.C:
 				open = false
 			case <-n.ctx.Done():
+				n.failClosed(nil, carry)
 				return
 			}
 		}
@@ -150,6 +151,12 @@ func (n *Node) batchLoop() {
 			if !open || len(batch) >= expect {
 				break
 			}
+			select {
+			case <-window.C: // it closed before this wait began: none
+				open = false
+				break fill
+			default:
+			}
 			waited = true
 			select {
 			case p := <-n.queue:
@@ -158,13 +165,13 @@ func (n *Node) batchLoop() {
 				open, expired = false, true
 				break fill
 			case <-n.ctx.Done():
-				// Closed: the callers have had ErrClosed; propose nothing more.
-				for _, p := range batch {
-					n.stats.proposalDone(n.clock.Since(p.at), proposalResult{err: ErrClosed})
-					p.done <- proposalResult{err: ErrClosed}
-				}
+				n.failClosed(batch, carry)
 				return
 			}
+		}
+		if n.ctx.Err() != nil { // closed: propose nothing more
+			n.failClosed(batch, carry)
+			return
 		}
 		if waited {
 			n.stats.batchWaited(expired)
@@ -197,6 +204,30 @@ func (n *Node) batchLoop() {
 	}
 }
 
+// failClosed answers batch, carry and whatever is still queued with
+// ErrClosed, once Close has cancelled the loop: their callers have returned
+// ErrClosed already (Close closes n.done first).
+func (n *Node) failClosed(batch []*proposal, carry *proposal) {
+	fail := func(p *proposal) {
+		n.stats.proposalDone(n.clock.Since(p.at), proposalResult{err: ErrClosed})
+		p.done <- proposalResult{err: ErrClosed}
+	}
+	for _, p := range batch {
+		fail(p)
+	}
+	if carry != nil {
+		fail(carry)
+	}
+	for {
+		select {
+		case p := <-n.queue:
+			fail(p)
+		default:
+			return
+		}
+	}
+}
+
 // abandoned reports whether p's caller has returned without its outcome
 // (counted as a failed proposal): p is left out of the entries.
 func (n *Node) abandoned(p *proposal) bool {
@@ -225,11 +256,18 @@ func (n *Node) proposeEntry(entry []byte) (uint64, []byte, error) {
 	session := n.nh.GetNoOPSession(n.cfg.ShardID)
 	var last error
 	for {
+		if n.ctx.Err() != nil {
+			return 0, nil, ErrClosed
+		}
 		actx, acancel := context.WithTimeout(ctx, n.attemptTimeout())
 		res, err := n.nh.SyncPropose(actx, session, entry)
 		acancel()
 		if err == nil {
 			return res.Value, res.Data, nil
+		}
+		if n.ctx.Err() != nil {
+			// Closed while it was in flight: it may still commit.
+			return 0, nil, ErrClosed
 		}
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			err = dragonboat.ErrTimeout
@@ -238,9 +276,6 @@ func (n *Node) proposeEntry(entry []byte) (uint64, []byte, error) {
 			return 0, nil, fmt.Errorf("raftstore: propose: %w", err)
 		}
 		last = err
-		if n.ctx.Err() != nil {
-			return 0, nil, ErrClosed
-		}
 		if !n.backoff(ctx) {
 			return 0, nil, n.boundedErr(n.ctx, last)
 		}

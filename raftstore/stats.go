@@ -29,9 +29,9 @@ type Stats struct {
 	EntriesFailed uint64
 	// BatchWaitsFilled and BatchWaitsExpired count the entries whose batcher waited, after
 	// answering the entry before, for its callers to come back (Config.BatchWait): filled
-	// when the wait ended before the window closed (the commands it waited for came, the
-	// entry filled up, or the node closed), expired when the window closed first and the
-	// entry went with fewer commands.
+	// when the wait ended before the window closed (the commands it waited for came, or the
+	// entry filled up), expired when the window closed first and the entry went with fewer
+	// commands. A wait that Close ended proposes nothing and counts in neither.
 	BatchWaitsFilled  uint64
 	BatchWaitsExpired uint64
 	// ProposeLatency is the time from a Propose call to its outcome (commit and local apply,

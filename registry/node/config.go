@@ -135,7 +135,9 @@ type Config struct {
 }
 
 // Timings are the periods and timeouts of one node. All nodes of a cluster
-// should use the same.
+// should use the same. Start from LAN or Fast and change what you need: a
+// zero field is not a default (RaftBatchWait 0 turns the wait off, and a
+// zero Propose or Read is refused).
 type Timings struct {
 	// Memberlist's failure detection and gossip (see
 	// gossip.Config): a crashed node is detected after a few

@@ -1,6 +1,10 @@
 package node
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/muster-io/muster/raftstore"
+)
 
 // TestExpect: the cluster size a cold start waits for is Expect, else the
 // static peers and this node, else the Raft members.
@@ -18,6 +22,20 @@ func TestExpect(t *testing.T) {
 	} {
 		if got := tc.cfg.expect(); got != tc.want {
 			t.Errorf("%s: expect() = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// LAN and Fast carry raftstore's default batcher wait: a node keeps it
+// unless its Timings say otherwise.
+func TestTimingsBatchWait(t *testing.T) {
+	want := raftstore.DefaultConfig().BatchWait
+	if want == 0 {
+		t.Fatal("raftstore's default BatchWait is 0")
+	}
+	for name, tm := range map[string]Timings{"LAN": LAN(), "Fast": Fast()} {
+		if tm.RaftBatchWait != want {
+			t.Errorf("%s().RaftBatchWait = %v, want %v", name, tm.RaftBatchWait, want)
 		}
 	}
 }
