@@ -41,6 +41,9 @@ func musterTCPCluster(t *testing.T) (*cluster, *tcpNet, map[string]transport.Tra
 	c := newClusterAt(t, map[uint64]string{1: "r1", 2: "r2", 3: "r3"}, func(cfg *Config) {
 		cfg.Transport = trs[cfg.RaftAddress]
 		cfg.Insecure = false
+		// Elections come and go under the race detector beside other
+		// packages' tests: a write waits one out rather than failing.
+		cfg.ProposeTimeout = 10 * time.Second
 	})
 	return c, net, trs
 }
