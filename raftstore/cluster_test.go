@@ -241,7 +241,7 @@ func TestProposeAbandonedLeftOut(t *testing.T) {
 func withoutQuorum(t *testing.T, inst model.Instance, tweak func(*Config)) *Node {
 	t.Helper()
 	c := newCluster(t, 3, tweak)
-	mustPropose(t, c.nodes[1], Command{Op: OpPutInstance, Instance: inst})
+	settle(t, c.nodes[1], Command{Op: OpPutInstance, Instance: inst})
 	c.converged(1)
 	c.stop(2)
 	c.stop(3)

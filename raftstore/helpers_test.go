@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -337,6 +338,27 @@ func persistent(svc string, ip string, port int) model.Instance {
 	i := model.NewInstance(svcKey(svc), ip, port)
 	i.Ephemeral = false
 	return i
+}
+
+// settle proposes a test's setup write, trying again while it fails with
+// ErrNoLeader for up to 20 s: with a short ProposeTimeout, an election
+// under load (the race detector beside other packages' tests) must not
+// fail the setup of a test about something else. The writes it is used
+// for are idempotent.
+func settle(t testing.TB, n *Node, cmd Command) Result {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		res, err := n.Propose(ctx, cmd)
+		cancel()
+		if err == nil {
+			return res
+		}
+		if !errors.Is(err, ErrNoLeader) || time.Now().After(deadline) {
+			t.Fatalf("propose %s: %v", cmd.Op, err)
+		}
+	}
 }
 
 func mustPropose(t testing.TB, n *Node, cmd Command) Result {

@@ -118,7 +118,7 @@ func testPartitionedLeader(t *testing.T, members map[uint64]string, tweak func(*
 	})
 	ctx := context.Background()
 	inst := persistent("part", "10.0.0.10", 80)
-	mustPropose(t, c.any(), Command{Op: OpPutInstance, Instance: inst})
+	settle(t, c.any(), Command{Op: OpPutInstance, Instance: inst})
 	c.converged(1)
 
 	old := c.waitLeader()
@@ -139,7 +139,7 @@ func testPartitionedLeader(t *testing.T, members map[uint64]string, tweak func(*
 		return ok && ok2 && id == id2 && id != old
 	})
 	inst2 := persistent("part", "10.0.0.10", 81)
-	mustPropose(t, majority[0], Command{Op: OpPutInstance, Instance: inst2})
+	settle(t, majority[0], Command{Op: OpPutInstance, Instance: inst2})
 
 	// The isolated old leader: ErrNoLeader for writes and linearizable
 	// reads, local reads still answer.
