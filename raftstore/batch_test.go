@@ -3,15 +3,15 @@ package raftstore
 import (
 	"context"
 	"fmt"
+	"github.com/jonboulle/clockwork"
 	"sync"
 	"testing"
 	"time"
 )
 
 // closedLoop runs writers goroutines that each propose rounds commands to n,
-// the next as soon as the last returns, and fails t on any error.
-func closedLoop(t *testing.T, n *Node, writers, rounds int) {
-	t.Helper()
+// the next as soon as the last returns, and returns the first error.
+func closedLoop(n *Node, writers, rounds int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -34,9 +34,7 @@ func closedLoop(t *testing.T, n *Node, writers, rounds int) {
 	close(start)
 	wg.Wait()
 	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	return <-errs // nil when closed empty
 }
 
 // Callers that propose again as soon as they have their result share one
@@ -48,7 +46,9 @@ func TestBatchWaitKeepsCallersTogether(t *testing.T) {
 	// machine stalls: then an entry or two more, which the bounds allow.
 	c := newCluster(t, 1, func(cfg *Config) { cfg.BatchWait = 500 * time.Millisecond })
 	n := c.nodes[1]
-	closedLoop(t, n, writers, rounds)
+	if err := closedLoop(n, writers, rounds); err != nil {
+		t.Fatal(err)
+	}
 	st := n.Stats()
 	if st.Proposals != writers*rounds || st.ProposalsFailed != 0 {
 		t.Fatalf("proposals: %+v", st)
@@ -82,11 +82,27 @@ func TestBatchWaitKeepsCallersTogether(t *testing.T) {
 // batcher does not wait for callers that did not come back.
 func TestBatchWaitWindowCloses(t *testing.T) {
 	const window = 20 * time.Millisecond
-	c := newCluster(t, 1, func(cfg *Config) { cfg.BatchWait = window })
+	pace := clockwork.NewFakeClock()
+	c := newCluster(t, 1, func(cfg *Config) { cfg.BatchWait, cfg.pace = window, pace })
 	n := c.nodes[1]
-	closedLoop(t, n, 8, 5)
-	// The window is real time, as Dragonboat is: let it pass.
-	time.Sleep(5 * window)
+	// The writers finish at different entries, and a window then runs out
+	// (the batcher waits for writers that are done): move the window's
+	// clock along while they write.
+	done := make(chan error, 1)
+	go func() { done <- closedLoop(n, 8, 5) }()
+	for writing := true; writing; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			writing = false
+		case <-time.After(time.Millisecond):
+			pace.Advance(window)
+		}
+	}
+	// The window the last entry opened (before its answers went out) passes.
+	pace.Advance(window)
 	before := n.Stats()
 	mustPropose(t, n, Command{Op: OpPutInstance, Instance: persistent("svc", "10.2.0.1", 8080)})
 	after := n.Stats()
@@ -99,7 +115,9 @@ func TestBatchWaitWindowCloses(t *testing.T) {
 func TestBatchWaitOff(t *testing.T) {
 	c := newCluster(t, 1, func(cfg *Config) { cfg.BatchWait = 0 })
 	n := c.nodes[1]
-	closedLoop(t, n, 8, 10)
+	if err := closedLoop(n, 8, 10); err != nil {
+		t.Fatal(err)
+	}
 	if st := n.Stats(); st.Proposals != 80 || st.BatchWaitsFilled != 0 || st.BatchWaitsExpired != 0 {
 		t.Errorf("stats: %+v", st)
 	}

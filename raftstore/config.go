@@ -119,6 +119,9 @@ type Config struct {
 
 	// transport replaces Dragonboat's TCP transport (tests: partitions).
 	transport config.TransportFactory
+	// pace, for tests, times the waits that follow Dragonboat (the batcher's
+	// window, the pause between attempts); nil is real time.
+	pace clockwork.Clock
 }
 
 // TLSFiles names the PEM files of Dragonboat's mutual TLS.

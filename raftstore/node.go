@@ -28,6 +28,11 @@ type Node struct {
 	cfg   Config
 	log   *slog.Logger
 	clock clockwork.Clock
+	// pace times the waits that follow Dragonboat, which runs on real time
+	// whatever Config.Clock is: the pause between attempts and the batcher's
+	// window. A fake Config.Clock that nobody moves (registrytest's) must not
+	// hold them up.
+	pace clockwork.Clock
 
 	mu      sync.Mutex // serializes Start and Close; guards started, closed
 	started bool
@@ -82,7 +87,11 @@ func New(cfg Config) (*Node, error) {
 	if clock == nil {
 		clock = clockwork.NewRealClock()
 	}
-	return &Node{cfg: cfg, log: log, clock: clock, done: make(chan struct{}), closeDone: make(chan struct{}), stats: newStats(cfg.ShardID)}, nil
+	pace := cfg.pace
+	if pace == nil {
+		pace = clockwork.NewRealClock()
+	}
+	return &Node{cfg: cfg, log: log, clock: clock, pace: pace, done: make(chan struct{}), closeDone: make(chan struct{}), stats: newStats(cfg.ShardID)}, nil
 }
 
 // badgerOptions is the small-machine profile: small memtables, no block
@@ -301,14 +310,14 @@ func (n *Node) attemptTimeout() time.Duration {
 }
 
 // backoff waits one tick before a retry; false if ctx ended. The tick is
-// real time, as Dragonboat's are and the bound of the wait is: paced by a
+// on n.pace, as Dragonboat's are and the bound of the wait is: paced by a
 // fake Config.Clock, a retry waited for the test to move the clock and the
 // bounded wait ran out instead (a proposal made while the leader was down).
 func (n *Node) backoff(ctx context.Context) bool {
-	t := time.NewTimer(n.cfg.rtt()) // real time: Dragonboat's pace
+	t := n.pace.NewTimer(n.cfg.rtt())
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.Chan():
 		return true
 	case <-ctx.Done():
 		return false

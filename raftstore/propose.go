@@ -103,9 +103,9 @@ func (n *Node) batchLoop() {
 		batch  = make([]*proposal, 0, n.cfg.MaxBatch)
 		encs   = make([][]byte, 0, n.cfg.MaxBatch)
 		size   int
-		expect int                        // commands to wait for while the window is open
-		open   bool                       // the window after the last entry's answers is open
-		window = time.NewTimer(time.Hour) // Dragonboat is a real-time engine: real time
+		expect int                          // commands to wait for while the window is open
+		open   bool                         // the window after the last entry's answers is open
+		window = n.pace.NewTimer(time.Hour) // Dragonboat's pace, not Config.Clock
 	)
 	window.Stop()
 	defer window.Stop()
@@ -132,7 +132,7 @@ func (n *Node) batchLoop() {
 			select {
 			case p := <-n.queue:
 				add(p)
-			case <-window.C:
+			case <-window.Chan():
 				open = false
 			case <-n.ctx.Done():
 				n.failClosed(nil, carry)
@@ -152,7 +152,7 @@ func (n *Node) batchLoop() {
 				break
 			}
 			select {
-			case <-window.C: // it closed before this wait began: none
+			case <-window.Chan(): // it closed before this wait began: none
 				open = false
 				break fill
 			default:
@@ -161,12 +161,11 @@ func (n *Node) batchLoop() {
 			select {
 			case p := <-n.queue:
 				add(p)
-			case <-window.C:
+			case <-window.Chan():
 				open, expired = false, true
 				break fill
 			case <-n.ctx.Done():
-				n.failClosed(batch, carry)
-				return
+				break fill
 			}
 		}
 		if n.ctx.Err() != nil { // closed: propose nothing more
@@ -182,6 +181,14 @@ func (n *Node) batchLoop() {
 		}
 		index, codes, err := n.proposeEntry(encodeEntry(n.nextEntryID(), encs))
 		n.stats.entryDone(err)
+		// The window opens as the answers go out: a caller back before
+		// the loop is done answering is in the queue and in this batch, so
+		// count the queue first.
+		expect = min(len(batch)+len(n.queue), n.cfg.MaxBatch)
+		if n.cfg.BatchWait > 0 {
+			window.Reset(n.cfg.BatchWait)
+			open = true
+		}
 		for i, p := range batch {
 			var r proposalResult
 			switch {
@@ -195,12 +202,7 @@ func (n *Node) batchLoop() {
 			n.stats.proposalDone(n.clock.Since(p.at), r)
 			p.done <- r
 		}
-		expect = min(len(batch)+len(n.queue), n.cfg.MaxBatch)
 		clear(batch)
-		if n.cfg.BatchWait > 0 {
-			window.Reset(n.cfg.BatchWait)
-			open = true
-		}
 	}
 }
 
