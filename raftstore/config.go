@@ -76,6 +76,13 @@ type Config struct {
 	// command never waits longer than BatchWait for the entry it goes in,
 	// and one that arrives after the window goes out at once.
 	BatchWait time.Duration
+	// SyncCommitIndex writes every change of the commit index to the Raft
+	// log synchronously, as Dragonboat does by itself. By default a change
+	// of the commit index alone waits for the replica's next write (entries,
+	// a term or vote, a snapshot record, Close): Raft does not need it on
+	// disk, and it saves about half of a follower's fsyncs under load. See
+	// "The commit index" in doc.go.
+	SyncCommitIndex bool
 	// Listener receives the change feed (nil ignores it). See Listener for
 	// its concurrency contract.
 	Listener Listener

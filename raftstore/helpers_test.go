@@ -25,6 +25,7 @@ func TestMain(m *testing.M) {
 type recListener struct {
 	mu        sync.Mutex
 	resets    int
+	opened    uint64 // the index of the last Reset
 	index     uint64
 	services  map[model.ServiceKey]model.Service
 	instances map[model.InstanceKey]model.Instance
@@ -43,7 +44,7 @@ func (l *recListener) Reset(st State) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.resets++
-	l.index = st.Index
+	l.index, l.opened = st.Index, st.Index
 	l.services = map[model.ServiceKey]model.Service{}
 	l.instances = map[model.InstanceKey]model.Instance{}
 	l.patches = map[model.InstanceKey]model.InstancePatch{}
@@ -179,8 +180,14 @@ func newCluster(t testing.TB, size int, tweak func(*Config)) *cluster {
 // newClusterAt starts a cluster whose replicas listen at members.
 func newClusterAt(t testing.TB, members map[uint64]string, tweak func(*Config)) *cluster {
 	t.Helper()
+	return newClusterIn(t, t.TempDir(), members, tweak)
+}
+
+// newClusterIn starts a cluster whose replicas keep their data in
+// root/<ID>: a new one, or the one a crashed process left there.
+func newClusterIn(t testing.TB, root string, members map[uint64]string, tweak func(*Config)) *cluster {
+	t.Helper()
 	c := &cluster{t: t, cfgs: map[uint64]Config{}, nodes: map[uint64]*Node{}, lis: map[uint64]*recListener{}}
-	root := t.TempDir()
 	for id, addr := range members {
 		cfg := testConfig(t, filepath.Join(root, fmt.Sprint(id)), id, addr)
 		cfg.InitialMembers = members

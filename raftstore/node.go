@@ -57,6 +57,10 @@ type Node struct {
 
 	dbMu sync.RWMutex // guards db against Close
 	db   *badger.DB
+
+	// logdb is the Raft log's wrapper, set while Start creates the
+	// NodeHost (nil with Config.SyncCommitIndex); see logdb.go.
+	logdb *lazyCommitLogDB
 }
 
 // Info describes the node as it knows the shard.
@@ -130,6 +134,9 @@ func (n *Node) nodeHostConfig() config.NodeHostConfig {
 			Engine:           config.EngineConfig{ExecShards: 2, CommitShards: 2, ApplyShards: 2, SnapshotShards: 2, CloseShards: 2},
 			TransportFactory: n.transportFactory(),
 		},
+	}
+	if !n.cfg.SyncCommitIndex {
+		nhc.Expert.LogDBFactory = lazyCommitFactory{node: n}
 	}
 	nhc.SystemEventListener, nhc.RaftEventListener = n.stats.events(nodeEvents{guard: n.guard, sm: n.sm}), n.stats
 	if t := n.cfg.TLS; t != nil && n.cfg.Transport == nil {
