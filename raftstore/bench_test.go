@@ -29,20 +29,24 @@ import (
 //   - batched-muster-tcp: as batched, with Raft over Muster's TCP transport
 //     (Config.Transport) instead of Dragonboat's;
 //   - batched-no-wait: as batched, with BatchWait 0 (what is queued goes at
-//     once, and the writers split into cohorts that take turns).
+//     once, and the writers split into cohorts that take turns);
+//   - batched-sync-commit: as batched, with SyncCommitIndex (every change
+//     of the commit index fsynced on its own, as Dragonboat does).
 func BenchmarkPersistentRegister(b *testing.B) {
 	for _, mode := range []struct {
-		name     string
-		batch    int
-		atLeader bool
-		muster   bool
-		noWait   bool
+		name       string
+		batch      int
+		atLeader   bool
+		muster     bool
+		noWait     bool
+		syncCommit bool
 	}{
-		{"batched", maxBatchCommands, false, false, false},
-		{"batched-at-leader", maxBatchCommands, true, false, false},
-		{"unbatched", 1, false, false, false},
-		{"batched-muster-tcp", maxBatchCommands, false, true, false},
-		{"batched-no-wait", maxBatchCommands, false, false, true},
+		{"batched", maxBatchCommands, false, false, false, false},
+		{"batched-at-leader", maxBatchCommands, true, false, false, false},
+		{"unbatched", 1, false, false, false, false},
+		{"batched-muster-tcp", maxBatchCommands, false, true, false, false},
+		{"batched-no-wait", maxBatchCommands, false, false, true, false},
+		{"batched-sync-commit", maxBatchCommands, false, false, false, true},
 	} {
 		batch := mode.batch
 		b.Run(mode.name, func(b *testing.B) {
@@ -53,6 +57,7 @@ func BenchmarkPersistentRegister(b *testing.B) {
 				if mode.noWait {
 					cfg.BatchWait = 0
 				}
+				cfg.SyncCommitIndex = mode.syncCommit
 			}
 			var c *cluster
 			if mode.muster {

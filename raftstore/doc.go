@@ -195,6 +195,26 @@
 // Applied entries also leave a small dedupe record (entry ID → index and
 // result codes), cleaned up once older than the window.
 //
+// # The commit index
+//
+// Dragonboat's Pebble LogDB fsyncs every change of a replica's hard state
+// (term, vote, commit index), so a change of the commit index alone, which
+// a follower sees once per entry after the entry itself, costs a
+// synchronous write of its own: about half of a follower's fsyncs under
+// load. Raft does not need the commit index on disk (etcd's raft does not
+// sync it either): a restarted replica learns it from the leader, or
+// commits its log again once elected, and the state machine's applied
+// index (which Open returns) keeps entries from being applied twice. So
+// the Node wraps the LogDB (logdb.go; Dragonboat's own, same format and
+// name) and holds such an update back until the replica's next write of
+// entries, a term or a vote, before any snapshot record (whose index must
+// not be above the stored commit index: Dragonboat panics at restart), and
+// on Close. A crash loses at most the commit index since the last write,
+// never an entry, a term or a vote; TestCrashKeepsAcknowledgedWrites kills
+// a process running a cluster and restarts it from its directories.
+// Config.SyncCommitIndex turns the wrapper off; Stats.CommitWritesDeferred
+// counts the writes held back.
+//
 // # Snapshots and log compaction
 //
 // The Node takes the (metadata-only) snapshots itself, every

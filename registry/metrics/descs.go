@@ -23,7 +23,7 @@ type descs struct {
 
 	hTargets, hProbed, hRunning, hChecks, hFlips, hDampings, hDamped *prometheus.Desc
 
-	rProposals, rEntries, rEntriesFailed, rBatchWaits, rProposeLatency, rLeaderChanges *prometheus.Desc
+	rProposals, rEntries, rEntriesFailed, rBatchWaits, rCommitDeferred, rProposeLatency, rLeaderChanges *prometheus.Desc
 	rHasLeader, rIsLeader, rTerm, rApplied, rLastIndex, rApplyLag                      *prometheus.Desc
 	rSnapshots, rInBatches, rInChunks, rInDropped                                      *prometheus.Desc
 }
@@ -108,6 +108,7 @@ func newDescs(constLabels prometheus.Labels) *descs {
 	d.rProposals = mk("muster_raft_proposals_total", "Commands proposed through this replica that reached an outcome: applied, rejected (refused by the state rules) or failed (no leader, closed, error).", "outcome")
 	d.rEntries = mk("muster_raft_entries_total", "Raft entries proposed (commands are packed into entries: group commit).")
 	d.rEntriesFailed = mk("muster_raft_entries_failed_total", "Raft entries whose proposal failed.")
+	d.rCommitDeferred = mk("muster_raft_commit_writes_deferred_total", "Raft-log writes of a change of the commit index alone held back for the replica's next write (raftstore.Config.SyncCommitIndex off): synchronous writes saved.")
 	d.rBatchWaits = mk("muster_raft_batch_waits_total", "Raft entries whose batcher waited for the callers it had just answered (BatchWait): filled when the wait ended in time (they came, the entry filled up), expired when the window closed first.", "outcome")
 	d.rProposeLatency = mk("muster_raft_proposal_duration_seconds", "Time from a proposal to its outcome (commit and local apply, or failure).")
 	d.rLeaderChanges = mk("muster_raft_leader_changes_total", "Leader changes this replica observed (to another replica, or to none).")

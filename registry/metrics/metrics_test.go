@@ -522,7 +522,7 @@ func (f fixedRaft) Stats() raftstore.Stats { return raftstore.Stats(f) }
 // The batcher's waits are exported by outcome, each from its own counter.
 func TestScrapeRaftBatchWaits(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(metrics.New(metrics.Sources{Raft: fixedRaft{Entries: 12, BatchWaitsFilled: 7, BatchWaitsExpired: 3}}))
+	reg.MustRegister(metrics.New(metrics.Sources{Raft: fixedRaft{Entries: 12, BatchWaitsFilled: 7, BatchWaitsExpired: 3, CommitWritesDeferred: 11}}))
 	mfs := scrape(t, reg)
 	for outcome, want := range map[string]float64{"filled": 7, "expired": 3} {
 		if v := value(t, mfs, "muster_raft_batch_waits_total", "outcome", outcome); v != want {
@@ -531,5 +531,8 @@ func TestScrapeRaftBatchWaits(t *testing.T) {
 	}
 	if v := value(t, mfs, "muster_raft_entries_total"); v != 12 {
 		t.Errorf("entries = %v, want 12", v)
+	}
+	if v := value(t, mfs, "muster_raft_commit_writes_deferred_total"); v != 11 {
+		t.Errorf("commit writes deferred = %v, want 11", v)
 	}
 }

@@ -130,6 +130,14 @@ func TestClusterOnLoopback(t *testing.T) {
 	if _, ok := nodes[0].Raft().Leader(); !ok {
 		t.Fatal("no Raft leader")
 	}
+	// The Raft log holds back commit-index-only writes (raftstore's default).
+	var deferred uint64
+	for _, nd := range nodes {
+		deferred += nd.Raft().Stats().CommitWritesDeferred
+	}
+	if deferred == 0 {
+		t.Fatal("no commit-index-only write deferred on any replica")
+	}
 
 	// A graceful close of n1 hands its session over: its instance leaves
 	// the others at once, not after the orphan timeout.
