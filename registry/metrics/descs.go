@@ -24,8 +24,8 @@ type descs struct {
 	hTargets, hProbed, hRunning, hChecks, hFlips, hDampings, hDamped *prometheus.Desc
 
 	rProposals, rEntries, rEntriesFailed, rBatchWaits, rCommitDeferred, rProposeLatency, rLeaderChanges *prometheus.Desc
-	rHasLeader, rIsLeader, rTerm, rApplied, rLastIndex, rApplyLag                      *prometheus.Desc
-	rSnapshots, rInBatches, rInChunks, rInDropped                                      *prometheus.Desc
+	rHasLeader, rIsLeader, rTerm, rApplied, rLastIndex, rApplyLag                                       *prometheus.Desc
+	rSnapshots, rInBatches, rInChunks, rInDropped                                                       *prometheus.Desc
 }
 
 func newDescs(constLabels prometheus.Labels) *descs {
