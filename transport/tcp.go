@@ -32,6 +32,10 @@ type TCP struct {
 	rmu sync.Mutex // guards rng
 	rng *rand.Rand
 
+	// beforeRetire, for tests, runs as a connection's retirement starts:
+	// it holds the go-away back, as a busy scheduler may.
+	beforeRetire func()
+
 	handlers handlerTable
 
 	ctx    context.Context // cancelled by Close only
@@ -434,6 +438,16 @@ func (t *TCP) peerLocked(id string) *peer {
 		t.peers[id] = p
 	}
 	return p
+}
+
+// peerChanged wakes the calls waiting on peer id's connection: something
+// they wait for changed on the peer's side.
+func (t *TCP) peerChanged(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.peers[id]; p != nil {
+		p.notify()
+	}
 }
 
 func (p *peer) notify() {

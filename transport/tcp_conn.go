@@ -259,6 +259,12 @@ func (c *conn) forget(id uint64) {
 // retire stops new calls on c and tells the peer (go-away). c closes once
 // both sides have sent go-away and nothing is in flight.
 func (c *conn) retire() {
+	if h := c.t.beforeRetire; h != nil {
+		h()
+	}
+	// Unslotted before the go-away goes out: a peer that answers it with
+	// its own (and so lets a redial in) never finds c still in use here.
+	c.t.unslot(c, false)
 	if c.lockSend(context.Background()) != nil {
 		return // closed
 	}
@@ -270,7 +276,6 @@ func (c *conn) retire() {
 		_ = c.enqueue(context.Background(), encodeFrame(header{flags: flagGoAway}, nil))
 	}
 	c.unlockSend()
-	c.t.unslot(c, false)
 	if !already {
 		c.t.log.Debug("connection retired", "peer", c.peer, "dialer", c.dialer)
 	}
@@ -528,8 +533,15 @@ func (c *conn) handle(h header, body []byte) {
 	case flagGoAway:
 		c.mu.Lock()
 		c.goaway = true
+		ours := c.retired
 		c.mu.Unlock()
 		c.retire()
+		if ours {
+			// The peer's answer to our go-away: it no longer holds c as
+			// its connection to us, so a dial it refused as duplicate
+			// while our go-away was on its way can go again now.
+			c.t.peerChanged(c.peer)
+		}
 	case flagPing:
 		select { // if the queue is full, frames are leaving anyway
 		case c.wq <- encodeFrame(header{flags: flagPong}, nil):

@@ -693,6 +693,45 @@ func TestTCPRetireDrains(t *testing.T) {
 	}
 }
 
+// A call that dials right after its node retired its connections, while
+// the go-away is still held back on this side (a busy scheduler: CI saw
+// it), is refused as duplicate by the peer, which still holds the old
+// connection as live. The peer answers the go-away, once sent, with its
+// own; that wakes the refused call, which dials again and succeeds well
+// within HandshakeTimeout (before, it waited the whole of it and failed).
+func TestTCPRedialWhileGoAwayHeldBack(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	c := newTCPCluster(t, 0, func(cfg *TCPConfig) { cfg.HandshakeTimeout = 20 * time.Second })
+	defer c.CloseAll()
+	a := c.Node(t, "a").(*TCP)
+	b := c.Node(t, "b").(*TCP)
+	a.Handle(1, echo)
+	b.Handle(1, echo)
+	ctx := testCtx(t)
+	if _, err := b.Request(ctx, "a", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	hold := make(chan struct{})
+	var once sync.Once
+	a.beforeRetire = func() { <-hold }
+	defer once.Do(func() { close(hold) })
+	a.retireAll()
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := a.Request(ctx, "b", 1, nil)
+		done <- err
+	}()
+	eventually(t, "b to refuse a's new dial as duplicate", func() bool { return b.Stats().Kept >= 1 })
+	once.Do(func() { close(hold) })
+	if err := <-done; err != nil {
+		t.Fatalf("the call after the retirement: %v", err)
+	}
+	if el := time.Since(start); el > 10*time.Second {
+		t.Fatalf("the call took %v: it waited for the handshake timeout instead of the peer's go-away", el)
+	}
+}
+
 // An inbound connection that never completes the handshake is closed after
 // HandshakeTimeout and logged.
 func TestTCPHandshakeTimeout(t *testing.T) {
