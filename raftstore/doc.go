@@ -199,7 +199,7 @@
 //
 // Dragonboat's Pebble LogDB fsyncs every change of a replica's hard state
 // (term, vote, commit index), so a change of the commit index alone, which
-// a follower sees once per entry after the entry itself, costs a
+// every replica sees about once per entry after the entry itself, costs a
 // synchronous write of its own: about half of a follower's fsyncs under
 // load. Raft does not need the commit index on disk (etcd's raft does not
 // sync it either): a restarted replica learns it from the leader, or
@@ -213,7 +213,10 @@
 // never an entry, a term or a vote; TestCrashKeepsAcknowledgedWrites kills
 // a process running a cluster and restarts it from its directories.
 // Config.SyncCommitIndex turns the wrapper off; Stats.CommitWritesDeferred
-// counts the writes held back.
+// counts the writes held back. The wrapper reaches Dragonboat's
+// constructor with go:linkname, so it is used only with the Dragonboat
+// version it was checked against; a binary built with another one logs a
+// warning and runs as with SyncCommitIndex.
 //
 // # Snapshots and log compaction
 //

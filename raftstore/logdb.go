@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"errors"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	_ "unsafe" // go:linkname, for Dragonboat's default LogDB constructor
@@ -55,12 +56,44 @@ type commitState struct {
 // newDefaultLogDB is the constructor of Dragonboat's default LogDB (Pebble,
 // "sharded-pebble"), which lives in an internal package and is not
 // otherwise reachable: without it, a wrapper would have to reimplement the
-// LogDB and its on-disk format. The module pins the Dragonboat version. If
-// an upgrade removes the function, the link fails; if it changes its
-// signature, every test that starts a Node fails.
+// LogDB and its on-disk format. go:linkname checks no types: if an upgrade
+// removes the function the link fails, but a changed signature would be
+// undefined behaviour. So the wrapper is used only with the Dragonboat
+// version its signature was checked against (vettedDragonboat): the module
+// pins it, TestDragonboatVersionVetted checks go.mod, and a binary built
+// with another one (a host module that upgraded it) runs without the
+// wrapper, as with Config.SyncCommitIndex.
 //
 //go:linkname newDefaultLogDB github.com/lni/dragonboat/v4/internal/logdb.NewDefaultLogDB
 func newDefaultLogDB(config.NodeHostConfig, config.LogDBCallback, []string, []string) (raftio.ILogDB, error)
+
+// vettedDragonboat is the Dragonboat version whose internal
+// logdb.NewDefaultLogDB has the signature newDefaultLogDB declares.
+const vettedDragonboat = "v4.0.0-20250723143628-076c7f6497dc"
+
+// linkedDragonboat returns the Dragonboat version this binary was built
+// with, and whether the build information names it (test binaries list no
+// dependencies: their module's go.mod decides, see
+// TestDragonboatVersionVetted).
+func linkedDragonboat() (string, bool) {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "", false
+	}
+	for _, m := range bi.Deps {
+		if m.Path == "github.com/lni/dragonboat/v4" {
+			if m.Replace != nil {
+				return m.Replace.Version, true
+			}
+			return m.Version, true
+		}
+	}
+	return "", false
+}
+
+// vetted reports whether the wrapper may be used with Dragonboat version v
+// (known: the build information names one).
+func vetted(v string, known bool) bool { return !known || v == vettedDragonboat }
 
 // errLogDBSelfCheck is Dragonboat's own start-up check of its LogDB,
 // which it skips for a LogDB that is not its own type.
@@ -182,17 +215,20 @@ func (l *lazyCommitLogDB) flush(shard, replica, atLeast uint64) error {
 
 // SaveSnapshots writes the held state of each replica first: the stored
 // commit index must not fall below a stored snapshot's index.
+// The record itself is written without the lock: the stored commit index
+// is already high enough, and later writes only raise it.
 func (l *lazyCommitLogDB) SaveSnapshots(updates []pb.Update) error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	for _, ud := range updates {
 		if pb.IsEmptySnapshot(ud.Snapshot) {
 			continue
 		}
 		if err := l.flush(ud.ShardID, ud.ReplicaID, ud.Snapshot.Index); err != nil {
+			l.mu.Unlock()
 			return err
 		}
 	}
+	l.mu.Unlock()
 	return l.ILogDB.SaveSnapshots(updates)
 }
 

@@ -19,6 +19,41 @@ import (
 	pb "github.com/lni/dragonboat/v4/raftpb"
 )
 
+// TestDragonboatVersionVetted: go:linkname does not check types, so the
+// module must require the Dragonboat version newDefaultLogDB's signature
+// was checked against, with no replacement; for any other, vet the
+// signature of internal/logdb.NewDefaultLogDB, then change
+// vettedDragonboat. A binary that links another version (an embedder's
+// module that upgraded it) runs without the wrapper: linkedDragonboat.
+func TestDragonboatVersionVetted(t *testing.T) {
+	data, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	required := false
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(line)
+		if i := slices.Index(f, "github.com/lni/dragonboat/v4"); i >= 0 {
+			if slices.Contains(f, "=>") {
+				t.Fatalf("go.mod replaces Dragonboat: %s", strings.TrimSpace(line))
+			}
+			if i+1 >= len(f) || f[i+1] != vettedDragonboat {
+				t.Fatalf("go.mod requires %q, vetted %s: check logdb.go's go:linkname signature against it", strings.TrimSpace(line), vettedDragonboat)
+			}
+			required = true
+		}
+	}
+	if !required {
+		t.Fatal("go.mod does not require Dragonboat")
+	}
+	if v, known := linkedDragonboat(); !vetted(v, known) {
+		t.Fatalf("this test binary links Dragonboat %s, vetted %s", v, vettedDragonboat)
+	}
+	if vetted("v4.0.0-20990101000000-000000000000", true) || !vetted(vettedDragonboat, true) || !vetted("", false) {
+		t.Fatal("vetted accepts another version, or refuses the vetted one")
+	}
+}
+
 // logCall is one call the wrapped LogDB received.
 type logCall struct {
 	op      string // "save", "snapshots", "close", "import", "remove"
@@ -143,6 +178,17 @@ func TestLazyCommitHoldsCommitOnly(t *testing.T) {
 		t.Fatalf("deferred %d, want 3", deferred.Load())
 	}
 
+	// A held state is dropped when a term or vote change is written: the
+	// entries that follow, and Close, must never write the old term and
+	// vote back (a replica could vote twice).
+	wantSave(save(3, up(3, hard(2, 1, 5), entries(5, 5))), hard(2, 1, 5))
+	wantSave(save(3, up(3, hard(2, 1, 6), nil)))
+	wantSave(save(3, up(3, hard(3, 3, 6), nil)), hard(3, 3, 6))
+	wantSave(save(3, up(3, pb.State{}, entries(7, 7))), pb.State{})
+	if got := rec.disk[3]; got != hard(3, 3, 6) {
+		t.Fatalf("replica 3 on disk %+v after a term change and entries, want (3, 3, 6)", got)
+	}
+
 	// Two replicas in one call: only the one with entries is written.
 	wantSave(save(2, up(2, hard(3, 2, 4), nil)), hard(3, 2, 4)) // replica 2's first state
 	wantSave(save(2, up(1, hard(3, 2, 11), nil), up(2, hard(3, 2, 5), entries(5, 5))), hard(3, 2, 5))
@@ -187,10 +233,13 @@ func TestLazyCommitHoldsCommitOnly(t *testing.T) {
 	if calls := rec.take(); len(calls) != 1 || calls[0].op != "remove" {
 		t.Fatalf("calls %+v, want the removal alone", calls)
 	}
-	// Close writes what is held, then closes.
+	// Close writes what is held, then closes; replica 3 holds nothing.
 	wantSave(save(1, up(1, hard(3, 2, 20), nil)))
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if got := rec.disk[3]; got != hard(3, 3, 6) {
+		t.Fatalf("replica 3 on disk %+v after Close, want (3, 3, 6)", got)
 	}
 	calls = rec.take()
 	var ops []string

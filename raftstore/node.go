@@ -136,7 +136,11 @@ func (n *Node) nodeHostConfig() config.NodeHostConfig {
 		},
 	}
 	if !n.cfg.SyncCommitIndex {
-		nhc.Expert.LogDBFactory = lazyCommitFactory{node: n}
+		if v, known := linkedDragonboat(); !vetted(v, known) {
+			n.log.Warn("raftstore: this Dragonboat is not the version the commit-index wrapper was checked against: every change of the commit index is fsynced, as with SyncCommitIndex", "dragonboat", v, "vetted", vettedDragonboat)
+		} else {
+			nhc.Expert.LogDBFactory = lazyCommitFactory{node: n}
+		}
 	}
 	nhc.SystemEventListener, nhc.RaftEventListener = n.stats.events(nodeEvents{guard: n.guard, sm: n.sm}), n.stats
 	if t := n.cfg.TLS; t != nil && n.cfg.Transport == nil {

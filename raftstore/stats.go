@@ -34,9 +34,11 @@ type Stats struct {
 	// commands. A wait that Close ended proposes nothing and counts in neither.
 	BatchWaitsFilled  uint64
 	BatchWaitsExpired uint64
-	// CommitWritesDeferred counts the Raft-log writes of a change of the commit index
-	// alone that were held back for the replica's next write (Config.SyncCommitIndex
-	// off): each is a synchronous write saved, about one per entry on a follower.
+	// CommitWritesDeferred counts the updates of the Raft log that changed only the commit
+	// index and were held back for the replica's next write (Config.SyncCommitIndex off),
+	// about one per entry on each replica, the leader included: nearly each is a
+	// synchronous write saved (a held state that a snapshot record or Close later writes
+	// on its own saves none).
 	CommitWritesDeferred uint64
 	// ProposeLatency is the time from a Propose call to its outcome (commit and local apply,
 	// or failure), measured on Config.Clock (a fake clock in tests measures nothing).
