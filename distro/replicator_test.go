@@ -227,6 +227,12 @@ func TestNoResurrection(t *testing.T) {
 			t.Fatalf("%s holds %v", id, r)
 		}
 	}
+	// The owner's own copy goes within the TTL and a verify interval of its
+	// making (a's clock alone decides: no repair brings it back).
+	c.eventually(12*time.Second, "a's tombstone expired", func() bool {
+		_, ok := c.nodes["a"].r.Get("s")
+		return !ok
+	})
 	// After the TTL the tombstones go, on every node. The budget is three
 	// TTLs of fake time: under load the fake clock runs ahead of the
 	// nodes' goroutines, and a node that expired its copy first gets it

@@ -215,8 +215,8 @@
 // Config.SyncCommitIndex turns the wrapper off; Stats.CommitWritesDeferred
 // counts the writes held back. The wrapper reaches Dragonboat's
 // constructor with go:linkname, so it is used only with the Dragonboat
-// version it was checked against; a binary built with another one logs a
-// warning and runs as with SyncCommitIndex.
+// version it was checked against; a binary whose build information names
+// another, or none, logs a warning and runs as with SyncCommitIndex.
 //
 // # Snapshots and log compaction
 //

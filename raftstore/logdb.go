@@ -3,6 +3,7 @@ package raftstore
 import (
 	"errors"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	_ "unsafe" // go:linkname, for Dragonboat's default LogDB constructor
@@ -60,9 +61,9 @@ type commitState struct {
 // removes the function the link fails, but a changed signature would be
 // undefined behaviour. So the wrapper is used only with the Dragonboat
 // version its signature was checked against (vettedDragonboat): the module
-// pins it, TestDragonboatVersionVetted checks go.mod, and a binary built
-// with another one (a host module that upgraded it) runs without the
-// wrapper, as with Config.SyncCommitIndex.
+// pins it, TestDragonboatVersionVetted checks go.mod, and a binary whose
+// build information does not name that version runs without the wrapper,
+// as with Config.SyncCommitIndex (see vetted).
 //
 //go:linkname newDefaultLogDB github.com/lni/dragonboat/v4/internal/logdb.NewDefaultLogDB
 func newDefaultLogDB(config.NodeHostConfig, config.LogDBCallback, []string, []string) (raftio.ILogDB, error)
@@ -72,10 +73,10 @@ func newDefaultLogDB(config.NodeHostConfig, config.LogDBCallback, []string, []st
 const vettedDragonboat = "v4.0.0-20250723143628-076c7f6497dc"
 
 // linkedDragonboat returns the Dragonboat version this binary was built
-// with, and whether the build information names it (test binaries list no
-// dependencies: their module's go.mod decides, see
-// TestDragonboatVersionVetted).
-func linkedDragonboat() (string, bool) {
+// with, as its build information names it (a replacement's version for a
+// replaced module: "(devel)" for a local directory), and whether the
+// binary is the test binary of a package other than main.
+func linkedDragonboat() (version string, libTest bool) {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "", false
@@ -83,17 +84,21 @@ func linkedDragonboat() (string, bool) {
 	for _, m := range bi.Deps {
 		if m.Path == "github.com/lni/dragonboat/v4" {
 			if m.Replace != nil {
-				return m.Replace.Version, true
+				return m.Replace.Version, false
 			}
-			return m.Version, true
+			return m.Version, false
 		}
 	}
-	return "", false
+	return "", strings.HasSuffix(bi.Path, ".test")
 }
 
-// vetted reports whether the wrapper may be used with Dragonboat version v
-// (known: the build information names one).
-func vetted(v string, known bool) bool { return !known || v == vettedDragonboat }
+// vetted reports whether the wrapper may be used with Dragonboat version v.
+// The test binary of a package other than main lists no dependencies: its
+// module's go.mod decides (TestDragonboatVersionVetted checks this one's).
+// Any other binary whose build information does not name the vetted
+// version (another one, a replacement, no dependency list at all) runs
+// without the wrapper.
+func vetted(v string, libTest bool) bool { return v == vettedDragonboat || v == "" && libTest }
 
 // errLogDBSelfCheck is Dragonboat's own start-up check of its LogDB,
 // which it skips for a LogDB that is not its own type.

@@ -136,7 +136,7 @@ func (n *Node) nodeHostConfig() config.NodeHostConfig {
 		},
 	}
 	if !n.cfg.SyncCommitIndex {
-		if v, known := linkedDragonboat(); !vetted(v, known) {
+		if v, libTest := linkedDragonboat(); !vetted(v, libTest) {
 			n.log.Warn("raftstore: this Dragonboat is not the version the commit-index wrapper was checked against: every change of the commit index is fsynced, as with SyncCommitIndex", "dragonboat", v, "vetted", vettedDragonboat)
 		} else {
 			nhc.Expert.LogDBFactory = lazyCommitFactory{node: n}

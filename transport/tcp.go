@@ -34,7 +34,7 @@ type TCP struct {
 
 	// beforeRetire, for tests, runs as a connection's retirement starts:
 	// it holds the go-away back, as a busy scheduler may.
-	beforeRetire func()
+	beforeRetire atomic.Pointer[func()]
 
 	handlers handlerTable
 

@@ -259,8 +259,8 @@ func (c *conn) forget(id uint64) {
 // retire stops new calls on c and tells the peer (go-away). c closes once
 // both sides have sent go-away and nothing is in flight.
 func (c *conn) retire() {
-	if h := c.t.beforeRetire; h != nil {
-		h()
+	if h := c.t.beforeRetire.Load(); h != nil {
+		(*h)()
 	}
 	// Unslotted before the go-away goes out: a peer that answers it with
 	// its own (and so lets a redial in) never finds c still in use here.
@@ -533,15 +533,13 @@ func (c *conn) handle(h header, body []byte) {
 	case flagGoAway:
 		c.mu.Lock()
 		c.goaway = true
-		ours := c.retired
 		c.mu.Unlock()
 		c.retire()
-		if ours {
-			// The peer's answer to our go-away: it no longer holds c as
-			// its connection to us, so a dial it refused as duplicate
-			// while our go-away was on its way can go again now.
-			c.t.peerChanged(c.peer)
-		}
+		// The peer unslots a connection before it sends its go-away, so it
+		// no longer holds c as its connection to us: a dial it refused as
+		// duplicate meanwhile (while our own go-away was on its way, or
+		// because it retired c at the same time) can go again now.
+		c.t.peerChanged(c.peer)
 	case flagPing:
 		select { // if the queue is full, frames are leaving anyway
 		case c.wq <- encodeFrame(header{flags: flagPong}, nil):
