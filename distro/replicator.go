@@ -325,6 +325,17 @@ func (r *Replicator) write(rec Record) (Record, error) {
 
 // writeLocked is write under r.mu, without the poke.
 func (r *Replicator) writeLocked(rec Record) (Record, error) {
+	rec, err := r.versionOwnLocked(rec)
+	if err != nil {
+		return Record{}, err
+	}
+	r.installOwnLocked(rec)
+	return rec, nil
+}
+
+// versionOwnLocked checks that this node may write rec (ownership) and gives it its revision:
+// the held one + 1.
+func (r *Replicator) versionOwnLocked(rec Record) (Record, error) {
 	if r.closed {
 		return Record{}, ErrClosed
 	}
@@ -344,7 +355,6 @@ func (r *Replicator) writeLocked(rec Record) (Record, error) {
 	if e != nil {
 		rec.Revision = e.rec.Revision + 1
 	}
-	r.installOwnLocked(rec)
 	return rec, nil
 }
 
@@ -360,6 +370,8 @@ type Change struct {
 // Write makes each change as Put or Delete would, under one hold of the
 // replicator's lock, so that their syncs leave together (in the same
 // batches, up to MaxBatch records each): a peer gets them in one message.
+// They share one sync task per peer, also when one of the keys already had
+// a change waiting (syncSched.addGroup): the earliest of their tasks.
 // errs is nil when every change was written, else it holds each change's
 // error (nil for those written) — those of Put and Delete. It never blocks
 // on the network.
@@ -380,8 +392,9 @@ func (r *Replicator) Write(changes []Change) (errs []error) {
 			fail(i, err)
 		}
 	}
-	wrote := false
+	var keys []string // the keys written, whose syncs leave together (syncSched.addGroup)
 	r.mu.Lock()
+	now := r.clk.Now()
 	for i, c := range changes {
 		if errs != nil && errs[i] != nil {
 			continue
@@ -394,14 +407,23 @@ func (r *Replicator) Write(changes []Change) (errs []error) {
 			}
 			recs[i].Kind = e.rec.Kind
 		}
-		if _, err := r.writeLocked(recs[i]); err != nil {
+		rec, err := r.versionOwnLocked(recs[i])
+		if err != nil {
 			fail(i, err)
 			continue
 		}
-		wrote = true
+		r.storeOwnLocked(rec, now)
+		keys = append(keys, rec.Key)
+	}
+	if len(keys) > 0 {
+		for _, p := range r.members {
+			if p != r.self {
+				r.sched.addGroup(p, keys, now)
+			}
+		}
 	}
 	r.mu.Unlock()
-	if wrote {
+	if len(keys) > 0 {
 		r.poke()
 	}
 	return errs
@@ -410,13 +432,18 @@ func (r *Replicator) Write(changes []Change) (errs []error) {
 // installOwnLocked stores a record this node wrote and schedules its sync to every peer.
 func (r *Replicator) installOwnLocked(rec Record) {
 	now := r.clk.Now()
-	r.tab.install(rec, now)
-	r.tab.get(rec.Key).local = true
+	r.storeOwnLocked(rec, now)
 	for _, p := range r.members {
 		if p != r.self {
 			r.sched.add(p, rec.Key, now)
 		}
 	}
+}
+
+// storeOwnLocked stores a record this node wrote, without scheduling its sync.
+func (r *Replicator) storeOwnLocked(rec Record, now time.Time) {
+	r.tab.install(rec, now)
+	r.tab.get(rec.Key).local = true
 }
 
 // Get returns the record held for key: live, or a tombstone (Deleted) still remembered.

@@ -103,6 +103,61 @@ func (s *syncSched) addTask(peer, key string, at time.Time, fresh bool) {
 	heap.Push(&s.h, dueItem{at: at, tk: tk})
 }
 
+// addGroup schedules the syncs to peer of keys, the records of one write, so that they leave
+// together: a key whose change is already waiting (due later, or ready for a busy peer) would
+// otherwise keep its task while the others got a later one, and the peer would get the write in
+// two messages (a session's ReplaceService: the old instance's deletion a merge window before
+// the new instance). They share the earliest of their pending tasks, or the ready set if one of
+// them is there; a key without a task gets a fresh one, as add gives it.
+func (s *syncSched) addGroup(peer string, keys []string, now time.Time) {
+	ps := s.peer(peer)
+	at, ready := now.Add(s.delay), false
+	for _, k := range keys {
+		if _, ok := ps.ready[k]; ok {
+			ready = true
+			break
+		}
+		if t, ok := s.due[taskKey{peer, k}]; ok && t.at.Before(at) {
+			at = t.at
+		}
+	}
+	for _, k := range keys {
+		if _, ok := ps.ready[k]; ok {
+			continue
+		}
+		tk := taskKey{peer, k}
+		t, had := s.due[tk]
+		if !had {
+			t = dueTask{fresh: true}
+			s.count(ps, k, 1)
+		}
+		if ready {
+			delete(s.due, tk) // its heap entry goes stale
+			ps.ready[k] = t.fresh
+			continue
+		}
+		if had && t.at.Equal(at) {
+			continue
+		}
+		t.at = at
+		s.due[tk] = t
+		heap.Push(&s.h, dueItem{at: at, tk: tk}) // an earlier entry of the key goes stale
+	}
+}
+
+// fresh reports whether key has a fresh task to peer (see dueTask): due, ready or in flight, on
+// its first attempt.
+func (s *syncSched) fresh(peer, key string) bool {
+	ps := s.peers[peer]
+	if ps == nil {
+		return false
+	}
+	if t, ok := s.due[taskKey{peer, key}]; ok && t.fresh {
+		return true
+	}
+	return ps.ready[key] || ps.flight[key]
+}
+
 // count adds d to the fresh tasks of key's bucket.
 func (s *syncSched) count(ps *peerSync, key string, d int) {
 	if s.nb <= 0 {

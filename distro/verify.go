@@ -47,7 +47,7 @@ func (r *Replicator) verify(peer string) {
 	}
 
 	r.mu.Lock()
-	recs, drops, bumped := r.repairPlanLocked(vr)
+	recs, drops, bumped := r.repairPlanLocked(peer, vr)
 	r.mu.Unlock()
 	r.stats.repairPlanned(len(recs), len(drops))
 	if bumped {
@@ -59,7 +59,7 @@ func (r *Replicator) verify(peer string) {
 
 // repairPlanLocked compares the peer's versions of this node's records in the differing buckets
 // with this node's own records there.
-func (r *Replicator) repairPlanLocked(vr verifyResp) (send []Record, drop []version, bumped bool) {
+func (r *Replicator) repairPlanLocked(peer string, vr verifyResp) (send []Record, drop []version, bumped bool) {
 	nb := r.cfg.Buckets
 	inB := make(map[int]bool, len(vr.Buckets))
 	for _, b := range vr.Buckets {
@@ -79,16 +79,21 @@ func (r *Replicator) repairPlanLocked(vr verifyResp) (send []Record, drop []vers
 			}
 			v, ok := theirs[e.rec.Key]
 			delete(theirs, e.rec.Key)
-			peer := Record{Revision: v.Rev, Owner: v.Owner}
+			held := Record{Revision: v.Rev, Owner: v.Owner}
 			if v.Owner == "" {
-				peer.Owner = r.self // a peer that does not send owners reports only this node's records
+				held.Owner = r.self // a peer that does not send owners reports only this node's records
 			}
 			switch {
+			case (!ok || e.rec.Newer(held)) && r.sched.fresh(peer, e.rec.Key):
+				// Written after the digest, its first sync on its way: the sync carries it with
+				// the other records of its write. Sent here, it would reach the peer alone (a
+				// ReplaceService's deletion of the old instance without the new one, whose
+				// bucket compared equal), and the peer would hold neither in between.
 			case !ok:
 				send = append(send, e.rec)
-			case e.rec.Newer(peer):
+			case e.rec.Newer(held):
 				send = append(send, e.rec)
-			case peer.Newer(e.rec) || v.Deleted != e.rec.Deleted:
+			case held.Newer(e.rec) || v.Deleted != e.rec.Deleted:
 				// The peer holds a version of this key newer than this node's own: written by a
 				// previous incarnation that this one never loaded, or by another node that owned
 				// the key while views differed (a partition). This node owns the key now; it
