@@ -371,7 +371,9 @@ type Change struct {
 // replicator's lock, so that their syncs leave together (in the same
 // batches, up to MaxBatch records each): a peer gets them in one message.
 // They share one sync task per peer, also when one of the keys already had
-// a change waiting (syncSched.addGroup): the earliest of their tasks.
+// a change waiting (syncSched.addGroup): the earliest of their tasks. A
+// ready set larger than MaxBatch records, or maxBatchBytes, still leaves in
+// several messages.
 // errs is nil when every change was written, else it holds each change's
 // error (nil for those written) — those of Put and Delete. It never blocks
 // on the network.

@@ -108,7 +108,11 @@ func (s *syncSched) addTask(peer, key string, at time.Time, fresh bool) {
 // otherwise keep its task while the others got a later one, and the peer would get the write in
 // two messages (a session's ReplaceService: the old instance's deletion a merge window before
 // the new instance). They share the earliest of their pending tasks, or the ready set if one of
-// them is there; a key without a task gets a fresh one, as add gives it.
+// them is there; a key without a task gets a fresh one, as add gives it. Every task of the group
+// is fresh, a waiting retry included: it now carries this write, which the peer lacks only
+// because it has not been sent, so a verify repair leaves it to the sync (with the rest of the
+// write) instead of sending it alone. Best effort: a ready set larger than the batch limits
+// (MaxBatch, maxBatchBytes) still leaves in several messages.
 func (s *syncSched) addGroup(peer string, keys []string, now time.Time) {
 	ps := s.peer(peer)
 	at, ready := now.Add(s.delay), false
@@ -122,13 +126,17 @@ func (s *syncSched) addGroup(peer string, keys []string, now time.Time) {
 		}
 	}
 	for _, k := range keys {
-		if _, ok := ps.ready[k]; ok {
+		if fresh, ok := ps.ready[k]; ok {
+			if !fresh {
+				ps.ready[k] = true
+				s.count(ps, k, 1)
+			}
 			continue
 		}
 		tk := taskKey{peer, k}
 		t, had := s.due[tk]
-		if !had {
-			t = dueTask{fresh: true}
+		if !had || !t.fresh {
+			t.fresh = true
 			s.count(ps, k, 1)
 		}
 		if ready {
@@ -137,6 +145,7 @@ func (s *syncSched) addGroup(peer string, keys []string, now time.Time) {
 			continue
 		}
 		if had && t.at.Equal(at) {
+			s.due[tk] = t // fresh now, if it was a retry
 			continue
 		}
 		t.at = at

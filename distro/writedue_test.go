@@ -1,6 +1,7 @@
 package distro
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -146,5 +147,47 @@ func TestRepairLeavesFreshChangesToSync(t *testing.T) {
 		if rec.Key == oldKey {
 			t.Fatalf("the repair sends %v ahead of the sync of its Write (drops %v): b would hold neither %s nor %s", rec, drop, oldKey, newKey)
 		}
+	}
+}
+
+// TestAddGroupRetryBecomesFresh: a key whose sync failed and waits for its
+// retry (due or ready) is a first attempt again once a Write carries a new
+// change of it, like the Write's other keys: a verify repair then leaves
+// all of them to their sync instead of sending the old key's change alone.
+// The fresh counters return to zero once the batch is acknowledged.
+func TestAddGroupRetryBecomesFresh(t *testing.T) {
+	for _, ready := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ready=%v", ready), func(t *testing.T) {
+			s := newSyncSched(100*time.Millisecond, 50*time.Millisecond, 400*time.Millisecond)
+			s.nb = 64
+			now := time.Unix(1000, 0)
+			s.addAt("p", "old", now.Add(300*time.Millisecond)) // a retry: not fresh
+			if ready {
+				s.take(now.Add(300*time.Millisecond), 0) // due: moves to ready (max 0: nothing sent)
+				s.peer("p").busy = true
+			}
+			if s.fresh("p", "old") {
+				t.Fatal("a retry counts as fresh")
+			}
+			s.addGroup("p", []string{"old", "new"}, now.Add(time.Millisecond))
+			for _, k := range []string{"old", "new"} {
+				if !s.fresh("p", k) {
+					t.Fatalf("%s is not fresh after the Write", k)
+				}
+			}
+			if got := s.freshBuckets("p"); len(got) == 0 {
+				t.Fatal("no bucket left out of the digest")
+			}
+			s.peer("p").busy = false
+			batch := s.take(now.Add(time.Second), 10)["p"]
+			slices.Sort(batch)
+			if !slices.Equal(batch, []string{"new", "old"}) {
+				t.Fatalf("batch %v, want both keys in one", batch)
+			}
+			s.done("p", batch, true, now.Add(time.Second), nil)
+			if ps := s.peer("p"); len(ps.fresh) != 0 || s.pending() != 0 {
+				t.Fatalf("after the batch: fresh counters %v, %d pending", ps.fresh, s.pending())
+			}
+		})
 	}
 }
