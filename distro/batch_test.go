@@ -9,25 +9,43 @@ import (
 	"time"
 )
 
-// batchStore is a testStore that also takes batches (BatchStore).
+// batchStore is a testStore that also takes batches (BatchStore), and
+// records the keys of each, sorted.
 type batchStore struct {
 	*testStore
 	mu      sync.Mutex
-	batches []int
+	batches [][]string
 }
 
 func (s *batchStore) ApplyBatch(recs []Record) {
+	keys := make([]string, 0, len(recs))
+	for _, rec := range recs {
+		keys = append(keys, rec.Key)
+	}
+	slices.Sort(keys)
 	s.mu.Lock()
-	s.batches = append(s.batches, len(recs))
+	s.batches = append(s.batches, keys)
 	s.mu.Unlock()
 	for _, rec := range recs {
 		s.testStore.Apply(rec) // checks the per-key order, and that calls never overlap
 	}
 }
 
-// TestBatchStoreGetsSyncTogether: the records of one sync reach a
-// BatchStore in one call, in the order and under the contract of Apply.
-func TestBatchStoreGetsSyncTogether(t *testing.T) {
+// sizes returns the sizes of the batches so far.
+func (s *batchStore) sizes() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]int, len(s.batches))
+	for i, b := range s.batches {
+		out[i] = len(b)
+	}
+	return out
+}
+
+// withBatchStore starts nodes a and b, b's store a batchStore, and returns
+// a's replicator and b's store.
+func withBatchStore(t *testing.T) (*cluster, *Replicator, *batchStore) {
+	t.Helper()
 	c := newCluster(t, nil)
 	c.add("a")
 	nb := c.add("b")
@@ -37,7 +55,14 @@ func TestBatchStoreGetsSyncTogether(t *testing.T) {
 	c.startNode("a")
 	c.startNode("b")
 	c.waitReady("a", "b")
-	a := c.nodes["a"].r
+	return c, c.nodes["a"].r, bs
+}
+
+// TestBatchStoreGetsSyncTogether: the records of one sync reach a
+// BatchStore in one call, in the order and under the contract of Apply.
+func TestBatchStoreGetsSyncTogether(t *testing.T) {
+	c, a, bs := withBatchStore(t)
+	nb := c.nodes["b"]
 	for i := range 20 {
 		if _, err := a.Put(KindSession, fmt.Sprintf("s/k%d", i), []byte("v")); err != nil {
 			t.Fatal(err)
@@ -45,9 +70,7 @@ func TestBatchStoreGetsSyncTogether(t *testing.T) {
 	}
 	c.eventually(time.Second, "b holds the 20 records", func() bool { return len(held(nb.r)) == 20 })
 	c.settle()
-	bs.mu.Lock()
-	got := slices.Clone(bs.batches)
-	bs.mu.Unlock()
+	got := bs.sizes()
 	if !slices.Contains(got, 20) {
 		t.Fatalf("batches %v: the 20 records of one sync did not come together", got)
 	}
@@ -62,16 +85,8 @@ func TestBatchStoreGetsSyncTogether(t *testing.T) {
 // TestWriteTogether: Write makes each change as Put and Delete would, says
 // which failed, and the records written leave in one sync message.
 func TestWriteTogether(t *testing.T) {
-	c := newCluster(t, nil)
-	c.add("a")
-	nb := c.add("b")
-	bs := &batchStore{testStore: nb.store}
-	nb.r.cfg.Store = bs
-	c.setMembers("a", "b")
-	c.startNode("a")
-	c.startNode("b")
-	c.waitReady("a", "b")
-	a := c.nodes["a"].r
+	c, a, bs := withBatchStore(t)
+	nb := c.nodes["b"]
 	var changes []Change
 	for i := range 10 {
 		changes = append(changes, Change{Kind: KindSession, Key: fmt.Sprintf("s/w%d", i), Payload: []byte("v")})
@@ -104,9 +119,7 @@ func TestWriteTogether(t *testing.T) {
 		return ok && rec.Deleted && string(held(nb.r)["s/w1"]) != ""
 	})
 	c.settle()
-	bs.mu.Lock()
-	got := slices.Clone(bs.batches)
-	bs.mu.Unlock()
+	got := bs.sizes()
 	if !slices.Contains(got, 10) || !slices.Contains(got, 2) {
 		t.Fatalf("batches %v: the records of one Write did not come together", got)
 	}

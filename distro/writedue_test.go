@@ -4,31 +4,9 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 )
-
-// keyBatchStore is a testStore that records the keys of each ApplyBatch.
-type keyBatchStore struct {
-	*testStore
-	mu      sync.Mutex
-	batches [][]string
-}
-
-func (s *keyBatchStore) ApplyBatch(recs []Record) {
-	keys := make([]string, 0, len(recs))
-	for _, rec := range recs {
-		keys = append(keys, rec.Key)
-	}
-	slices.Sort(keys)
-	s.mu.Lock()
-	s.batches = append(s.batches, keys)
-	s.mu.Unlock()
-	for _, rec := range recs {
-		s.testStore.Apply(rec)
-	}
-}
 
 // TestWriteTogetherWithPendingKey: the records of one Write leave in one
 // sync message even when one of its keys already has a sync waiting in its
@@ -45,16 +23,7 @@ func TestWriteTogetherWithPendingKey(t *testing.T) {
 		busy bool // the earlier change's task is ready, waiting for a batch in flight
 	}{{"due", false}, {"ready", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCluster(t, nil)
-			c.add("a")
-			nb := c.add("b")
-			bs := &keyBatchStore{testStore: nb.store}
-			nb.r.cfg.Store = bs
-			c.setMembers("a", "b")
-			c.startNode("a")
-			c.startNode("b")
-			c.waitReady("a", "b")
-			a := c.nodes["a"].r
+			c, a, bs := withBatchStore(t)
 			if _, err := a.Put(KindSession, "s/old", []byte("v1")); err != nil {
 				t.Fatal(err)
 			}
