@@ -697,8 +697,8 @@ func TestTCPRetireDrains(t *testing.T) {
 // the go-away is still held back on this side (a busy scheduler: CI saw
 // it), is refused as duplicate by the peer, which still holds the old
 // connection as live. The peer answers the go-away, once sent, with its
-// own; that wakes the refused call, which dials again and succeeds well
-// within HandshakeTimeout (before, it waited the whole of it and failed).
+// own; that wakes the refused call, which dials again and succeeds (before,
+// it waited out HandshakeTimeout and failed).
 // With peerRetires, the peer retires the connection too while ours is held
 // back: its go-away wakes the call the same way.
 func TestTCPRedialWhileGoAwayHeldBack(t *testing.T) {
@@ -735,7 +735,6 @@ func redialWhileGoAwayHeldBack(t *testing.T, peerRetires bool) {
 	defer release()
 	a.retireAll()
 	done := make(chan error, 1)
-	start := time.Now()
 	go func() {
 		_, err := a.Request(ctx, "b", 1, nil)
 		done <- err
@@ -760,11 +759,8 @@ func redialWhileGoAwayHeldBack(t *testing.T, peerRetires bool) {
 	} else {
 		release()
 	}
-	if err := <-done; err != nil {
+	if err := <-done; err != nil { // without the wake-up: "peer keeps its own connection" after HandshakeTimeout
 		t.Fatalf("the call after the retirement: %v", err)
-	}
-	if el := time.Since(start); el > 10*time.Second {
-		t.Fatalf("the call took %v: it waited for the handshake timeout instead of the peer's go-away", el)
 	}
 }
 
