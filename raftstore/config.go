@@ -10,6 +10,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/lni/dragonboat/v4/config"
+	"github.com/lni/vfs"
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/transport"
 )
@@ -109,6 +110,17 @@ type Config struct {
 	// read and crash the cluster (a rogue NodeHost claiming a member's
 	// replica ID makes the members panic). Tests and demos only.
 	Insecure bool
+
+	// FS, if set, is the file system under Dragonboat's data (Dir/raft:
+	// the Raft log, its snapshot records and its flag files), passed to
+	// Dragonboat as NodeHostConfig.Expert.FS; Badger's data (Dir/badger)
+	// stays on the operating system's. Nil is the operating system's. It
+	// is for fault tests: on a strict in-memory FS (vfs.NewStrictMem) a
+	// test drops every write that was not synced, as a power loss does,
+	// and restarts the Node on what is left (bench/faultlab). The
+	// directories of abandoned snapshot streams are removed from the
+	// operating system's file system only.
+	FS vfs.FS
 
 	// Transport, if set, carries the Raft messages and snapshots over this
 	// Muster transport (kinds KindRaftMessages and KindRaftChunk) instead of

@@ -133,6 +133,7 @@ func (n *Node) nodeHostConfig() config.NodeHostConfig {
 			LogDB:            logdb,
 			Engine:           config.EngineConfig{ExecShards: 2, CommitShards: 2, ApplyShards: 2, SnapshotShards: 2, CloseShards: 2},
 			TransportFactory: n.transportFactory(),
+			FS:               n.cfg.FS, // nil: Dragonboat's default, the OS's
 		},
 	}
 	if !n.cfg.SyncCommitIndex {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/lni/vfs"
 	"github.com/muster-io/muster/distro"
 	"github.com/muster-io/muster/distro/gossip"
 	"github.com/muster-io/muster/health"
@@ -132,6 +133,11 @@ type Config struct {
 	// WrapGossipTransport, if set, wraps memberlist's network transport
 	// (see gossip.Config.WrapTransport).
 	WrapGossipTransport func(memberlist.Transport) memberlist.Transport
+	// RaftFS, if set, is the file system under the Raft log
+	// (raftstore.Config.FS; Badger stays on the operating system's): a
+	// fault test's strict in-memory FS, which drops unsynced writes at a
+	// simulated power loss. Nil is the operating system's.
+	RaftFS vfs.FS
 }
 
 // Timings are the periods and timeouts of one node. All nodes of a cluster
@@ -432,6 +438,7 @@ func (c *Config) registryConfig(tr transport.Transport, members distro.Membershi
 		rc.RTTMillisecond = uint64(max(t.RaftRTT.Milliseconds(), 1))
 		rc.ProposeTimeout, rc.ReadTimeout = t.Propose, t.Read
 		rc.BatchWait = t.RaftBatchWait
+		rc.FS = c.RaftFS
 		cp = raftcp.New(rc) // Clock nil: the registry's
 		cfg.Store = cp.Open
 	}

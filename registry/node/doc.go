@@ -60,7 +60,9 @@
 // # Hooks
 //
 // WrapTransport and WrapGossipTransport wrap the node's transport and
-// memberlist's network transport, for fault injection; Transport,
+// memberlist's network transport, for fault injection, and RaftFS puts
+// the Raft log on another file system (a strict in-memory one drops
+// unsynced writes at a simulated power loss: bench/faultlab); Transport,
 // Membership, Replicator and Raft expose what the node runs.
 //
 // # Engines
