@@ -1,0 +1,409 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/lni/vfs"
+	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/registry"
+	"github.com/muster-io/muster/registry/node"
+)
+
+// nodeSpec is what the driver hands a node process (a JSON file, mode
+// 0600: it holds the cluster's credentials).
+type nodeSpec struct {
+	ID         string            `json:"id"`
+	IP         string            `json:"ip"`
+	Dir        string            `json:"dir"`
+	Socket     string            `json:"socket"`
+	Seeds      []string          `json:"seeds"`
+	Members    map[uint64]string `json:"members"`
+	Deployment uint64            `json:"deployment"`
+	Secret     []byte            `json:"secret"`
+	GossipKey  []byte            `json:"gossipKey"`
+	// StrictFS keeps the Raft log on a strict in-memory file system, for
+	// the power-loss fault (POST /powerloss). The process must then never
+	// be killed: its Raft log lives in its memory.
+	StrictFS bool   `json:"strictFS"`
+	LogLevel string `json:"logLevel"`
+}
+
+const (
+	transportPort = 7001
+	gossipPort    = 7946
+)
+
+// nodeProc is the node mode: one node.Node and the API the driver calls.
+type nodeProc struct {
+	spec nodeSpec
+	log  *slog.Logger
+	fs   *vfs.MemFS // the Raft log's, with StrictFS
+
+	mu       sync.Mutex
+	n        *node.Node // nil while restarting in-process
+	epoch    int        // in-process restarts (power losses) so far
+	sessions map[string]*registry.Session
+}
+
+// runNode is the node mode's main: it returns when the process is told to
+// stop (SIGTERM, SIGINT) or its node fails to start.
+func runNode(args []string) error {
+	if len(args) != 1 {
+		return errors.New("usage: faultlab node SPEC.json")
+	}
+	data, err := os.ReadFile(args[0])
+	if err != nil {
+		return err
+	}
+	p := &nodeProc{sessions: map[string]*registry.Session{}}
+	if err := json.Unmarshal(data, &p.spec); err != nil {
+		return fmt.Errorf("%s: %w", args[0], err)
+	}
+	level := slog.LevelWarn
+	_ = level.UnmarshalText([]byte(p.spec.LogLevel))
+	p.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if p.spec.StrictFS {
+		p.fs = vfs.NewStrictMem()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := p.start(ctx); err != nil {
+		return err
+	}
+	_ = os.Remove(p.spec.Socket)
+	ln, err := net.Listen("unix", p.spec.Socket)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: p.mux(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	<-ctx.Done()
+	_ = srv.Close()
+	p.mu.Lock()
+	n := p.n
+	p.mu.Unlock()
+	if n != nil {
+		return n.Close()
+	}
+	return nil
+}
+
+func (p *nodeProc) config() node.Config {
+	s := p.spec
+	cfg := node.DefaultConfig()
+	cfg.NodeID, cfg.Dir = s.ID, s.Dir
+	cfg.TransportAddr = net.JoinHostPort(s.IP, strconv.Itoa(transportPort))
+	cfg.GossipAddr = net.JoinHostPort(s.IP, strconv.Itoa(gossipPort))
+	cfg.Seeds = s.Seeds
+	cfg.Secret, cfg.GossipKey = s.Secret, s.GossipKey
+	cfg.RaftMembers, cfg.DeploymentID = s.Members, s.Deployment
+	cfg.Timings = node.Fast()
+	// No active health checks: they would dial the instances' addresses,
+	// which are data here, not hosts.
+	cfg.Registry.HealthChecks = nil
+	cfg.Logger = p.log
+	if p.fs != nil {
+		cfg.RaftFS = p.fs
+	}
+	return cfg
+}
+
+func (p *nodeProc) start(ctx context.Context) error {
+	n, err := node.Start(ctx, p.config())
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.n = n
+	p.mu.Unlock()
+	return nil
+}
+
+// cut begins a power loss: the node is taken out of the API, its sessions
+// die with it, and the incarnation that dies is returned.
+func (p *nodeProc) cut() (*node.Node, string, error) {
+	if p.fs == nil {
+		return nil, "", errors.New("not a strict-FS node")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n, inc := p.n, p.incarnation()
+	if n == nil {
+		return nil, "", &apiError{Kind: "down", Err: "node restarting"}
+	}
+	p.n = nil
+	p.epoch++
+	clear(p.sessions) // nothing is handed over: they die with the node
+	return n, inc, nil
+}
+
+// powerLoss crashes node n as a power cut would and restarts it in this
+// process on what the Raft log had synced: the transport closes first (no
+// message leaves after the loss point), then syncs are ignored, the node
+// stops, and every write not synced is dropped. Badger's data, on the
+// operating system's file system, keeps what it wrote (the page cache of
+// a surviving kernel): the fault is the Raft log's.
+func (p *nodeProc) powerLoss(n *node.Node) error {
+	if t := n.Transport(); t != nil {
+		_ = t.Close()
+	}
+	p.fs.SetIgnoreSyncs(true)
+	_ = n.Kill()
+	p.fs.ResetToSyncedState()
+	p.fs.SetIgnoreSyncs(false)
+	p.log.Warn("faultlab: power loss: unsynced Raft log writes dropped; restarting")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return p.start(ctx)
+}
+
+// incarnation names this run of the node: the process and its in-process
+// restarts. A session lives and dies with one incarnation. Callers hold
+// p.mu.
+func (p *nodeProc) incarnation() string { return fmt.Sprintf("%d/%d", os.Getpid(), p.epoch) }
+
+func (p *nodeProc) current() (*node.Node, string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n == nil {
+		return nil, "", &apiError{Kind: "down", Err: "node restarting"}
+	}
+	return p.n, p.incarnation(), nil
+}
+
+func svcKey(name string) model.ServiceKey { return model.ServiceKey{Name: name} }
+
+func (r instReq) key() model.InstanceKey {
+	return model.InstanceKey{Service: svcKey(r.Service), IP: r.IP, Port: r.Port}
+}
+
+// beat timings of the lab's beat instances: a beat every 500 ms, unhealthy
+// after 3 s without one, deleted after 6 s.
+const (
+	beatInterval = 500 * time.Millisecond
+	beatDelete   = 6 * time.Second
+)
+
+func (r instReq) instance(ephemeral bool) model.Instance {
+	in := model.NewInstance(svcKey(r.Service), r.IP, r.Port)
+	in.Ephemeral = ephemeral
+	md := map[string]string{"v": r.Val}
+	if ephemeral && r.Session == "" {
+		md[model.MetaHeartBeatInterval] = strconv.Itoa(int(beatInterval.Milliseconds()))
+		md[model.MetaHeartBeatTimeout] = "3000"
+		md[model.MetaIPDeleteTimeout] = strconv.Itoa(int(beatDelete.Milliseconds()))
+	}
+	in.Metadata = model.NewMetadata(md)
+	return in
+}
+
+func (p *nodeProc) mux() *http.ServeMux {
+	m := http.NewServeMux()
+	handle := func(path string, f func(ctx context.Context, n *node.Node, inc string, body []byte) (any, error)) {
+		m.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			n, inc, err := p.current()
+			var out any
+			if err == nil {
+				out, err = f(r.Context(), n, inc, body)
+			}
+			w.Header().Set("Content-Type", "application/json")
+			if err != nil {
+				ae := &apiError{}
+				if !errors.As(err, &ae) {
+					ae = &apiError{Kind: classify(err), Err: err.Error()}
+				}
+				w.WriteHeader(http.StatusConflict)
+				_ = json.NewEncoder(w).Encode(ae)
+				return
+			}
+			_ = json.NewEncoder(w).Encode(out)
+		})
+	}
+	decode := func(body []byte, v any) error {
+		if err := json.Unmarshal(body, v); err != nil {
+			return &apiError{Kind: "invalid", Err: err.Error()}
+		}
+		return nil
+	}
+	handle("/ready", func(ctx context.Context, n *node.Node, inc string, _ []byte) (any, error) {
+		out := readyResp{Ready: n.Ready(), Incarnation: inc}
+		if rn := n.Raft(); rn != nil {
+			info := rn.Info()
+			out.HasLeader, out.Applied, out.Term, out.Leader = info.HasLeader, info.Applied, info.Term, info.LeaderID
+		}
+		return out, nil
+	})
+	handle("/persist/register", func(ctx context.Context, n *node.Node, inc string, body []byte) (any, error) {
+		var r instReq
+		if err := decode(body, &r); err != nil {
+			return nil, err
+		}
+		return struct{}{}, n.Registry().Register(ctx, r.instance(false))
+	})
+	handle("/persist/deregister", func(ctx context.Context, n *node.Node, inc string, body []byte) (any, error) {
+		var r instReq
+		if err := decode(body, &r); err != nil {
+			return nil, err
+		}
+		return struct{}{}, n.Registry().Deregister(ctx, r.key())
+	})
+	handle("/query", func(ctx context.Context, n *node.Node, inc string, body []byte) (any, error) {
+		var r queryReq
+		if err := decode(body, &r); err != nil {
+			return nil, err
+		}
+		v, err := n.Registry().Query(ctx, model.Query{Service: svcKey(r.Service), Linearizable: r.Linearizable, IncludeDisabled: true})
+		if err != nil {
+			if errors.Is(err, model.ErrNotFound) {
+				return queryResp{Incarnation: inc}, nil // no such service: no instance
+			}
+			return nil, err
+		}
+		out := queryResp{Incarnation: inc, Instances: make([]inst, 0, len(v.Instances))}
+		for _, in := range v.Instances {
+			out.Instances = append(out.Instances, inst{IP: in.IP, Port: in.Port, Val: metaV(in.Metadata)})
+		}
+		return out, nil
+	})
+	handle("/session/open", func(ctx context.Context, n *node.Node, inc string, _ []byte) (any, error) {
+		s, err := n.Registry().OpenSession(ctx, registry.SessionOptions{})
+		if err != nil {
+			return nil, err
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.incarnation() != inc { // a power loss came first: the session died with its node
+			_ = s.Close()
+			return nil, &apiError{Kind: "down", Err: "node restarting"}
+		}
+		p.sessions[s.ID()] = s
+		return sessionResp{ID: s.ID(), Incarnation: inc}, nil
+	})
+	session := func(id string) (*registry.Session, error) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		s := p.sessions[id]
+		if s == nil {
+			return nil, &apiError{Kind: "nosession", Err: "no session " + id}
+		}
+		return s, nil
+	}
+	handle("/session/register", func(ctx context.Context, n *node.Node, inc string, body []byte) (any, error) {
+		var r instReq
+		if err := decode(body, &r); err != nil {
+			return nil, err
+		}
+		s, err := session(r.Session)
+		if err != nil {
+			return nil, err
+		}
+		return struct{}{}, s.Register(ctx, r.instance(true))
+	})
+	handle("/session/deregister", func(ctx context.Context, n *node.Node, inc string, body []byte) (any, error) {
+		var r instReq
+		if err := decode(body, &r); err != nil {
+			return nil, err
+		}
+		s, err := session(r.Session)
+		if err != nil {
+			return nil, err
+		}
+		return struct{}{}, s.Deregister(ctx, r.key())
+	})
+	handle("/session/close", func(ctx context.Context, n *node.Node, inc string, body []byte) (any, error) {
+		var r instReq
+		if err := decode(body, &r); err != nil {
+			return nil, err
+		}
+		s, err := session(r.Session)
+		if err != nil {
+			return nil, err
+		}
+		p.mu.Lock()
+		delete(p.sessions, r.Session)
+		p.mu.Unlock()
+		return struct{}{}, s.Close()
+	})
+	handle("/beat", func(ctx context.Context, n *node.Node, inc string, body []byte) (any, error) {
+		var r instReq
+		if err := decode(body, &r); err != nil {
+			return nil, err
+		}
+		_, err := n.Registry().HeartbeatInstance(ctx, r.instance(true))
+		return struct{}{}, err
+	})
+	handle("/beat/deregister", func(ctx context.Context, n *node.Node, inc string, body []byte) (any, error) {
+		var r instReq
+		if err := decode(body, &r); err != nil {
+			return nil, err
+		}
+		return struct{}{}, n.Registry().Deregister(ctx, r.key())
+	})
+	handle("/explain", func(ctx context.Context, n *node.Node, inc string, body []byte) (any, error) {
+		var r instReq
+		if err := decode(body, &r); err != nil {
+			return nil, err
+		}
+		ex := n.Registry().Explain(r.key())
+		out := explainResp{Present: ex.Present, Events: make([]event, 0, len(ex.Events))}
+		for _, e := range ex.Events {
+			out.Events = append(out.Events, event{Kind: e.Kind.String(), Reason: e.Reason, Node: e.Node, Publisher: e.Publisher})
+		}
+		return out, nil
+	})
+	m.HandleFunc("/powerloss", func(w http.ResponseWriter, r *http.Request) {
+		// Cut, answer with the incarnation that died, then restart: the
+		// driver waits for the restarted node to be ready. A failed restart
+		// ends the process, which the driver sees.
+		n, inc, err := p.cut()
+		if err != nil {
+			w.WriteHeader(http.StatusConflict)
+			_ = json.NewEncoder(w).Encode(&apiError{Kind: "other", Err: err.Error()})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(sessionResp{Incarnation: inc})
+		go func() {
+			if err := p.powerLoss(n); err != nil {
+				p.log.Error("faultlab: restart after power loss failed", "err", err)
+				os.Exit(3)
+			}
+		}()
+	})
+	return m
+}
+
+// classify maps a registry error to an API error kind.
+func classify(err error) string {
+	switch {
+	case errors.Is(err, model.ErrNotFound):
+		return "notfound"
+	case errors.Is(err, model.ErrInvalid):
+		return "invalid"
+	case errors.Is(err, registry.ErrNotReady):
+		return "notready"
+	}
+	return "other"
+}
+
+func metaV(m model.Metadata) string {
+	v, _ := m.Get("v")
+	return v
+}
