@@ -30,7 +30,7 @@ type labNetwork struct {
 
 func nsName(prefix, id string) string { return prefix + "-" + id }
 
-func (l *labNetwork) hub() string        { return nsName(l.prefix, "hub") }
+func (l *labNetwork) hub() string         { return nsName(l.prefix, "hub") }
 func (l *labNetwork) ns(id string) string { return nsName(l.prefix, id) }
 
 // nodeIP is the address of node i (1-based).
