@@ -117,9 +117,12 @@ type Config struct {
 	// stays on the operating system's. Nil is the operating system's. It
 	// is for fault tests: on a strict in-memory FS (vfs.NewStrictMem) a
 	// test drops every write that was not synced, as a power loss does,
-	// and restarts the Node on what is left (bench/faultlab). The
-	// directories of abandoned snapshot streams are removed from the
-	// operating system's file system only.
+	// and restarts the Node on what is left (bench/faultlab). Dragonboat
+	// accepts only a *vfs.MemFS (vfs.NewMem, vfs.NewStrictMem) or a
+	// *vfs.ErrorFS (vfs.Wrap, whose Injector can also act on a sync), and
+	// panics on any other type, so Validate refuses it. The directories of
+	// abandoned snapshot streams are removed from the operating system's
+	// file system only.
 	FS vfs.FS
 
 	// Transport, if set, carries the Raft messages and snapshots over this
@@ -193,6 +196,11 @@ func (c *Config) Validate() error {
 	check(c.MaxBatch >= 1 && c.MaxBatch <= maxBatchCommands, "MaxBatch", fmt.Sprintf("must be 1–%d", maxBatchCommands))
 	check(c.BatchWait >= 0 && c.BatchWait <= c.ProposeTimeout/4, "BatchWait", "must be 0 (off) to ProposeTimeout / 4")
 	check(!c.Join || len(c.InitialMembers) == 0, "InitialMembers", "must be empty with Join")
+	switch c.FS.(type) {
+	case nil, *vfs.MemFS, *vfs.ErrorFS:
+	default:
+		check(false, "FS", fmt.Sprintf("must be nil, a *vfs.MemFS or a *vfs.ErrorFS (the only types Dragonboat accepts), is %T", c.FS))
+	}
 	byNodeID := c.Transport != nil
 	self := c.raftAddress()
 	if byNodeID {

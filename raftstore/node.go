@@ -172,6 +172,10 @@ func (n *Node) replicaConfig() config.Config {
 	}
 }
 
+// errNodeHostFailed: Dragonboat's NewNodeHost returned no NodeHost and no
+// error.
+var errNodeHostFailed = errors.New("raftstore: start nodehost: Dragonboat returned neither a NodeHost nor an error (it recovered a panic)")
+
 // Start opens Badger, starts the NodeHost and the replica (new shard,
 // restart from Dir, or join) and the proposal batcher. It does not wait for
 // a leader: see WaitReady. A failed Start undoes what it started.
@@ -209,6 +213,12 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	nh, err := dragonboat.NewNodeHost(n.nodeHostConfig())
 	if err != nil {
 		return fmt.Errorf("raftstore: start nodehost: %w", err)
+	}
+	if nh == nil {
+		// NewNodeHost recovers a panic whose value is not an error (its
+		// LogDB's "invalid fs", say) and returns neither a NodeHost nor an
+		// error.
+		return errNodeHostFailed
 	}
 	if n.guard != nil {
 		n.guard.setNodeHost(nh)

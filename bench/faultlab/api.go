@@ -63,6 +63,24 @@ type readyResp struct {
 	// Incarnation is "pid/epoch": the node process and its in-process
 	// restarts (power losses) so far. Sessions die with their incarnation.
 	Incarnation string `json:"inc"`
+	LastIndex   uint64 `json:"lastIndex"`
+	// LastPowerLoss describes the last power loss, once the node restarted.
+	LastPowerLoss *powerLossInfo `json:"lastPowerLoss,omitempty"`
+}
+
+// powerLossInfo is what a power loss dropped: the replica's state before
+// it (leader or not, its applied and last log index, the commit-index
+// writes its LogDB wrapper had held back so far), and the bytes of the Raft
+// log's file system before and after the unsynced writes were dropped.
+type powerLossInfo struct {
+	Mode        string `json:"mode"` // "fsync": at a WAL sync, after Skip others; "instant"
+	Skip        int64  `json:"skip"`
+	WasLeader   bool   `json:"wasLeader"`
+	Applied     uint64 `json:"applied"`
+	LastIndex   uint64 `json:"lastIndex"`
+	Deferred    uint64 `json:"deferred"`
+	BytesBefore int64  `json:"bytesBefore"`
+	BytesAfter  int64  `json:"bytesAfter"`
 }
 
 type event struct {

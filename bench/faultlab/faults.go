@@ -143,11 +143,15 @@ func (l *lab) inject(ctx context.Context, kind string, rng *rand.Rand) (*fault, 
 			}
 		}
 		var sr sessionResp
-		if err := v.api.call(ctx, opTimeout, "/powerloss", struct{}{}, &sr); err != nil {
+		path := "/powerloss"
+		if rng.IntN(4) != 0 {
+			path += fmt.Sprintf("?mode=fsync&skip=%d", rng.IntN(20))
+		}
+		if err := v.api.call(ctx, 2*opTimeout, path, struct{}{}, &sr); err != nil {
 			return nil, err
 		}
 		l.incDied(v.id, sr.Incarnation)
-		return &fault{kind, v.id + " power loss (unsynced Raft log dropped), restarted in-process", func(context.Context) error { return nil }}, nil
+		return &fault{kind, v.id + " power loss", func(context.Context) error { return nil }}, nil
 	}
 	return nil, fmt.Errorf("unknown fault %q", kind)
 }
@@ -204,6 +208,9 @@ func (l *lab) schedule(ctx context.Context, kinds []string, rng *rand.Rand) {
 		l.setFault("")
 		l.logf("fault %-10s %-48s held %v", kind, f.detail, time.Duration(rec.Heal-rec.Start).Round(time.Millisecond))
 		rec.Recovered = l.waitHealthy(context.Background(), kind+": "+f.detail)
+		if kind == "powerloss" {
+			rec.Detail += l.powerLossDetail()
+		}
 		l.rec.fault(rec)
 	}
 }
@@ -240,4 +247,28 @@ func (l *lab) waitHealthy(ctx context.Context, what string) int64 {
 		}
 		time.Sleep(200 * time.Millisecond) // real time: polling a real cluster
 	}
+}
+
+// powerLossDetail describes the last power loss of the strict-FS node and
+// how its replica came back.
+func (l *lab) powerLossDetail() string {
+	for _, n := range l.c.nodes {
+		if !n.strict {
+			continue
+		}
+		var rr readyResp
+		if err := n.api.call(context.Background(), time.Second, "/ready", struct{}{}, &rr); err != nil || rr.LastPowerLoss == nil {
+			return ""
+		}
+		pl := rr.LastPowerLoss
+		role := "follower"
+		if pl.WasLeader {
+			role = "leader"
+		}
+		d := fmt.Sprintf(": %s; a %s at applied %d, log %d, %d commit-index writes held back so far; %d of %d KiB of the Raft log's files survived; restarted at applied %d, log %d",
+			pl.Mode, role, pl.Applied, pl.LastIndex, pl.Deferred, pl.BytesAfter>>10, pl.BytesBefore>>10, rr.Applied, rr.LastIndex)
+		l.logf("powerloss%s", d)
+		return d
+	}
+	return ""
 }

@@ -10,8 +10,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -51,11 +53,13 @@ type nodeProc struct {
 	spec nodeSpec
 	log  *slog.Logger
 	fs   *vfs.MemFS // the Raft log's, with StrictFS
+	trap *syncTrap  // the power loss's trap, on fs
 
 	mu       sync.Mutex
 	n        *node.Node // nil while restarting in-process
 	epoch    int        // in-process restarts (power losses) so far
 	sessions map[string]*registry.Session
+	lastLoss *powerLossInfo
 }
 
 // runNode is the node mode's main: it returns when the process is told to
@@ -77,6 +81,7 @@ func runNode(args []string) error {
 	p.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	if p.spec.StrictFS {
 		p.fs = vfs.NewStrictMem()
+		p.trap = &syncTrap{}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -116,7 +121,7 @@ func (p *nodeProc) config() node.Config {
 	cfg.Registry.HealthChecks = nil
 	cfg.Logger = p.log
 	if p.fs != nil {
-		cfg.RaftFS = p.fs
+		cfg.RaftFS = vfs.Wrap(p.fs, p.trap)
 	}
 	return cfg
 }
@@ -135,9 +140,6 @@ func (p *nodeProc) start(ctx context.Context) error {
 // cut begins a power loss: the node is taken out of the API, its sessions
 // die with it, and the incarnation that dies is returned.
 func (p *nodeProc) cut() (*node.Node, string, error) {
-	if p.fs == nil {
-		return nil, "", errors.New("not a strict-FS node")
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n, inc := p.n, p.incarnation()
@@ -156,18 +158,110 @@ func (p *nodeProc) cut() (*node.Node, string, error) {
 // stops, and every write not synced is dropped. Badger's data, on the
 // operating system's file system, keeps what it wrote (the page cache of
 // a surviving kernel): the fault is the Raft log's.
-func (p *nodeProc) powerLoss(n *node.Node) error {
-	if t := n.Transport(); t != nil {
-		_ = t.Close()
+func (p *nodeProc) powerLoss(n *node.Node, info *powerLossInfo) error {
+	if rn := n.Raft(); rn != nil {
+		st := rn.Stats()
+		info.WasLeader, info.Applied, info.LastIndex, info.Deferred = st.IsLeader, st.Applied, st.LastIndex, st.CommitWritesDeferred
 	}
-	p.fs.SetIgnoreSyncs(true)
 	_ = n.Kill()
+	info.BytesBefore = fsBytes(p.fs, "/")
 	p.fs.ResetToSyncedState()
+	info.BytesAfter = fsBytes(p.fs, "/")
 	p.fs.SetIgnoreSyncs(false)
-	p.log.Warn("faultlab: power loss: unsynced Raft log writes dropped; restarting")
+	if err := uncutNetwork(); err != nil {
+		return err
+	}
+	p.log.Warn("faultlab: power loss: unsynced Raft log writes dropped; restarting", "mode", info.Mode, "bytes_before", info.BytesBefore, "bytes_after", info.BytesAfter)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	return p.start(ctx)
+	if err := p.start(ctx); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.lastLoss = info
+	p.mu.Unlock()
+	return nil
+}
+
+// loseSyncs is the power loss's instant: the network is cut first (no
+// message leaves after it), then syncs stop counting. mode "fsync" waits
+// for the trap to spring on a sync of the Raft log's WAL, after skip
+// others (at most 3 s, then it cuts at once: an idle log).
+func (p *nodeProc) loseSyncs(mode string, skip int64) (string, error) {
+	if mode != "fsync" {
+		if err := cutNetwork(); err != nil {
+			return "", err
+		}
+		p.fs.SetIgnoreSyncs(true)
+		return "instant", nil
+	}
+	sprung := make(chan struct{})
+	var cutErr error
+	p.trap.arm(skip, func() {
+		cutErr = cutNetwork()
+		p.fs.SetIgnoreSyncs(true)
+		close(sprung)
+	})
+	select {
+	case <-sprung:
+		return "fsync", cutErr
+	case <-time.After(3 * time.Second): // real time
+	}
+	p.trap.disarm()
+	p.trap.mu.Lock() // a spring under way ends first
+	defer p.trap.mu.Unlock()
+	select {
+	case <-sprung:
+		return "fsync", cutErr
+	default:
+	}
+	if err := cutNetwork(); err != nil {
+		return "", err
+	}
+	p.fs.SetIgnoreSyncs(true)
+	return "instant (no WAL sync within 3 s)", nil
+}
+
+// cutNetwork drops every packet in and out of this node's namespace (an
+// nftables table of its own, apart from the driver's).
+func cutNetwork() error {
+	cmd := exec.Command("nft", "-f", "-")
+	cmd.Stdin = strings.NewReader("table inet faultlab_power {\n" +
+		"  chain input { type filter hook input priority -10; policy drop; }\n" +
+		"  chain output { type filter hook output priority -10; policy drop; }\n}\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("nft: %w: %s", err, out)
+	}
+	return nil
+}
+
+func uncutNetwork() error {
+	if out, err := exec.Command("nft", "delete", "table", "inet", "faultlab_power").CombinedOutput(); err != nil {
+		return fmt.Errorf("nft: %w: %s", err, out)
+	}
+	return nil
+}
+
+// fsBytes is the size of every file under dir in fs.
+func fsBytes(fs vfs.FS, dir string) int64 {
+	names, err := fs.List(dir)
+	if err != nil {
+		return 0
+	}
+	var total int64
+	for _, name := range names {
+		path := fs.PathJoin(dir, name)
+		st, err := fs.Stat(path)
+		if err != nil {
+			continue
+		}
+		if st.IsDir() {
+			total += fsBytes(fs, path)
+		} else {
+			total += st.Size()
+		}
+	}
+	return total
 }
 
 // incarnation names this run of the node: the process and its in-process
@@ -248,7 +342,11 @@ func (p *nodeProc) mux() *http.ServeMux {
 		if rn := n.Raft(); rn != nil {
 			info := rn.Info()
 			out.HasLeader, out.Applied, out.Term, out.Leader = info.HasLeader, info.Applied, info.Term, info.LeaderID
+			out.LastIndex = rn.Stats().LastIndex
 		}
+		p.mu.Lock()
+		out.LastPowerLoss = p.lastLoss
+		p.mu.Unlock()
 		return out, nil
 	})
 	handle("/persist/register", func(ctx context.Context, n *node.Node, inc string, body []byte) (any, error) {
@@ -370,18 +468,32 @@ func (p *nodeProc) mux() *http.ServeMux {
 		return out, nil
 	})
 	m.HandleFunc("/powerloss", func(w http.ResponseWriter, r *http.Request) {
-		// Cut, answer with the incarnation that died, then restart: the
-		// driver waits for the restarted node to be ready. A failed restart
-		// ends the process, which the driver sees.
-		n, inc, err := p.cut()
-		if err != nil {
+		// Lose the syncs (at once, or at a WAL sync), take the node out of
+		// the API, answer with the incarnation that died, then restart:
+		// the driver waits for the restarted node to be ready. A failed
+		// restart ends the process, which the driver sees.
+		fail := func(err error) {
 			w.WriteHeader(http.StatusConflict)
 			_ = json.NewEncoder(w).Encode(&apiError{Kind: "other", Err: err.Error()})
+		}
+		if p.trap == nil {
+			fail(errors.New("not a strict-FS node"))
+			return
+		}
+		skip, _ := strconv.ParseInt(r.URL.Query().Get("skip"), 10, 64)
+		mode, err := p.loseSyncs(r.URL.Query().Get("mode"), skip)
+		if err != nil {
+			fail(err)
+			return
+		}
+		n, inc, err := p.cut()
+		if err != nil {
+			fail(err)
 			return
 		}
 		_ = json.NewEncoder(w).Encode(sessionResp{Incarnation: inc})
 		go func() {
-			if err := p.powerLoss(n); err != nil {
+			if err := p.powerLoss(n, &powerLossInfo{Mode: mode, Skip: skip}); err != nil {
 				p.log.Error("faultlab: restart after power loss failed", "err", err)
 				os.Exit(3)
 			}
