@@ -124,7 +124,6 @@ func instancePath(k model.InstanceKey) string {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
-
 func TestPagesRender(t *testing.T) {
 	reg := newRegistry(t)
 	in := register(t, reg, orders, "10.0.0.1", 8080, map[string]string{"zone": "a"})
@@ -293,5 +292,35 @@ func TestConfigValidate(t *testing.T) {
 	_, err := console.New(cfg)
 	if !errors.Is(err, console.ErrInvalidConfig) || !strings.Contains(err.Error(), "Nodes") || !strings.Contains(err.Error(), "PageSize") {
 		t.Fatalf("New: %v", err)
+	}
+}
+
+func getJSON(t testing.TB, srv *httptest.Server, path string) (int, map[string]any) {
+	t.Helper()
+	code, body := get(t, srv, path)
+	var out map[string]any
+	if err := json.Unmarshal([]byte(body), &out); err != nil {
+		t.Fatalf("GET %s: %d %s: %v", path, code, body, err)
+	}
+	return code, out
+}
+
+func jsonOf(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// waitFor polls cond until it holds, or fails the test after a deadline.
+func waitFor(t testing.TB, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second) // real time: a deadline for the test
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("the condition did not hold before the deadline")
+		}
+		time.Sleep(10 * time.Millisecond) // real time: polling
 	}
 }
