@@ -234,11 +234,24 @@ type mark struct {
 	Class  string
 	Title  string
 	Label  string
+	Anchor string // the label's text-anchor
 }
 
 type tick struct {
-	X     float64
-	Label string
+	X      float64
+	Label  string
+	Anchor string
+}
+
+// anchor is the text-anchor that keeps a label at x inside the timeline.
+func anchor(x float64) string {
+	switch {
+	case x < tlLeft+100:
+		return "start"
+	case x > tlW-tlRight-100:
+		return "end"
+	}
+	return "middle"
 }
 
 const (
@@ -297,13 +310,14 @@ func drawTimeline(nodes []nodeHistory, now time.Time) timeline {
 			case ev.Bad, ev.Patch, ev.PatchGone, ev.Kind == "healthy":
 				label = ev.Kind
 			}
-			l.Marks = append(l.Marks, mark{X: xOf(ev.At), Y: l.Y, LabelY: l.Y + 18, Class: cls, Title: title, Label: label})
+			x := xOf(ev.At)
+			l.Marks = append(l.Marks, mark{X: x, Y: l.Y, LabelY: l.Y + 18, Class: cls, Title: title, Label: label, Anchor: anchor(x)})
 		}
 		t.Lanes = append(t.Lanes, l)
 	}
 	for i := 0; i <= 4; i++ {
 		at := from.Add(span * time.Duration(i) / 4)
-		t.Ticks = append(t.Ticks, tick{X: xOf(at), Label: at.Format("15:04:05.000")})
+		t.Ticks = append(t.Ticks, tick{X: xOf(at), Label: at.Format("15:04:05.000"), Anchor: anchor(xOf(at))})
 	}
 	return t
 }
