@@ -78,33 +78,36 @@ type keyRequest struct {
 	Instance model.InstanceKey `json:"instance"`
 }
 
-func (c *Console) apiUnpatch(w http.ResponseWriter, r *http.Request) {
+// readKeyWrite reads a write's body naming one instance, authorizes the
+// write to its namespace and validates the key; on failure it answers the
+// request and returns false.
+func (c *Console) readKeyWrite(w http.ResponseWriter, r *http.Request) (model.InstanceKey, bool) {
 	var req keyRequest
 	if !readJSON(w, r, &req) {
-		return
+		return model.InstanceKey{}, false
 	}
 	key := req.Instance.WithDefaults()
 	if _, ok := c.authorize(w, r, key.Service.Namespace, true); !ok {
-		return
+		return key, false
 	}
 	if err := key.Validate(); err != nil {
 		writeError(w, http.StatusBadRequest, err)
+		return key, false
+	}
+	return key, true
+}
+
+func (c *Console) apiUnpatch(w http.ResponseWriter, r *http.Request) {
+	key, ok := c.readKeyWrite(w, r)
+	if !ok {
 		return
 	}
 	c.answerWrite(w, r, "unpatch", key.String(), c.eng.removePatch(r.Context(), key))
 }
 
 func (c *Console) apiDeregister(w http.ResponseWriter, r *http.Request) {
-	var req keyRequest
-	if !readJSON(w, r, &req) {
-		return
-	}
-	key := req.Instance.WithDefaults()
-	if _, ok := c.authorize(w, r, key.Service.Namespace, true); !ok {
-		return
-	}
-	if err := key.Validate(); err != nil {
-		writeError(w, http.StatusBadRequest, err)
+	key, ok := c.readKeyWrite(w, r)
+	if !ok {
 		return
 	}
 	def, err := c.eng.definition(r.Context(), key.Service)
