@@ -43,6 +43,17 @@ type TCP struct {
 
 	tlsCfg atomic.Pointer[tls.Config] // nil without TLS; swapped by ReloadTLS
 
+	// secretTLS encrypts the connections of a transport with a Secret and
+	// no TLS (see secretTLS); nil otherwise.
+	secretTLS *tls.Config
+	// pathByDial: calls to a node go only over a connection this node
+	// dialled to the address Resolve gives; connections peers dialled
+	// serve their calls but never become the path (see installInbound).
+	// Set whenever a peer's node ID is not bound to a verified
+	// certificate (a Secret alone, SecretIdentity, Insecure) and Resolve
+	// is set.
+	pathByDial bool
+
 	// dialContext connects; tests replace it (a self-connection).
 	dialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
@@ -115,7 +126,14 @@ func NewTCP(cfg TCPConfig) (*TCP, error) {
 	}
 	if cfg.TLS != nil {
 		t.tlsCfg.Store(cfg.TLS)
+	} else if len(cfg.Secret) > 0 {
+		st, err := secretTLS(cfg.Secret)
+		if err != nil {
+			return nil, err
+		}
+		t.secretTLS = st
 	}
+	t.pathByDial = cfg.Resolve != nil && !cfg.certIdentity()
 	d := net.Dialer{Timeout: cfg.DialTimeout}
 	t.dialContext = d.DialContext
 	if t.log == nil {
@@ -660,6 +678,12 @@ func (t *TCP) clientHandshake(ctx context.Context, nc net.Conn, to, addr string)
 			return nil, err
 		}
 		rw = tc
+	} else if t.secretTLS != nil {
+		tc := tls.Client(nc, t.secretTLS)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return nil, fmt.Errorf("%w: tls: %w", ErrHandshake, err)
+		}
+		rw = tc
 	}
 	self := t.cfg.NodeID
 	cn := newNonce()
@@ -879,10 +903,19 @@ func (t *TCP) accept(nc net.Conn, ph *pendingHandshake) {
 func (t *TCP) serverHandshake(ctx context.Context, nc net.Conn) (*conn, uint8, error) {
 	rw := nc
 	cfg := t.tlsCfg.Load()
+	var tc *tls.Conn
 	if cfg != nil {
-		tc := tls.Server(nc, cfg)
+		tc = tls.Server(nc, cfg)
+	} else if t.secretTLS != nil {
+		tc = tls.Server(nc, t.secretTLS)
+	}
+	if tc != nil {
 		if err := tc.HandshakeContext(ctx); err != nil {
-			return nil, 0, refuse(RefuseTLS, fmt.Errorf("%w: tls: %w", ErrHandshake, err))
+			why := RefuseTLS
+			if errors.Is(err, errSecretKey) {
+				why = RefuseSecret
+			}
+			return nil, 0, refuse(why, fmt.Errorf("%w: tls: %w", ErrHandshake, err))
 		}
 		rw = tc
 	}
@@ -901,8 +934,10 @@ func (t *TCP) serverHandshake(ctx context.Context, nc net.Conn) (*conn, uint8, e
 		return nil, 0, refuse(RefuseProtocol, fmt.Errorf("%w: peer uses this node's ID %q", ErrHandshake, self))
 	}
 	// With TLS, the claimed ID must be the one the certificate names.
-	if err := t.checkPeerIdentity(rw, h.Node); err != nil {
-		return nil, 0, err
+	if cfg != nil {
+		if err := t.checkPeerIdentity(tc, h.Node); err != nil {
+			return nil, 0, err
+		}
 	}
 	sn := newNonce()
 	var p []byte
@@ -992,6 +1027,9 @@ func (t *TCP) addLocked(p *peer, c *conn) {
 // client is told "duplicate" and uses the held connection, counted in
 // TCPStats.Kept). It also returns false if the transport is closed.
 func (t *TCP) installInbound(ctx context.Context, c *conn) bool {
+	if t.pathByDial {
+		return t.serveInbound(c)
+	}
 	for probed := false; ; probed = true {
 		t.mu.Lock()
 		if t.closed {
@@ -1040,6 +1078,59 @@ func (t *TCP) installInbound(ctx context.Context, c *conn) bool {
 			"peer", c.peer, "kept_total", n)
 	}
 	return false
+}
+
+// serveInbound keeps c, a connection the peer dialled, for the calls the
+// peer makes on it, without making it the path of this node's calls to the
+// peer (pathByDial): with no certificate binding node IDs, whoever dialled
+// c proved the Secret but not that it is the node it claims, so this
+// node's calls go only over connections it dialled to the address Resolve
+// gives, and an impostor's connection, however long the real node's link
+// stalls, never receives them. The peer's arrival resets the backoff of
+// dials towards it. If a path to the peer is held, it is probed in the
+// background, as by installInbound: a held connection that stays silent
+// for takeoverWait is closed (the node restarted, maybe on a new address,
+// and nothing would reset it), so that the next call dials afresh; at
+// worst an impostor makes this node redial a link that was stalling
+// anyway. It returns false if the transport is closed.
+func (t *TCP) serveInbound(c *conn) bool {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		c.close("transport closed")
+		return false
+	}
+	p := t.peerLocked(c.peer)
+	old := p.conn
+	t.addLocked(p, c)
+	t.mu.Unlock()
+	t.log.Debug("connection up", "peer", c.peer, "dialer", c.dialer, "inbound", true, "path", false)
+	if old != nil {
+		t.goFunc(func() { t.probeHeld(old) })
+	}
+	return true
+}
+
+// probeHeld sends a probe on held, the path to a peer that just dialled
+// this node, and closes it if nothing arrives within takeoverWait (a
+// version-1 peer gets a no-op frame: a restarted host resets the stale
+// connection).
+func (t *TCP) probeHeld(held *conn) {
+	if !held.pings {
+		held.probe()
+		return
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, takeoverWait) // real time: bounds a network event
+	defer cancel()
+	select {
+	case <-held.demandLiveness(ctx):
+	case <-held.ctx.Done():
+	case <-ctx.Done():
+		if t.ctx.Err() == nil {
+			t.log.Info("closing a held connection that did not answer the probe sent when its peer dialled in", "peer", held.peer, "wait", takeoverWait)
+			held.close("no answer to the probe")
+		}
+	}
 }
 
 // unslot forgets c as its peer's connection.
