@@ -670,7 +670,7 @@ func TestTCPIdleDeadline(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	c := newTCPCluster(t, 0, func(cfg *TCPConfig) { cfg.IdleTimeout = 100 * time.Millisecond })
 	defer c.CloseAll()
-	a := c.noDial(t, "a") // calls over the connection z dialled
+	a := c.noDial(t, "a")                // calls over the connection z dialled
 	nc := rawPeer(t, a.Addr(), "z", "a") // completes the handshake, then never reads nor writes
 	defer nc.Close()
 	// Without the idle deadline the request would wait for testCtx (10 s)

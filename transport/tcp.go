@@ -748,7 +748,7 @@ func (t *TCP) acceptLoop(ln net.Listener) {
 			// release is a no-op (the slot went to ph).
 			_ = evicted.nc.Close()
 			t.stats.limited.Add(1)
-			t.logLimit("closed the oldest pending handshake of the address holding the most slots: handshake slots full", evicted.ip)
+			t.logLimit("closed a pending handshake (an idle one first) to admit a newer connection: handshake slots full, for its address or in total", evicted.ip)
 		}
 		if ph == nil {
 			_ = nc.Close()
@@ -758,7 +758,7 @@ func (t *TCP) acceptLoop(ln net.Listener) {
 		}
 		if !t.goFunc(func() {
 			defer t.release(ph)
-			t.accept(nc, ph)
+			t.accept(&firstByte{Conn: nc, ph: ph}, ph)
 		}) {
 			t.release(ph)
 			_ = nc.Close()
@@ -797,25 +797,63 @@ func remoteIP(nc net.Conn) string {
 type pendingHandshake struct {
 	ip      string
 	nc      net.Conn
-	seq     uint64 // admission order
-	evicted bool   // its slot was given to a newer connection; guarded by hmu
-	done    bool   // released; guarded by hmu
+	seq     uint64      // admission order
+	spoke   atomic.Bool // a byte arrived (see firstByte)
+	evicted bool        // its slot was given to a newer connection; guarded by hmu
+	done    bool        // released; guarded by hmu
 }
 
-// admit takes a handshake slot for nc, from ip. When every slot is taken
-// and ip holds fewer than the address holding the most, the oldest pending
-// handshake of that address (the oldest among several with as many) loses
-// its slot to nc and is returned as evicted, for the caller to close: an
-// attacker with many addresses can then delay a member's handshake only by
-// opening connections faster than the member completes one round trip,
-// never lock it out by holding slots idle. Otherwise ph is nil and reason
-// says why nc is refused.
+// firstByte marks its pending handshake as soon as a byte arrives: an
+// idle connection is the first to lose its slot (see admit).
+type firstByte struct {
+	net.Conn
+	ph    *pendingHandshake
+	spoke bool // ph.spoke is set; the reader's own copy
+}
+
+func (f *firstByte) Read(b []byte) (int, error) {
+	n, err := f.Conn.Read(b)
+	if n > 0 && !f.spoke {
+		f.spoke = true
+		f.ph.spoke.Store(true)
+	}
+	return n, err
+}
+
+// evictable returns the pending handshake of l (oldest first) to close
+// for a newcomer: the oldest that has sent nothing, else the oldest.
+func evictable(l []*pendingHandshake) *pendingHandshake {
+	for _, ph := range l {
+		if !ph.spoke.Load() {
+			return ph
+		}
+	}
+	return l[0]
+}
+
+// admit takes a handshake slot for nc, from ip. When ip holds
+// MaxHandshakesPerIP, one of its pending handshakes loses its slot to nc:
+// the oldest that has sent nothing yet, else the oldest (evictable). When
+// every slot is taken and ip holds fewer than the address holding the
+// most, a pending handshake of that address (the oldest holder among
+// several with as many) loses its slot to nc, chosen the same way. The
+// loser is returned as evicted, for the caller to close. So idle
+// handshakes, from other addresses or from a member's own, never lock a
+// member out: its handshake speaks at once (usually before its connection
+// is even accepted, which hasSpoken sees) and is not evicted while an
+// idle one is pending, and an attacker whose connections speak can delay
+// it only by opening connections faster than the member completes one
+// round trip. Otherwise ph is nil and reason says why nc is refused.
 func (t *TCP) admit(ip string, nc net.Conn) (ph, evicted *pendingHandshake, reason string) {
+	spoke := hasSpoken(nc) // before the lock: a system call
 	t.hmu.Lock()
 	defer t.hmu.Unlock()
 	mine := len(t.hsByIP[ip])
 	if mine >= t.cfg.MaxHandshakesPerIP {
-		return nil, nil, "too many handshakes in progress from this address"
+		evicted = evictable(t.hsByIP[ip])
+		evicted.evicted = true
+		t.dropLocked(evicted)
+		mine--
 	}
 	if t.hsTotal >= t.cfg.MaxHandshakes {
 		var victim []*pendingHandshake
@@ -827,12 +865,13 @@ func (t *TCP) admit(ip string, nc net.Conn) (ph, evicted *pendingHandshake, reas
 		if len(victim) <= mine {
 			return nil, nil, "too many handshakes in progress"
 		}
-		evicted = victim[0]
+		evicted = evictable(victim)
 		evicted.evicted = true
 		t.dropLocked(evicted)
 	}
 	t.hsSeq++
 	ph = &pendingHandshake{ip: ip, nc: nc, seq: t.hsSeq}
+	ph.spoke.Store(spoke)
 	t.hsTotal++
 	t.hsByIP[ip] = append(t.hsByIP[ip], ph)
 	return ph, evicted, ""

@@ -87,13 +87,17 @@ type TCPConfig struct {
 	// MaxHandshakes bounds the inbound connections that have not finished
 	// the handshake (unauthenticated), in total. When it is reached, a new
 	// connection from an address holding fewer handshakes than the address
-	// holding the most takes the slot of that address's oldest pending
-	// handshake (closed); other new connections are closed at once. Both
-	// are counted in TCPStats.Limited. Default 256.
+	// holding the most takes the slot of one of that address's pending
+	// handshakes (closed): the oldest that has sent no byte yet, else the
+	// oldest. Other new connections are closed at once. Both are counted
+	// in TCPStats.Limited. Default 256.
 	MaxHandshakes int
 	// MaxHandshakesPerIP bounds them per source address (an IPv4 address,
 	// or an IPv6 /64 prefix), so that one host cannot fill MaxHandshakes.
-	// Must be <= MaxHandshakes. Default 16.
+	// A new connection from an address at the bound takes the slot of one
+	// of its pending handshakes, chosen as above: idle connections from a
+	// member's own address do not lock it out. Must be <= MaxHandshakes.
+	// Default 16.
 	MaxHandshakesPerIP int
 	// IdleTimeout bounds the silence on an authenticated connection: after
 	// IdleTimeout without a byte received the transport sends a ping (every
