@@ -1234,3 +1234,22 @@ func (t *TCP) Stats() TCPStats {
 	}
 	return s
 }
+
+// Verify returns nil once this transport holds a connection to node that
+// can carry its calls, authenticated under that ID: it dials (to the
+// address Resolve gives) if there is none, and fails like a call would
+// (ErrUnreachable, ErrHandshake). With certificates the ID is the one the
+// peer's certificate names; with a Secret alone it is one that a holder
+// of the Secret answered to at the address Resolve gives. A membership
+// uses it to count a node only once it has proven the ID gossip claims
+// (see distro/membership.Proven).
+func (t *TCP) Verify(ctx context.Context, node string) error {
+	if err := t.check(1, nil); err != nil {
+		return err
+	}
+	if node == t.cfg.NodeID {
+		return nil
+	}
+	_, err := t.connFor(ctx, node)
+	return err
+}
