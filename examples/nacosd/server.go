@@ -18,7 +18,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/muster-io/muster/distro/gossip"
 	"github.com/muster-io/muster/health"
 	"github.com/muster-io/muster/health/mysqlcheck"
 	"github.com/muster-io/muster/model"
@@ -472,7 +471,7 @@ func (s *Server) Kill() {
 	s.once.Do(func() {
 		if s.node != nil { // the network first; shutdown closes the rest
 			_ = s.node.Transport().Close()
-			if ml, ok := s.node.Membership().(*gossip.Memberlist); ok {
+			if ml := s.node.Gossip(); ml != nil {
 				_ = ml.Kill()
 			}
 		}
