@@ -81,6 +81,15 @@ type Config struct {
 	// current state only); registry/node and registrytest turn it on with
 	// DefaultHistoryEvents, as a cluster's operators want it.
 	HistoryEvents int
+	// WatchHistory is how many past revisions of each service the registry
+	// keeps so that a watcher can resume from one (WatchFrom) and get the
+	// change since, rather than the whole view again. Only revisions that
+	// were read (by a query or a watcher) are kept, and each costs one copy
+	// of the service's instance list at that revision: at most
+	// WatchHistory × Limits.MaxInstancesPerService instances per service.
+	// Zero means DefaultWatchHistory; negative keeps none (every resume is
+	// a reset).
+	WatchHistory int
 	// ServeBeforeReady lets queries and watches answer while the node is
 	// still loading its data from its peers. By default they fail with
 	// ErrNotReady until the load is done, rather than serve partial lists.
@@ -140,6 +149,9 @@ func (c *Config) Validate() error {
 	if c.HistoryEvents < 0 || c.HistoryEvents > MaxHistoryEvents {
 		errs = append(errs, fmt.Errorf("HistoryEvents must be 0 to %d (got %d)", MaxHistoryEvents, c.HistoryEvents))
 	}
+	if c.WatchHistory > maxWatchHistory {
+		errs = append(errs, fmt.Errorf("WatchHistory must be at most %d (got %d)", maxWatchHistory, c.WatchHistory))
+	}
 	if c.HealthChecks != nil && c.HealthChecks.OnTransition != nil {
 		errs = append(errs, errors.New("HealthChecks.OnTransition must be nil: the registry stores the transitions"))
 	}
@@ -185,6 +197,24 @@ type Env struct {
 	Rand rand.Source
 	// Limits are the validation limits of the registry's writes.
 	Limits model.Limits
+}
+
+// DefaultWatchHistory is the default of Config.WatchHistory.
+const DefaultWatchHistory = 8
+
+// maxWatchHistory caps Config.WatchHistory: a resume scans the kept
+// revisions, and each one may cost a copy of a large service.
+const maxWatchHistory = 1024
+
+// watchHistory returns how many past revisions each service keeps.
+func (c *Config) watchHistory() int {
+	switch {
+	case c.WatchHistory == 0:
+		return DefaultWatchHistory
+	case c.WatchHistory < 0:
+		return 0
+	}
+	return c.WatchHistory
 }
 
 // DefaultHistoryEvents is the journal size registry/node and registrytest

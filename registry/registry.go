@@ -86,6 +86,8 @@ type Registry struct {
 	closeErr error
 	closeMu  sync.Mutex
 
+	run uint64 // this run's Cursor.Run: random, drawn by New
+
 	stats       *stats // counters for Stats, written without mu
 	beatsServed uint64 // heartbeats served as the owner, for Stats; guarded by mu
 }
@@ -112,6 +114,7 @@ func New(cfg Config) (*Registry, error) {
 	}
 	r.log = logx.WithNode(r.log, cfg.NodeID)
 	r.rand = rand.New(randx.Source(cfg.Rand))
+	r.run = randx.Run()
 	r.store = &memStore{r: r}
 	r.replicator = solo{id: cfg.NodeID}
 	r.watch.init()
@@ -133,6 +136,7 @@ func New(cfg Config) (*Registry, error) {
 		}
 		r.cluster, r.replicator, r.trans = true, d, cfg.Transport
 	}
+	r.index.history = cfg.watchHistory()
 	r.index.solo = !r.cluster // nothing replicates: the index records no replication effects
 	if cfg.HealthChecks != nil {
 		hc := *cfg.HealthChecks

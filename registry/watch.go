@@ -13,13 +13,38 @@ import (
 // Update is one delivery to a watcher.
 type Update struct {
 	// View is the newest view of the watched query (shared; do not modify).
-	View *model.ServiceView
+	View *model.ServiceView `json:"view"`
 	// Revision is View.Revision.
-	Revision uint64
+	Revision uint64 `json:"revision"`
+	// Cursor is where the watcher now is: pass it to WatchFrom to resume
+	// from this update.
+	Cursor Cursor `json:"cursor"`
+	// Reset says that View replaces whatever the watcher's reader held,
+	// rather than follows it: Delta then has every instance Added. The
+	// first update of Watch is a reset, and so is the first update of
+	// WatchFrom when the registry no longer has the cursor's revision.
+	Reset bool `json:"reset,omitempty"`
 	// Delta is the change from the view of the previous update delivered to
-	// this watcher (everything is Added in the first update). Watchers that
-	// move between the same two views share one Delta: do not modify it.
-	Delta model.Delta
+	// this watcher (everything is Added in a reset). Watchers that move
+	// between the same two views share one Delta: do not modify it.
+	Delta model.Delta `json:"delta"`
+}
+
+// Cursor is a position in a watch: the revision of the view last
+// delivered, and the run of the registry that delivered it.
+//
+// A view merges what every publisher of the service (sessions, beat
+// publishers, the persistent store, from every node) holds, as this node
+// has applied it, and Revision counts this node's changes of it: one
+// number orders them all, and no per-publisher version is needed to
+// resume. Revisions are this node's own, though: another node merges the
+// same changes in its own order and numbers them on its own, and a
+// restarted node counts from scratch. Run tells them apart (New draws it
+// at random): WatchFrom with another node's or another run's cursor
+// resumes with a reset, never with a delta against the wrong view.
+type Cursor struct {
+	Run      uint64 `json:"run"`
+	Revision uint64 `json:"revision"`
 }
 
 // step is a move of watchers from one view to the next. The notifier makes
@@ -151,10 +176,29 @@ func (r *Registry) markDirty(key model.ServiceKey) {
 }
 
 // Watch returns a watcher of q. Its first Next returns the current view at
-// once (a service the registry does not hold has an empty view). The watcher
-// is closed when ctx ends, when Close is called, or when the registry
-// closes. Watchers are local to this registry, as subscribers are in Nacos.
+// once (a service the registry does not hold has an empty view), as a
+// reset. The watcher is closed when ctx ends, when Close is called, or when
+// the registry closes. Watchers are local to this registry, as subscribers
+// are in Nacos.
+//
+// It fails with ErrNotReady while the registry is not started or still
+// loading its data (retry once WaitReady returns), ErrClosed once it is
+// closed, ErrLimit at Limits.MaxWatchers (retry after closing watchers),
+// model.ErrInvalid for an invalid query, or ctx's error.
 func (r *Registry) Watch(ctx context.Context, q model.Query) (*Watcher, error) {
+	return r.WatchFrom(ctx, q, Cursor{})
+}
+
+// WatchFrom returns a watcher of q that resumes from cursor, the Cursor of
+// the last update a previous watcher of q delivered (a reconnecting
+// client's). When the registry still has the cursor's revision of the
+// service (see Config.WatchHistory), the first Next returns the change
+// since, against the view at that revision, or waits for the next change
+// when there is none; otherwise (a revision too old, a cursor of another
+// node or of a previous run, the zero Cursor) it returns the current view
+// as a reset, like Watch. Either way the reader ends up with the current
+// view. It fails as Watch does.
+func (r *Registry) WatchFrom(ctx context.Context, q model.Query, cursor Cursor) (*Watcher, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -186,6 +230,13 @@ func (r *Registry) Watch(ctx context.Context, q model.Query) (*Watcher, error) {
 		g.first = &step{view: v} // watchers that start together share the first delta
 	}
 	w.latest.Store(g.first)
+	if cursor.Run == r.run && cursor.Revision != 0 {
+		if cursor.Revision == v.Revision {
+			w.delivered = v // up to date: the first Next waits for a change
+		} else if s := r.services[q.Service]; s != nil {
+			w.delivered = s.viewAt(cursor.Revision, &w.q) // nil when too old: a reset
+		}
+	}
 	r.mu.Unlock()
 
 	stop := context.AfterFunc(ctx, func() { w.close(context.Cause(ctx)) })
@@ -234,7 +285,13 @@ func (w *Watcher) Next(ctx context.Context) (Update, error) {
 			return Update{}, *err
 		}
 		if s := w.latest.Load(); s != nil && (w.delivered == nil || s.view.Revision > w.delivered.Revision) {
-			u := Update{View: s.view, Revision: s.view.Revision, Delta: s.deltaFrom(w.delivered)}
+			u := Update{
+				View:     s.view,
+				Revision: s.view.Revision,
+				Cursor:   Cursor{Run: w.r.run, Revision: s.view.Revision},
+				Reset:    w.delivered == nil,
+				Delta:    s.deltaFrom(w.delivered),
+			}
 			w.delivered = s.view
 			return u, nil
 		}
