@@ -10,7 +10,26 @@ import (
 	"github.com/muster-io/muster/model"
 )
 
-// Update is one delivery to a watcher.
+// Update is one delivery to a watcher: the newest view of its query, and
+// what changed since the view of the previous update. A watcher gets these
+// kinds of change, alone or together:
+//
+//   - Instances served added, removed or changed (weight, metadata, served
+//     health, enabled): Delta.
+//   - The service's definition changed (metadata, protection threshold,
+//     cluster configurations), or the service was created or removed (a
+//     removed service has an empty view): ServiceChanged.
+//   - Protection started or ended (View.Protected): ProtectionChanged; the
+//     instances whose served health flips with it are in Delta.Updated.
+//   - Under protection, the real health of an instance changed while it is
+//     still served as healthy, so Delta does not show it (View.RealHealth
+//     does): RealHealthChanged.
+//   - A reset (Reset): the view replaces what the reader held.
+//
+// An update with none of them (an empty Delta, every flag false) says that
+// the service's revision moved for a change this query does not show (an
+// instance of a cluster it filters out, or a disabled one): the reader's
+// view is still right, at a new Revision.
 type Update struct {
 	// View is the newest view of the watched query (shared; do not modify).
 	View *model.ServiceView `json:"view"`
@@ -20,14 +39,24 @@ type Update struct {
 	// from this update.
 	Cursor Cursor `json:"cursor"`
 	// Reset says that View replaces whatever the watcher's reader held,
-	// rather than follows it: Delta then has every instance Added. The
-	// first update of Watch is a reset, and so is the first update of
-	// WatchFrom when the registry no longer has the cursor's revision.
+	// rather than follows it: Delta then has every instance Added, and the
+	// flags compare with an empty view. The first update of Watch is a
+	// reset, and so is the first update of WatchFrom when the registry no
+	// longer has the cursor's revision.
 	Reset bool `json:"reset,omitempty"`
-	// Delta is the change from the view of the previous update delivered to
-	// this watcher (everything is Added in a reset). Watchers that move
-	// between the same two views share one Delta: do not modify it.
+	// Delta is the change of the served instances from the view of the
+	// previous update delivered to this watcher (everything is Added in a
+	// reset). Watchers that move between the same two views share one
+	// Delta: do not modify it.
 	Delta model.Delta `json:"delta"`
+	// ServiceChanged: View.Service differs from the previous update's.
+	ServiceChanged bool `json:"serviceChanged,omitempty"`
+	// ProtectionChanged: View.Protected differs from the previous update's.
+	ProtectionChanged bool `json:"protectionChanged,omitempty"`
+	// RealHealthChanged: an instance in both views, protected in either,
+	// changed its real health (View.RealHealthy), which its served Healthy
+	// may hide.
+	RealHealthChanged bool `json:"realHealthChanged,omitempty"`
 }
 
 // Cursor is a position in a watch: the revision of the view last
@@ -54,16 +83,60 @@ type Cursor struct {
 type step struct {
 	prev, view *model.ServiceView
 	once       sync.Once
-	delta      model.Delta
+	change     change
 }
 
-// deltaFrom returns the change from delivered to the step's view.
-func (s *step) deltaFrom(delivered *model.ServiceView) model.Delta {
+// change is what an Update says changed between two views.
+type change struct {
+	delta                         model.Delta
+	service, protection, realHeal bool
+}
+
+// changeFrom returns the change from delivered to the step's view.
+func (s *step) changeFrom(delivered *model.ServiceView) *change {
 	if delivered != s.prev {
-		return model.Diff(delivered, s.view) // this watcher skipped a step
+		c := diffViews(delivered, s.view) // this watcher skipped a step
+		return &c
 	}
-	s.once.Do(func() { s.delta = model.Diff(s.prev, s.view) })
-	return s.delta
+	s.once.Do(func() { s.change = diffViews(s.prev, s.view) })
+	return &s.change
+}
+
+// diffViews returns the change from one view of a service to another; a nil
+// view counts as empty.
+func diffViews(from, to *model.ServiceView) change {
+	c := change{delta: model.Diff(from, to)}
+	if from == nil {
+		c.service, c.protection, c.realHeal = true, to.Protected, to.Protected
+		return c
+	}
+	c.service = !from.Service.Equal(&to.Service)
+	c.protection = from.Protected != to.Protected
+	if from.Protected || to.Protected {
+		c.realHeal = realHealthMoved(from, to)
+	}
+	return c
+}
+
+// realHealthMoved reports whether an instance in both views has another
+// real health in to than in from.
+func realHealthMoved(from, to *model.ServiceView) bool {
+	a, b := from.Instances, to.Instances
+	for i, j := 0, 0; i < len(a) && j < len(b); {
+		switch c := a[i].Key().Compare(b[j].Key()); {
+		case c < 0:
+			i++
+		case c > 0:
+			j++
+		default:
+			if from.RealHealthy(i) != to.RealHealthy(j) {
+				return true
+			}
+			i++
+			j++
+		}
+	}
+	return false
 }
 
 // Watcher delivers the newest view of a query each time it changes. A slow
@@ -285,12 +358,16 @@ func (w *Watcher) Next(ctx context.Context) (Update, error) {
 			return Update{}, *err
 		}
 		if s := w.latest.Load(); s != nil && (w.delivered == nil || s.view.Revision > w.delivered.Revision) {
+			c := s.changeFrom(w.delivered)
 			u := Update{
-				View:     s.view,
-				Revision: s.view.Revision,
-				Cursor:   Cursor{Run: w.r.run, Revision: s.view.Revision},
-				Reset:    w.delivered == nil,
-				Delta:    s.deltaFrom(w.delivered),
+				View:              s.view,
+				Revision:          s.view.Revision,
+				Cursor:            Cursor{Run: w.r.run, Revision: s.view.Revision},
+				Reset:             w.delivered == nil,
+				Delta:             c.delta,
+				ServiceChanged:    c.service,
+				ProtectionChanged: c.protection,
+				RealHealthChanged: c.realHeal,
 			}
 			w.delivered = s.view
 			return u, nil

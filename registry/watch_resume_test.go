@@ -158,3 +158,78 @@ func TestWatchFromAnotherNode(t *testing.T) {
 		t.Fatalf("resume on another node: %+v", u)
 	}
 }
+
+// TestUpdateKinds: each kind of change a watcher can get says so in the
+// update, those that leave Delta empty included: a sole instance turning
+// unhealthy under protection (issue 29: "added:0 removed:0 updated:0"
+// before), protection ending with no served health changed, another
+// instance's real health moving while protected, a change of the
+// definition, and a change of an instance the query filters out.
+func TestUpdateKinds(t *testing.T) {
+	r := newReg(t)
+	q := model.Query{Service: svcKey("k"), Clusters: []string{model.DefaultCluster}}
+	w, err := r.Watch(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if u := next(t, w); !u.Reset || !u.ServiceChanged {
+		t.Fatalf("first update: %+v", u)
+	}
+	a := inst("k", 1)
+	mustRegister(t, r, a)
+	if u := next(t, w); len(u.Delta.Added) != 1 || u.Reset || u.ProtectionChanged || u.RealHealthChanged {
+		t.Fatalf("after a register: %+v", u)
+	}
+
+	// The sole instance's lease lapses: served healthy under protection,
+	// so Delta is empty, but the update says what moved.
+	r.Advance(16 * time.Second)
+	u := next(t, w)
+	if !u.Delta.Empty() || !u.ProtectionChanged || !u.RealHealthChanged || u.ServiceChanged || !u.View.Protected {
+		t.Fatalf("sole instance unhealthy under protection: %+v", u)
+	}
+	// It beats again: protection ends, and the served health (healthy)
+	// is what it was.
+	if _, err := r.Heartbeat(ctx, a.Key()); err != nil {
+		t.Fatal(err)
+	}
+	u = next(t, w)
+	if !u.Delta.Empty() || !u.ProtectionChanged || !u.RealHealthChanged || u.View.Protected {
+		t.Fatalf("protection ends: %+v", u)
+	}
+
+	// A definition with a threshold of 0.6.
+	def := model.Service{Key: svcKey("k"), Ephemeral: true, ProtectThreshold: 0.6}
+	if err := r.UpdateService(ctx, def); err != nil {
+		t.Fatal(err)
+	}
+	u = next(t, w)
+	if !u.ServiceChanged || !u.Delta.Empty() || u.View.Service.ProtectThreshold != 0.6 {
+		t.Fatalf("definition changed: %+v", u)
+	}
+	r.Advance(10 * time.Second) // a's beat was 10 s ago
+	b := inst("k", 2)
+	mustRegister(t, r, b)
+	next(t, w)
+	r.Advance(6 * time.Second) // a lapses: one of two healthy, at or below 0.6
+	u = next(t, w)
+	if !u.Delta.Empty() || !u.ProtectionChanged || !u.RealHealthChanged {
+		t.Fatalf("a lapses, protection starts: %+v", u)
+	}
+	r.Advance(10 * time.Second) // b lapses too, still protected
+	u = next(t, w)
+	if !u.Delta.Empty() || u.ProtectionChanged || !u.RealHealthChanged || u.ServiceChanged || !u.View.Protected {
+		t.Fatalf("b lapses under protection: %+v", u)
+	}
+
+	// An instance of a cluster the query filters out: a new revision that
+	// changes nothing the query shows.
+	c := inst("k", 3)
+	c.Cluster = "other"
+	mustRegister(t, r, c)
+	u = next(t, w)
+	if !u.Delta.Empty() || u.ServiceChanged || u.ProtectionChanged || u.RealHealthChanged || u.Reset {
+		t.Fatalf("a change the query filters out: %+v", u)
+	}
+}
