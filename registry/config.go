@@ -9,6 +9,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/muster-io/muster/health"
+	"github.com/muster-io/muster/internal/cfgerr"
 	"github.com/muster-io/muster/model"
 )
 
@@ -176,10 +177,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.Limits.validate()...)
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	return nil
+	return cfgerr.Join(ErrInvalidConfig, errs...)
 }
 
 // Env is what the registry hands the engines it builds (ReplicatorFunc,
