@@ -12,24 +12,25 @@ import (
 // Catalog is the list of the services of one namespace, defined or
 // implicit, at one revision of that list.
 type Catalog struct {
-	Namespace string
+	Namespace string `json:"namespace"`
 	// Revision increases each time a service is added to the namespace or
 	// removed from it. It counts catalog changes on this node, apart from
 	// the revisions of services and views.
-	Revision uint64
+	Revision uint64 `json:"revision"`
 	// Services is sorted by group, then name. It is shared by the watchers
 	// of the namespace: do not modify it.
-	Services []model.ServiceKey
+	Services []model.ServiceKey `json:"services"`
 }
 
 // CatalogUpdate is one delivery to a CatalogWatcher.
 type CatalogUpdate struct {
 	// Catalog is the namespace's newest list (shared; do not modify).
-	Catalog *Catalog
+	Catalog *Catalog `json:"catalog"`
 	// Added and Removed are the services added and removed since the
 	// previous update delivered to this watcher, sorted as in Catalog
 	// (every service is Added in the first update).
-	Added, Removed []model.ServiceKey
+	Added   []model.ServiceKey `json:"added"`
+	Removed []model.ServiceKey `json:"removed"`
 }
 
 // CatalogWatcher delivers the newest list of a namespace's services each

@@ -323,13 +323,13 @@ func (r *Registry) heartbeatOwned(ctx context.Context, instKey model.InstanceKey
 type BeatResult struct {
 	// Interval is the interval to beat at (the
 	// preserved.heart.beat.interval metadata, default 5 s).
-	Interval time.Duration
+	Interval time.Duration `json:"interval"`
 	// Registered is true when the registry did not hold the instance and
 	// the beat registered it again (it had expired, was deregistered, or
 	// was never registered); false when the beat renewed a lease. In a
 	// cluster it is the owner's answer; an owner older than this field
 	// always answers false.
-	Registered bool
+	Registered bool `json:"registered"`
 }
 
 // HeartbeatInstance is a heartbeat that carries its instance, as Nacos 1.x

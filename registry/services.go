@@ -98,18 +98,18 @@ type ListOptions struct {
 
 // ServiceSummary describes one service in a list.
 type ServiceSummary struct {
-	Key       model.ServiceKey
-	Ephemeral bool
+	Key       model.ServiceKey `json:"key"`
+	Ephemeral bool             `json:"ephemeral"`
 	// Defined is true when the service has a stored definition.
-	Defined bool
+	Defined bool `json:"defined"`
 	// Instances counts the service's instances (enabled or not).
-	Instances int
+	Instances int `json:"instances"`
 }
 
 // ServiceList is one page of services.
 type ServiceList struct {
-	Services []ServiceSummary // sorted by group, then name
-	Total    int              // services matching the options, on all pages
+	Services []ServiceSummary `json:"services"` // sorted by group, then name
+	Total    int              `json:"total"`    // services matching the options, on all pages
 }
 
 // ListServices returns a page of the services of a namespace, sorted by

@@ -279,13 +279,13 @@ func (s *Session) end() { s.once.Do(func() { close(s.done) }) }
 
 // SessionInfo describes one session in Sessions.
 type SessionInfo struct {
-	ID string
+	ID string `json:"id"`
 	// Labels is a copy of SessionOptions.Labels (nil when none).
-	Labels map[string]string
+	Labels map[string]string `json:"labels,omitempty"`
 	// Instances counts the instances the session publishes.
-	Instances int
+	Instances int `json:"instances"`
 	// Opened is when OpenSession returned, on the registry's clock.
-	Opened time.Time
+	Opened time.Time `json:"opened"`
 }
 
 // Sessions lists the sessions open on this node, oldest first (ties by
