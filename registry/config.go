@@ -65,7 +65,10 @@ type Config struct {
 	// then keep the health SetHealth gives them. A nil Clock, Logger or
 	// Rand in it means the registry's; OnTransition is the registry's and
 	// must be nil. DefaultConfig turns them on with health.DefaultConfig
-	// (Nacos's timings).
+	// (Nacos's timings). It has no MySQL checker (that would link a MySQL
+	// driver into every registry): New logs, at Info, that MYSQL checks will
+	// fail until HealthChecks.Checkers has one (package health/mysqlcheck;
+	// registry/node adds it).
 	HealthChecks *health.Config
 	// Store, when set, keeps persistent data (service definitions,
 	// persistent instances and their health, instance patches) in the

@@ -173,3 +173,27 @@ func TestConfigErrorLines(t *testing.T) {
 		t.Fatalf("port error: %v, want it to end in (got 0)", verr)
 	}
 }
+
+// TestNewSaysNoMySQLChecker: with health checks on and no MySQL checker,
+// New says so in its log at once, rather than at the first MYSQL check;
+// with one, it says nothing.
+func TestNewSaysNoMySQLChecker(t *testing.T) {
+	for _, withChecker := range []bool{false, true} {
+		var buf strings.Builder
+		cfg := registry.DefaultConfig()
+		cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		if withChecker {
+			hc := *cfg.HealthChecks
+			hc.Checkers = map[model.CheckType]health.Checker{model.CheckMySQL: health.NoneChecker{}}
+			cfg.HealthChecks = &hc
+		}
+		r, err := registry.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = r.Close()
+		if said := strings.Contains(buf.String(), "without a MySQL checker"); said == withChecker {
+			t.Fatalf("with a checker %v: log %q", withChecker, buf.String())
+		}
+	}
+}

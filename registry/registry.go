@@ -151,6 +151,10 @@ func New(cfg Config) (*Registry, error) {
 			hc.Rand = hrand
 		}
 		hc.OnTransition = r.onTransition
+		if hc.Checkers[model.CheckMySQL] == nil {
+			// Said at construction, not at the first MYSQL check (issue 29).
+			r.log.Info("health checks are on without a MySQL checker: a cluster with a MYSQL check will fail its checks; put one (package health/mysqlcheck) in HealthChecks.Checkers (registry/node does)")
+		}
 		sched, err := health.NewScheduler(hc)
 		if err != nil {
 			return nil, fmt.Errorf("registry: %w", err)
