@@ -46,7 +46,9 @@ type ClusterOptions struct {
 	// Raft, when set, gives every node a raftstore replica (real Dragonboat
 	// and Badger, data in the test's temporary directory, which survives
 	// Stop and Restart) through registry/raftcp, configured from it:
-	// ReplicaID, Dir, Transport and InitialMembers are set per node. Raft
+	// ReplicaID, Dir, Transport and InitialMembers are set per node, and a
+	// zero DeploymentID is given one (the cluster's Raft traffic runs on its
+	// own RaftNet, so a test need not choose it). Raft
 	// traffic goes over the node's endpoint on RaftNet
 	// (raftstore.Config.Transport), which Partition, Isolate, Heal and Stop
 	// cut like Net. Dragonboat runs on real time:
@@ -241,6 +243,12 @@ func (c *Cluster) start(n *Node) {
 	if c.opts.Raft != nil {
 		rc := *c.opts.Raft
 		rc.ReplicaID = uint64(c.Index(n) + 1)
+		if rc.DeploymentID == 0 {
+			// The cluster's Raft traffic stays on its own RaftNet, so any
+			// ID keeps it apart: one from the seed, which a test has no
+			// reason to choose.
+			rc.DeploymentID = c.opts.Seed | 1
+		}
 		rt, err := c.RaftNet.Node(n.ID)
 		if err != nil {
 			c.t.Fatalf("registrytest: raft network node %s: %v", n.ID, err)
