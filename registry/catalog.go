@@ -3,7 +3,6 @@ package registry
 import (
 	"context"
 	"slices"
-	"sync"
 	"sync/atomic"
 
 	"github.com/muster-io/muster/model"
@@ -44,11 +43,7 @@ type CatalogWatcher struct {
 	ns string
 
 	latest atomic.Pointer[Catalog] // stored by the notifier
-	sig    chan struct{}           // capacity 1: latest may have moved, or the watcher closed
-
-	once    sync.Once
-	closed  atomic.Pointer[error]
-	stopCtx func() bool // guarded by Registry.mu
+	watchEnd
 
 	delivered *Catalog // owned by Next's caller
 }
@@ -86,7 +81,7 @@ func (r *Registry) WatchServices(ctx context.Context, namespace string) (*Catalo
 		return nil, err
 	}
 	ns := probe.WithDefaults().Namespace
-	w := &CatalogWatcher{r: r, ns: ns, sig: make(chan struct{}, 1)}
+	w := &CatalogWatcher{r: r, ns: ns, watchEnd: newWatchEnd()}
 
 	r.mu.Lock()
 	if err := r.checkRead(); err != nil {
@@ -235,15 +230,8 @@ func (w *CatalogWatcher) Namespace() string { return w.ns }
 func (w *CatalogWatcher) Close() { w.close(ErrWatchClosed) }
 
 func (w *CatalogWatcher) close(err error) {
-	w.once.Do(func() {
-		if err == nil {
-			err = context.Canceled
-		}
+	w.end(w.r, err, func() {
 		r := w.r
-		r.mu.Lock()
-		w.closed.Store(&err)
-		r.quota.watchers--
-		stop := w.stopCtx
 		if g := r.watch.catalogs[w.ns]; g != nil {
 			rest := make([]*CatalogWatcher, 0, len(g.watchers))
 			for _, x := range g.watchers {
@@ -257,18 +245,5 @@ func (w *CatalogWatcher) close(err error) {
 				g.watchers = rest
 			}
 		}
-		r.mu.Unlock()
-		w.wake()
-		if stop != nil {
-			stop()
-		}
 	})
-}
-
-// wake signals Next without blocking.
-func (w *CatalogWatcher) wake() {
-	select {
-	case w.sig <- struct{}{}:
-	default:
-	}
 }

@@ -149,13 +149,7 @@ type Watcher struct {
 	q   model.Query
 
 	latest atomic.Pointer[step] // move to the newest view, stored by the notifier
-	// sig (capacity 1) says "latest may have moved, or the watcher closed".
-	// Next waits on it alone, so a wake-up costs one channel receive.
-	sig chan struct{}
-
-	once    sync.Once
-	closed  atomic.Pointer[error] // why the watcher closed, once it has
-	stopCtx func() bool           // unregisters the context hook; guarded by Registry.mu
+	watchEnd
 
 	delivered *model.ServiceView // owned by Next's caller
 }
@@ -280,7 +274,7 @@ func (r *Registry) WatchFrom(ctx context.Context, q model.Query, cursor Cursor) 
 		return nil, err
 	}
 	q.Clusters = slices.Clone(q.Clusters)
-	w := &Watcher{r: r, key: q.Service, q: q, sig: make(chan struct{}, 1)}
+	w := &Watcher{r: r, key: q.Service, q: q, watchEnd: newWatchEnd()}
 
 	r.mu.Lock()
 	if err := r.checkRead(); err != nil {
@@ -396,15 +390,8 @@ func (w *Watcher) Query() model.Query {
 func (w *Watcher) Close() { w.close(ErrWatchClosed) }
 
 func (w *Watcher) close(err error) {
-	w.once.Do(func() {
-		if err == nil {
-			err = context.Canceled
-		}
+	w.end(w.r, err, func() {
 		r := w.r
-		r.mu.Lock()
-		w.closed.Store(&err)
-		r.quota.watchers--
-		stop := w.stopCtx
 		if g := r.watch.groups[w.key]; g != nil {
 			g.dead++
 			if g.dead == len(g.watchers) {
@@ -419,8 +406,39 @@ func (w *Watcher) close(err error) {
 				g.watchers, g.dead = live, 0
 			}
 		}
+	})
+}
+
+// watchEnd is what a Watcher and a CatalogWatcher share: the wake-up
+// signal and the closing.
+type watchEnd struct {
+	// sig (capacity 1) says "latest may have moved, or the watcher closed".
+	// Next waits on it alone, so a wake-up costs one channel receive.
+	sig chan struct{}
+
+	once    sync.Once
+	closed  atomic.Pointer[error] // why the watcher closed, once it has
+	stopCtx func() bool           // unregisters the context hook; guarded by Registry.mu
+}
+
+func newWatchEnd() watchEnd { return watchEnd{sig: make(chan struct{}, 1)} }
+
+// end closes the watcher once, with err (context.Canceled when nil):
+// under r.mu it records why, gives back its MaxWatchers quota and calls
+// unlink, which takes it out of its group; then it wakes Next and drops
+// the context hook.
+func (e *watchEnd) end(r *Registry, err error, unlink func()) {
+	e.once.Do(func() {
+		if err == nil {
+			err = context.Canceled
+		}
+		r.mu.Lock()
+		e.closed.Store(&err)
+		r.quota.watchers--
+		stop := e.stopCtx
+		unlink()
 		r.mu.Unlock()
-		w.wake()
+		e.wake()
 		if stop != nil {
 			stop()
 		}
@@ -532,7 +550,7 @@ func (w *Watcher) offer(s *step) {
 
 // wake signals Next without blocking: a signal already pending covers this
 // one too.
-func (w *Watcher) wake() {
+func (w *watchEnd) wake() {
 	select {
 	case w.sig <- struct{}{}:
 	default:
