@@ -3,13 +3,13 @@ package transport
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/muster-io/muster/internal/cfgerr"
 )
 
 // TCPConfig configures a [TCP] transport. Start from [DefaultTCPConfig].
@@ -205,8 +205,5 @@ func (c TCPConfig) Validate() error {
 	check(c.MaxQueued >= 0, "MaxQueued must be >= 0, got %d", c.MaxQueued)
 	check(c.MaxQueuedBytes > 0, "MaxQueuedBytes must be > 0, got %d", c.MaxQueuedBytes)
 	check(c.WriteQueue > 0, "WriteQueue must be > 0, got %d", c.WriteQueue)
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	return cfgerr.Join(ErrInvalidConfig, errs...)
 }
