@@ -34,6 +34,11 @@ func (s *Server) httpHandler() http.Handler {
 	mux.HandleFunc("/nacos/v1/ns/catalog/services", s.hCatalog)
 	mux.HandleFunc("/nacos/v1/ns/operator/metrics", s.hMetrics)
 	mux.HandleFunc("/nacos/v1/core/loader/current", s.hLoaderCurrent)
+	mux.HandleFunc("/nacos/v1/auth/login", s.hLogin)
+	mux.HandleFunc("/nacos/v1/auth/users/login", s.hLogin)
+	mux.HandleFunc("/nacos/v1/auth/users", s.hUsers)
+	mux.HandleFunc("/nacos/v1/auth/roles", s.hRoles)
+	mux.HandleFunc("/nacos/v1/auth/permissions", s.hPermissions)
 	// Prometheus: Muster's metrics (docs/monitoring.md), at the usual path
 	// and at Nacos's.
 	prom := http.HandlerFunc(s.hPrometheus)
@@ -132,8 +137,29 @@ func (p params) service() (model.ServiceKey, error) {
 	if name == "" {
 		return model.ServiceKey{}, fmt.Errorf("%w: parameter serviceName is required", model.ErrInvalid)
 	}
+	if err := checkGrouped(name, p.str("groupName")); err != nil {
+		return model.ServiceKey{}, err
+	}
 	k := serviceKey(p.str("namespaceId"), p.str("groupName"), name)
 	return k, k.Validate()
+}
+
+// target is what a request acts on, for its permission check: namespace,
+// group and service name ("" for every one).
+func (p params) target() (ns, group, name string) {
+	name = p.str("serviceName")
+	group = p.str("groupName")
+	if name != "" {
+		group, name = splitGrouped(name, group)
+	}
+	return p.str("namespaceId"), group, name
+}
+
+// allowTarget checks the request against its sender's permissions on its
+// target (see params.target).
+func (s *Server) allowTarget(w http.ResponseWriter, r *http.Request, write bool) bool {
+	ns, group, name := params{r}.target()
+	return s.allow(w, r, ns, group, name, write)
 }
 
 // instanceKey reads the ip, port, cluster and service of an instance.
@@ -225,6 +251,9 @@ func writeOK(w http.ResponseWriter) {
 func (s *Server) hInstance(w http.ResponseWriter, r *http.Request) {
 	p := params{r}
 	ctx := r.Context()
+	if !s.allowTarget(w, r, r.Method != http.MethodGet) {
+		return
+	}
 	switch r.Method {
 	case http.MethodPost: // register
 		inst, err := p.instance()
@@ -291,6 +320,9 @@ func (s *Server) hInstance(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) hInstanceList(w http.ResponseWriter, r *http.Request) {
 	p := params{r}
+	if !s.allowTarget(w, r, false) {
+		return
+	}
 	svc, err := p.service()
 	if err != nil {
 		s.fail(w, r, err)
@@ -357,6 +389,9 @@ func (s *Server) hBeat(w http.ResponseWriter, r *http.Request) {
 	if name == "" {
 		name = b.ServiceName
 	}
+	if g, n := splitGrouped(name, p.str("groupName")); !s.allow(w, r, p.str("namespaceId"), g, n, true) {
+		return
+	}
 	svc := serviceKey(p.str("namespaceId"), p.str("groupName"), name)
 	if err := checkPort(b.Port); err != nil {
 		s.fail(w, r, err)
@@ -396,6 +431,9 @@ func (s *Server) hBeat(w http.ResponseWriter, r *http.Request) {
 func (s *Server) hService(w http.ResponseWriter, r *http.Request) {
 	p := params{r}
 	ctx := r.Context()
+	if !s.allowTarget(w, r, r.Method != http.MethodGet) {
+		return
+	}
 	svc, err := p.service()
 	if err != nil {
 		s.fail(w, r, err)
@@ -489,6 +527,9 @@ func (s *Server) hService(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) hServiceList(w http.ResponseWriter, r *http.Request) {
 	p := params{r}
+	if !s.allow(w, r, p.str("namespaceId"), p.str("groupName"), "", false) {
+		return
+	}
 	page, err := p.integer("pageNo", 1)
 	if err != nil {
 		s.fail(w, r, err)
@@ -520,6 +561,9 @@ func (s *Server) hServiceList(w http.ResponseWriter, r *http.Request) {
 func (s *Server) hCatalog(w http.ResponseWriter, r *http.Request) {
 	p := params{r}
 	ctx := r.Context()
+	if !s.allow(w, r, p.str("namespaceId"), "", "", false) {
+		return
+	}
 	page, err := p.integer("pageNo", 1)
 	if err == nil && page < 1 {
 		err = fmt.Errorf("%w: pageNo must be ≥ 1", model.ErrInvalid)
@@ -563,6 +607,11 @@ func (s *Server) hMetrics(w http.ResponseWriter, r *http.Request) {
 		status = "DOWN"
 	}
 	if r.FormValue("gc") == "true" { // nacosd's own: measure live memory
+		if s.auth.Enabled() {
+			if _, ok := s.admin(w, r); !ok {
+				return
+			}
+		}
 		runtime.GC()
 	}
 	var ms runtime.MemStats
@@ -589,6 +638,11 @@ func (s *Server) hLoaderCurrent(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
+	}
+	if s.auth.Enabled() { // the clients' addresses and labels: admins only
+		if _, ok := s.admin(w, r); !ok {
+			return
+		}
 	}
 	sessions, err := s.reg.Sessions(r.Context())
 	if err != nil {
