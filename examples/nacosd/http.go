@@ -341,15 +341,17 @@ func (s *Server) hInstanceList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := p.str("serviceName") // echoed verbatim: the client's cache key
-	// A service the registry does not hold (Revision 0) gets its empty
-	// answer but no subscriber: otherwise any name makes a watcher. The
-	// client's next poll subscribes once the service exists.
-	if udpPort, _ := p.integer("udpPort", 0); udpPort > 0 && udpPort <= 65535 && v.Revision != 0 {
+	// A service the registry does not hold yet gets a subscriber too, as
+	// Nacos 1.4 subscribes before it looks the service up: a consumer that
+	// starts before its providers is pushed the first one at once. What
+	// unknown names cost is bounded by -udp-subs-per-ip and
+	// -max-subscriptions.
+	if udpPort, _ := p.integer("udpPort", 0); udpPort > 0 && udpPort <= 65535 {
 		// Pushes go to the host the request came from, not to the
 		// clientIP parameter (Nacos's choice), which anyone could set to
 		// make this node send UDP to a third party.
 		ip, _, _ := net.SplitHostPort(r.RemoteAddr)
-		if err := s.udp.subscribe(net.JoinHostPort(ip, strconv.Itoa(udpPort)), ip, model.Query{Service: svc, Clusters: q.Clusters}, name, clusters); err != nil {
+		if err := s.udp.subscribe(net.JoinHostPort(ip, strconv.Itoa(udpPort)), ip, model.Query{Service: svc, Clusters: q.Clusters}, name, clusters, v.Revision); err != nil {
 			s.log.Debug("no UDP subscription", "client", ip, "service", svc, "err", err)
 		}
 	}
@@ -425,6 +427,7 @@ func (s *Server) hBeat(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	s.beats.Add(1)
 	writeJSON(w, map[string]any{"code": 10200, "clientBeatInterval": interval.Milliseconds(), "lightBeatEnabled": true})
 }
 
@@ -626,6 +629,7 @@ func (s *Server) hMetrics(w http.ResponseWriter, r *http.Request) {
 		"pushCount": pushes, "pushP50Ms": p50.Milliseconds(), "pushP99Ms": p99.Milliseconds(),
 		"mem": float64(ms.HeapInuse) / float64(max(ms.Sys, 1)), "cpu": 0, "load": 0,
 		"heapInuseBytes": ms.HeapInuse, "goroutines": runtime.NumGoroutine(),
+		"beatCount": s.beats.Load(),
 	})
 }
 

@@ -222,6 +222,7 @@ type Server struct {
 	ref     refClock
 	subs    limiter
 	metrics metrics
+	beats   atomic.Int64 // 1.x beats answered 10200
 
 	ctx    context.Context
 	cancel context.CancelFunc
