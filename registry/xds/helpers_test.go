@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/protobuf/types/known/emptypb"
 	grpcxds "google.golang.org/grpc/xds" // gRPC-Go's own xDS resolver and balancers
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/registry/xds"
