@@ -1,7 +1,6 @@
 package distro
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/muster-io/muster/internal/cfgerr"
 	"github.com/muster-io/muster/transport"
 )
 
@@ -109,8 +109,5 @@ func (c *Config) Validate() error {
 	check(c.ColdStartMembers >= 0, "ColdStartMembers", "must be >= 0 (0: wait LoadTimeout)")
 	check(c.Buckets >= 1 && c.Buckets <= 1<<16, "Buckets", "must be 1–65536")
 	check(c.MaxBatch >= 1 && c.MaxBatch <= MaxMessageRecords, "MaxBatch", fmt.Sprintf("must be 1–%d (MaxMessageRecords: peers refuse larger messages)", MaxMessageRecords))
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	return cfgerr.Join(ErrInvalidConfig, errs...)
 }

@@ -315,7 +315,7 @@ func (r *Replicator) finishLoad(peers int, cold bool, took time.Duration) {
 		return true
 	})
 	for _, rec := range stale {
-		rec.Revision++
+		rec.Revision = r.nextRevLocked(rec.Revision + 1)
 		rec.Deleted, rec.Payload = true, nil
 		r.installOwnLocked(rec)
 	}

@@ -23,7 +23,8 @@ func TestRandomized(t *testing.T) {
 
 // regressionSeeds are seeds that once failed, run on every test run (whatever MUSTER_SEED says).
 var regressionSeeds = []uint64{
-	901007, // a restarted node kept a record its previous run had deleted (issue 11.2)
+	901007,  // a restarted node kept a record its previous run had deleted (issue 11.2)
+	7300248, // a tombstone expired on its owner, which wrote its version again live (issue 27.1)
 }
 
 func TestRandomizedRegressions(t *testing.T) {

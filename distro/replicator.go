@@ -106,6 +106,7 @@ func New(cfg Config) (*Replicator, error) {
 	r.log = logx.WithNode(r.log, r.self)
 	r.rnd = rand.New(randx.Source(cfg.Rand))
 	r.tab = newTable(cfg.Buckets)
+	r.tab.self = r.self
 	r.sched = newSyncSched(cfg.SyncDelay, cfg.RetryMin, cfg.RetryMax)
 	r.sched.nb = cfg.Buckets // fresh tasks per bucket: verify leaves those buckets out
 	r.members = []string{r.self}
@@ -355,7 +356,16 @@ func (r *Replicator) versionOwnLocked(rec Record) (Record, error) {
 	if e != nil {
 		rec.Revision = e.rec.Revision + 1
 	}
+	rec.Revision = r.nextRevLocked(rec.Revision)
 	return rec, nil
+}
+
+// nextRevLocked returns the revision this node writes when it needs at least rev: rev, or more
+// if this node forgot a record of its own at rev or above (table.forgot). One version never
+// names two states: after its tombstone expired here, a key's history may start again, while a
+// peer that received or loaded the tombstone later still holds it.
+func (r *Replicator) nextRevLocked(rev uint64) uint64 {
+	return max(rev, r.tab.forgot+1)
 }
 
 // Change is one write of a Write batch: a Put of Payload, or, with Delete,
@@ -601,7 +611,7 @@ func (r *Replicator) offerLoadedLocked(rec Record, now time.Time) {
 	}
 	if e := r.tab.get(rec.Key); e != nil && e.local {
 		nr := e.rec
-		nr.Revision = rec.Revision + 1
+		nr.Revision = r.nextRevLocked(rec.Revision + 1)
 		r.installOwnLocked(nr)
 		return
 	}

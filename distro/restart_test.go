@@ -175,3 +175,33 @@ func TestPutBeforeReadyWinsOverPreviousIncarnation(t *testing.T) {
 	})
 	c.checkInvariants()
 }
+
+// Issue 27.1: a node whose tombstone of its own key expired wrote the key again from revision 1,
+// and reached the tombstone's revision while a peer that had loaded the tombstone later (so its
+// TTL ran later) still held it: one version, live on the owner, deleted on the peer, and the
+// peer refused the live one. After its tombstone expires, a node writes revisions above it.
+func TestRevisionNotReusedAfterTombstoneExpiry(t *testing.T) {
+	c := newCluster(t, nil, "n1", "n2")
+	n1 := c.nodes["n1"]
+	if _, err := n1.r.Put(KindSession, "s-1", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	del, err := n1.r.Delete("s-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	c.eventually(cfg.TombstoneTTL+2*cfg.VerifyInterval, "n1 forgot its tombstone", func() bool {
+		_, ok := n1.r.Get("s-1")
+		return !ok
+	})
+	for range 2 {
+		rec, err := n1.r.Put(KindSession, "s-1", []byte("b"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Revision <= del.Revision {
+			t.Fatalf("n1 wrote %v after forgetting its tombstone %v: that version named a deletion", rec, del)
+		}
+	}
+}

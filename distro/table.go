@@ -12,6 +12,12 @@ type table struct {
 	owners  map[string]*ownerState
 	gcq     []gcItem // tombstones and orphan markers, in the order (and time) they were made
 	gchead  int
+	// self is the node's ID; forgot is the highest revision of a record of self's that expire
+	// removed. A node writes every revision above it (Replicator.nextRevLocked): a peer may still
+	// hold the forgotten version (it received or loaded it later, so its TTL runs later), and a
+	// version written again would name two states there.
+	self   string
+	forgot uint64
 }
 
 // entry is what the table knows about a key.
@@ -170,6 +176,9 @@ func (t *table) expire(cutoff time.Time) int {
 		t.gcq[t.gchead] = gcItem{}
 		t.gchead++
 		if e := t.get(it.key); e != nil && e.rec.Revision == it.rev && (e.rec.Deleted || e.orphan) {
+			if e.rec.Owner == t.self {
+				t.forgot = max(t.forgot, e.rec.Revision)
+			}
 			t.remove(it.key)
 			n++
 		}

@@ -99,7 +99,7 @@ func (r *Replicator) repairPlanLocked(peer string, vr verifyResp) (send []Record
 				// the key while views differed (a partition). This node owns the key now; it
 				// moves past that version so its current state wins everywhere.
 				nr := e.rec
-				nr.Revision = v.Rev + 1
+				nr.Revision = r.nextRevLocked(v.Rev + 1)
 				bumps = append(bumps, nr)
 			}
 			return true

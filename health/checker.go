@@ -41,13 +41,13 @@ func (t Target) clone() Target {
 
 // Result is the outcome of one check.
 type Result struct {
-	Healthy bool
+	Healthy bool `json:"healthy"`
 	// Definite marks a failure that flips a healthy instance at once instead of after
 	// several consecutive failures: a refused connection, an SQL or authentication error, an
 	// HTTP status that is neither expected nor transient. It is meaningless when Healthy.
-	Definite bool
-	Latency  time.Duration // how long the check took
-	Reason   string        // human-readable: "ok", "connection refused", "status 503", "read_only=ON"...
+	Definite bool          `json:"definite"`
+	Latency  time.Duration `json:"latency"` // how long the check took
+	Reason   string        `json:"reason"`  // human-readable: "ok", "connection refused", "status 503", "read_only=ON"...
 }
 
 // Checker probes a target.

@@ -1,13 +1,13 @@
 package health
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/muster-io/muster/internal/cfgerr"
 	"github.com/muster-io/muster/model"
 )
 
@@ -162,10 +162,7 @@ func (c *Config) Validate() error {
 	if c.Damping.Flips > maxDampFlips {
 		bad("Damping.Flips must be <= %d, got %d", maxDampFlips, c.Damping.Flips)
 	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	return cfgerr.Join(ErrInvalidConfig, errs...)
 }
 
 // maxDampFlips bounds the per-instance flip history.

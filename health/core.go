@@ -16,27 +16,27 @@ import (
 // Status is a snapshot of one target's checks, returned by [Scheduler.Status] and passed to
 // Config.OnTransition.
 type Status struct {
-	Key    model.InstanceKey
-	Type   model.CheckType // the check type in force (empty Type is reported as TCP)
-	Probed bool            // false for NONE and unknown types: never checked, health set by Set
+	Key    model.InstanceKey `json:"key"`
+	Type   model.CheckType   `json:"type"`   // the check type in force (empty Type is reported as TCP)
+	Probed bool              `json:"probed"` // false for NONE and unknown types: never checked, health set by Set
 
-	Healthy bool // the current state
-	Running bool // a check is in flight
+	Healthy bool `json:"healthy"` // the current state
+	Running bool `json:"running"` // a check is in flight
 
-	Checks    uint64    // checks completed since the target was added
-	Last      Result    // the last completed check (zero before the first)
-	LastCheck time.Time // when it completed
+	Checks    uint64    `json:"checks"`    // checks completed since the target was added
+	Last      Result    `json:"last"`      // the last completed check (zero before the first)
+	LastCheck time.Time `json:"lastCheck"` // when it completed
 
-	ConsecutiveOK   int // healthy results in a row, up to the last check
-	ConsecutiveFail int // failures in a row, up to the last check
+	ConsecutiveOK   int `json:"consecutiveOK"`   // healthy results in a row, up to the last check
+	ConsecutiveFail int `json:"consecutiveFail"` // failures in a row, up to the last check
 
-	Interval time.Duration // the interval after the last check (the drawn first interval before the second check)
-	NextDue  time.Time     // when the next check is due; zero while one is running or when not probed
+	Interval time.Duration `json:"interval"` // the interval after the last check (the drawn first interval before the second check)
+	NextDue  time.Time     `json:"nextDue"`  // when the next check is due; zero while one is running or when not probed
 
-	Damped      bool      // held by flap damping (see Damping)
-	HeldUntil   time.Time // end of the hold; the hold is released by the first check completing after it
-	DampReason  string    // why it is held, e.g. "flapping: 5 flips within 1m0s, held unhealthy until ..."
-	RecentFlips int       // flips remembered for damping
+	Damped      bool      `json:"damped"`      // held by flap damping (see Damping)
+	HeldUntil   time.Time `json:"heldUntil"`   // end of the hold; the hold is released by the first check completing after it
+	DampReason  string    `json:"dampReason"`  // why it is held, e.g. "flapping: 5 flips within 1m0s, held unhealthy until ..."
+	RecentFlips int       `json:"recentFlips"` // flips remembered for damping
 }
 
 // Kinds of probed check types, indexing the per-type tables.

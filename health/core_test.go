@@ -368,7 +368,7 @@ func TestCoreResultAfterSwitchToNoneIsDropped(t *testing.T) {
 }
 
 // TestConfigValidateEvery: Validate reports every rule a config breaks, in one error that
-// wraps ErrInvalidConfig once.
+// wraps ErrInvalidConfig, a line per rule.
 func TestConfigValidateEvery(t *testing.T) {
 	c := DefaultConfig()
 	c.MaxConcurrent, c.HealthyAfter = 0, 0
@@ -381,7 +381,14 @@ func TestConfigValidateEvery(t *testing.T) {
 			t.Errorf("Validate = %v, does not name %s", err, field)
 		}
 	}
-	if n := strings.Count(err.Error(), ErrInvalidConfig.Error()); n != 1 {
-		t.Errorf("Validate = %q: says %q %d times, want once", err, ErrInvalidConfig, n)
+	// One complete line per rule, each with the package prefix.
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("Validate = %q: %d lines for 2 rules", err, len(lines))
+	}
+	for _, l := range lines {
+		if !strings.HasPrefix(l, ErrInvalidConfig.Error()+": ") {
+			t.Errorf("line %q lacks the prefix %q", l, ErrInvalidConfig)
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/muster-io/muster/internal/cfgerr"
 )
 
 // HTTPConfig configures an [HTTPChecker].
@@ -70,8 +71,8 @@ func NewHTTPChecker(cfg HTTPConfig) (*HTTPChecker, error) {
 	if cfg.MaxIdleConns < 0 {
 		errs = append(errs, fmt.Errorf("HTTPConfig.MaxIdleConns must be >= 0, got %d", cfg.MaxIdleConns))
 	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	if err := cfgerr.Join(ErrInvalidConfig, errs...); err != nil {
+		return nil, err
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultCheckTimeout

@@ -124,3 +124,9 @@ func invalid(field, rule, value string) error {
 	}
 	return &ValidationError{Field: field, Rule: rule, Value: q}
 }
+
+// invalidNumber builds a *ValidationError for a number, which is not quoted
+// (a port's "got 0", not "got \"0\"").
+func invalidNumber(field, rule, value string) error {
+	return &ValidationError{Field: field, Rule: rule, Value: value}
+}

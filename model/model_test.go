@@ -458,3 +458,45 @@ func TestMetadataValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceEqual: a change of any field of a definition, of its clusters
+// or of their checks makes it differ; a deep copy does not.
+func TestServiceEqual(t *testing.T) {
+	base := func() Service {
+		return Service{
+			Key: ServiceKey{Namespace: "n", Group: "g", Name: "s"}, Ephemeral: true, ProtectThreshold: 0.5,
+			Metadata: NewMetadata(map[string]string{"a": "1"}),
+			Clusters: []Cluster{{Name: "c", Metadata: NewMetadata(map[string]string{"b": "2"}), HealthCheck: HealthCheck{
+				Type: CheckHTTP, Port: 1, Path: "/p", Headers: NewMetadata(map[string]string{"h": "v"}),
+				ExpectedCodes: []int{200}, User: "u", Password: "p", Command: "c",
+			}}},
+		}
+	}
+	b := base()
+	if c := b.Clone(); !b.Equal(&c) {
+		t.Fatal("a clone differs")
+	}
+	for name, change := range map[string]func(*Service){
+		"key":       func(s *Service) { s.Key.Name = "t" },
+		"kind":      func(s *Service) { s.Ephemeral = false },
+		"threshold": func(s *Service) { s.ProtectThreshold = 0.6 },
+		"metadata":  func(s *Service) { s.Metadata = s.Metadata.With("a", "2") },
+		"clusters":  func(s *Service) { s.Clusters = nil },
+		"cluster":   func(s *Service) { s.Clusters[0].Name = "d" },
+		"cl meta":   func(s *Service) { s.Clusters[0].Metadata = Metadata{} },
+		"type":      func(s *Service) { s.Clusters[0].HealthCheck.Type = CheckTCP },
+		"port":      func(s *Service) { s.Clusters[0].HealthCheck.Port = 2 },
+		"path":      func(s *Service) { s.Clusters[0].HealthCheck.Path = "/q" },
+		"headers":   func(s *Service) { s.Clusters[0].HealthCheck.Headers = Metadata{} },
+		"codes":     func(s *Service) { s.Clusters[0].HealthCheck.ExpectedCodes = []int{201} },
+		"user":      func(s *Service) { s.Clusters[0].HealthCheck.User = "v" },
+		"password":  func(s *Service) { s.Clusters[0].HealthCheck.Password = "q" },
+		"command":   func(s *Service) { s.Clusters[0].HealthCheck.Command = "d" },
+	} {
+		c := base()
+		change(&c)
+		if b.Equal(&c) {
+			t.Errorf("%s changed, Equal holds", name)
+		}
+	}
+}

@@ -88,6 +88,20 @@ func (s *Service) Cluster(name string) Cluster {
 	return Cluster{Name: name}
 }
 
+// Equal reports whether s and o hold the same definition.
+func (s *Service) Equal(o *Service) bool {
+	return s.Key == o.Key && s.Ephemeral == o.Ephemeral && s.ProtectThreshold == o.ProtectThreshold &&
+		s.Metadata.Equal(o.Metadata) && slices.EqualFunc(s.Clusters, o.Clusters, func(a, b Cluster) bool {
+		return a.Name == b.Name && a.Metadata.Equal(b.Metadata) && a.HealthCheck.equal(&b.HealthCheck)
+	})
+}
+
+func (h *HealthCheck) equal(o *HealthCheck) bool {
+	return h.Type == o.Type && h.Port == o.Port && h.Path == o.Path && h.Headers.Equal(o.Headers) &&
+		slices.Equal(h.ExpectedCodes, o.ExpectedCodes) && h.User == o.User && h.Password == o.Password &&
+		h.Command == o.Command
+}
+
 // Clone returns a deep copy of s, which shares no slice with it.
 func (s Service) Clone() Service {
 	if s.Clusters != nil {

@@ -121,7 +121,7 @@ func (s *Service) Validate(l Limits) error {
 	}
 	t := s.ProtectThreshold
 	if math.IsNaN(t) || t < 0 || t > 1 {
-		return invalid("service.protectThreshold", "must be a number in [0, 1]", strconv.FormatFloat(t, 'g', -1, 64))
+		return invalidNumber("service.protectThreshold", "must be a number in [0, 1]", strconv.FormatFloat(t, 'g', -1, 64))
 	}
 	if err := checkMetadata("service.metadata", s.Metadata, l); err != nil {
 		return err
@@ -184,7 +184,7 @@ func (h *HealthCheck) validate(field string, l Limits) error {
 	}
 	for _, c := range h.ExpectedCodes {
 		if c < 100 || c > 599 {
-			return invalid(field+".expectedCodes", "must be HTTP status codes 100–599", strconv.Itoa(c))
+			return invalidNumber(field+".expectedCodes", "must be HTTP status codes 100–599", strconv.Itoa(c))
 		}
 	}
 	if len(h.User) > MaxCredentialLen || len(h.Password) > MaxCredentialLen {
@@ -347,14 +347,14 @@ func checkPort(field string, port int, zeroOK bool) error {
 		lo = 0
 	}
 	if port < lo || port > 65535 {
-		return invalid(field, "must be "+strconv.Itoa(lo)+"–65535", strconv.Itoa(port))
+		return invalidNumber(field, "must be "+strconv.Itoa(lo)+"–65535", strconv.Itoa(port))
 	}
 	return nil
 }
 
 func checkWeight(field string, w float64) error {
 	if math.IsNaN(w) || w < 0 || w > MaxWeight {
-		return invalid(field, "must be a number in [0, 10000]", strconv.FormatFloat(w, 'g', -1, 64))
+		return invalidNumber(field, "must be a number in [0, 10000]", strconv.FormatFloat(w, 'g', -1, 64))
 	}
 	return nil
 }
@@ -382,7 +382,7 @@ func (m Metadata) Validate(field string, l Limits) error { return checkMetadata(
 
 func checkMetadata(field string, m Metadata, l Limits) error {
 	if size, max := m.Size(), l.maxMetadata(); size > max {
-		return invalid(field, "keys and values must total at most "+strconv.Itoa(max)+" characters", strconv.Itoa(size)+" characters")
+		return invalidNumber(field, "keys and values must total at most "+strconv.Itoa(max)+" characters", strconv.Itoa(size)+" characters")
 	}
 	for i := 0; i < len(m.kv); i += 2 {
 		k, v := m.kv[i], m.kv[i+1]

@@ -1,7 +1,6 @@
 package raftstore
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -11,6 +10,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/lni/dragonboat/v4/config"
 	"github.com/lni/vfs"
+	"github.com/muster-io/muster/internal/cfgerr"
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/transport"
 )
@@ -234,10 +234,7 @@ func (c *Config) Validate() error {
 			check(!badAddr, "InitialMembers", "addresses must be host:port")
 		}
 	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	return cfgerr.Join(ErrInvalidConfig, errs...)
 }
 
 // raftAddress is RaftAddress, or the transport's node ID when it is empty

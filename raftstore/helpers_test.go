@@ -313,9 +313,19 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 func (c *cluster) converged(ref uint64) State {
 	c.t.Helper()
 	ctx := context.Background()
-	want, err := c.nodes[ref].State(ctx, ReadOptions{Linearizable: true})
-	if err != nil {
-		c.t.Fatal(err)
+	// A linearizable read may find no leader under load (an election
+	// under a short ReadTimeout): retried, like settle's writes.
+	var want State
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var err error
+		want, err = c.nodes[ref].State(ctx, ReadOptions{Linearizable: true})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrNoLeader) || time.Now().After(deadline) {
+			c.t.Fatal(err)
+		}
 	}
 	for id, n := range c.nodes {
 		c.eventually(10*time.Second, fmt.Sprintf("node %d to converge", id), func() bool {

@@ -66,10 +66,11 @@ func TestConfigValidate(t *testing.T) {
 	if !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("every field broken: %v, want ErrInvalidConfig", err)
 	}
-	// One line per broken rule, each starting with its field.
-	lines := strings.Split(strings.TrimPrefix(err.Error(), ErrInvalidConfig.Error()+": "), "\n")
+	// One complete line per broken rule, each with the package's prefix,
+	// then its field.
+	lines := strings.Split(err.Error(), "\n")
 	for field := range cases {
-		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, field+" ") }) {
+		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, ErrInvalidConfig.Error()+": "+field+" ") }) {
 			t.Errorf("every field broken: no rule of %s in %q", field, lines)
 		}
 	}

@@ -3,7 +3,6 @@ package registry
 import (
 	"context"
 	"slices"
-	"sync"
 	"sync/atomic"
 
 	"github.com/muster-io/muster/model"
@@ -12,24 +11,25 @@ import (
 // Catalog is the list of the services of one namespace, defined or
 // implicit, at one revision of that list.
 type Catalog struct {
-	Namespace string
+	Namespace string `json:"namespace"`
 	// Revision increases each time a service is added to the namespace or
 	// removed from it. It counts catalog changes on this node, apart from
 	// the revisions of services and views.
-	Revision uint64
+	Revision uint64 `json:"revision"`
 	// Services is sorted by group, then name. It is shared by the watchers
 	// of the namespace: do not modify it.
-	Services []model.ServiceKey
+	Services []model.ServiceKey `json:"services"`
 }
 
 // CatalogUpdate is one delivery to a CatalogWatcher.
 type CatalogUpdate struct {
 	// Catalog is the namespace's newest list (shared; do not modify).
-	Catalog *Catalog
+	Catalog *Catalog `json:"catalog"`
 	// Added and Removed are the services added and removed since the
 	// previous update delivered to this watcher, sorted as in Catalog
 	// (every service is Added in the first update).
-	Added, Removed []model.ServiceKey
+	Added   []model.ServiceKey `json:"added"`
+	Removed []model.ServiceKey `json:"removed"`
 }
 
 // CatalogWatcher delivers the newest list of a namespace's services each
@@ -43,11 +43,7 @@ type CatalogWatcher struct {
 	ns string
 
 	latest atomic.Pointer[Catalog] // stored by the notifier
-	sig    chan struct{}           // capacity 1: latest may have moved, or the watcher closed
-
-	once    sync.Once
-	closed  atomic.Pointer[error]
-	stopCtx func() bool // guarded by Registry.mu
+	watchEnd
 
 	delivered *Catalog // owned by Next's caller
 }
@@ -85,7 +81,7 @@ func (r *Registry) WatchServices(ctx context.Context, namespace string) (*Catalo
 		return nil, err
 	}
 	ns := probe.WithDefaults().Namespace
-	w := &CatalogWatcher{r: r, ns: ns, sig: make(chan struct{}, 1)}
+	w := &CatalogWatcher{r: r, ns: ns, watchEnd: newWatchEnd()}
 
 	r.mu.Lock()
 	if err := r.checkRead(); err != nil {
@@ -234,15 +230,8 @@ func (w *CatalogWatcher) Namespace() string { return w.ns }
 func (w *CatalogWatcher) Close() { w.close(ErrWatchClosed) }
 
 func (w *CatalogWatcher) close(err error) {
-	w.once.Do(func() {
-		if err == nil {
-			err = context.Canceled
-		}
+	w.end(w.r, err, func() {
 		r := w.r
-		r.mu.Lock()
-		w.closed.Store(&err)
-		r.quota.watchers--
-		stop := w.stopCtx
 		if g := r.watch.catalogs[w.ns]; g != nil {
 			rest := make([]*CatalogWatcher, 0, len(g.watchers))
 			for _, x := range g.watchers {
@@ -256,18 +245,5 @@ func (w *CatalogWatcher) close(err error) {
 				g.watchers = rest
 			}
 		}
-		r.mu.Unlock()
-		w.wake()
-		if stop != nil {
-			stop()
-		}
 	})
-}
-
-// wake signals Next without blocking.
-func (w *CatalogWatcher) wake() {
-	select {
-	case w.sig <- struct{}{}:
-	default:
-	}
 }

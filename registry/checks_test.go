@@ -332,6 +332,7 @@ func TestActiveCheckRaftLeaderProbes(t *testing.T) {
 		cfg.NodeID = fmt.Sprintf("n%d", id)
 		cfg.Clock = clock
 		rc := *raftConfig()
+		rc.DeploymentID = 0x72656769 // not a registrytest cluster: set by hand
 		rc.ReplicaID, rc.RaftAddress, rc.Dir, rc.InitialMembers = id, members[id], filepath.Join(dir, cfg.NodeID), members
 		rc.Insecure = true // Dragonboat's own TCP transport on loopback
 		cp := raftcp.New(rc)

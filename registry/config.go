@@ -9,6 +9,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/muster-io/muster/health"
+	"github.com/muster-io/muster/internal/cfgerr"
 	"github.com/muster-io/muster/model"
 )
 
@@ -64,7 +65,10 @@ type Config struct {
 	// then keep the health SetHealth gives them. A nil Clock, Logger or
 	// Rand in it means the registry's; OnTransition is the registry's and
 	// must be nil. DefaultConfig turns them on with health.DefaultConfig
-	// (Nacos's timings).
+	// (Nacos's timings). It has no MySQL checker (that would link a MySQL
+	// driver into every registry): New logs, at Info, that MYSQL checks will
+	// fail until HealthChecks.Checkers has one (package health/mysqlcheck;
+	// registry/node adds it).
 	HealthChecks *health.Config
 	// Store, when set, keeps persistent data (service definitions,
 	// persistent instances and their health, instance patches) in the
@@ -81,6 +85,15 @@ type Config struct {
 	// current state only); registry/node and registrytest turn it on with
 	// DefaultHistoryEvents, as a cluster's operators want it.
 	HistoryEvents int
+	// WatchHistory is how many past revisions of each service the registry
+	// keeps so that a watcher can resume from one (WatchFrom) and get the
+	// change since, rather than the whole view again. Only revisions that
+	// were read (by a query or a watcher) are kept, and each costs one copy
+	// of the service's instance list at that revision: at most
+	// WatchHistory × Limits.MaxInstancesPerService instances per service.
+	// Zero means DefaultWatchHistory; negative keeps none (every resume is
+	// a reset).
+	WatchHistory int
 	// ServeBeforeReady lets queries and watches answer while the node is
 	// still loading its data from its peers. By default they fail with
 	// ErrNotReady until the load is done, rather than serve partial lists.
@@ -140,6 +153,9 @@ func (c *Config) Validate() error {
 	if c.HistoryEvents < 0 || c.HistoryEvents > MaxHistoryEvents {
 		errs = append(errs, fmt.Errorf("HistoryEvents must be 0 to %d (got %d)", MaxHistoryEvents, c.HistoryEvents))
 	}
+	if c.WatchHistory > maxWatchHistory {
+		errs = append(errs, fmt.Errorf("WatchHistory must be at most %d (got %d)", maxWatchHistory, c.WatchHistory))
+	}
 	if c.HealthChecks != nil && c.HealthChecks.OnTransition != nil {
 		errs = append(errs, errors.New("HealthChecks.OnTransition must be nil: the registry stores the transitions"))
 	}
@@ -164,10 +180,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.Limits.validate()...)
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	return nil
+	return cfgerr.Join(ErrInvalidConfig, errs...)
 }
 
 // Env is what the registry hands the engines it builds (ReplicatorFunc,
@@ -185,6 +198,24 @@ type Env struct {
 	Rand rand.Source
 	// Limits are the validation limits of the registry's writes.
 	Limits model.Limits
+}
+
+// DefaultWatchHistory is the default of Config.WatchHistory.
+const DefaultWatchHistory = 8
+
+// maxWatchHistory caps Config.WatchHistory: a resume scans the kept
+// revisions, and each one may cost a copy of a large service.
+const maxWatchHistory = 1024
+
+// watchHistory returns how many past revisions each service keeps.
+func (c *Config) watchHistory() int {
+	switch {
+	case c.WatchHistory == 0:
+		return DefaultWatchHistory
+	case c.WatchHistory < 0:
+		return 0
+	}
+	return c.WatchHistory
 }
 
 // DefaultHistoryEvents is the journal size registry/node and registrytest

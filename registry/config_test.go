@@ -144,3 +144,56 @@ func TestStartTwice(t *testing.T) {
 		t.Fatalf("Start after Close: %v, want ErrClosed", err)
 	}
 }
+
+// TestConfigErrorLines: Validate's error has one complete line per broken
+// rule, each with the package prefix, the limits' among them, and numbers
+// are not quoted.
+func TestConfigErrorLines(t *testing.T) {
+	cfg := registry.DefaultConfig()
+	cfg.EmptyServiceTTL, cfg.PatchTTL, cfg.HistoryEvents = -time.Second, -time.Second, -1
+	cfg.Limits.MaxSessions = -1
+	err := cfg.Validate()
+	if !errors.Is(err, registry.ErrInvalidConfig) {
+		t.Fatalf("Validate = %v", err)
+	}
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("%d lines for 4 rules:\n%s", len(lines), err)
+	}
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "registry: invalid config: ") {
+			t.Errorf("line without the prefix: %q", l)
+		}
+	}
+	if !strings.Contains(err.Error(), "MaxSessions") {
+		t.Errorf("the limit's rule is missing:\n%s", err)
+	}
+	bad := model.NewInstance(model.ServiceKey{Name: "s"}, "10.0.0.1", 0)
+	if verr := bad.Validate(model.Limits{}); verr == nil || !strings.Contains(verr.Error(), "(got 0)") {
+		t.Fatalf("port error: %v, want it to end in (got 0)", verr)
+	}
+}
+
+// TestNewSaysNoMySQLChecker: with health checks on and no MySQL checker,
+// New says so in its log at once, rather than at the first MYSQL check;
+// with one, it says nothing.
+func TestNewSaysNoMySQLChecker(t *testing.T) {
+	for _, withChecker := range []bool{false, true} {
+		var buf strings.Builder
+		cfg := registry.DefaultConfig()
+		cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		if withChecker {
+			hc := *cfg.HealthChecks
+			hc.Checkers = map[model.CheckType]health.Checker{model.CheckMySQL: health.NoneChecker{}}
+			cfg.HealthChecks = &hc
+		}
+		r, err := registry.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = r.Close()
+		if said := strings.Contains(buf.String(), "without a MySQL checker"); said == withChecker {
+			t.Fatalf("with a checker %v: log %q", withChecker, buf.String())
+		}
+	}
+}

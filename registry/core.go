@@ -26,6 +26,7 @@ type index struct {
 	services map[model.ServiceKey]*service
 	patches  map[model.InstanceKey]*model.InstancePatch
 	rev      uint64 // last revision handed out; revisions are unique across services
+	history  int    // past revisions kept per service for WatchFrom (Config.WatchHistory, with its default; 0 keeps none)
 	lim      Limits // the registry's limits, with their defaults
 	noting   bool   // the journal is on: changes record its events (effects.events)
 	solo     bool   // standalone: no replicator, so changes record no replication effects (notes, replicate)
@@ -348,7 +349,9 @@ func (ix *index) startPatchCountdown(instKey model.InstanceKey, now time.Time) {
 func (ix *index) changed(s *service) {
 	ix.rev++
 	s.rev = ix.rev
-	s.cache.Store(nil)
+	if vc := s.cache.Swap(nil); vc != nil && ix.history > 0 {
+		s.remember(vc, ix.history) // a revision someone read: a watcher may resume from it
+	}
 	ix.fx.dirty = append(ix.fx.dirty, s.key)
 }
 

@@ -7,17 +7,17 @@ type Counts struct {
 	// Services counts the services in the index, defined or implicit, of
 	// every namespace; Namespaces has the count per namespace (those with
 	// none are absent).
-	Services   int
-	Namespaces map[string]int
+	Services   int            `json:"services"`
+	Namespaces map[string]int `json:"namespaces"`
 	// Instances counts the instances in the index: ephemeral ones of every
 	// node, replicated here, and persistent ones.
-	Instances int
+	Instances int `json:"instances"`
 	// Sessions counts the sessions open on this node (those of other
 	// nodes, replicated here, count on their own node).
-	Sessions int
+	Sessions int `json:"sessions"`
 	// Watchers counts the open watchers of this node (Watch and
 	// WatchServices).
-	Watchers int
+	Watchers int `json:"watchers"`
 }
 
 // Counts returns the registry's counts (see Counts). It is safe for

@@ -183,6 +183,11 @@
 //     the previous delivery; a slow watcher skips intermediate views and
 //     never blocks the registry. WatchServices watches a namespace's list
 //     of services alike. Both count against Limits.MaxWatchers.
+//   - WatchFrom resumes a watch from the Cursor of an update (a client that
+//     reconnects): the change since, when the registry still keeps that
+//     revision (Config.WatchHistory), or the current view as a reset. A
+//     cursor is this node's and this run's: elsewhere it resumes with a
+//     reset.
 //
 // # Limits
 //

@@ -8,7 +8,17 @@ import (
 
 // Errors returned by the registry. Match them with errors.Is; the returned
 // errors wrap them with the service or instance concerned. Validation errors
-// match model.ErrInvalid instead. The rule errors (ErrKindMismatch,
+// match model.ErrInvalid instead.
+//
+// Three are worth a retry of the same call, after a backoff: ErrNotReady
+// (the node is still loading its data), ErrUnavailable (the owner of a beat
+// instance could not be reached, or ownership is moving) and ErrNoLeader
+// (the persistent store has no quorum); Retryable reports them, and a server
+// maps them to "service unavailable" (HTTP 503), not to an internal error.
+// ErrLimit may succeed once something is removed. The others need the call
+// changed (a validation or rule error) or are final (ErrClosed,
+// ErrSessionClosed, ErrWatchClosed). Each method lists those it returns; a
+// context's error is returned as it is. The rule errors (ErrKindMismatch,
 // ErrNotFound, ErrServiceExists, ErrServiceNotEmpty, ErrHealthChecked) are
 // model's: the rules are model's (model.AdmitCommand), and a Store's
 // rejections match them as they are.
@@ -73,3 +83,9 @@ var (
 	// raftstore.ErrNoLeader.
 	ErrNoLeader = errors.New("registry: no leader")
 )
+
+// Retryable reports whether err is worth a retry of the same call after a
+// backoff: it matches ErrNotReady, ErrUnavailable or ErrNoLeader.
+func Retryable(err error) bool {
+	return errors.Is(err, ErrNotReady) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNoLeader)
+}

@@ -45,6 +45,10 @@ const (
 var eventNames = [...]string{"", "registered", "updated", "unhealthy", "healthy", "patched",
 	"patch removed", "damped", "removed"}
 
+// MarshalText encodes k by its name ("registered"), so that an Event in
+// JSON reads as it logs.
+func (k EventKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {
 		return eventNames[k]
@@ -57,20 +61,20 @@ func (k EventKind) String() string {
 type Event struct {
 	// Seq orders the events of this registry: it grows by one per event
 	// recorded, for every instance.
-	Seq uint64
+	Seq uint64 `json:"seq"`
 	// At is when this node saw it, on the registry's clock.
-	At   time.Time
-	Key  model.InstanceKey
-	Kind EventKind
+	At   time.Time         `json:"at"`
+	Key  model.InstanceKey `json:"key"`
+	Kind EventKind         `json:"kind"`
 	// Publisher is the ID of the publisher whose change it was (a session
 	// ID, or ip:port for a beat instance); empty for persistent instances
 	// and for changes the node made itself (health checks, expiries).
-	Publisher string
+	Publisher string `json:"publisher"`
 	// Node is the node where the change was made: the publisher's owner
 	// for a replicated change, this node for its own.
-	Node string
+	Node string `json:"node"`
 	// Reason says why, for the kinds whose documentation lists reasons.
-	Reason string
+	Reason string `json:"reason"`
 
 	beat bool // Publisher is the key's ip:port, filled in when read
 }
@@ -179,20 +183,20 @@ func (r *Registry) noteBy(key model.InstanceKey, kind EventKind, pub *publisher,
 
 // Explanation is what a node knows of one instance (see Explain).
 type Explanation struct {
-	Key model.InstanceKey
+	Key model.InstanceKey `json:"key"`
 	// Present reports whether the index holds the instance now; Instance
 	// is it as published (before an operator's patch), and Publishers the
 	// IDs of the publishers that publish it ("" for the persistent store).
-	Present    bool
-	Instance   model.Instance
-	Publishers []string
+	Present    bool           `json:"present"`
+	Instance   model.Instance `json:"instance"`
+	Publishers []string       `json:"publishers,omitempty"`
 	// Check is the active health check's status, when the instance is
 	// checked on this node (its owner): the last result, and damping.
-	Check *health.Status
+	Check *health.Status `json:"check,omitempty"`
 	// Events are the instance's events still in this node's journal,
 	// oldest first (the journal holds the latest Config.HistoryEvents events
 	// of every instance, so an instance gone for long has none).
-	Events []Event
+	Events []Event `json:"events,omitempty"`
 }
 
 // Explain tells what this node knows of the instance with key: whether it

@@ -20,6 +20,33 @@ type service struct {
 	slots     []*slot          // sorted by (cluster, ip, port)
 	rev       uint64
 	cache     atomic.Pointer[viewCache] // views of rev; nil after a change
+	past      []*viewCache              // the last revisions read before rev, oldest first, without their views (see remember)
+}
+
+// remember keeps the instances of vc, a revision of s that was read, for
+// watchers that resume from it (WatchFrom), dropping the oldest beyond n.
+// Only what a view is built from is kept (not the views, which may be many
+// per revision), so each entry costs one copy of the service's instance
+// list at that revision.
+func (s *service) remember(vc *viewCache, n int) {
+	p := &viewCache{rev: vc.rev, def: vc.def, all: vc.all}
+	if len(s.past) < n {
+		s.past = append(s.past, p)
+		return
+	}
+	copy(s.past, s.past[1:])
+	s.past[len(s.past)-1] = p
+}
+
+// viewAt returns the view of q at revision rev of s, or nil when s no
+// longer has it. The caller holds mu and has validated q.Clusters.
+func (s *service) viewAt(rev uint64, q *model.Query) *model.ServiceView {
+	for _, p := range s.past {
+		if p.rev == rev {
+			return p.build(q)
+		}
+	}
+	return nil
 }
 
 // definition returns the stored definition, or the implicit one.

@@ -140,8 +140,14 @@ func (sl *slot) publication(pub *publisher) *pubInst {
 //
 // Registering an instance the registry holds replaces it; an ephemeral
 // re-registration also renews its lease. It fails with ErrKindMismatch when
-// the service is of the other kind, and with an error matching
-// model.ErrInvalid when inst is invalid.
+// the service is of the other kind, with an error matching
+// model.ErrInvalid when inst is invalid, with ErrLimit past one of the
+// Limits, and with ErrClosed once the registry is closed. Worth a retry
+// (Retryable): ErrNotReady before Start or, in a cluster, while this node
+// is still loading its peers' records (for an ephemeral instance it owns),
+// ErrUnavailable when the ephemeral instance's owner is another node that
+// could not be reached, and ErrNoLeader for a persistent instance when the
+// store has no quorum.
 func (r *Registry) Register(ctx context.Context, inst model.Instance) (err error) {
 	defer r.stats.op(OpRegister, &err)
 	if err := ctx.Err(); err != nil {
@@ -254,7 +260,10 @@ func (r *Registry) registerBeat(pub *publisher, inst *model.Instance) (*pubInst,
 // was never registered): the publisher registers it again, or beats with
 // HeartbeatInstance, which does that itself. An invalid key (an IP that does
 // not parse, a port out of range) fails with an error matching
-// model.ErrInvalid that names the field.
+// model.ErrInvalid that names the field, and a closed registry with
+// ErrClosed. Worth a retry (Retryable): ErrNotReady before Start or while
+// this node is still loading its peers' records, and ErrUnavailable when
+// the instance's owner is another node that could not be reached.
 func (r *Registry) Heartbeat(ctx context.Context, key model.InstanceKey) (time.Duration, error) {
 	if !r.cluster {
 		// beatWrite's route standalone, without building its request (240
@@ -314,13 +323,13 @@ func (r *Registry) heartbeatOwned(ctx context.Context, instKey model.InstanceKey
 type BeatResult struct {
 	// Interval is the interval to beat at (the
 	// preserved.heart.beat.interval metadata, default 5 s).
-	Interval time.Duration
+	Interval time.Duration `json:"interval"`
 	// Registered is true when the registry did not hold the instance and
 	// the beat registered it again (it had expired, was deregistered, or
 	// was never registered); false when the beat renewed a lease. In a
 	// cluster it is the owner's answer; an owner older than this field
 	// always answers false.
-	Registered bool
+	Registered bool `json:"registered"`
 }
 
 // HeartbeatInstance is a heartbeat that carries its instance, as Nacos 1.x
@@ -329,7 +338,9 @@ type BeatResult struct {
 // BeatResult.Registered. A beat that registers is a write like Register:
 // it fails with ErrKindMismatch for a persistent instance, with an error
 // matching model.ErrInvalid for an invalid one, and with ErrLimit past a
-// limit; a beat that renews a lease is never refused by the limits.
+// limit; a beat that renews a lease is never refused by the limits. It
+// fails with ErrClosed once the registry is closed, and with ErrNotReady
+// or ErrUnavailable as Heartbeat does (worth a retry).
 func (r *Registry) HeartbeatInstance(ctx context.Context, inst model.Instance) (BeatResult, error) {
 	res, err := r.beatWrite(ctx, &fwdRequest{Op: fwdHeartbeatInstance, Inst: inst})
 	if err != nil {
@@ -396,7 +407,10 @@ func (r *Registry) touchBeat(pi *pubInst) {
 // store, an ephemeral one from its beat publisher (session instances are
 // removed through their session). Removing an instance that is not there is
 // not an error; removing one that only sessions publish fails with
-// ErrSessionInstance and changes nothing.
+// ErrSessionInstance and changes nothing. An invalid key fails with an
+// error matching model.ErrInvalid, a closed registry with ErrClosed. Worth
+// a retry (Retryable): ErrNotReady and ErrUnavailable as for Register, and
+// ErrNoLeader for a persistent instance.
 func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) (err error) {
 	defer r.stats.op(OpDeregister, &err)
 	if err := ctx.Err(); err != nil {

@@ -26,6 +26,13 @@ type serviceSnapshot struct {
 // threshold of 0, a service whose only instance (or every instance) is
 // unhealthy is protected: that instance is served as healthy, also to a
 // HealthyOnly query. Read the real health with ServiceView.RealHealthy(i).
+//
+// It fails with ErrNotReady before the registry serves (not started, or a
+// cluster node still loading its data unless ServeBeforeReady): worth a
+// retry, or wait with WaitReady; with ErrClosed once it is closed; with an
+// error matching model.ErrInvalid for an invalid query; and, for a
+// Linearizable query, with ErrNoLeader (worth a retry) when the store has
+// no quorum for the read index.
 func (r *Registry) Query(ctx context.Context, q model.Query) (*model.ServiceView, error) {
 	if q.Linearizable {
 		if err := r.barrier(ctx); err != nil {
@@ -95,7 +102,8 @@ func (r *Registry) maybeSnapshot() {
 // SelectOne picks one instance of q's view at random, weighted by Weight,
 // among those served as healthy, enabled and with a positive weight (Nacos's
 // client rule; under protection every instance is served as healthy). It
-// returns ErrNoInstance when there is none.
+// returns ErrNoInstance when there is none, and otherwise fails as Query
+// does.
 func (r *Registry) SelectOne(ctx context.Context, q model.Query) (model.Instance, error) {
 	v, err := r.Query(ctx, q)
 	if err != nil {

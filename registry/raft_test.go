@@ -28,7 +28,7 @@ func raftCluster(t *testing.T) *registrytest.Cluster {
 // raftConfig is a raftstore configuration for tests: fast elections.
 func raftConfig() *raftstore.Config {
 	rc := raftstore.DefaultConfig()
-	rc.DeploymentID = 0x72656769
+	// DeploymentID left 0: registrytest gives the cluster one.
 	rc.RTTMillisecond = 10
 	rc.ElectionRTT = 10
 	rc.HeartbeatRTT = 1

@@ -86,6 +86,8 @@ type Registry struct {
 	closeErr error
 	closeMu  sync.Mutex
 
+	run uint64 // this run's Cursor.Run: random, drawn by New
+
 	stats       *stats // counters for Stats, written without mu
 	beatsServed uint64 // heartbeats served as the owner, for Stats; guarded by mu
 }
@@ -112,6 +114,7 @@ func New(cfg Config) (*Registry, error) {
 	}
 	r.log = logx.WithNode(r.log, cfg.NodeID)
 	r.rand = rand.New(randx.Source(cfg.Rand))
+	r.run = randx.Run()
 	r.store = &memStore{r: r}
 	r.replicator = solo{id: cfg.NodeID}
 	r.watch.init()
@@ -133,6 +136,7 @@ func New(cfg Config) (*Registry, error) {
 		}
 		r.cluster, r.replicator, r.trans = true, d, cfg.Transport
 	}
+	r.index.history = cfg.watchHistory()
 	r.index.solo = !r.cluster // nothing replicates: the index records no replication effects
 	if cfg.HealthChecks != nil {
 		hc := *cfg.HealthChecks
@@ -147,6 +151,10 @@ func New(cfg Config) (*Registry, error) {
 			hc.Rand = hrand
 		}
 		hc.OnTransition = r.onTransition
+		if hc.Checkers[model.CheckMySQL] == nil {
+			// Said at construction, not at the first MYSQL check (issue 29).
+			r.log.Info("health checks are on without a MySQL checker: a cluster with a MYSQL check will fail its checks; put one (package health/mysqlcheck) in HealthChecks.Checkers (registry/node does)")
+		}
 		sched, err := health.NewScheduler(hc)
 		if err != nil {
 			return nil, fmt.Errorf("registry: %w", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/muster-io/muster/distro"
+	"github.com/muster-io/muster/internal/cfgerr"
 )
 
 // Replicator carries this node's publisher records (sessions and beat
@@ -80,8 +81,8 @@ func Distro(cfg distro.Config) ReplicatorFunc {
 		if cfg.Membership == nil {
 			errs = append(errs, errors.New("Distro: Membership must be set"))
 		}
-		if err := errors.Join(errs...); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		if err := cfgerr.Join(ErrInvalidConfig, errs...); err != nil {
+			return nil, err
 		}
 		c := cfg // the caller's value stays as given: the func may run again (a new registry)
 		c.NodeID, c.Store = env.NodeID, records

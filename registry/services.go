@@ -12,7 +12,15 @@ import (
 // CreateService stores a service definition. The service's kind is
 // def.Ephemeral. A service that exists only because instances were
 // registered into it can be given a definition of its kind; one that
-// already has a definition fails with ErrServiceExists.
+// already has a definition fails with ErrServiceExists, one past
+// Limits.MaxServices or MaxServicesPerNamespace with ErrLimit.
+//
+// Like every write of persistent data (CreateService, UpdateService,
+// DeleteService, PatchInstance, RemovePatch, SetHealth) it fails with an
+// error matching model.ErrInvalid for invalid input, ErrClosed once the
+// registry is closed, and, worth a retry (Retryable), ErrNotReady before
+// Start and ErrNoLeader when the store has no quorum. A call returns once
+// its change is visible on this node.
 func (r *Registry) CreateService(ctx context.Context, def model.Service) error {
 	def = def.WithDefaults()
 	if err := r.validService(&def); err != nil {
@@ -23,7 +31,7 @@ func (r *Registry) CreateService(ctx context.Context, def model.Service) error {
 
 // UpdateService replaces a service's definition (threshold, metadata,
 // clusters). The kind cannot change (ErrKindMismatch). Watchers see the new
-// definition at once.
+// definition at once. Its other errors are CreateService's.
 func (r *Registry) UpdateService(ctx context.Context, def model.Service) error {
 	def = def.WithDefaults()
 	if err := r.validService(&def); err != nil {
@@ -34,7 +42,7 @@ func (r *Registry) UpdateService(ctx context.Context, def model.Service) error {
 
 // DeleteService removes a service. It fails with ErrServiceNotEmpty while
 // the service has instances, and with ErrNotFound when there is no such
-// service.
+// service; its other errors are CreateService's.
 func (r *Registry) DeleteService(ctx context.Context, key model.ServiceKey) error {
 	key = key.WithDefaults()
 	if err := key.Validate(); err != nil {
@@ -46,7 +54,10 @@ func (r *Registry) DeleteService(ctx context.Context, key model.ServiceKey) erro
 // GetService returns a copy of a service's definition: the stored one, or
 // for a service that exists only through its instances, the defaults with
 // its kind. It fails with ErrNotFound when there is no such service. Unlike
-// the definition in views, it includes the MySQL checks' passwords.
+// the definition in views, it includes the MySQL checks' passwords. Like
+// every read it fails with ErrNotReady (worth a retry) before the registry
+// serves, with ErrClosed once it is closed, and with an error matching
+// model.ErrInvalid for an invalid key.
 func (r *Registry) GetService(ctx context.Context, key model.ServiceKey) (model.Service, error) {
 	if err := ctx.Err(); err != nil {
 		return model.Service{}, err
@@ -87,23 +98,23 @@ type ListOptions struct {
 
 // ServiceSummary describes one service in a list.
 type ServiceSummary struct {
-	Key       model.ServiceKey
-	Ephemeral bool
+	Key       model.ServiceKey `json:"key"`
+	Ephemeral bool             `json:"ephemeral"`
 	// Defined is true when the service has a stored definition.
-	Defined bool
+	Defined bool `json:"defined"`
 	// Instances counts the service's instances (enabled or not).
-	Instances int
+	Instances int `json:"instances"`
 }
 
 // ServiceList is one page of services.
 type ServiceList struct {
-	Services []ServiceSummary // sorted by group, then name
-	Total    int              // services matching the options, on all pages
+	Services []ServiceSummary `json:"services"` // sorted by group, then name
+	Total    int              `json:"total"`    // services matching the options, on all pages
 }
 
 // ListServices returns a page of the services of a namespace, sorted by
 // group and name, optionally filtered by group and by substrings of the
-// name and the group (see ListOptions).
+// name and the group (see ListOptions). It fails as GetService does.
 func (r *Registry) ListServices(ctx context.Context, opts ListOptions) (ServiceList, error) {
 	if err := ctx.Err(); err != nil {
 		return ServiceList{}, err
@@ -153,7 +164,7 @@ func (r *Registry) ListServices(ctx context.Context, opts ListOptions) (ServiceL
 // publisher registered, wins when the instance is read, survives
 // re-registration, and is dropped PatchTTL after its instance is gone.
 // Patches merge: a later patch changes only the fields it sets. The
-// instance must exist (ErrNotFound).
+// instance must exist (ErrNotFound); its other errors are CreateService's.
 func (r *Registry) PatchInstance(ctx context.Context, p model.InstancePatch) error {
 	p.Key = p.Key.WithDefaults()
 	if err := r.validPatch(&p); err != nil {
@@ -162,7 +173,8 @@ func (r *Registry) PatchInstance(ctx context.Context, p model.InstancePatch) err
 	return r.store.Apply(ctx, &model.Command{Op: model.OpPatchInstance, Patch: p}, model.Origin{})
 }
 
-// RemovePatch drops the override of an instance, if any.
+// RemovePatch drops the override of an instance, if any. Its errors are
+// CreateService's.
 func (r *Registry) RemovePatch(ctx context.Context, key model.InstanceKey) error {
 	key = key.WithDefaults()
 	if err := key.Validate(); err != nil {
@@ -174,7 +186,8 @@ func (r *Registry) RemovePatch(ctx context.Context, key model.InstanceKey) error
 // SetHealth sets the health of a persistent instance by hand. It is allowed
 // only when the instance's cluster has a health check of type NONE
 // (ErrHealthChecked otherwise); ephemeral instances follow their beats or
-// sessions (ErrKindMismatch).
+// sessions (ErrKindMismatch). An instance the registry does not hold
+// fails with ErrNotFound; the other errors are CreateService's.
 func (r *Registry) SetHealth(ctx context.Context, key model.InstanceKey, healthy bool) error {
 	key = key.WithDefaults()
 	if err := key.Validate(); err != nil {

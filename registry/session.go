@@ -42,7 +42,12 @@ type Session struct {
 	done   chan struct{}
 }
 
-// OpenSession opens a session owned by this node.
+// OpenSession opens a session owned by this node. It fails with ErrLimit
+// at Limits.MaxSessions, with an error matching model.ErrInvalid for
+// invalid options, with ErrNotReady before Start (worth a retry) and with
+// ErrClosed once the registry is closed. A session is served by this node
+// alone: its writes are never forwarded, so they never fail with
+// ErrUnavailable.
 func (r *Registry) OpenSession(ctx context.Context, opts SessionOptions) (_ *Session, err error) {
 	defer r.stats.op(OpSessionOpen, &err)
 	if err := ctx.Err(); err != nil {
@@ -93,6 +98,11 @@ func (s *Session) Done() <-chan struct{} { return s.done }
 
 // Register publishes inst, which must be ephemeral, on the session.
 // Registering a key the session already publishes replaces the instance.
+// It fails with ErrSessionClosed once the session has ended (open a new
+// one; retrying is of no use), with ErrClosed once the registry is closed,
+// with ErrKindMismatch when the service is persistent, with ErrLimit past
+// one of the Limits, and with an error matching model.ErrInvalid for an
+// invalid instance.
 func (s *Session) Register(ctx context.Context, inst model.Instance) (err error) {
 	defer s.r.stats.op(OpSessionRegister, &err)
 	if err := ctx.Err(); err != nil {
@@ -138,7 +148,8 @@ func (s *Session) Register(ctx context.Context, inst model.Instance) (err error)
 // invalid, or the service is persistent (ErrKindMismatch), nothing changes;
 // when the new set would pass a limit (ErrLimit), the session keeps its
 // instances (the instances that leave make room first, so a set of the
-// same size always fits), though the service's revision may move.
+// same size always fits), though the service's revision may move. Its
+// errors are Register's.
 func (s *Session) ReplaceService(ctx context.Context, svc model.ServiceKey, insts []model.Instance) (err error) {
 	defer s.r.stats.op(OpSessionRegister, &err)
 	if err := ctx.Err(); err != nil {
@@ -187,7 +198,9 @@ func (s *Session) Instances() []model.Instance {
 }
 
 // Deregister removes the session's instance with key. Removing an instance
-// the session does not publish is not an error.
+// the session does not publish is not an error. It fails with
+// ErrSessionClosed once the session has ended, ErrClosed once the registry
+// is closed, and an error matching model.ErrInvalid for an invalid key.
 func (s *Session) Deregister(ctx context.Context, key model.InstanceKey) (err error) {
 	defer s.r.stats.op(OpSessionDeregister, &err)
 	if err := ctx.Err(); err != nil {
@@ -266,13 +279,13 @@ func (s *Session) end() { s.once.Do(func() { close(s.done) }) }
 
 // SessionInfo describes one session in Sessions.
 type SessionInfo struct {
-	ID string
+	ID string `json:"id"`
 	// Labels is a copy of SessionOptions.Labels (nil when none).
-	Labels map[string]string
+	Labels map[string]string `json:"labels,omitempty"`
 	// Instances counts the instances the session publishes.
-	Instances int
+	Instances int `json:"instances"`
 	// Opened is when OpenSession returned, on the registry's clock.
-	Opened time.Time
+	Opened time.Time `json:"opened"`
 }
 
 // Sessions lists the sessions open on this node, oldest first (ties by

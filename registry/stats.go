@@ -87,8 +87,8 @@ func reasonOf(err error) Reason {
 // OpStats counts the calls of one write.
 type OpStats struct {
 	// Calls counts every call; Errors those that failed, by Reason.
-	Calls  uint64
-	Errors [NumReasons]uint64
+	Calls  uint64             `json:"calls"`
+	Errors [NumReasons]uint64 `json:"errors"`
 }
 
 // Histogram is a latency histogram's snapshot: Bounds are the buckets'
@@ -103,38 +103,43 @@ type Stats struct {
 	Counts
 	// Namespaces has, per namespace, the instances by kind and served
 	// health; computing it walks the index under the read lock.
-	Namespaces map[string]NamespaceStats
+	Namespaces map[string]NamespaceStats `json:"namespaces"`
 	// Ops counts the writes of this node's callers, indexed by Op, and
 	// their errors. Heartbeats are counted where they are served, which
 	// costs nothing on their path: Ops[OpHeartbeat].Calls counts the beats
 	// this node served as their owner (its callers' and those forwarded to
 	// it), and its Errors those of its own callers.
-	Ops [NumOps]OpStats
+	Ops [NumOps]OpStats `json:"ops"`
 	// Forwarded counts beat writes this node sent to their owner, and
 	// ForwardFailures those that failed to reach it or be answered
 	// (ErrUnavailable); Served counts the forwarded writes it served as the
 	// owner for other nodes.
-	Forwarded, ForwardFailures, Served uint64
+	Forwarded       uint64 `json:"forwarded"`
+	ForwardFailures uint64 `json:"forwardFailures"`
+	Served          uint64 `json:"served"`
 	// LeasesExpired counts the beat instances this node dropped because no
 	// beat came within their delete timeout, and SessionsExpired the
 	// sessions it closed because their keep-alive lapsed, each counted on
 	// the node that held the lease (the beat's owner, the session's node).
 	// While membership views disagree, two nodes may each hold a lease for
 	// one beat instance, and each counts its own expiry.
-	LeasesExpired, SessionsExpired uint64
+	LeasesExpired   uint64 `json:"leasesExpired"`
+	SessionsExpired uint64 `json:"sessionsExpired"`
 	// WatchDelivery is the time from a change of a watched service to its
 	// watchers being handed the new view, one observation per watcher
 	// handed one (on the registry's clock).
-	WatchDelivery Histogram
+	WatchDelivery Histogram `json:"watchDelivery"`
 }
 
 // NamespaceStats counts one namespace's instances.
 type NamespaceStats struct {
-	Services              int
-	Ephemeral, Persistent int
-	Healthy, Unhealthy    int // served health, before protection
-	Sessions              int // of this node, with an instance in the namespace
-	Watchers              int
+	Services   int `json:"services"`
+	Ephemeral  int `json:"ephemeral"`
+	Persistent int `json:"persistent"`
+	Healthy    int `json:"healthy"`   // served health, before protection
+	Unhealthy  int `json:"unhealthy"` // served health, before protection
+	Sessions   int `json:"sessions"`  // of this node, with an instance in the namespace
+	Watchers   int `json:"watchers"`
 }
 
 // stats are the registry's counters, written without its lock.

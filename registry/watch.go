@@ -10,16 +10,70 @@ import (
 	"github.com/muster-io/muster/model"
 )
 
-// Update is one delivery to a watcher.
+// Update is one delivery to a watcher: the newest view of its query, and
+// what changed since the view of the previous update. A watcher gets these
+// kinds of change, alone or together:
+//
+//   - Instances served added, removed or changed (weight, metadata, served
+//     health, enabled): Delta.
+//   - The service's definition changed (metadata, protection threshold,
+//     cluster configurations), or the service was created or removed (a
+//     removed service has an empty view): ServiceChanged.
+//   - Protection started or ended (View.Protected): ProtectionChanged; the
+//     instances whose served health flips with it are in Delta.Updated.
+//   - Under protection, the real health of an instance changed while it is
+//     still served as healthy, so Delta does not show it (View.RealHealth
+//     does): RealHealthChanged.
+//   - A reset (Reset): the view replaces what the reader held.
+//
+// An update with none of them (an empty Delta, every flag false) says that
+// the service's revision moved for a change this query does not show (an
+// instance of a cluster it filters out, or a disabled one): the reader's
+// view is still right, at a new Revision.
 type Update struct {
 	// View is the newest view of the watched query (shared; do not modify).
-	View *model.ServiceView
+	View *model.ServiceView `json:"view"`
 	// Revision is View.Revision.
-	Revision uint64
-	// Delta is the change from the view of the previous update delivered to
-	// this watcher (everything is Added in the first update). Watchers that
-	// move between the same two views share one Delta: do not modify it.
-	Delta model.Delta
+	Revision uint64 `json:"revision"`
+	// Cursor is where the watcher now is: pass it to WatchFrom to resume
+	// from this update.
+	Cursor Cursor `json:"cursor"`
+	// Reset says that View replaces whatever the watcher's reader held,
+	// rather than follows it: Delta then has every instance Added, and the
+	// flags compare with an empty view. The first update of Watch is a
+	// reset, and so is the first update of WatchFrom when the registry no
+	// longer has the cursor's revision.
+	Reset bool `json:"reset,omitempty"`
+	// Delta is the change of the served instances from the view of the
+	// previous update delivered to this watcher (everything is Added in a
+	// reset). Watchers that move between the same two views share one
+	// Delta: do not modify it.
+	Delta model.Delta `json:"delta"`
+	// ServiceChanged: View.Service differs from the previous update's.
+	ServiceChanged bool `json:"serviceChanged,omitempty"`
+	// ProtectionChanged: View.Protected differs from the previous update's.
+	ProtectionChanged bool `json:"protectionChanged,omitempty"`
+	// RealHealthChanged: an instance in both views, protected in either,
+	// changed its real health (View.RealHealthy), which its served Healthy
+	// may hide.
+	RealHealthChanged bool `json:"realHealthChanged,omitempty"`
+}
+
+// Cursor is a position in a watch: the revision of the view last
+// delivered, and the run of the registry that delivered it.
+//
+// A view merges what every publisher of the service (sessions, beat
+// publishers, the persistent store, from every node) holds, as this node
+// has applied it, and Revision counts this node's changes of it: one
+// number orders them all, and no per-publisher version is needed to
+// resume. Revisions are this node's own, though: another node merges the
+// same changes in its own order and numbers them on its own, and a
+// restarted node counts from scratch. Run tells them apart (New draws it
+// at random): WatchFrom with another node's or another run's cursor
+// resumes with a reset, never with a delta against the wrong view.
+type Cursor struct {
+	Run      uint64 `json:"run"`
+	Revision uint64 `json:"revision"`
 }
 
 // step is a move of watchers from one view to the next. The notifier makes
@@ -29,16 +83,60 @@ type Update struct {
 type step struct {
 	prev, view *model.ServiceView
 	once       sync.Once
-	delta      model.Delta
+	change     change
 }
 
-// deltaFrom returns the change from delivered to the step's view.
-func (s *step) deltaFrom(delivered *model.ServiceView) model.Delta {
+// change is what an Update says changed between two views.
+type change struct {
+	delta                         model.Delta
+	service, protection, realHeal bool
+}
+
+// changeFrom returns the change from delivered to the step's view.
+func (s *step) changeFrom(delivered *model.ServiceView) *change {
 	if delivered != s.prev {
-		return model.Diff(delivered, s.view) // this watcher skipped a step
+		c := diffViews(delivered, s.view) // this watcher skipped a step
+		return &c
 	}
-	s.once.Do(func() { s.delta = model.Diff(s.prev, s.view) })
-	return s.delta
+	s.once.Do(func() { s.change = diffViews(s.prev, s.view) })
+	return &s.change
+}
+
+// diffViews returns the change from one view of a service to another; a nil
+// view counts as empty.
+func diffViews(from, to *model.ServiceView) change {
+	c := change{delta: model.Diff(from, to)}
+	if from == nil {
+		c.service, c.protection, c.realHeal = true, to.Protected, to.Protected
+		return c
+	}
+	c.service = !from.Service.Equal(&to.Service)
+	c.protection = from.Protected != to.Protected
+	if from.Protected || to.Protected {
+		c.realHeal = realHealthMoved(from, to)
+	}
+	return c
+}
+
+// realHealthMoved reports whether an instance in both views has another
+// real health in to than in from.
+func realHealthMoved(from, to *model.ServiceView) bool {
+	a, b := from.Instances, to.Instances
+	for i, j := 0, 0; i < len(a) && j < len(b); {
+		switch c := a[i].Key().Compare(b[j].Key()); {
+		case c < 0:
+			i++
+		case c > 0:
+			j++
+		default:
+			if from.RealHealthy(i) != to.RealHealthy(j) {
+				return true
+			}
+			i++
+			j++
+		}
+	}
+	return false
 }
 
 // Watcher delivers the newest view of a query each time it changes. A slow
@@ -51,13 +149,7 @@ type Watcher struct {
 	q   model.Query
 
 	latest atomic.Pointer[step] // move to the newest view, stored by the notifier
-	// sig (capacity 1) says "latest may have moved, or the watcher closed".
-	// Next waits on it alone, so a wake-up costs one channel receive.
-	sig chan struct{}
-
-	once    sync.Once
-	closed  atomic.Pointer[error] // why the watcher closed, once it has
-	stopCtx func() bool           // unregisters the context hook; guarded by Registry.mu
+	watchEnd
 
 	delivered *model.ServiceView // owned by Next's caller
 }
@@ -151,10 +243,29 @@ func (r *Registry) markDirty(key model.ServiceKey) {
 }
 
 // Watch returns a watcher of q. Its first Next returns the current view at
-// once (a service the registry does not hold has an empty view). The watcher
-// is closed when ctx ends, when Close is called, or when the registry
-// closes. Watchers are local to this registry, as subscribers are in Nacos.
+// once (a service the registry does not hold has an empty view), as a
+// reset. The watcher is closed when ctx ends, when Close is called, or when
+// the registry closes. Watchers are local to this registry, as subscribers
+// are in Nacos.
+//
+// It fails with ErrNotReady while the registry is not started or still
+// loading its data (retry once WaitReady returns), ErrClosed once it is
+// closed, ErrLimit at Limits.MaxWatchers (retry after closing watchers),
+// model.ErrInvalid for an invalid query, or ctx's error.
 func (r *Registry) Watch(ctx context.Context, q model.Query) (*Watcher, error) {
+	return r.WatchFrom(ctx, q, Cursor{})
+}
+
+// WatchFrom returns a watcher of q that resumes from cursor, the Cursor of
+// the last update a previous watcher of q delivered (a reconnecting
+// client's). When the registry still has the cursor's revision of the
+// service (see Config.WatchHistory), the first Next returns the change
+// since, against the view at that revision, or waits for the next change
+// when there is none; otherwise (a revision too old, a cursor of another
+// node or of a previous run, the zero Cursor) it returns the current view
+// as a reset, like Watch. Either way the reader ends up with the current
+// view. It fails as Watch does.
+func (r *Registry) WatchFrom(ctx context.Context, q model.Query, cursor Cursor) (*Watcher, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -163,7 +274,7 @@ func (r *Registry) Watch(ctx context.Context, q model.Query) (*Watcher, error) {
 		return nil, err
 	}
 	q.Clusters = slices.Clone(q.Clusters)
-	w := &Watcher{r: r, key: q.Service, q: q, sig: make(chan struct{}, 1)}
+	w := &Watcher{r: r, key: q.Service, q: q, watchEnd: newWatchEnd()}
 
 	r.mu.Lock()
 	if err := r.checkRead(); err != nil {
@@ -186,6 +297,13 @@ func (r *Registry) Watch(ctx context.Context, q model.Query) (*Watcher, error) {
 		g.first = &step{view: v} // watchers that start together share the first delta
 	}
 	w.latest.Store(g.first)
+	if cursor.Run == r.run && cursor.Revision != 0 {
+		if cursor.Revision == v.Revision {
+			w.delivered = v // up to date: the first Next waits for a change
+		} else if s := r.services[q.Service]; s != nil {
+			w.delivered = s.viewAt(cursor.Revision, &w.q) // nil when too old: a reset
+		}
+	}
 	r.mu.Unlock()
 
 	stop := context.AfterFunc(ctx, func() { w.close(context.Cause(ctx)) })
@@ -234,7 +352,17 @@ func (w *Watcher) Next(ctx context.Context) (Update, error) {
 			return Update{}, *err
 		}
 		if s := w.latest.Load(); s != nil && (w.delivered == nil || s.view.Revision > w.delivered.Revision) {
-			u := Update{View: s.view, Revision: s.view.Revision, Delta: s.deltaFrom(w.delivered)}
+			c := s.changeFrom(w.delivered)
+			u := Update{
+				View:              s.view,
+				Revision:          s.view.Revision,
+				Cursor:            Cursor{Run: w.r.run, Revision: s.view.Revision},
+				Reset:             w.delivered == nil,
+				Delta:             c.delta,
+				ServiceChanged:    c.service,
+				ProtectionChanged: c.protection,
+				RealHealthChanged: c.realHeal,
+			}
 			w.delivered = s.view
 			return u, nil
 		}
@@ -262,15 +390,8 @@ func (w *Watcher) Query() model.Query {
 func (w *Watcher) Close() { w.close(ErrWatchClosed) }
 
 func (w *Watcher) close(err error) {
-	w.once.Do(func() {
-		if err == nil {
-			err = context.Canceled
-		}
+	w.end(w.r, err, func() {
 		r := w.r
-		r.mu.Lock()
-		w.closed.Store(&err)
-		r.quota.watchers--
-		stop := w.stopCtx
 		if g := r.watch.groups[w.key]; g != nil {
 			g.dead++
 			if g.dead == len(g.watchers) {
@@ -285,8 +406,39 @@ func (w *Watcher) close(err error) {
 				g.watchers, g.dead = live, 0
 			}
 		}
+	})
+}
+
+// watchEnd is what a Watcher and a CatalogWatcher share: the wake-up
+// signal and the closing.
+type watchEnd struct {
+	// sig (capacity 1) says "latest may have moved, or the watcher closed".
+	// Next waits on it alone, so a wake-up costs one channel receive.
+	sig chan struct{}
+
+	once    sync.Once
+	closed  atomic.Pointer[error] // why the watcher closed, once it has
+	stopCtx func() bool           // unregisters the context hook; guarded by Registry.mu
+}
+
+func newWatchEnd() watchEnd { return watchEnd{sig: make(chan struct{}, 1)} }
+
+// end closes the watcher once, with err (context.Canceled when nil):
+// under r.mu it records why, gives back its MaxWatchers quota and calls
+// unlink, which takes it out of its group; then it wakes Next and drops
+// the context hook.
+func (e *watchEnd) end(r *Registry, err error, unlink func()) {
+	e.once.Do(func() {
+		if err == nil {
+			err = context.Canceled
+		}
+		r.mu.Lock()
+		e.closed.Store(&err)
+		r.quota.watchers--
+		stop := e.stopCtx
+		unlink()
 		r.mu.Unlock()
-		w.wake()
+		e.wake()
 		if stop != nil {
 			stop()
 		}
@@ -398,7 +550,7 @@ func (w *Watcher) offer(s *step) {
 
 // wake signals Next without blocking: a signal already pending covers this
 // one too.
-func (w *Watcher) wake() {
+func (w *watchEnd) wake() {
 	select {
 	case w.sig <- struct{}{}:
 	default:

@@ -29,21 +29,18 @@ func DefaultVerifyPeerID(node string, cert *x509.Certificate) error {
 		ErrIdentity, node, cert.Subject.CommonName, cert.DNSNames)
 }
 
-// checkPeerIdentity binds the node ID a TLS peer claims to its verified
-// certificate. Without a verified certificate the peer is accepted only if
-// the Secret authenticates it (or Insecure is set). rw is the handshake's
-// connection: a *tls.Conn when TLS is configured.
-func (t *TCP) checkPeerIdentity(rw any, node string) error {
-	tc, ok := rw.(*tls.Conn)
-	if !ok {
-		return nil // no TLS: the Secret (or Insecure) is the whole story
-	}
+// checkPeerIdentity binds the node ID a peer claims to its verified
+// certificate, over the configured TLS (TCPConfig.TLS, not the Secret's).
+// Without a verified certificate the peer is accepted only if the config
+// says the Secret alone may identify peers (SecretIdentity) or Insecure is
+// set.
+func (t *TCP) checkPeerIdentity(tc *tls.Conn, node string) error {
 	st := tc.ConnectionState()
 	if len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
-		if len(t.cfg.Secret) > 0 || t.cfg.Insecure {
+		if (len(t.cfg.Secret) > 0 && t.cfg.SecretIdentity) || t.cfg.Insecure {
 			return nil
 		}
-		return fmt.Errorf("%w: %w: peer %q presented no verified certificate and no Secret is configured", ErrHandshake, ErrIdentity, node)
+		return fmt.Errorf("%w: %w: peer %q presented no verified certificate (set SecretIdentity to accept such peers on the Secret alone)", ErrHandshake, ErrIdentity, node)
 	}
 	verify := t.cfg.VerifyPeerID
 	if verify == nil {
@@ -53,4 +50,11 @@ func (t *TCP) checkPeerIdentity(rw any, node string) error {
 		return fmt.Errorf("%w: %w: peer claims %q: %w", ErrHandshake, ErrIdentity, node, err)
 	}
 	return nil
+}
+
+// certIdentity reports whether every accepted peer's node ID is bound to
+// its verified certificate: TLS without SecretIdentity or Insecure, under
+// which checkPeerIdentity refuses a peer without one.
+func (c TCPConfig) certIdentity() bool {
+	return c.TLS != nil && !c.SecretIdentity && !c.Insecure
 }

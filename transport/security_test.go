@@ -33,6 +33,20 @@ func dialFrom(src, addr string) (net.Conn, error) {
 	return d.Dial("tcp", addr)
 }
 
+// linkAs wraps nc, a raw client connection, in the TLS a transport with
+// a Secret and no TLS runs, keyed by secret (nil: nc itself, plaintext):
+// the handshake runs on the first write.
+func linkAs(nc net.Conn, secret []byte) net.Conn {
+	if secret == nil {
+		return nc
+	}
+	cfg, err := secretTLS(secret)
+	if err != nil {
+		panic(err)
+	}
+	return tls.Client(nc, cfg)
+}
+
 // handshakeAs runs the client handshake by hand on nc, as node id towards
 // node `to`, proving secret (none if nil); it returns the server's status.
 func handshakeAs(nc net.Conn, id, to string, secret []byte) (uint8, error) {
@@ -155,12 +169,13 @@ func TestSecurityAnonymousPeer(t *testing.T) {
 	attempts := []struct {
 		name   string
 		secret []byte
-	}{{"no proof", nil}, {"wrong secret", []byte("not the cluster's secret, 32 b.")}}
+	}{{"plaintext, no proof", nil}, {"wrong secret", []byte("not the cluster's secret, 32 b.")}}
 	for _, a := range attempts {
 		nc, err := dialFrom("", n1.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}
+		nc = linkAs(nc, a.secret)
 		if st, err := handshakeAs(nc, "x", "n1", a.secret); err == nil {
 			t.Errorf("%s: handshake accepted, status %d", a.name, st)
 		}
@@ -177,8 +192,11 @@ func TestSecurityAnonymousPeer(t *testing.T) {
 	expectClosed(t, nc)
 	_ = nc.Close()
 	eventually(t, "three refusals", func() bool { return n1.Stats().Refused >= 3 })
-	if st := n1.Stats(); st.RefusedBy[RefuseSecret] != 2 || st.RefusedBy[RefuseProtocol] != 1 || st.Accepted != 0 {
-		t.Errorf("refusals by reason %v (secret 2, protocol 1 expected), accepted %d", st.RefusedBy, st.Accepted)
+	// Each fails the link's TLS: the plaintext hello and the bare frames
+	// are no TLS, and with a wrong secret the client refuses n1's link
+	// certificate (derived from another key) and aborts.
+	if st := n1.Stats(); st.RefusedBy[RefuseTLS] != 3 || st.Accepted != 0 {
+		t.Errorf("refusals by reason %v (tls 3 expected), accepted %d", st.RefusedBy, st.Accepted)
 	}
 	if n := h.total(); n != 0 {
 		t.Fatalf("the handler ran %d times for peers without the secret", n)
@@ -193,9 +211,13 @@ func TestSecurityAnonymousPeer(t *testing.T) {
 	}
 }
 
-// Attack: a holder of the secret claims the ID of a node that is
-// connected, to take over the path to it. The live connection stays, and
-// the requests to that node keep reaching it.
+// Attack: a holder of the secret claims the ID of a node, to receive the
+// calls meant for it. Without certificates binding node IDs, a node sends
+// its calls only over connections it dialled to the address Resolve gives:
+// the impostor's connection is accepted (it proved the secret, and may
+// make calls of its own) but never becomes the path to the node it claims,
+// whoever dialled the live connection, and the calls keep reaching the
+// real node.
 func TestSecurityImpostorKeepsNoPath(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	for _, dialer := range []string{"n1", "n2"} { // who dialled the live connection
@@ -216,25 +238,19 @@ func TestSecurityImpostorKeepsNoPath(t *testing.T) {
 			} else if _, err := n2.Request(ctx, "n1", 1, nil); err != nil {
 				t.Fatal(err)
 			}
-			// The impostor has the secret and claims to be n1 (the lower
-			// ID, whose dial the tie-break used to prefer).
-			imp, err := dialFrom("127.0.0.3", n2.Addr())
+			// The impostor has the secret and claims to be n1.
+			raw, err := dialFrom("127.0.0.3", n2.Addr())
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer imp.Close()
+			defer raw.Close()
+			imp := linkAs(raw, testSecret)
 			st, err := handshakeAs(imp, "n1", "n2", testSecret)
-			if err != nil {
-				t.Fatal(err)
+			if err != nil || st != statusOK {
+				t.Fatalf("the impostor's connection: status %d, %v (it holds the secret: accepted, for its own calls)", st, err)
 			}
-			if st != statusDuplicate {
-				t.Fatalf("the impostor's connection was accepted (status %d)", st)
-			}
-			expectClosed(t, imp)
-			if k := n2.Stats().Kept; k != 1 {
-				t.Fatalf("Kept = %d, want 1", k)
-			}
-			// n2's requests to n1 all reach the real n1.
+			// n2's requests to n1 all reach the real n1; none waits on the
+			// impostor's connection (which answers nothing).
 			before := h1.total()
 			for i := range 5 {
 				got, err := n2.Request(ctx, "n1", 1, []byte{byte(i)})
@@ -244,6 +260,9 @@ func TestSecurityImpostorKeepsNoPath(t *testing.T) {
 			}
 			if got := h1.total() - before; got != 5 {
 				t.Fatalf("the real n1 served %d of 5 requests", got)
+			}
+			if k := n2.Stats().Kept; k != 0 {
+				t.Fatalf("Kept = %d: no duplicate refusal without certificates", k)
 			}
 		})
 	}
@@ -457,6 +476,7 @@ func TestSecurityStalledFrame(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer nc.Close()
+		nc = linkAs(nc, testSecret)
 		if st, err := handshakeAs(nc, fmt.Sprint("s", i), "b", testSecret); err != nil || st != statusOK {
 			t.Fatalf("handshake %d: %d %v", i, st, err)
 		}
@@ -535,6 +555,7 @@ func TestSecurityHostileFlood(t *testing.T) {
 					_, _ = nc.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
 				case 2: // nothing at all
 				case 3, 4: // a member stalling in a 4 MiB frame, or one too long
+					nc := linkAs(nc, testSecret)
 					st, err := handshakeAs(nc, fmt.Sprintf("f%d-%d", hi, i), "b", testSecret)
 					if err != nil || st != statusOK {
 						continue // refused at a limit: fine
@@ -649,7 +670,7 @@ func TestTCPIdleDeadline(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	c := newTCPCluster(t, 0, func(cfg *TCPConfig) { cfg.IdleTimeout = 100 * time.Millisecond })
 	defer c.CloseAll()
-	a := c.Node(t, "a").(*TCP)
+	a := c.noDial(t, "a")                // calls over the connection z dialled
 	nc := rawPeer(t, a.Addr(), "z", "a") // completes the handshake, then never reads nor writes
 	defer nc.Close()
 	// Without the idle deadline the request would wait for testCtx (10 s)
@@ -784,7 +805,7 @@ func inboundAfterStaleConn(t *testing.T, version uint8) {
 	defer goleak.VerifyNone(t)
 	c := newTCPCluster(t, 0, nil)
 	defer c.CloseAll()
-	b := c.Node(t, "b").(*TCP)
+	b := c.noDial(t, "b") // takes inbound connections as its path (no Resolve)
 	b.Handle(1, echo)
 	// The old incarnation of a: a connection b holds.
 	old := rawPeerVersion(t, b.Addr(), "a", "b", version)
@@ -837,6 +858,7 @@ func TestTCPServerTLSWithSecret(t *testing.T) {
 		cfg.Secret = secret
 		cfg.Insecure = secret == nil
 		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{issue(id)}, RootCAs: pool, MinVersion: tls.VersionTLS13}
+		cfg.SecretIdentity = secret != nil // explicitly: no client certificates, the Secret identifies
 		return c.start(t, cfg)
 	}
 	b := mk("b", testSecret)
@@ -905,18 +927,41 @@ func TestTCPGetCertificateRotation(t *testing.T) {
 }
 
 // Fault: a node restarts on a new address while its peer still holds its
-// old connection, which nothing will ever reset (simulated by a raw peer
-// that completed the handshake and then went silent). The new
-// incarnation's first request gets through within about a second: the
-// takeover probe's ping gets no answer in 250 ms, so the held connection
-// is closed and the new one installed.
+// old connection, which nothing will ever reset (simulated by a raw node
+// that answered the peer's dial and then went silent). The new
+// incarnation's first request gets through, over its own connection; its
+// arrival makes b probe the held one, whose ping gets no answer in 250 ms,
+// so b closes it, and b's next call dials the new address.
 func TestSecurityRestartOnNewAddress(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	c := newTCPCluster(t, 0, nil)
 	defer c.CloseAll()
 	b := c.Node(t, "b").(*TCP)
 	b.Handle(1, echo)
-	old := rawPeer(t, b.Addr(), "a", "b") // the old incarnation of a, now silent
+	// The old incarnation of a: it answers b's dial, then goes silent.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c.mu.Lock()
+	c.addrs["a"] = ln.Addr().String()
+	c.mu.Unlock()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		nc, err := acceptVersion(ln, "a", protoVersion)
+		if err != nil {
+			t.Error(err)
+		}
+		accepted <- nc
+	}()
+	if err := b.Send(testCtx(t), "a", 1, nil); err != nil { // dials the old a
+		t.Fatal(err)
+	}
+	old := <-accepted
+	if old == nil {
+		t.FailNow()
+	}
 	defer old.Close()
 	eventually(t, "b holds the old connection", func() bool { n, slot := connCount(b, "a"); return n == 1 && slot != "" })
 	a := c.Node(t, "a") // the new incarnation, on a new port
@@ -936,12 +981,13 @@ func TestSecurityRestartOnNewAddress(t *testing.T) {
 	}
 }
 
-// A refusal kept as duplicate (an impostor with the secret, while the real
-// node's connection answers the probe) is logged at Warn by both sides.
+// A refusal kept as duplicate (with mutual TLS, a second process holding
+// n1's certificate, while the first one's connection answers the probe)
+// is logged at Warn by both sides.
 func TestSecurityDuplicateLoggedBothSides(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	var logs syncBuffer
-	c := newTCPCluster(t, 0, func(cfg *TCPConfig) { cfg.Logger = bufLogger(&logs).With("test-node", cfg.NodeID) })
+	c := newMTLSCluster(t, func(cfg *TCPConfig) { cfg.Logger = bufLogger(&logs).With("test-node", cfg.NodeID) })
 	defer c.CloseAll()
 	n1 := c.Node(t, "n1").(*TCP)
 	n2 := c.Node(t, "n2").(*TCP)
@@ -950,7 +996,7 @@ func TestSecurityDuplicateLoggedBothSides(t *testing.T) {
 	if _, err := n1.Request(ctx, "n2", 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	cfg := c.config(t, "n1") // the impostor: the secret, n1's ID, another port
+	cfg := c.config(t, "n1") // the second process: n1's certificate, another port
 	cfg.Logger = bufLogger(&logs).With("test-node", "impostor")
 	imp, err := NewTCP(cfg)
 	if err != nil {

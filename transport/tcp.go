@@ -43,6 +43,17 @@ type TCP struct {
 
 	tlsCfg atomic.Pointer[tls.Config] // nil without TLS; swapped by ReloadTLS
 
+	// secretTLS encrypts the connections of a transport with a Secret and
+	// no TLS (see secretTLS); nil otherwise.
+	secretTLS *tls.Config
+	// pathByDial: calls to a node go only over a connection this node
+	// dialled to the address Resolve gives; connections peers dialled
+	// serve their calls but never become the path (see installInbound).
+	// Set whenever a peer's node ID is not bound to a verified
+	// certificate (a Secret alone, SecretIdentity, Insecure) and Resolve
+	// is set.
+	pathByDial bool
+
 	// dialContext connects; tests replace it (a self-connection).
 	dialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
@@ -115,7 +126,14 @@ func NewTCP(cfg TCPConfig) (*TCP, error) {
 	}
 	if cfg.TLS != nil {
 		t.tlsCfg.Store(cfg.TLS)
+	} else if len(cfg.Secret) > 0 {
+		st, err := secretTLS(cfg.Secret)
+		if err != nil {
+			return nil, err
+		}
+		t.secretTLS = st
 	}
+	t.pathByDial = cfg.Resolve != nil && !cfg.certIdentity()
 	d := net.Dialer{Timeout: cfg.DialTimeout}
 	t.dialContext = d.DialContext
 	if t.log == nil {
@@ -660,6 +678,12 @@ func (t *TCP) clientHandshake(ctx context.Context, nc net.Conn, to, addr string)
 			return nil, err
 		}
 		rw = tc
+	} else if t.secretTLS != nil {
+		tc := tls.Client(nc, t.secretTLS)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return nil, fmt.Errorf("%w: tls: %w", ErrHandshake, err)
+		}
+		rw = tc
 	}
 	self := t.cfg.NodeID
 	cn := newNonce()
@@ -724,7 +748,7 @@ func (t *TCP) acceptLoop(ln net.Listener) {
 			// release is a no-op (the slot went to ph).
 			_ = evicted.nc.Close()
 			t.stats.limited.Add(1)
-			t.logLimit("closed the oldest pending handshake of the address holding the most slots: handshake slots full", evicted.ip)
+			t.logLimit("closed a pending handshake (an idle one first) to admit a newer connection: handshake slots full, for its address or in total", evicted.ip)
 		}
 		if ph == nil {
 			_ = nc.Close()
@@ -734,7 +758,7 @@ func (t *TCP) acceptLoop(ln net.Listener) {
 		}
 		if !t.goFunc(func() {
 			defer t.release(ph)
-			t.accept(nc, ph)
+			t.accept(&firstByte{Conn: nc, ph: ph}, ph)
 		}) {
 			t.release(ph)
 			_ = nc.Close()
@@ -773,25 +797,63 @@ func remoteIP(nc net.Conn) string {
 type pendingHandshake struct {
 	ip      string
 	nc      net.Conn
-	seq     uint64 // admission order
-	evicted bool   // its slot was given to a newer connection; guarded by hmu
-	done    bool   // released; guarded by hmu
+	seq     uint64      // admission order
+	spoke   atomic.Bool // a byte arrived (see firstByte)
+	evicted bool        // its slot was given to a newer connection; guarded by hmu
+	done    bool        // released; guarded by hmu
 }
 
-// admit takes a handshake slot for nc, from ip. When every slot is taken
-// and ip holds fewer than the address holding the most, the oldest pending
-// handshake of that address (the oldest among several with as many) loses
-// its slot to nc and is returned as evicted, for the caller to close: an
-// attacker with many addresses can then delay a member's handshake only by
-// opening connections faster than the member completes one round trip,
-// never lock it out by holding slots idle. Otherwise ph is nil and reason
-// says why nc is refused.
+// firstByte marks its pending handshake as soon as a byte arrives: an
+// idle connection is the first to lose its slot (see admit).
+type firstByte struct {
+	net.Conn
+	ph    *pendingHandshake
+	spoke bool // ph.spoke is set; the reader's own copy
+}
+
+func (f *firstByte) Read(b []byte) (int, error) {
+	n, err := f.Conn.Read(b)
+	if n > 0 && !f.spoke {
+		f.spoke = true
+		f.ph.spoke.Store(true)
+	}
+	return n, err
+}
+
+// evictable returns the pending handshake of l (oldest first) to close
+// for a newcomer: the oldest that has sent nothing, else the oldest.
+func evictable(l []*pendingHandshake) *pendingHandshake {
+	for _, ph := range l {
+		if !ph.spoke.Load() {
+			return ph
+		}
+	}
+	return l[0]
+}
+
+// admit takes a handshake slot for nc, from ip. When ip holds
+// MaxHandshakesPerIP, one of its pending handshakes loses its slot to nc:
+// the oldest that has sent nothing yet, else the oldest (evictable). When
+// every slot is taken and ip holds fewer than the address holding the
+// most, a pending handshake of that address (the oldest holder among
+// several with as many) loses its slot to nc, chosen the same way. The
+// loser is returned as evicted, for the caller to close. So idle
+// handshakes, from other addresses or from a member's own, never lock a
+// member out: its handshake speaks at once (usually before its connection
+// is even accepted, which hasSpoken sees) and is not evicted while an
+// idle one is pending, and an attacker whose connections speak can delay
+// it only by opening connections faster than the member completes one
+// round trip. Otherwise ph is nil and reason says why nc is refused.
 func (t *TCP) admit(ip string, nc net.Conn) (ph, evicted *pendingHandshake, reason string) {
+	spoke := hasSpoken(nc) // before the lock: a system call
 	t.hmu.Lock()
 	defer t.hmu.Unlock()
 	mine := len(t.hsByIP[ip])
 	if mine >= t.cfg.MaxHandshakesPerIP {
-		return nil, nil, "too many handshakes in progress from this address"
+		evicted = evictable(t.hsByIP[ip])
+		evicted.evicted = true
+		t.dropLocked(evicted)
+		mine--
 	}
 	if t.hsTotal >= t.cfg.MaxHandshakes {
 		var victim []*pendingHandshake
@@ -803,12 +865,13 @@ func (t *TCP) admit(ip string, nc net.Conn) (ph, evicted *pendingHandshake, reas
 		if len(victim) <= mine {
 			return nil, nil, "too many handshakes in progress"
 		}
-		evicted = victim[0]
+		evicted = evictable(victim)
 		evicted.evicted = true
 		t.dropLocked(evicted)
 	}
 	t.hsSeq++
 	ph = &pendingHandshake{ip: ip, nc: nc, seq: t.hsSeq}
+	ph.spoke.Store(spoke)
 	t.hsTotal++
 	t.hsByIP[ip] = append(t.hsByIP[ip], ph)
 	return ph, evicted, ""
@@ -879,10 +942,19 @@ func (t *TCP) accept(nc net.Conn, ph *pendingHandshake) {
 func (t *TCP) serverHandshake(ctx context.Context, nc net.Conn) (*conn, uint8, error) {
 	rw := nc
 	cfg := t.tlsCfg.Load()
+	var tc *tls.Conn
 	if cfg != nil {
-		tc := tls.Server(nc, cfg)
+		tc = tls.Server(nc, cfg)
+	} else if t.secretTLS != nil {
+		tc = tls.Server(nc, t.secretTLS)
+	}
+	if tc != nil {
 		if err := tc.HandshakeContext(ctx); err != nil {
-			return nil, 0, refuse(RefuseTLS, fmt.Errorf("%w: tls: %w", ErrHandshake, err))
+			why := RefuseTLS
+			if errors.Is(err, errSecretKey) {
+				why = RefuseSecret
+			}
+			return nil, 0, refuse(why, fmt.Errorf("%w: tls: %w", ErrHandshake, err))
 		}
 		rw = tc
 	}
@@ -901,8 +973,10 @@ func (t *TCP) serverHandshake(ctx context.Context, nc net.Conn) (*conn, uint8, e
 		return nil, 0, refuse(RefuseProtocol, fmt.Errorf("%w: peer uses this node's ID %q", ErrHandshake, self))
 	}
 	// With TLS, the claimed ID must be the one the certificate names.
-	if err := t.checkPeerIdentity(rw, h.Node); err != nil {
-		return nil, 0, err
+	if cfg != nil {
+		if err := t.checkPeerIdentity(tc, h.Node); err != nil {
+			return nil, 0, err
+		}
 	}
 	sn := newNonce()
 	var p []byte
@@ -992,6 +1066,9 @@ func (t *TCP) addLocked(p *peer, c *conn) {
 // client is told "duplicate" and uses the held connection, counted in
 // TCPStats.Kept). It also returns false if the transport is closed.
 func (t *TCP) installInbound(ctx context.Context, c *conn) bool {
+	if t.pathByDial {
+		return t.serveInbound(c)
+	}
 	for probed := false; ; probed = true {
 		t.mu.Lock()
 		if t.closed {
@@ -1040,6 +1117,59 @@ func (t *TCP) installInbound(ctx context.Context, c *conn) bool {
 			"peer", c.peer, "kept_total", n)
 	}
 	return false
+}
+
+// serveInbound keeps c, a connection the peer dialled, for the calls the
+// peer makes on it, without making it the path of this node's calls to the
+// peer (pathByDial): with no certificate binding node IDs, whoever dialled
+// c proved the Secret but not that it is the node it claims, so this
+// node's calls go only over connections it dialled to the address Resolve
+// gives, and an impostor's connection, however long the real node's link
+// stalls, never receives them. The peer's arrival resets the backoff of
+// dials towards it. If a path to the peer is held, it is probed in the
+// background, as by installInbound: a held connection that stays silent
+// for takeoverWait is closed (the node restarted, maybe on a new address,
+// and nothing would reset it), so that the next call dials afresh; at
+// worst an impostor makes this node redial a link that was stalling
+// anyway. It returns false if the transport is closed.
+func (t *TCP) serveInbound(c *conn) bool {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		c.close("transport closed")
+		return false
+	}
+	p := t.peerLocked(c.peer)
+	old := p.conn
+	t.addLocked(p, c)
+	t.mu.Unlock()
+	t.log.Debug("connection up", "peer", c.peer, "dialer", c.dialer, "inbound", true, "path", false)
+	if old != nil {
+		t.goFunc(func() { t.probeHeld(old) })
+	}
+	return true
+}
+
+// probeHeld sends a probe on held, the path to a peer that just dialled
+// this node, and closes it if nothing arrives within takeoverWait (a
+// version-1 peer gets a no-op frame: a restarted host resets the stale
+// connection).
+func (t *TCP) probeHeld(held *conn) {
+	if !held.pings {
+		held.probe()
+		return
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, takeoverWait) // real time: bounds a network event
+	defer cancel()
+	select {
+	case <-held.demandLiveness(ctx):
+	case <-held.ctx.Done():
+	case <-ctx.Done():
+		if t.ctx.Err() == nil {
+			t.log.Info("closing a held connection that did not answer the probe sent when its peer dialled in", "peer", held.peer, "wait", takeoverWait)
+			held.close("no answer to the probe")
+		}
+	}
 }
 
 // unslot forgets c as its peer's connection.
@@ -1103,4 +1233,23 @@ func (t *TCP) Stats() TCPStats {
 		s.RefusedBy[i] = t.stats.refusedBy[i].Load()
 	}
 	return s
+}
+
+// Verify returns nil once this transport holds a connection to node that
+// can carry its calls, authenticated under that ID: it dials (to the
+// address Resolve gives) if there is none, and fails like a call would
+// (ErrUnreachable, ErrHandshake). With certificates the ID is the one the
+// peer's certificate names; with a Secret alone it is one that a holder
+// of the Secret answered to at the address Resolve gives. A membership
+// uses it to count a node only once it has proven the ID gossip claims
+// (see distro/membership.Proven).
+func (t *TCP) Verify(ctx context.Context, node string) error {
+	if err := t.check(1, nil); err != nil {
+		return err
+	}
+	if node == t.cfg.NodeID {
+		return nil
+	}
+	_, err := t.connFor(ctx, node)
+	return err
 }

@@ -3,13 +3,13 @@ package transport
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/muster-io/muster/internal/cfgerr"
 )
 
 // TCPConfig configures a [TCP] transport. Start from [DefaultTCPConfig].
@@ -49,10 +49,26 @@ type TCPConfig struct {
 	// Secret, when set (at least 16 bytes), must be shared by every node:
 	// the handshake proves knowledge of it both ways with HMAC-SHA256 over
 	// fresh nonces, never sending it. A peer without it is refused and
-	// logged. It authenticates peers but does not encrypt: use TLS for that.
-	// It authenticates membership, not identity: every holder of the
-	// secret can claim every node ID. Prefer mutual TLS.
+	// logged. Without TLS, the Secret also encrypts: every connection runs
+	// TLS 1.3, both sides presenting a certificate of a key derived from
+	// the Secret (HKDF-SHA256 to an Ed25519 key) and refusing a peer whose
+	// certificate has another key, so a process without the Secret can
+	// neither read nor alter the traffic. It authenticates membership, not
+	// identity: every holder of the secret can claim every node ID. Such a
+	// claim never takes a path away from the real node: without
+	// certificate identities, a node sends its calls only over connections
+	// it dialled to the address Resolve gives (see the package
+	// documentation). Prefer mutual TLS.
 	Secret []byte
+	// SecretIdentity accepts TLS that does not require and verify a client
+	// certificate (ClientAuth below tls.RequireAndVerifyClientCert), with a
+	// Secret: a peer without a verified certificate is then authenticated
+	// by the Secret alone, which any holder can use to claim any node ID,
+	// and connections are handled as without certificates (each node
+	// sends over the connections it dialled). Without it, Validate refuses
+	// such TLS, and a peer presenting no verified certificate is refused.
+	// Default false.
+	SecretIdentity bool
 	// Insecure allows a transport with neither Secret nor TLS (or with TLS
 	// that verifies no client certificate and no Secret): anyone who can
 	// reach the port can then join as any node, send any message and read
@@ -71,13 +87,17 @@ type TCPConfig struct {
 	// MaxHandshakes bounds the inbound connections that have not finished
 	// the handshake (unauthenticated), in total. When it is reached, a new
 	// connection from an address holding fewer handshakes than the address
-	// holding the most takes the slot of that address's oldest pending
-	// handshake (closed); other new connections are closed at once. Both
-	// are counted in TCPStats.Limited. Default 256.
+	// holding the most takes the slot of one of that address's pending
+	// handshakes (closed): the oldest that has sent no byte yet, else the
+	// oldest. Other new connections are closed at once. Both are counted
+	// in TCPStats.Limited. Default 256.
 	MaxHandshakes int
 	// MaxHandshakesPerIP bounds them per source address (an IPv4 address,
 	// or an IPv6 /64 prefix), so that one host cannot fill MaxHandshakes.
-	// Must be <= MaxHandshakes. Default 16.
+	// A new connection from an address at the bound takes the slot of one
+	// of its pending handshakes, chosen as above: idle connections from a
+	// member's own address do not lock it out. Must be <= MaxHandshakes.
+	// Default 16.
 	MaxHandshakesPerIP int
 	// IdleTimeout bounds the silence on an authenticated connection: after
 	// IdleTimeout without a byte received the transport sends a ping (every
@@ -149,10 +169,12 @@ func DefaultTCPConfig() TCPConfig {
 
 // Validate reports every field that breaks its rule, joined in one error
 // wrapping ErrInvalidConfig (nil if none). Besides the range of each field,
-// it refuses a config that would let an anonymous peer in: one with neither
-// Secret nor TLS, or with TLS that requires no verified client certificate
-// (ClientAuth != tls.RequireAndVerifyClientCert, and no GetConfigForClient)
-// and no Secret, unless Insecure is set.
+// it refuses a config that would let an anonymous peer in, or one whose
+// peers could claim another node's ID: one with neither Secret nor TLS,
+// or with TLS that requires no verified client certificate (ClientAuth !=
+// tls.RequireAndVerifyClientCert, and no GetConfigForClient) unless it
+// has a Secret and SecretIdentity says that the Secret alone identifies
+// peers; Insecure allows both.
 func (c TCPConfig) Validate() error {
 	var errs []error
 	check := func(ok bool, format string, args ...any) {
@@ -164,8 +186,13 @@ func (c TCPConfig) Validate() error {
 	check(c.ListenAddr != "", "ListenAddr must be set (host:port, port 0 for any)")
 	check(len(c.Secret) == 0 || len(c.Secret) >= 16, "Secret must be empty or at least 16 bytes, got %d", len(c.Secret))
 	check(len(c.Secret) > 0 || c.TLS != nil || c.Insecure, "neither Secret nor TLS is set: anyone could join; set Secret (>= 16 bytes) or TLS (mutual), or Insecure: true to run unauthenticated")
-	check(len(c.Secret) > 0 || c.TLS == nil || c.Insecure || c.TLS.ClientAuth == tls.RequireAndVerifyClientCert || c.TLS.GetConfigForClient != nil,
-		"TLS without ClientAuth = tls.RequireAndVerifyClientCert and no Secret authenticates no peer; set one of them, or Insecure: true")
+	var clientAuth tls.ClientAuthType
+	if c.TLS != nil {
+		clientAuth = c.TLS.ClientAuth
+	}
+	check(c.TLS == nil || c.Insecure || c.TLS.ClientAuth == tls.RequireAndVerifyClientCert || c.TLS.GetConfigForClient != nil || (len(c.Secret) > 0 && c.SecretIdentity),
+		"TLS with ClientAuth %v does not require and verify client certificates, so a peer's node ID would rest on the Secret alone (any holder can claim any node): set ClientAuth = tls.RequireAndVerifyClientCert, or a Secret with SecretIdentity: true to rely on it, or Insecure: true", clientAuth)
+	check(!c.SecretIdentity || (len(c.Secret) > 0 && c.TLS != nil), "SecretIdentity needs a Secret and TLS (it accepts TLS peers without a verified client certificate on the Secret alone)")
 	check(c.MaxFrameSize > 0 && c.MaxFrameSize <= 1<<30, "MaxFrameSize must be in (0, 1 GiB], got %d", c.MaxFrameSize)
 	check(c.DialTimeout > 0, "DialTimeout must be > 0, got %v", c.DialTimeout)
 	check(c.HandshakeTimeout > 0, "HandshakeTimeout must be > 0, got %v", c.HandshakeTimeout)
@@ -178,8 +205,5 @@ func (c TCPConfig) Validate() error {
 	check(c.MaxQueued >= 0, "MaxQueued must be >= 0, got %d", c.MaxQueued)
 	check(c.MaxQueuedBytes > 0, "MaxQueuedBytes must be > 0, got %d", c.MaxQueuedBytes)
 	check(c.WriteQueue > 0, "WriteQueue must be > 0, got %d", c.WriteQueue)
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	return cfgerr.Join(ErrInvalidConfig, errs...)
 }

@@ -78,11 +78,16 @@ func TestTCPConfigValidate(t *testing.T) {
 		{"IdleTimeout", func(c *TCPConfig) { c.IdleTimeout = 0 }},
 		{"Insecure", func(c *TCPConfig) { c.Secret = nil }},
 		{"Insecure", func(c *TCPConfig) { c.Secret, c.TLS = nil, &tls.Config{ClientAuth: tls.VerifyClientCertIfGiven} }},
+		// Optional client certificates with a Secret: identity would rest
+		// on the Secret unless the config says so.
+		{"SecretIdentity", func(c *TCPConfig) { c.TLS = &tls.Config{ClientAuth: tls.VerifyClientCertIfGiven} }},
+		{"SecretIdentity", func(c *TCPConfig) { c.TLS = &tls.Config{} }},
+		{"SecretIdentity", func(c *TCPConfig) { c.SecretIdentity = true }}, // without TLS
 	}
 	for _, good := range []func(*TCPConfig){
 		func(c *TCPConfig) { c.Secret, c.Insecure = nil, true },
 		func(c *TCPConfig) { c.Secret, c.TLS = nil, &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert} },
-		func(c *TCPConfig) { c.TLS = &tls.Config{} }, // TLS for privacy, the Secret authenticates
+		func(c *TCPConfig) { c.TLS, c.SecretIdentity = &tls.Config{}, true }, // TLS for privacy, the Secret authenticates, explicitly
 	} {
 		c := ok
 		good(&c)
@@ -206,6 +211,29 @@ func mtlsConfig(pool *x509.CertPool, cert tls.Certificate) *tls.Config {
 	}
 }
 
+// newMTLSCluster is newTCPCluster with mutual TLS from one test CA and no
+// Secret: node IDs bound to certificates, one connection per pair (the
+// tie-break).
+func newMTLSCluster(t *testing.T, mutate func(*TCPConfig)) *tcpCluster {
+	pool, issue := testCA(t, "cluster CA")
+	return newTCPCluster(t, 0, func(cfg *TCPConfig) {
+		cfg.Secret = nil
+		cfg.TLS = mtlsConfig(pool, issue(cfg.NodeID))
+		if mutate != nil {
+			mutate(cfg)
+		}
+	})
+}
+
+// noDial starts node id of c without Resolve: it never dials, and its
+// calls use the connections peers dialled (with a Secret alone too).
+func (c *tcpCluster) noDial(t *testing.T, id string) *TCP {
+	t.Helper()
+	cfg := c.config(t, id)
+	cfg.Resolve = nil
+	return c.start(t, cfg)
+}
+
 func TestTCPMutualTLS(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	pool, issue := testCA(t, "cluster CA")
@@ -292,7 +320,7 @@ func TestTCPSecret(t *testing.T) {
 		}
 	}
 	eventually(t, "refusal logged", func() bool {
-		return strings.Contains(logs.String(), "wrong or missing shared secret")
+		return strings.Contains(logs.String(), errSecretKey.Error())
 	})
 	// The refusal of a's dial is counted by w's accept side, which may finish
 	// after a's Request has already failed.
@@ -326,10 +354,11 @@ func rawPeerVersion(t *testing.T, addr, id, to string, max uint8) net.Conn {
 	if max == 1 {
 		max = 0 // version 1 did not send the field
 	}
-	nc, err := net.Dial("tcp", addr)
+	raw, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
+	nc := linkAs(raw, testSecret)
 	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
 	cn := newNonce()
 	if err := writeHello(nc, hello{Magic: helloMagic, Version: helloVersion, Max: max, Node: id, To: to, Nonce: cn}); err != nil {
@@ -447,7 +476,7 @@ func TestTCPSimultaneousDial(t *testing.T) {
 }
 
 func simultaneousDialRound(t *testing.T, round int) {
-	c := newTCPCluster(t, 0, nil)
+	c := newMTLSCluster(t, nil)
 	defer c.CloseAll()
 	a := c.Node(t, "a").(*TCP)
 	b := c.Node(t, "b").(*TCP)
@@ -603,8 +632,8 @@ func TestTCPPeerDeathFailsPending(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	c := newTCPCluster(t, 0, nil)
 	defer c.CloseAll()
-	a := c.Node(t, "a")
-	nc := rawPeer(t, a.(*TCP).Addr(), "b", "a") // a's connection to "b"
+	a := c.noDial(t, "a")
+	nc := rawPeer(t, a.Addr(), "b", "a") // a's connection to "b"
 	started := make(chan struct{})
 	errc := make(chan error, 1)
 	go func() {
@@ -635,7 +664,7 @@ func TestTCPPeerDeathFailsPending(t *testing.T) {
 // sides.
 func TestTCPRetireDrains(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	c := newTCPCluster(t, 0, nil)
+	c := newMTLSCluster(t, nil)
 	defer c.CloseAll()
 	a := c.Node(t, "a").(*TCP)
 	b := c.Node(t, "b").(*TCP)
@@ -711,7 +740,7 @@ func TestTCPRedialWhileGoAwayHeldBack(t *testing.T) {
 
 func redialWhileGoAwayHeldBack(t *testing.T, peerRetires bool) {
 	defer goleak.VerifyNone(t)
-	c := newTCPCluster(t, 0, func(cfg *TCPConfig) { cfg.HandshakeTimeout = 20 * time.Second })
+	c := newMTLSCluster(t, func(cfg *TCPConfig) { cfg.HandshakeTimeout = 20 * time.Second })
 	defer c.CloseAll()
 	a := c.Node(t, "a").(*TCP)
 	b := c.Node(t, "b").(*TCP)
@@ -872,11 +901,19 @@ func serveV1(nc net.Conn, errs chan<- error) {
 
 // acceptV1 answers one dial on ln as node id of protocol version 1 (its
 // hello has no Max), with testSecret.
-func acceptV1(ln net.Listener, id string) (net.Conn, error) {
-	nc, err := ln.Accept()
+func acceptV1(ln net.Listener, id string) (net.Conn, error) { return acceptVersion(ln, id, 0) }
+
+// acceptVersion is acceptV1 sending max in its hello (0: none, version 1).
+func acceptVersion(ln net.Listener, id string, max uint8) (net.Conn, error) {
+	raw, err := ln.Accept()
 	if err != nil {
 		return nil, err
 	}
+	link, err := secretTLS(testSecret)
+	if err != nil {
+		return nil, err
+	}
+	nc := tls.Server(raw, link)
 	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
 	defer nc.SetDeadline(time.Time{})
 	ch, err := readHello(nc)
@@ -884,7 +921,7 @@ func acceptV1(ln net.Listener, id string) (net.Conn, error) {
 		return nil, err
 	}
 	sn := newNonce()
-	if err := writeHello(nc, hello{Magic: helloMagic, Version: 1, Node: id, Nonce: sn, Proof: proof(testSecret, "server", ch.Nonce, sn, ch.Node, id)}); err != nil {
+	if err := writeHello(nc, hello{Magic: helloMagic, Version: 1, Max: max, Node: id, Nonce: sn, Proof: proof(testSecret, "server", ch.Nonce, sn, ch.Node, id)}); err != nil {
 		return nil, err
 	}
 	if _, err := readHello(nc); err != nil {
@@ -903,7 +940,12 @@ func TestTCPVersion1Peer(t *testing.T) {
 			const idle = 50 * time.Millisecond
 			c := newTCPCluster(t, 0, func(cfg *TCPConfig) { cfg.IdleTimeout = idle })
 			defer c.CloseAll()
-			a := c.Node(t, "a").(*TCP)
+			var a *TCP
+			if dir == "v1 dials" {
+				a = c.noDial(t, "a") // so that it calls over the connection old dialled
+			} else {
+				a = c.Node(t, "a").(*TCP)
+			}
 			ctx := testCtx(t)
 			var old net.Conn
 			if dir == "v1 dials" {

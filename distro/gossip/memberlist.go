@@ -2,7 +2,6 @@ package gossip
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -18,6 +17,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/jonboulle/clockwork"
 	"github.com/muster-io/muster/distro/membership"
+	"github.com/muster-io/muster/internal/cfgerr"
 	"github.com/muster-io/muster/internal/logx"
 )
 
@@ -124,10 +124,7 @@ func (c *Config) Validate() error {
 		_, _, err := net.SplitHostPort(s)
 		check(err == nil, "Seeds["+strconv.Itoa(i)+"]", "must be host:port")
 	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %w", membership.ErrInvalidConfig, errors.Join(errs...))
+	return cfgerr.Join(membership.ErrInvalidConfig, errs...)
 }
 
 // Memberlist is a Membership over hashicorp/memberlist: SWIM failure detection and gossip, the

@@ -32,6 +32,8 @@ func main() {
 	flag.DurationVar(&o.t.BeatTimeout, "beat-timeout", o.t.BeatTimeout, "beat instances turn unhealthy after this without a beat (Nacos: 15s)")
 	flag.BoolVar(&o.verbose, "v", false, "log the nodes' own lines to stderr")
 	flag.StringVar(&o.metrics, "metrics", "127.0.0.1:0", "serve every node's Prometheus metrics at http://<addr>/metrics (loopback only; \"\" turns it off)")
+	flag.StringVar(&o.console, "console", "", "serve the web console of the nodes at this loopback address while the demo runs, e.g. 127.0.0.1:0 (\"\": none)")
+	flag.DurationVar(&o.linger, "linger", 0, "with -console, keep the cluster up this long after the scenario (Ctrl-C ends it)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -51,7 +53,9 @@ type options struct {
 	nodes   int
 	t       timings
 	verbose bool
-	metrics string    // the /metrics address; "" serves none
+	metrics string // the /metrics address; "" serves none
+	console string // the web console's address; "" serves none
+	linger  time.Duration
 	out     io.Writer // the narration
 	dir     string    // data directory; "" makes a temporary one and removes it at the end
 }

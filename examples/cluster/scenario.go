@@ -46,6 +46,7 @@ type demo struct {
 	listeners map[int]*listener
 	victim    int            // the node crashed and restarted
 	metrics   *metricsServer // nil with -metrics ""
+	console   *consoleServer // nil without -console
 }
 
 // run plays the scenario. It returns the steps done so far and the first
@@ -80,6 +81,12 @@ func run(ctx context.Context, o options) ([]step, error) {
 			return nil, err
 		}
 		fmt.Fprintf(o.out, "Prometheus metrics of every node: %s\n", d.metrics.url())
+	}
+	if o.console != "" {
+		if d.console, err = serveConsole(c, o.console); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(o.out, "Web console of the nodes: %s\n", d.console.url())
 	}
 	for _, s := range []struct {
 		name string
@@ -144,6 +151,18 @@ func (d *demo) until(limit time.Duration, what string, cond func() bool) (time.D
 
 // shutdown stops the client and the watchers, then every node gracefully.
 func (d *demo) shutdown() {
+	if d.console != nil {
+		if d.o.linger > 0 {
+			fmt.Fprintf(d.o.out, "The console stays up for %v at %s (Ctrl-C ends it)\n", d.o.linger, d.console.url())
+			t := time.NewTimer(d.o.linger)
+			select {
+			case <-t.C:
+			case <-d.ctx.Done():
+			}
+			t.Stop()
+		}
+		d.console.close()
+	}
 	if d.metrics != nil {
 		d.metrics.close()
 	}

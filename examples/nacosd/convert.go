@@ -68,6 +68,19 @@ func splitGrouped(name, group string) (string, string) {
 	return group, name
 }
 
+// checkGrouped refuses a grouped service name ("g@@name") whose group is
+// not the group given beside it, as Nacos refuses "@@" in a service name of
+// a given group: "x@@bad" in DEFAULT_GROUP is not silently re-grouped
+// under "x". The 1.x SDKs send both, consistently.
+func checkGrouped(name, group string) error {
+	g, _, ok := strings.Cut(name, "@@")
+	if !ok || group == "" || g == group {
+		return nil
+	}
+	return fmt.Errorf("%w: parameter serviceName: %q holds \"@@\" but its group is given apart (%q): "+
+		"Param 'serviceName' is illegal, illegal characters should not appear in the param", model.ErrInvalid, clip(name), clip(group))
+}
+
 // serviceKey builds a service key from Nacos's namespace, group and
 // (possibly grouped) service name.
 func serviceKey(ns, group, name string) model.ServiceKey {
@@ -201,6 +214,9 @@ func errCode(err error) (int, string) {
 		return codeNotReady, err.Error()
 	case errors.Is(err, registry.ErrHealthChecked):
 		return codeInvalidParam, err.Error()
+	case errors.Is(err, ErrUnauthenticated), errors.Is(err, ErrForbidden):
+		_, msg, _ := strings.Cut(err.Error(), ": ")
+		return codeNoRight, msg
 	default:
 		return codeServerError, err.Error()
 	}

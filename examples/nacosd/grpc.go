@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -117,6 +118,9 @@ func (g *grpcAPI) Request(ctx context.Context, p *pb.Payload) (*pb.Payload, erro
 		return errorPayload(req.RequestID, codeUnregister, "Connection is unregistered."), nil
 	}
 	c.touch()
+	if refused := g.authorize(ctx, typ, p, &req); refused != nil {
+		return refused, nil
+	}
 	switch typ {
 	case "HealthCheckRequest":
 		g.mu.Lock()
@@ -143,6 +147,39 @@ func (g *grpcAPI) Request(ctx context.Context, p *pb.Payload) (*pb.Payload, erro
 	default:
 		return errorPayload(req.RequestID, codeNoHandler, "RequestHandler Not Found: nacosd does not serve "+typ), nil
 	}
+}
+
+// namingWrites and namingReads are the request types that act on naming
+// data, and need a permission when authentication is on.
+var (
+	namingWrites = map[string]bool{"InstanceRequest": true, "PersistentInstanceRequest": true, "BatchInstanceRequest": true}
+	namingReads  = map[string]bool{"ServiceQueryRequest": true, "SubscribeServiceRequest": true, "ServiceListRequest": true}
+)
+
+// authorize refuses a naming request whose service name holds "@@" (the
+// group is given apart over gRPC, and Nacos refuses it rather than read a
+// group out of the name) or that its sender may not make. It returns the
+// refusal, or nil.
+func (g *grpcAPI) authorize(ctx context.Context, typ string, p *pb.Payload, req *nRequest) *pb.Payload {
+	write, read := namingWrites[typ], namingReads[typ]
+	if !write && !read {
+		return nil
+	}
+	if strings.Contains(req.ServiceName, "@@") {
+		return errorPayload(req.RequestID, codeInvalidParam, fmt.Sprintf(
+			"Param 'serviceName' is illegal, illegal characters should not appear in the param: %q holds \"@@\" (the group goes in groupName)", clip(req.ServiceName)))
+	}
+	group := req.GroupName
+	if group == "" && typ != "ServiceListRequest" {
+		group = model.DefaultGroup
+	}
+	err := g.s.allowGRPC(ctx, p.GetMetadata().GetHeaders(), req.Namespace, group, req.ServiceName, write)
+	if err == nil {
+		return nil
+	}
+	code, msg := errCode(err)
+	g.log.Info("request denied", "type", typ, "namespace", clip(req.Namespace), "service", clip(req.ServiceName), "err", err)
+	return errorPayload(req.RequestID, code, msg)
 }
 
 func (g *grpcAPI) serverCheck(addr, reqID string) (*pb.Payload, error) {

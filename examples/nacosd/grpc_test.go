@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/url"
 	"os"
 	"os/exec"
 	"slices"
@@ -285,4 +286,25 @@ func TestChildClient(t *testing.T) {
 	c := newClient(t, addr)
 	register(t, c, "child", "", "10.9.9.9", 80, 1)
 	select {} // until killed
+}
+
+// TestGroupedNameRefused: a gRPC request for serviceName "x@@bad" in
+// DEFAULT_GROUP is refused (Nacos's 400); over HTTP a grouped name whose
+// group is not groupName is refused too. (The same through nacos-sdk-go v2
+// still registers under DEFAULT_GROUP@@x: not yet understood, see the
+// report of issue 28.)
+func TestGroupedNameRefused(t *testing.T) {
+	s := startServer(t, nil)
+	w := dialWire(t, s.GRPCAddr(), true)
+	var r response
+	if typ := w.call("SubscribeServiceRequest", map[string]any{"serviceName": "x@@bad", "groupName": "DEFAULT_GROUP", "subscribe": true}, &r); typ != "ErrorResponse" || r.ErrorCode != codeInvalidParam {
+		t.Fatalf("subscribe to x@@bad: %s %+v", typ, r)
+	}
+	st, body := call(t, s, "POST", "/nacos/v1/ns/instance", url.Values{"serviceName": {"x@@bad"}, "groupName": {"DEFAULT_GROUP"}, "ip": {"10.2.0.1"}, "port": {"80"}})
+	if st != 400 {
+		t.Fatalf("HTTP x@@bad in DEFAULT_GROUP: %d %s", st, body)
+	}
+	if st, body := call(t, s, "POST", "/nacos/v1/ns/instance", url.Values{"serviceName": {"G@@ok"}, "groupName": {"G"}, "ip": {"10.2.0.1"}, "port": {"80"}}); st != 200 {
+		t.Fatalf("HTTP G@@ok in G (as the 1.x SDKs send it): %d %s", st, body)
+	}
 }

@@ -120,19 +120,25 @@ func httpPort(t testing.TB, addr string) uint64 {
 // (HTTP addresses), closed at cleanup.
 func newClient(t testing.TB, addrs ...string) naming_client.INamingClient {
 	t.Helper()
+	return newClientWith(t, nil, addrs...)
+}
+
+// newClientWith is newClient with more client options (credentials, TLS).
+func newClientWith(t testing.TB, opts []constant.ClientOption, addrs ...string) naming_client.INamingClient {
+	t.Helper()
 	skipUnderRace(t)
 	var sc []constant.ServerConfig
 	for _, a := range addrs {
 		sc = append(sc, *constant.NewServerConfig("127.0.0.1", httpPort(t, a)))
 	}
 	dir := clientDir(t)
-	cc := constant.NewClientConfig(
+	cc := constant.NewClientConfig(append([]constant.ClientOption{
 		constant.WithNamespaceId(""),
 		constant.WithTimeoutMs(3000),
 		constant.WithNotLoadCacheAtStart(true),
 		constant.WithLogDir(dir), constant.WithCacheDir(dir),
 		constant.WithLogLevel("error"),
-	)
+	}, opts...)...)
 	c, err := clients.NewNamingClient(vo.NacosClientParam{ClientConfig: cc, ServerConfigs: sc})
 	if err != nil {
 		t.Fatal(err)

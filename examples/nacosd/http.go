@@ -34,6 +34,11 @@ func (s *Server) httpHandler() http.Handler {
 	mux.HandleFunc("/nacos/v1/ns/catalog/services", s.hCatalog)
 	mux.HandleFunc("/nacos/v1/ns/operator/metrics", s.hMetrics)
 	mux.HandleFunc("/nacos/v1/core/loader/current", s.hLoaderCurrent)
+	mux.HandleFunc("/nacos/v1/auth/login", s.hLogin)
+	mux.HandleFunc("/nacos/v1/auth/users/login", s.hLogin)
+	mux.HandleFunc("/nacos/v1/auth/users", s.hUsers)
+	mux.HandleFunc("/nacos/v1/auth/roles", s.hRoles)
+	mux.HandleFunc("/nacos/v1/auth/permissions", s.hPermissions)
 	// Prometheus: Muster's metrics (docs/monitoring.md), at the usual path
 	// and at Nacos's.
 	prom := http.HandlerFunc(s.hPrometheus)
@@ -132,8 +137,29 @@ func (p params) service() (model.ServiceKey, error) {
 	if name == "" {
 		return model.ServiceKey{}, fmt.Errorf("%w: parameter serviceName is required", model.ErrInvalid)
 	}
+	if err := checkGrouped(name, p.str("groupName")); err != nil {
+		return model.ServiceKey{}, err
+	}
 	k := serviceKey(p.str("namespaceId"), p.str("groupName"), name)
 	return k, k.Validate()
+}
+
+// target is what a request acts on, for its permission check: namespace,
+// group and service name ("" for every one).
+func (p params) target() (ns, group, name string) {
+	name = p.str("serviceName")
+	group = p.str("groupName")
+	if name != "" {
+		group, name = splitGrouped(name, group)
+	}
+	return p.str("namespaceId"), group, name
+}
+
+// allowTarget checks the request against its sender's permissions on its
+// target (see params.target).
+func (s *Server) allowTarget(w http.ResponseWriter, r *http.Request, write bool) bool {
+	ns, group, name := params{r}.target()
+	return s.allow(w, r, ns, group, name, write)
 }
 
 // instanceKey reads the ip, port, cluster and service of an instance.
@@ -225,6 +251,9 @@ func writeOK(w http.ResponseWriter) {
 func (s *Server) hInstance(w http.ResponseWriter, r *http.Request) {
 	p := params{r}
 	ctx := r.Context()
+	if !s.allowTarget(w, r, r.Method != http.MethodGet) {
+		return
+	}
 	switch r.Method {
 	case http.MethodPost: // register
 		inst, err := p.instance()
@@ -291,6 +320,9 @@ func (s *Server) hInstance(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) hInstanceList(w http.ResponseWriter, r *http.Request) {
 	p := params{r}
+	if !s.allowTarget(w, r, false) {
+		return
+	}
 	svc, err := p.service()
 	if err != nil {
 		s.fail(w, r, err)
@@ -309,15 +341,17 @@ func (s *Server) hInstanceList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := p.str("serviceName") // echoed verbatim: the client's cache key
-	// A service the registry does not hold (Revision 0) gets its empty
-	// answer but no subscriber: otherwise any name makes a watcher. The
-	// client's next poll subscribes once the service exists.
-	if udpPort, _ := p.integer("udpPort", 0); udpPort > 0 && udpPort <= 65535 && v.Revision != 0 {
+	// A service the registry does not hold yet gets a subscriber too, as
+	// Nacos 1.4 subscribes before it looks the service up: a consumer that
+	// starts before its providers is pushed the first one at once. What
+	// unknown names cost is bounded by -udp-subs-per-ip and
+	// -max-subscriptions.
+	if udpPort, _ := p.integer("udpPort", 0); udpPort > 0 && udpPort <= 65535 {
 		// Pushes go to the host the request came from, not to the
 		// clientIP parameter (Nacos's choice), which anyone could set to
 		// make this node send UDP to a third party.
 		ip, _, _ := net.SplitHostPort(r.RemoteAddr)
-		if err := s.udp.subscribe(net.JoinHostPort(ip, strconv.Itoa(udpPort)), ip, model.Query{Service: svc, Clusters: q.Clusters}, name, clusters); err != nil {
+		if err := s.udp.subscribe(net.JoinHostPort(ip, strconv.Itoa(udpPort)), ip, model.Query{Service: svc, Clusters: q.Clusters}, name, clusters, v.Revision); err != nil {
 			s.log.Debug("no UDP subscription", "client", ip, "service", svc, "err", err)
 		}
 	}
@@ -357,6 +391,9 @@ func (s *Server) hBeat(w http.ResponseWriter, r *http.Request) {
 	if name == "" {
 		name = b.ServiceName
 	}
+	if g, n := splitGrouped(name, p.str("groupName")); !s.allow(w, r, p.str("namespaceId"), g, n, true) {
+		return
+	}
 	svc := serviceKey(p.str("namespaceId"), p.str("groupName"), name)
 	if err := checkPort(b.Port); err != nil {
 		s.fail(w, r, err)
@@ -390,12 +427,16 @@ func (s *Server) hBeat(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	s.beats.Add(1)
 	writeJSON(w, map[string]any{"code": 10200, "clientBeatInterval": interval.Milliseconds(), "lightBeatEnabled": true})
 }
 
 func (s *Server) hService(w http.ResponseWriter, r *http.Request) {
 	p := params{r}
 	ctx := r.Context()
+	if !s.allowTarget(w, r, r.Method != http.MethodGet) {
+		return
+	}
 	svc, err := p.service()
 	if err != nil {
 		s.fail(w, r, err)
@@ -489,6 +530,9 @@ func (s *Server) hService(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) hServiceList(w http.ResponseWriter, r *http.Request) {
 	p := params{r}
+	if !s.allow(w, r, p.str("namespaceId"), p.str("groupName"), "", false) {
+		return
+	}
 	page, err := p.integer("pageNo", 1)
 	if err != nil {
 		s.fail(w, r, err)
@@ -520,6 +564,9 @@ func (s *Server) hServiceList(w http.ResponseWriter, r *http.Request) {
 func (s *Server) hCatalog(w http.ResponseWriter, r *http.Request) {
 	p := params{r}
 	ctx := r.Context()
+	if !s.allow(w, r, p.str("namespaceId"), "", "", false) {
+		return
+	}
 	page, err := p.integer("pageNo", 1)
 	if err == nil && page < 1 {
 		err = fmt.Errorf("%w: pageNo must be ≥ 1", model.ErrInvalid)
@@ -563,6 +610,11 @@ func (s *Server) hMetrics(w http.ResponseWriter, r *http.Request) {
 		status = "DOWN"
 	}
 	if r.FormValue("gc") == "true" { // nacosd's own: measure live memory
+		if s.auth.Enabled() {
+			if _, ok := s.admin(w, r); !ok {
+				return
+			}
+		}
 		runtime.GC()
 	}
 	var ms runtime.MemStats
@@ -577,6 +629,7 @@ func (s *Server) hMetrics(w http.ResponseWriter, r *http.Request) {
 		"pushCount": pushes, "pushP50Ms": p50.Milliseconds(), "pushP99Ms": p99.Milliseconds(),
 		"mem": float64(ms.HeapInuse) / float64(max(ms.Sys, 1)), "cpu": 0, "load": 0,
 		"heapInuseBytes": ms.HeapInuse, "goroutines": runtime.NumGoroutine(),
+		"beatCount": s.beats.Load(),
 	})
 }
 
@@ -589,6 +642,11 @@ func (s *Server) hLoaderCurrent(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
+	}
+	if s.auth.Enabled() { // the clients' addresses and labels: admins only
+		if _, ok := s.admin(w, r); !ok {
+			return
+		}
 	}
 	sessions, err := s.reg.Sessions(r.Context())
 	if err != nil {

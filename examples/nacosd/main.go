@@ -41,6 +41,11 @@ func parseFlags(args []string, out io.Writer) (Config, slog.Level, error) {
 	secretFile := fs.String("secret-file", "", "file holding the node-to-node secret (required in a cluster; ≥ 16 bytes)")
 	fs.IntVar(&cfg.MaxSubscriptions, "max-subscriptions", cfg.MaxSubscriptions, "cap on the subscriptions (gRPC and UDP) of all clients")
 	fs.IntVar(&cfg.UDPSubsPerIP, "udp-subs-per-ip", cfg.UDPSubsPerIP, "cap on the UDP (Nacos 1.x) subscriptions from one source IP")
+	fs.BoolVar(&cfg.Auth.Enabled, "auth", false, "authenticate and authorize clients (Nacos's nacos.core.auth.enabled)")
+	keyFile := fs.String("auth-key-file", "", "file holding the token signing key, base64, ≥ 32 bytes decoded (Nacos's token.secret.key)")
+	fs.DurationVar(&cfg.Auth.TokenTTL, "auth-token-ttl", defaultTokenTTL, "how long a token is valid (Nacos's token.expire.seconds)")
+	adminFile := fs.String("admin-password-file", "", "file holding the password of the admin user \"nacos\", created at start if missing")
+	fs.BoolVar(&cfg.Open, "open", false, "serve clients without authentication on a non-loopback address: anyone reaching the ports may read and change every namespace")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintln(out, "usage: nacosd [flags]")
@@ -86,6 +91,25 @@ func parseFlags(args []string, out io.Writer) (Config, slog.Level, error) {
 			return cfg, 0, fmt.Errorf("-secret-file: %w", err)
 		}
 		cfg.Secret = bytes.TrimSpace(b)
+	}
+	if *keyFile != "" {
+		b, err := os.ReadFile(*keyFile)
+		if err != nil {
+			return cfg, 0, fmt.Errorf("-auth-key-file: %w", err)
+		}
+		if cfg.Auth.Key, err = DecodeAuthKey(string(b)); err != nil {
+			return cfg, 0, fmt.Errorf("-auth-key-file: %w", err)
+		}
+	}
+	if *adminFile != "" {
+		b, err := os.ReadFile(*adminFile)
+		if err != nil {
+			return cfg, 0, fmt.Errorf("-admin-password-file: %w", err)
+		}
+		cfg.Auth.AdminPassword = strings.TrimRight(string(b), "\r\n")
+	}
+	if !cfg.Auth.Enabled && (*keyFile != "" || *adminFile != "") {
+		return cfg, 0, errors.New("-auth-key-file and -admin-password-file need -auth")
 	}
 	if len(cfg.Peers) == 0 && (cfg.NodeID != "" || *secretFile != "") {
 		return cfg, 0, errors.New("-node-id and -secret-file need -peers or -cluster-conf")

@@ -18,7 +18,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/muster-io/muster/distro/gossip"
 	"github.com/muster-io/muster/health"
 	"github.com/muster-io/muster/health/mysqlcheck"
 	"github.com/muster-io/muster/model"
@@ -86,6 +85,14 @@ type Config struct {
 	// UDPPushRetries and UDPAckTimeout govern UDP pushes to 1.x clients.
 	UDPPushRetries int
 	UDPAckTimeout  time.Duration
+
+	// Auth configures client authentication and authorization (off by
+	// default; see Validate for where that is allowed).
+	Auth AuthConfig
+	// Open says that serving clients without authentication on a
+	// non-loopback address is wanted (-open): every client that reaches
+	// the ports may then read and change everything (but nacosd's users).
+	Open bool
 
 	// Fast shortens the cluster's failure detection, sync and health-check
 	// timings, for tests.
@@ -163,6 +170,14 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("-node-id %q is not in the peer list", c.NodeID))
 		}
 	}
+	if err := c.Auth.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if host, _, err := net.SplitHostPort(c.HTTPAddr); err == nil && !c.Auth.Enabled && !c.Open && !isLoopback(host) {
+		errs = append(errs, fmt.Errorf("-addr %s is not a loopback address, and authentication is off: "+
+			"nacosd refuses to serve clients there without it; turn it on (-auth -auth-key-file FILE -admin-password-file FILE), "+
+			"or pass -open to say that every client that reaches the ports may read and change every namespace", c.HTTPAddr))
+	}
 	if c.MaxSubscriptions < 0 || c.UDPSubsPerIP < 0 {
 		errs = append(errs, errors.New("subscription limits must not be negative"))
 	}
@@ -170,6 +185,16 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("push and detection timings must be positive"))
 	}
 	return errors.Join(errs...)
+}
+
+// isLoopback reports whether host (an IP or "localhost") only reaches this
+// machine; a wildcard or empty host does not.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Server is one nacosd node: a Muster registry behind Nacos's gRPC and
@@ -191,10 +216,12 @@ type Server struct {
 	httpSrv *http.Server
 	api     *grpcAPI
 	udp     *udpPusher
+	auth    *Auth
 
 	ref     refClock
 	subs    limiter
 	metrics metrics
+	beats   atomic.Int64 // 1.x beats answered 10200
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -329,6 +356,10 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		}
 	}
 
+	s.auth = newAuth(s.cfg.Auth, s.reg, s.log)
+	if s.auth.Enabled() && s.cfg.Auth.AdminPassword != "" {
+		s.goFunc(s.bootstrapAuth)
+	}
 	s.api = newGRPCAPI(s)
 	s.grpcSrv = grpc.NewServer(
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
@@ -355,9 +386,36 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.goFunc(func() { s.udp.run(s.ctx) })
 	s.goFunc(s.udp.readAcks)
 	s.log.Info("nacosd started", "http", s.httpLn.Addr().String(), "grpc", s.grpcLn.Addr().String(),
-		"cluster", len(s.cfg.Peers) > 0, "durable", s.cfg.DataDir != "")
+		"cluster", len(s.cfg.Peers) > 0, "durable", s.cfg.DataDir != "", "auth", s.auth.Enabled())
 	return nil
 }
+
+// bootstrapAuth creates the admin user once the registry serves, retrying
+// while it cannot (a cluster electing its Raft leader).
+func (s *Server) bootstrapAuth() {
+	if err := s.reg.WaitReady(s.ctx); err != nil {
+		return
+	}
+	for {
+		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+		err := s.auth.bootstrap(ctx)
+		cancel()
+		if err == nil || s.ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("cannot create the admin user yet; retrying", "err", err)
+		t := time.NewTimer(time.Second)
+		select {
+		case <-s.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// now is the wall clock (nacosd is a program, not the library).
+func (s *Server) now() time.Time { return time.Now() }
 
 func (s *Server) goFunc(f func()) {
 	s.wg.Add(1)
@@ -472,7 +530,7 @@ func (s *Server) Kill() {
 	s.once.Do(func() {
 		if s.node != nil { // the network first; shutdown closes the rest
 			_ = s.node.Transport().Close()
-			if ml, ok := s.node.Membership().(*gossip.Memberlist); ok {
+			if ml := s.node.Gossip(); ml != nil {
 				_ = ml.Kill()
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/muster-io/muster/model"
@@ -48,6 +49,9 @@ type udpSub struct {
 	name     string
 	lastSeen time.Time
 	cancel   context.CancelFunc
+	// served is the newest revision the subscriber was given, by a push or
+	// by its own list call: an older push is never sent after it.
+	served atomic.Uint64
 }
 
 func newUDPPusher(s *Server) (*udpPusher, error) {
@@ -70,15 +74,12 @@ func (u *udpPusher) readAcks() {
 		if err != nil {
 			return // closed
 		}
-		var ack struct {
-			Type        string `json:"type"`
-			LastRefTime string `json:"lastRefTime"`
-		}
-		if json.Unmarshal(buf[:n], &ack) != nil {
+		ref, ok := ackRef(buf[:n])
+		if !ok {
 			continue
 		}
 		u.mu.Lock()
-		ch := u.acks[ack.LastRefTime] // lastRefTime values are unique on this node
+		ch := u.acks[ref] // lastRefTime values are unique on this node
 		u.mu.Unlock()
 		if ch != nil {
 			select {
@@ -87,6 +88,31 @@ func (u *udpPusher) readAcks() {
 			}
 		}
 	}
+}
+
+// ackRef returns the lastRefTime of a push acknowledgement. Nacos's server
+// accepts it as a JSON string (the Java and Go clients send one) or a
+// number (the Node.js client echoes the push's number), and so does
+// nacosd.
+func ackRef(b []byte) (string, bool) {
+	var ack struct {
+		Type        string          `json:"type"`
+		LastRefTime json.RawMessage `json:"lastRefTime"`
+	}
+	if json.Unmarshal(b, &ack) != nil || len(ack.LastRefTime) == 0 {
+		return "", false
+	}
+	var str string
+	if json.Unmarshal(ack.LastRefTime, &str) == nil {
+		return str, true
+	}
+	var num json.Number
+	if json.Unmarshal(ack.LastRefTime, &num) == nil {
+		if _, err := num.Int64(); err == nil {
+			return num.String(), true
+		}
+	}
+	return "", false
 }
 
 // run expires silent subscribers until ctx ends.
@@ -149,7 +175,7 @@ func (u *udpPusher) dropLocked(k udpKey, s *udpSub) {
 // lists many services with udpPort set cannot fill the registry's watchers
 // and lock gRPC clients out. Past either cap the client is simply not
 // pushed to; it still gets its list answers, and its polls.
-func (u *udpPusher) subscribe(addr, ip string, q model.Query, name, clusters string) error {
+func (u *udpPusher) subscribe(addr, ip string, q model.Query, name, clusters string, rev uint64) error {
 	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
 		return err
@@ -159,6 +185,7 @@ func (u *udpPusher) subscribe(addr, ip string, q model.Query, name, clusters str
 	defer u.mu.Unlock()
 	if s := u.subs[key]; s != nil {
 		s.lastSeen = time.Now()
+		s.noteServed(rev)
 		return nil
 	}
 	if u.closed || u.s.ctx.Err() != nil {
@@ -178,19 +205,32 @@ func (u *udpPusher) subscribe(addr, ip string, q model.Query, name, clusters str
 		return err
 	}
 	s := &udpSub{key: key, ip: ip, addr: ua, name: name, lastSeen: time.Now(), cancel: cancel}
+	s.noteServed(rev)
 	u.subs[key] = s
 	u.perIP[ip]++
-	u.wg.Add(1)
-	go u.loop(ctx, s, w)
+	latest := make(chan registry.Update, 1)
+	u.wg.Add(2)
+	go u.watch(ctx, w, latest)
+	go u.loop(ctx, s, latest)
 	return nil
 }
 
-var errUDPClosed = errors.New("the UDP pusher is closed")
+// noteServed records that the subscriber was given revision rev.
+func (s *udpSub) noteServed(rev uint64) {
+	for {
+		cur := s.served.Load()
+		if rev <= cur || s.served.CompareAndSwap(cur, rev) {
+			return
+		}
+	}
+}
 
-// loop pushes every change of w after the first view (which the client got
-// from its list call).
-func (u *udpPusher) loop(ctx context.Context, s *udpSub, w *registry.Watcher) {
+// watch hands the newest update of w to latest (capacity 1: an update not
+// yet taken is replaced by a newer one), skipping the first view, which
+// the client got from its list call. It closes latest when w ends.
+func (u *udpPusher) watch(ctx context.Context, w *registry.Watcher, latest chan registry.Update) {
 	defer u.wg.Done()
+	defer close(latest)
 	defer w.Close()
 	if _, err := w.Next(ctx); err != nil {
 		return
@@ -200,41 +240,84 @@ func (u *udpPusher) loop(ctx context.Context, s *udpSub, w *registry.Watcher) {
 		if err != nil {
 			return
 		}
-		ref := u.s.ref.next()
-		si := serviceInfo(up.View, s.name, s.key.svc.Group, s.key.clusters, ref)
-		data, _ := json.Marshal(si)
-		msg, _ := json.Marshal(map[string]any{"type": "dom", "data": string(data), "lastRefTime": ref})
-		ackKey := strconv.FormatInt(ref, 10)
-		ch := make(chan struct{}, 1)
-		u.mu.Lock()
-		u.acks[ackKey] = ch
-		u.mu.Unlock()
-		start := time.Now()
-		acked := false
-		for attempt := 0; attempt < u.s.cfg.UDPPushRetries && !acked; attempt++ {
-			if _, err := u.conn.WriteToUDP(msg, s.addr); err != nil {
-				break
-			}
-			select {
-			case <-ch:
-				acked = true
-			case <-time.After(u.s.cfg.UDPAckTimeout):
-			case <-ctx.Done():
-			}
-			if ctx.Err() != nil {
-				break
-			}
+		select {
+		case <-latest: // superseded before it was pushed
+		default:
 		}
-		u.mu.Lock()
-		delete(u.acks, ackKey)
-		u.mu.Unlock()
-		if acked {
-			u.s.metrics.push(time.Since(start))
-		} else {
-			u.s.metrics.pushFailed()
-		}
+		latest <- up
+	}
+}
+
+var errUDPClosed = errors.New("the UDP pusher is closed")
+
+// loop pushes each update from latest, resending it until the client
+// acknowledges it or the retries run out. A newer update ends the resends
+// of an older one at once, and an update older than what the subscriber
+// was last given (its own list call can be newer) is not sent: a resend
+// never brings back an instance the client has seen leave.
+func (u *udpPusher) loop(ctx context.Context, s *udpSub, latest chan registry.Update) {
+	defer u.wg.Done()
+	up, ok := <-latest
+	for ok {
+		next, more := u.push(ctx, s, up, latest)
 		if ctx.Err() != nil {
 			return
 		}
+		if next == nil {
+			up, ok = <-latest
+		} else {
+			up, ok = *next, more
+		}
 	}
+}
+
+// push sends one update; it returns a newer update that arrived meanwhile
+// (and whether latest is still open), or nil.
+func (u *udpPusher) push(ctx context.Context, s *udpSub, up registry.Update, latest chan registry.Update) (*registry.Update, bool) {
+	if up.View.Revision < s.served.Load() {
+		return nil, true // the client already holds something newer
+	}
+	ref := u.s.ref.next()
+	si := serviceInfo(up.View, s.name, s.key.svc.Group, s.key.clusters, ref)
+	data, _ := json.Marshal(si)
+	msg, _ := json.Marshal(map[string]any{"type": "dom", "data": string(data), "lastRefTime": ref})
+	ackKey := strconv.FormatInt(ref, 10)
+	ch := make(chan struct{}, 1)
+	u.mu.Lock()
+	u.acks[ackKey] = ch
+	u.mu.Unlock()
+	defer func() {
+		u.mu.Lock()
+		delete(u.acks, ackKey)
+		u.mu.Unlock()
+	}()
+	s.noteServed(up.View.Revision)
+	start := time.Now()
+	for attempt := 0; attempt < u.s.cfg.UDPPushRetries; attempt++ {
+		if up.View.Revision < s.served.Load() {
+			return nil, true // a list call answered something newer meanwhile
+		}
+		if _, err := u.conn.WriteToUDP(msg, s.addr); err != nil {
+			break
+		}
+		t := time.NewTimer(u.s.cfg.UDPAckTimeout)
+		select {
+		case <-ch:
+			t.Stop()
+			u.s.metrics.push(time.Since(start))
+			return nil, true
+		case next, more := <-latest:
+			t.Stop()
+			if !more {
+				return nil, false
+			}
+			return &next, true
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, false
+		}
+	}
+	u.s.metrics.pushFailed()
+	return nil, true
 }

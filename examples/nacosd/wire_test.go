@@ -104,9 +104,18 @@ func wirePayload(typ string, body any) *pb.Payload {
 // the answer's type.
 func (w *wireClient) call(typ string, body map[string]any, out any) string {
 	w.t.Helper()
+	return w.callWith(nil, typ, body, out)
+}
+
+// callWith is call with request headers (where the 2.x SDK puts its
+// accessToken).
+func (w *wireClient) callWith(headers map[string]string, typ string, body map[string]any, out any) string {
+	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	p, err := w.req.Request(ctx, wirePayload(typ, body))
+	pl := wirePayload(typ, body)
+	pl.Metadata.Headers = headers
+	p, err := w.req.Request(ctx, pl)
 	if err != nil {
 		w.t.Fatalf("%s: %v", typ, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jonboulle/clockwork"
 	"github.com/muster-io/muster/health"
+	"github.com/muster-io/muster/internal/cfgerr"
 	"github.com/muster-io/muster/model"
 )
 
@@ -83,8 +84,8 @@ func New(cfg Config) (*Checker, error) {
 	if cfg.IdleTimeout < 0 {
 		errs = append(errs, fmt.Errorf("Config.IdleTimeout must be >= 0 (0: 30s), got %v", cfg.IdleTimeout))
 	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%w: %w", health.ErrInvalidConfig, errors.Join(errs...))
+	if err := cfgerr.Join(health.ErrInvalidConfig, errs...); err != nil {
+		return nil, err
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = health.DefaultCheckTimeout

@@ -97,13 +97,13 @@ func (h *Histogram) Snapshot() HistogramSnapshot {
 type HistogramSnapshot struct {
 	// Bounds are the buckets' upper bounds (inclusive), ascending. Shared
 	// with the histogram: do not modify.
-	Bounds []time.Duration
+	Bounds []time.Duration `json:"bounds"`
 	// Counts has one count per bucket, not cumulative: Counts[i] counts
 	// the observations in (Bounds[i-1], Bounds[i]]; the last element,
 	// Counts[len(Bounds)], those above the last bound.
-	Counts []uint64
-	Count  uint64        // all observations
-	Sum    time.Duration // their sum
+	Counts []uint64      `json:"counts"`
+	Count  uint64        `json:"count"` // all observations
+	Sum    time.Duration `json:"sum"`   // their sum
 }
 
 // Cumulative calls fn for each bound with the count of observations at or

@@ -2,7 +2,6 @@ package node
 
 import (
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -18,6 +17,7 @@ import (
 	"github.com/muster-io/muster/distro/gossip"
 	"github.com/muster-io/muster/health"
 	"github.com/muster-io/muster/health/mysqlcheck"
+	"github.com/muster-io/muster/internal/cfgerr"
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/raftstore"
 	"github.com/muster-io/muster/registry"
@@ -333,10 +333,7 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	return cfgerr.Join(ErrInvalidConfig, errs...)
 }
 
 // tcpConfig is the transport's configuration (Resolve is set by Start).

@@ -10,6 +10,7 @@ import (
 
 	"github.com/muster-io/muster/distro"
 	"github.com/muster-io/muster/distro/gossip"
+	"github.com/muster-io/muster/distro/membership"
 	"github.com/muster-io/muster/health/mysqlcheck"
 	"github.com/muster-io/muster/internal/logx"
 	"github.com/muster-io/muster/raftstore"
@@ -32,6 +33,7 @@ type Node struct {
 	members distro.Membership
 	tcp     *transport.TCP
 	ml      *gossip.Memberlist // nil with Peers
+	proven  *membership.Proven // the members that proved their ID over the transport; nil with Peers
 	reg     *registry.Registry
 	repl    *distro.Replicator  // the registry's
 	raft    *raftcp.Store       // nil without Raft
@@ -137,6 +139,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 
 	var members distro.Membership
 	var ml *gossip.Memberlist
+	var proven *membership.Proven
 	if len(cfg.Peers) > 0 {
 		st := distro.NewStatic(distro.Member{ID: cfg.NodeID, Addr: tcp.AdvertiseAddr()})
 		st.Set(cfg.staticMembers()...)
@@ -149,12 +152,26 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		}
 		members = ml
 	}
-	if err := n.keep(func() { n.members, n.ml = members, ml }); err != nil {
+	if err := n.keep(func() { n.ml = ml; n.members = members }); err != nil {
 		return err
 	}
 	if ml != nil {
 		if err := ml.Start(ctx); err != nil {
 			return fmt.Errorf("node: membership: %w", err)
+		}
+		// Gossip is a hint: a node counts (HRW ownership, forwarding,
+		// lease handovers) only once the transport reached it,
+		// authenticated, under the ID gossip gives it. A holder of the
+		// gossip key without the transport's credentials owns nothing.
+		proven = membership.NewProven(ml, membership.ProvenConfig{
+			Self:   cfg.NodeID,
+			Prove:  func(ctx context.Context, m membership.Member) error { return tcp.Verify(ctx, m.ID) },
+			Logger: n.log,
+		})
+		members = proven
+		if err := n.keep(func() { n.proven, n.members = proven, proven }); err != nil {
+			_ = proven.Close()
+			return err
 		}
 	}
 
@@ -201,7 +218,10 @@ func (n *Node) keep(set func()) error {
 // resolve maps a node ID to its transport address through the membership.
 func (n *Node) resolve(id string) (string, error) {
 	n.mu.Lock()
-	m := n.members
+	var m distro.Membership = n.members
+	if n.ml != nil {
+		m = n.ml // the gossip address of a member not proven yet: to prove it
+	}
 	n.mu.Unlock()
 	switch m := m.(type) {
 	case *gossip.Memberlist:
@@ -281,12 +301,22 @@ func (n *Node) TransportAddr() string {
 	return ""
 }
 
-// Membership returns the node's membership: a *gossip.Memberlist, or a
+// Membership returns the node's membership: with gossip, a
+// *membership.Proven over the memberlist (the members that proved their
+// ID over the transport: the ones the registry counts), or a
 // *distro.Static with Peers; nil before Start.
 func (n *Node) Membership() distro.Membership {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.members
+}
+
+// Gossip returns the node's memberlist (every node gossip reports, proven
+// or not); nil before Start and with Peers.
+func (n *Node) Gossip() *gossip.Memberlist {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ml
 }
 
 // GossipAddr returns the bound gossip address (host:port, port 0
@@ -317,7 +347,7 @@ func (n *Node) stop(graceful bool) error {
 	defer n.closeMu.Unlock()
 	n.mu.Lock()
 	n.state = stateClosed
-	tcp, ml, reg, mc := n.tcp, n.ml, n.reg, n.mysql
+	tcp, ml, reg, mc, proven := n.tcp, n.ml, n.reg, n.mysql, n.proven
 	n.mu.Unlock()
 	var errs []error
 	keep := func(what string, err error) {
@@ -338,6 +368,9 @@ func (n *Node) stop(graceful bool) error {
 	}
 	if mc != nil {
 		keep("MySQL checker", mc.Close())
+	}
+	if proven != nil {
+		keep("membership", proven.Close())
 	}
 	if ml != nil {
 		keep("membership", ml.Close())

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/muster-io/muster/internal/cfgerr"
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/raftstore"
 	"github.com/muster-io/muster/registry"
@@ -63,8 +64,8 @@ func (s *Store) Open(env registry.Env, feed registry.StoreFeed) (registry.Store,
 	if rc.Limits != (model.Limits{}) {
 		errs = append(errs, errors.New("Raft: Limits must be unset: the registry's limits are used"))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("%w: %w", registry.ErrInvalidConfig, err)
+	if err := cfgerr.Join(registry.ErrInvalidConfig, errs...); err != nil {
+		return nil, err
 	}
 	rc.Listener, rc.Limits = listener{feed}, env.Limits
 	if rc.Logger == nil {

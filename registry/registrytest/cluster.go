@@ -46,7 +46,9 @@ type ClusterOptions struct {
 	// Raft, when set, gives every node a raftstore replica (real Dragonboat
 	// and Badger, data in the test's temporary directory, which survives
 	// Stop and Restart) through registry/raftcp, configured from it:
-	// ReplicaID, Dir, Transport and InitialMembers are set per node. Raft
+	// ReplicaID, Dir, Transport and InitialMembers are set per node, and a
+	// zero DeploymentID is given one (the cluster's Raft traffic runs on its
+	// own RaftNet, so a test need not choose it). Raft
 	// traffic goes over the node's endpoint on RaftNet
 	// (raftstore.Config.Transport), which Partition, Isolate, Heal and Stop
 	// cut like Net. Dragonboat runs on real time:
@@ -241,6 +243,12 @@ func (c *Cluster) start(n *Node) {
 	if c.opts.Raft != nil {
 		rc := *c.opts.Raft
 		rc.ReplicaID = uint64(c.Index(n) + 1)
+		if rc.DeploymentID == 0 {
+			// The cluster's Raft traffic stays on its own RaftNet, so any
+			// ID keeps it apart: one from the seed, which a test has no
+			// reason to choose.
+			rc.DeploymentID = c.opts.Seed | 1
+		}
 		rt, err := c.RaftNet.Node(n.ID)
 		if err != nil {
 			c.t.Fatalf("registrytest: raft network node %s: %v", n.ID, err)
@@ -414,7 +422,9 @@ func (c *Cluster) AwaitReady() {
 }
 
 // Advance moves the clock by d, in steps of at most Options.Step, letting
-// the cluster settle after each.
+// the cluster settle after each. When it returns, as after Settle, every
+// live node's watchers have been handed the newest view (a Watcher's Next
+// returns at once with what changed), as Registry.Advance guarantees.
 func (c *Cluster) Advance(d time.Duration) {
 	c.t.Helper()
 	for d > 0 {
@@ -453,6 +463,16 @@ func (c *Cluster) Advance(d time.Duration) {
 // goroutines are scheduled. Messages held on Net (a link delay on the
 // clock, the manual queue) wait for the test and do not keep Settle
 // waiting. Raft traffic (RaftNet) runs on real time and is not waited for.
+//
+// Every round also flushes every live node's watchers (FlushWatchers), and
+// the last, quiet round applied nothing after its flush: when Settle
+// returns, each watcher has been handed its node's newest view.
+//
+// Settle does not move the clock. A write that distro batches for
+// distro.Config.SyncDelay of fake time (default 1 s) has not left its
+// node yet: Advance by SyncDelay (or Step) to see it on the peers, or set
+// ClusterOptions.Distro's SyncDelay to 0, which sends every write at once,
+// so that a write followed by Settle is visible on every peer.
 //
 // The deadline is a guard against a node that never settles; reaching it
 // fails the test and says what was still busy.
@@ -512,7 +532,9 @@ func (c *Cluster) Step() {
 }
 
 // Eventually advances the clock in steps until cond holds, for at most
-// limit of fake time, and fails the test otherwise.
+// limit of fake time, and fails the test otherwise. cond is checked first,
+// and after each step, once the cluster has settled and every watcher has
+// been handed the newest view (see Advance).
 func (c *Cluster) Eventually(limit time.Duration, cond func() bool, format string, args ...any) {
 	c.t.Helper()
 	for waited := time.Duration(0); ; waited += c.opts.Step {
