@@ -86,9 +86,12 @@ func TestGossipKeyWithoutTransportSecretOwnsNothing(t *testing.T) {
 	if ok != 60 {
 		t.Fatalf("%d of 60 beats succeeded", ok)
 	}
+	// The members still count each other (polled: under load memberlist's
+	// short test timings may suspect a member for a moment).
 	for _, nd := range nodes {
-		if slices.Contains(nd.Membership().(*membership.Proven).Unproven(), "n1") || len(nd.Membership().Members()) != 2 {
-			t.Fatalf("%s: members %v", nd.ID(), nd.Membership().Members())
-		}
+		waitFor(t, 10*time.Second, func() bool {
+			ms := nd.Membership().Members()
+			return len(ms) == 2 && !slices.ContainsFunc(ms, func(m membership.Member) bool { return m.ID == "rogue" })
+		}, nd.ID()+" counts both members and not the rogue")
 	}
 }
