@@ -80,8 +80,10 @@
 // and each message must be for this shard, to this replica, from a current
 // member of the shard whose node is the authenticated peer. Membership is
 // Dragonboat's, cached and read again when Dragonboat reports a change;
-// until a replica knows it (joining, or starting from its directory) a
-// replica ID is pinned to the first authenticated peer that sends as it.
+// until a replica knows it (starting, joining, or starting from its
+// directory) the replicas it starts with (InitialMembers, or the bootstrap
+// record of its directory) are pinned to their nodes, and any other
+// replica ID to the first authenticated peer that sends as it.
 // A snapshot chunk gets the same checks, and its file must be the one
 // Dragonboat names after the index (no path), with no external files, no
 // witness, sane counts, and a membership that moves no known replica to

@@ -572,3 +572,35 @@ func TestConfigSecurity(t *testing.T) {
 	check("Transport", muster, "")
 	check("Transport and TLS", func(c *Config) { muster(c); c.TLS = &TLSFiles{CAFile: "ca", CertFile: "c", KeyFile: "k"} }, "TLS")
 }
+
+// Attack (issue 26, Raft): while a starting replica does not know the
+// shard's membership yet, a member (r2) sends as another initial member's
+// replica (3, r3's). Dragonboat already holds replica 3's address from the
+// initial members and panics ("inconsistent target") if a batch names
+// another source for it; go test ./... under load crashed the package
+// once this way (TestInboundAttacksOverTCP's "a member as another
+// member's replica" before r1's membership was read). The guard pins the
+// replicas Dragonboat starts with to their nodes: refused; the real r3
+// passes, and a replica not among them is still pinned to its first
+// sender.
+func TestGuardPinsStartMembers(t *testing.T) {
+	g := newGuard(testDeployment, 1, 1) // no NodeHost: the membership is unknown
+	if m := g.members(); m != nil {
+		t.Fatalf("membership known without a NodeHost: %v", m)
+	}
+	g.expect(map[uint64]string{1: "r1", 2: "r2", 3: "r3"})
+	if err := g.checkSender(3, "r2"); err == nil || g.counts[dropPeer].Load() != 1 {
+		t.Fatalf("r2 as replica 3 before the membership is known: %v, want a Peer drop", err)
+	}
+	for id, node := range map[uint64]string{2: "r2", 3: "r3"} {
+		if err := g.checkSender(id, node); err != nil {
+			t.Fatalf("replica %d from %s: %v", id, node, err)
+		}
+	}
+	if err := g.checkSender(4, "r4"); err != nil {
+		t.Fatalf("a replica not started with, first heard from r4: %v", err)
+	}
+	if err := g.checkSender(4, "r2"); err == nil {
+		t.Fatal("replica 4 from r2 after r4 sent as it")
+	}
+}
