@@ -101,10 +101,21 @@ type Config struct {
 	// when Transport is nil): every node presents a certificate from the
 	// CA and checks its peer's; a client checks that the server's
 	// certificate names the host of the RaftAddress it dials (a SAN DNS
-	// name or IP). Any certificate from the CA is accepted as any replica:
-	// the CA must issue certificates only to members. Not allowed with
-	// Transport, whose own security then applies.
+	// name or IP). That is all it checks: Dragonboat hands a received
+	// batch to Raft without the connection it came on, so no replica ID
+	// is bound to a certificate, and any certificate from the CA can act
+	// as any replica (a holder of one claiming a member's replica ID makes
+	// the members panic). Validate therefore refuses TLS unless
+	// TLSAnyReplica says so; Transport is the mode that binds every
+	// replica to its node's proven identity. Not allowed with Transport,
+	// whose own security then applies.
 	TLS *TLSFiles
+	// TLSAnyReplica accepts TLS (Dragonboat's own TCP transport with its
+	// mutual TLS) although it binds no replica ID to a certificate: every
+	// holder of a certificate from the CA is trusted as every replica, and
+	// the CA must issue certificates only to members. Default false:
+	// carry Raft over Transport instead.
+	TLSAnyReplica bool
 	// Insecure allows Raft over Dragonboat's own TCP transport with neither
 	// TLS nor Transport. Anyone who can reach RaftAddress can then join,
 	// read and crash the cluster (a rogue NodeHost claiming a member's
@@ -155,7 +166,7 @@ type TLSFiles struct {
 
 // DefaultConfig returns the defaults; set ReplicaID, DeploymentID, Dir,
 // InitialMembers (or Join), and either Transport (recommended) or
-// RaftAddress with TLS.
+// RaftAddress with TLS and TLSAnyReplica.
 func DefaultConfig() Config {
 	return Config{
 		ShardID:            1,
@@ -214,8 +225,10 @@ func (c *Config) Validate() error {
 		check(c.TLS != nil || c.Insecure, "TLS", "must be set (CAFile, CertFile, KeyFile) for Raft over Dragonboat's own TCP transport, or set Transport to carry Raft over Muster's authenticated transport; without either anyone who can reach RaftAddress can join or crash the cluster, which only Insecure: true allows")
 		if t := c.TLS; t != nil {
 			check(t.CAFile != "" && t.CertFile != "" && t.KeyFile != "", "TLS", "must name CAFile, CertFile and KeyFile")
+			check(c.TLSAnyReplica, "TLS", "on Dragonboat's own TCP transport binds no replica ID to a certificate (any certificate from the CA can act as any replica and crash the members): set Transport to carry Raft over Muster's transport, which binds each replica to its node's proven identity, or TLSAnyReplica: true to accept that")
 		}
 	}
+	check(!c.TLSAnyReplica || c.TLS != nil, "TLSAnyReplica", "needs TLS (it accepts Dragonboat's mutual TLS, which binds no replica to a certificate)")
 	if len(c.InitialMembers) > 0 {
 		check(c.InitialMembers[c.ReplicaID] == self, "InitialMembers", "must map ReplicaID to RaftAddress")
 		var zeroID, badAddr bool

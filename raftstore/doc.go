@@ -30,13 +30,21 @@
 //
 //   - Config.Transport (recommended): a Muster transport, authenticated by
 //     its Secret or mutual TLS, with every inbound Raft batch and snapshot
-//     chunk checked before Dragonboat sees it (below).
+//     chunk checked before Dragonboat sees it (below). Each replica is
+//     bound to a node: a message from replica R is accepted only from the
+//     authenticated peer whose node ID the membership gives R (with mutual
+//     TLS, the ID its certificate names), so credentials for one node
+//     cannot act as another node's replica.
 //   - Dragonboat's own TCP transport at RaftAddress, with Config.TLS:
-//     Dragonboat's mutual TLS (CA, certificate, key files). Any certificate
-//     from the CA is accepted as any replica, and Dragonboat trusts the
-//     traffic of its peers (a peer with a certificate can still crash a
-//     member with a malformed message): the CA must issue certificates to
-//     members only.
+//     Dragonboat's mutual TLS (CA, certificate, key files). It proves that
+//     a peer holds a certificate from the CA, and no more: Dragonboat
+//     hands a received batch to Raft without the connection it came on,
+//     so no replica ID can be bound to a certificate there, and any
+//     certificate from the CA acts as any replica (a holder claiming a
+//     member's replica ID from its own address makes the members panic,
+//     TestRogueCertHolderCrashesDragonboatTLS). Validate refuses this mode
+//     unless Config.TLSAnyReplica says it is chosen; the CA must then
+//     issue certificates to members only.
 //
 // Config.Insecure allows Dragonboat's TCP transport with neither; anyone
 // who can reach RaftAddress can then join, read or crash the cluster (a
@@ -72,8 +80,10 @@
 // and each message must be for this shard, to this replica, from a current
 // member of the shard whose node is the authenticated peer. Membership is
 // Dragonboat's, cached and read again when Dragonboat reports a change;
-// until a replica knows it (joining, or starting from its directory) a
-// replica ID is pinned to the first authenticated peer that sends as it.
+// until a replica knows it (starting, joining, or starting from its
+// directory) the replicas it starts with (InitialMembers, or the bootstrap
+// record of its directory) are pinned to their nodes, and any other
+// replica ID to the first authenticated peer that sends as it.
 // A snapshot chunk gets the same checks, and its file must be the one
 // Dragonboat names after the index (no path), with no external files, no
 // witness, sane counts, and a membership that moves no known replica to

@@ -67,9 +67,14 @@ const maxPinned = 64
 //
 // Membership is Dragonboat's, cached: it is read again after Dragonboat
 // reports a change (MembershipChanged, NodeReady, SnapshotRecovered). Until
-// the shard's membership is known (a replica that is joining, or starting
-// from its directory), a replica ID is pinned to the first authenticated
-// peer that sends as it, and the batch must name that peer as its source.
+// the shard's membership is known (a replica that is starting, joining, or
+// starting from its directory), the replicas Dragonboat was started with
+// (the initial members of a new shard, or those its bootstrap record
+// names on a restart: expect) are pinned to their nodes, and any other
+// replica ID to the first authenticated peer that sends as it; the batch
+// must name that peer as its source. Without the first, a member could
+// send as another initial member's replica in that window, and Dragonboat,
+// which already holds that replica's address, panics.
 //
 // All methods are safe for concurrent use.
 type guard struct {
@@ -90,6 +95,19 @@ func newGuard(did, shard, replica uint64) *guard {
 	g := &guard{did: did, shard: shard, replica: replica, pinned: map[uint64]string{}}
 	g.stale.Store(true)
 	return g
+}
+
+// expect pins the replicas of members (replica ID → node ID), those
+// Dragonboat starts with, to their nodes, until the membership is known.
+// It is called before Dragonboat starts the replica.
+func (g *guard) expect(members map[uint64]string) {
+	g.pinMu.Lock()
+	defer g.pinMu.Unlock()
+	for id, node := range members {
+		if id != g.replica && id != 0 && node != "" {
+			g.pinned[id] = node
+		}
+	}
 }
 
 // setNodeHost makes the guard read its membership from nh.

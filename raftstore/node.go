@@ -240,6 +240,20 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			return invalidConfig("InitialMembers", "must be set to bootstrap a new shard (or set Join)")
 		}
 	}
+	if n.guard != nil {
+		// The replicas Dragonboat registers at the start, pinned to their
+		// nodes before any traffic is passed on (see guard).
+		known := map[uint64]string{}
+		for id, addr := range members {
+			known[id] = addr
+		}
+		if members == nil && n.logdb != nil {
+			if bi, err := n.logdb.GetBootstrapInfo(n.cfg.ShardID, n.cfg.ReplicaID); err == nil {
+				known = bi.Addresses
+			}
+		}
+		n.guard.expect(known)
+	}
 	create := func(shardID, replicaID uint64) sm.IOnDiskStateMachine { return n.sm }
 	if err := nh.StartOnDiskReplica(members, join, create, n.replicaConfig()); err != nil {
 		return fmt.Errorf("raftstore: start replica: %w", err)

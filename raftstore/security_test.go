@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -176,46 +177,89 @@ func TestInboundAttacksOverTCP(t *testing.T) {
 	}
 }
 
-// testTLS writes a CA and one certificate for 127.0.0.1 (server and client
-// use) into dir.
-func testTLS(t testing.TB, dir string) *TLSFiles {
+// testCA is a certificate authority for the tests.
+type testCA struct {
+	cert *x509.Certificate
+	der  []byte
+	key  *ecdsa.PrivateKey
+	pool *x509.CertPool
+}
+
+func newTestCA(t testing.TB, name string) *testCA {
 	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	ca := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "raftstore test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &testCA{cert: cert, der: der, key: key, pool: pool}
+}
+
+// issue returns a certificate for 127.0.0.1 (server and client use) whose
+// common name is cn, and its key.
+func (ca *testCA) issue(t testing.TB, cn string) ([]byte, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		t.Fatal(err)
+	}
 	leaf := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "member"},
+		SerialNumber: serial, Subject: pkix.Name{CommonName: cn},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
-	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, leaf, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return der, key
+}
+
+// mutualTLS is a transport's mutual TLS with a certificate of ca for cn.
+func (ca *testCA) mutualTLS(t testing.TB, cn string) *tls.Config {
+	der, key := ca.issue(t, cn)
+	return &tls.Config{
+		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+		RootCAs:      ca.pool, ClientCAs: ca.pool, ClientAuth: tls.RequireAndVerifyClientCert,
+		MinVersion: tls.VersionTLS13,
+	}
+}
+
+// testTLS writes a CA and one certificate for 127.0.0.1 (server and client
+// use) into dir.
+func testTLS(t testing.TB, dir string) *TLSFiles {
+	t.Helper()
+	ca := newTestCA(t, "raftstore test CA")
+	leafDER, key := ca.issue(t, "member")
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	files := &TLSFiles{CAFile: filepath.Join(dir, "ca.pem"), CertFile: filepath.Join(dir, "cert.pem"), KeyFile: filepath.Join(dir, "key.pem")}
 	for path, block := range map[string]*pem.Block{
-		files.CAFile:   {Type: "CERTIFICATE", Bytes: caDER},
+		files.CAFile:   {Type: "CERTIFICATE", Bytes: ca.der},
 		files.CertFile: {Type: "CERTIFICATE", Bytes: leafDER},
 		files.KeyFile:  {Type: "EC PRIVATE KEY", Bytes: keyDER},
 	} {
@@ -258,21 +302,26 @@ func (e *rogueEvents) dialed(addr string) bool {
 	return e.seen[addr] > 0
 }
 
-// startRogue starts a plain Dragonboat NodeHost at its own address, in the
+// startRogue starts a Dragonboat NodeHost at its own address, in the
 // cluster's deployment, claiming replica 2 of shard 1 with members at
-// members (its own address for 2). It campaigns at once and sends its vote
-// requests to the members.
-func startRogue(t testing.TB, members map[uint64]string) (*dragonboat.NodeHost, *rogueEvents) {
+// members (its own address for 2): plain TCP, or Dragonboat's mutual TLS
+// with files. It campaigns at once and sends its vote requests to the
+// members.
+func startRogue(t testing.TB, members map[uint64]string, files *TLSFiles) (*dragonboat.NodeHost, *rogueEvents) {
 	t.Helper()
 	setDragonboatLogger()
 	ev := &rogueEvents{nodeEvents: nodeEvents{}, seen: map[string]int{}}
 	logdb := config.GetTinyMemLogDBConfig()
 	logdb.Shards = 1
-	nh, err := dragonboat.NewNodeHost(config.NodeHostConfig{
+	nhc := config.NodeHostConfig{
 		DeploymentID: testDeployment, NodeHostDir: t.TempDir(), RTTMillisecond: 10, RaftAddress: members[2],
 		SystemEventListener: ev,
 		Expert:              config.ExpertConfig{LogDB: logdb, Engine: config.EngineConfig{ExecShards: 1, CommitShards: 1, ApplyShards: 1, SnapshotShards: 1, CloseShards: 1}},
-	})
+	}
+	if files != nil {
+		nhc.MutualTLS, nhc.CAFile, nhc.CertFile, nhc.KeyFile = true, files.CAFile, files.CertFile, files.KeyFile
+	}
+	nh, err := dragonboat.NewNodeHost(nhc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,11 +337,12 @@ func startRogue(t testing.TB, members map[uint64]string) (*dragonboat.NodeHost, 
 	return nh, ev
 }
 
-// rogueAttack runs the rogue NodeHost against c (members 1 and 3 at
-// addrs[1] and addrs[3]) until it has dialed both, then checks that the
-// cluster serves writes and kept its members.
-func rogueAttack(t *testing.T, c *cluster, addr1, addr3 string) {
-	_, ev := startRogue(t, map[uint64]string{1: addr1, 2: freePort(t), 3: addr3})
+// rogueAttack runs the rogue NodeHost (with Dragonboat's mutual TLS from
+// files, if not nil) against c (members 1 and 3 at addrs[1] and addrs[3])
+// until it has dialed both, then checks that the cluster serves writes and
+// kept its members.
+func rogueAttack(t *testing.T, c *cluster, addr1, addr3 string, files *TLSFiles) {
+	_, ev := startRogue(t, map[uint64]string{1: addr1, 2: freePort(t), 3: addr3}, files)
 	c.eventually(20*time.Second, "the rogue to dial both members", func() bool { return ev.dialed(addr1) && ev.dialed(addr3) })
 	for p := range 30 {
 		mustPropose(t, c.nodes[uint64(p%3+1)], Command{Op: OpPutInstance, Instance: persistent("svc", "10.0.0.1", p+1)})
@@ -309,49 +359,177 @@ func rogueAttack(t *testing.T, c *cluster, addr1, addr3 string) {
 }
 
 // A rogue NodeHost in the cluster's deployment, claiming replica 2 from
-// its own address, cannot crash (or join) a cluster at a secure
-// configuration. Insecure, the same attack makes the members panic with
-// "inconsistent target" (TestRogueNodeHostCrashesInsecure shows it in a
-// child process).
+// its own address, without credentials, cannot crash (or join) a cluster
+// at a secure configuration: an unauthenticated Raft peer. Insecure, the
+// same attack makes the members panic with "inconsistent target"
+// (TestRogueNodeHostCrashesInsecure shows it in a child process).
 func TestRogueNodeHost(t *testing.T) {
 	t.Run("dragonboat-mutual-tls", func(t *testing.T) {
 		files := testTLS(t, t.TempDir())
-		c := newCluster(t, 3, func(cfg *Config) { cfg.Insecure, cfg.TLS = false, files })
-		rogueAttack(t, c, c.cfgs[1].RaftAddress, c.cfgs[3].RaftAddress)
+		c := newCluster(t, 3, func(cfg *Config) { cfg.Insecure, cfg.TLS, cfg.TLSAnyReplica = false, files, true })
+		rogueAttack(t, c, c.cfgs[1].RaftAddress, c.cfgs[3].RaftAddress, nil)
 	})
 	t.Run("muster-tcp-secret", func(t *testing.T) {
 		c, net, _ := musterTCPCluster(t)
-		rogueAttack(t, c, net.addr("r1"), net.addr("r3"))
+		rogueAttack(t, c, net.addr("r1"), net.addr("r3"), nil)
 		if s := c.nodes[1].InboundStats(); s.Batches == 0 {
 			t.Fatalf("no Raft traffic over the transport: %+v", s)
 		}
+	})
+	t.Run("muster-tcp-mutual-tls", func(t *testing.T) {
+		c, net, _ := musterMTLSCluster(t, newTestCA(t, "cluster CA"))
+		rogueAttack(t, c, net.addr("r1"), net.addr("r3"), nil)
 	})
 }
 
 const rogueChildEnv = "RAFTSTORE_ROGUE_CHILD"
 
-// The attack of TestRogueNodeHost is real: against a cluster on
-// Dragonboat's TCP transport with Insecure set (what was the default) the
-// members panic and the process exits. Run in a child process.
-func TestRogueNodeHostCrashesInsecure(t *testing.T) {
+// rogueCrashes runs the test that calls it again in a child process, where
+// attack runs (rogueChildEnv set), and asserts that the attack crashed the
+// members: the child exits with Dragonboat's "inconsistent target" panic.
+func rogueCrashes(t *testing.T, attack func(t *testing.T)) {
 	if os.Getenv(rogueChildEnv) != "" {
-		c := newCluster(t, 3, nil) // Insecure
-		rogueAttack(t, c, c.cfgs[1].RaftAddress, c.cfgs[3].RaftAddress)
-		fmt.Println("the insecure cluster survived")
+		attack(t)
+		fmt.Println("the cluster survived")
 		return
 	}
 	if testing.Short() {
 		t.Skip("starts a child process with a cluster")
 	}
-	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestRogueNodeHostCrashesInsecure$", "-test.count=1")
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1")
 	cmd.Env = append(os.Environ(), rogueChildEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "inconsistent target") {
-		t.Fatalf("the rogue NodeHost did not crash the insecure cluster (err %v):\n%s", err, out)
+		t.Fatalf("the rogue NodeHost did not crash the cluster (err %v):\n%s", err, out)
+	}
+}
+
+// The attack of TestRogueNodeHost is real: against a cluster on
+// Dragonboat's TCP transport with Insecure set (what was the default) the
+// members panic and the process exits. Run in a child process.
+func TestRogueNodeHostCrashesInsecure(t *testing.T) {
+	rogueCrashes(t, func(t *testing.T) {
+		c := newCluster(t, 3, nil) // Insecure
+		rogueAttack(t, c, c.cfgs[1].RaftAddress, c.cfgs[3].RaftAddress, nil)
+	})
+}
+
+// Why Validate refuses Config.TLS unless TLSAnyReplica (issue 26): on
+// Dragonboat's own TCP transport with its mutual TLS, a process holding a
+// certificate from the cluster's CA (here a member's: the credentials of
+// node A) claims replica 2 from its own address, and the members panic:
+// Dragonboat binds no replica ID to a certificate. Over Config.Transport
+// the same credentials cannot act as another replica
+// (TestReplicaBoundToCertificate). Run in a child process.
+func TestRogueCertHolderCrashesDragonboatTLS(t *testing.T) {
+	rogueCrashes(t, func(t *testing.T) {
+		files := testTLS(t, t.TempDir())
+		c := newCluster(t, 3, func(cfg *Config) { cfg.Insecure, cfg.TLS, cfg.TLSAnyReplica = false, files, true })
+		rogueAttack(t, c, c.cfgs[1].RaftAddress, c.cfgs[3].RaftAddress, files)
+	})
+}
+
+// musterMTLSCluster starts replicas r1, r2, r3 with Raft over Muster's TCP
+// transport with mutual TLS, each node's certificate from ca naming its
+// node ID, and no Secret.
+func musterMTLSCluster(t *testing.T, ca *testCA) (*cluster, *tcpNet, map[string]transport.Transport) {
+	t.Helper()
+	net := newTCPNet(t)
+	trs := map[string]transport.Transport{}
+	for _, id := range []string{"r1", "r2", "r3"} {
+		trs[id] = net.addWith(id, func(cfg *transport.TCPConfig) { cfg.TLS = ca.mutualTLS(t, id) })
+	}
+	c := newClusterAt(t, map[uint64]string{1: "r1", 2: "r2", 3: "r3"}, func(cfg *Config) {
+		cfg.Transport = trs[cfg.RaftAddress]
+		cfg.Insecure = false
+		cfg.ProposeTimeout = 10 * time.Second
+	})
+	return c, net, trs
+}
+
+// Attack (issue 26, Raft): over Config.Transport with mutual TLS, a Raft
+// replica is bound to the node its certificate names. A process with
+// valid credentials for node r3 claims to be replica 2 (r2's): its
+// messages and snapshot chunks from replica 2 are dropped (InboundStats.
+// Peer), and a transport presenting r3's certificate as node r2 is refused
+// at the handshake, as is one with a certificate of another CA, before any
+// Raft message reaches Dragonboat. The cluster keeps serving.
+func TestReplicaBoundToCertificate(t *testing.T) {
+	ca := newTestCA(t, "cluster CA")
+	c, net, trs := musterMTLSCluster(t, ca)
+	n1 := c.nodes[1]
+	r3 := trs["r3"] // node r3's own authenticated connection: valid credentials for r3
+	msgs, chunks := transport.Kind(KindRaftMessages), transport.Kind(KindRaftChunk)
+	asR2 := raftBatch("r2", 2, pb.RequestVote)
+	asR2.Requests[0].Term = 1 << 20 // a vote that would depose the leader
+	fromR3 := raftBatch("r3", 2, pb.Heartbeat)
+	chunk2 := raftChunk(2)
+	for _, a := range []struct {
+		name string
+		kind transport.Kind
+		body []byte
+	}{
+		{"replica 2's vote request, source r2", msgs, mustMarshal(t, &asR2)},
+		{"replica 2's heartbeat, source r3", msgs, mustMarshal(t, &fromR3)},
+		{"replica 2's snapshot chunk", chunks, mustMarshal(t, &chunk2)},
+	} {
+		before := n1.InboundStats()
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		_, err := r3.Request(ctx, "r1", a.kind, a.body)
+		cancel()
+		var re *transport.RemoteError
+		if !errors.As(err, &re) {
+			t.Errorf("%s: the sender got %v, want the refusal", a.name, err)
+		}
+		if after := n1.InboundStats(); after.Peer <= before.Peer || after.Dropped <= before.Dropped {
+			t.Errorf("%s: not dropped as another node's replica: before %+v, after %+v", a.name, before, after)
+		}
+	}
+	// r3's certificate presented as node r2, and a certificate of another
+	// CA as r2: refused by the transport, no Raft message reaches r1.
+	rogueCA := newTestCA(t, "rogue CA")
+	r1 := trs["r1"].(*transport.TCP)
+	for _, a := range []struct {
+		name   string
+		tls    *tls.Config
+		reason transport.RefuseReason
+	}{
+		{"r3's certificate", ca.mutualTLS(t, "r3"), transport.RefuseIdentity},
+		{"another CA's", rogueCA.mutualTLS(t, "r2"), transport.RefuseTLS},
+	} {
+		name := a.name
+		cfg := transport.DefaultTCPConfig()
+		cfg.NodeID, cfg.TLS = "r2", a.tls
+		cfg.TLS.RootCAs = ca.pool // it trusts the cluster (the cluster need not trust it)
+		cfg.Resolve = func(string) (string, error) { return net.addr("r1"), nil }
+		imp, err := transport.NewTCP(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := imp.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		refused := r1.Stats().RefusedBy[a.reason]
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		_, err = imp.Request(ctx, "r1", msgs, mustMarshal(t, &asR2))
+		cancel()
+		_ = imp.Close()
+		var re *transport.RemoteError
+		if err == nil || errors.As(err, &re) {
+			t.Errorf("%s as r2: %v, want a refused handshake (no Raft handler ran)", name, err)
+		}
+		c.eventually(5*time.Second, name+" as r2 refused by r1's transport", func() bool { return r1.Stats().RefusedBy[a.reason] > refused })
+	}
+	for p := range 10 {
+		mustPropose(t, c.nodes[uint64(p%3+1)], Command{Op: OpPutInstance, Instance: persistent("svc", "10.0.0.1", p+1)})
+	}
+	if st := c.converged(c.waitLeader()); len(st.Instances) != 10 {
+		t.Fatalf("%d instances after the attacks, want 10", len(st.Instances))
 	}
 }
 
 // Validate refuses Dragonboat's TCP transport without TLS unless Insecure,
+// its TLS (which binds no replica to a certificate) unless TLSAnyReplica,
 // TLS with Transport, and a missing DeploymentID, naming the field.
 func TestConfigSecurity(t *testing.T) {
 	base := DefaultConfig()
@@ -376,7 +554,11 @@ func TestConfigSecurity(t *testing.T) {
 	base.DeploymentID = 42
 	check("no TLS, no Transport", func(*Config) {}, "TLS")
 	check("insecure", func(c *Config) { c.Insecure = true }, "")
-	check("TLS", func(c *Config) { c.TLS = &TLSFiles{CAFile: "ca", CertFile: "c", KeyFile: "k"} }, "")
+	check("TLS, replicas unbound", func(c *Config) { c.TLS = &TLSFiles{CAFile: "ca", CertFile: "c", KeyFile: "k"} }, "TLSAnyReplica")
+	check("TLS with TLSAnyReplica", func(c *Config) {
+		c.TLS, c.TLSAnyReplica = &TLSFiles{CAFile: "ca", CertFile: "c", KeyFile: "k"}, true
+	}, "")
+	check("TLSAnyReplica without TLS", func(c *Config) { c.Insecure, c.TLSAnyReplica = true, true }, "TLSAnyReplica")
 	check("TLS without a key", func(c *Config) { c.TLS = &TLSFiles{CAFile: "ca", CertFile: "c"} }, "TLS")
 	var mem transport.MemNetwork
 	tr, err := mem.Node("n1")
@@ -389,4 +571,36 @@ func TestConfigSecurity(t *testing.T) {
 	}
 	check("Transport", muster, "")
 	check("Transport and TLS", func(c *Config) { muster(c); c.TLS = &TLSFiles{CAFile: "ca", CertFile: "c", KeyFile: "k"} }, "TLS")
+}
+
+// Attack (issue 26, Raft): while a starting replica does not know the
+// shard's membership yet, a member (r2) sends as another initial member's
+// replica (3, r3's). Dragonboat already holds replica 3's address from the
+// initial members and panics ("inconsistent target") if a batch names
+// another source for it; go test ./... under load crashed the package
+// once this way (TestInboundAttacksOverTCP's "a member as another
+// member's replica" before r1's membership was read). The guard pins the
+// replicas Dragonboat starts with to their nodes: refused; the real r3
+// passes, and a replica not among them is still pinned to its first
+// sender.
+func TestGuardPinsStartMembers(t *testing.T) {
+	g := newGuard(testDeployment, 1, 1) // no NodeHost: the membership is unknown
+	if m := g.members(); m != nil {
+		t.Fatalf("membership known without a NodeHost: %v", m)
+	}
+	g.expect(map[uint64]string{1: "r1", 2: "r2", 3: "r3"})
+	if err := g.checkSender(3, "r2"); err == nil || g.counts[dropPeer].Load() != 1 {
+		t.Fatalf("r2 as replica 3 before the membership is known: %v, want a Peer drop", err)
+	}
+	for id, node := range map[uint64]string{2: "r2", 3: "r3"} {
+		if err := g.checkSender(id, node); err != nil {
+			t.Fatalf("replica %d from %s: %v", id, node, err)
+		}
+	}
+	if err := g.checkSender(4, "r4"); err != nil {
+		t.Fatalf("a replica not started with, first heard from r4: %v", err)
+	}
+	if err := g.checkSender(4, "r2"); err == nil {
+		t.Fatal("replica 4 from r2 after r4 sent as it")
+	}
 }

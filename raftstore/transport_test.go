@@ -129,8 +129,16 @@ func newTCPNet(tb testing.TB) *tcpNet { return &tcpNet{tb: tb, addrs: map[string
 // ends.
 func (n *tcpNet) add(id string, secret []byte) transport.Transport {
 	n.tb.Helper()
+	return n.addWith(id, func(cfg *transport.TCPConfig) { cfg.Secret = secret })
+}
+
+// addWith starts a transport for node id with the credentials set makes;
+// it closes when the test ends.
+func (n *tcpNet) addWith(id string, set func(*transport.TCPConfig)) transport.Transport {
+	n.tb.Helper()
 	cfg := transport.DefaultTCPConfig()
-	cfg.NodeID, cfg.ListenAddr, cfg.Secret = id, "127.0.0.1:0", secret
+	cfg.NodeID, cfg.ListenAddr = id, "127.0.0.1:0"
+	set(&cfg)
 	cfg.Resolve = func(node string) (string, error) {
 		n.mu.Lock()
 		defer n.mu.Unlock()

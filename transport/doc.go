@@ -220,6 +220,17 @@
 // read without stopping it. Package registry/metrics exports them to
 // Prometheus (docs/monitoring.md lists the metrics).
 //
+// Paths. With certificate identities (mutual TLS) a node calls a peer
+// over one connection per pair, whichever side dialled it, chosen by the
+// tie-break below. Without them (a Secret alone, SecretIdentity, Insecure
+// with Resolve) a node's calls go only over connections it dialled to the
+// address Resolve gives, and the connections peers dialled carry only the
+// peers' calls (a pair may then hold two connections); when a peer dials
+// in while this node holds a path to it, that path is probed as below and
+// closed if silent, so that the next call redials. A node without Resolve
+// calls over the connections peers dialled only with certificate
+// identities, or Insecure.
+//
 // Dial tie-break. Both nodes of a pair may dial each other at the same
 // time. An inbound connection never takes over a live one: a server that
 // holds a connection to the node a dialler claims sends a ping on it and
@@ -286,22 +297,26 @@
 // and so is every byte a peer sends until it has been checked.
 //
 //   - Secure by default. [TCPConfig.Validate] refuses a config with neither
-//     Secret nor TLS, and TLS that verifies no client certificate without a
-//     Secret, unless Insecure is set (for tests). ListenAddr defaults to
-//     127.0.0.1:0: listening beyond loopback must be asked for.
+//     Secret nor TLS unless Insecure is set (for tests), and TLS that does
+//     not require and verify client certificates unless a Secret with
+//     SecretIdentity says the Secret alone identifies peers (or Insecure).
+//     ListenAddr defaults to 127.0.0.1:0: listening beyond loopback must
+//     be asked for.
 //   - What the Secret gives: only holders complete the handshake (HMAC over
 //     fresh nonces both ways, constant-time compare, the secret never
 //     crosses the wire); everyone else is refused before a single frame is
-//     read. What it does not give: identity and confidentiality. Every
-//     holder of the secret is trusted as every node: it can claim any node
-//     ID, and what it sends is accepted as coming from that node. The
-//     transport only ensures it cannot take over a live connection to the
-//     node it impersonates (one that answers a ping within 250 ms). An
-//     impostor that connects while no connection to the real node exists
-//     (the node is down, restarting or partitioned) holds the path, and
-//     keeps it against the real node's dials for as long as it answers
-//     pings; only mutual TLS prevents that. Traffic is in clear text. Use
-//     mutual TLS.
+//     read. Without TLS it also encrypts: every connection runs TLS 1.3,
+//     both sides presenting a certificate of an Ed25519 key derived from
+//     the Secret (HKDF-SHA256) and refusing any other key, with ephemeral
+//     session keys, so nothing is readable or alterable on the wire. What
+//     it does not give: identity. Every holder of the secret is trusted as
+//     every node: it can claim any node ID, and what it sends is accepted
+//     as coming from that node. Such a claim never takes a path away from
+//     the real node: without certificate identities a node sends its calls
+//     only over connections it dialled to the address Resolve gives
+//     (without Resolve it makes no calls), and a connection dialled in is
+//     served but never becomes the path to the node it claims, however
+//     long the real node's link stalls. Prefer mutual TLS.
 //   - What mutual TLS gives: encryption, and identity bound to a
 //     certificate: a peer's claimed node ID must match its verified
 //     certificate (VerifyPeerID, by default the common name, a DNS name or a

@@ -58,3 +58,11 @@ func (t *TCP) checkPeerIdentity(tc *tls.Conn, node string) error {
 func (c TCPConfig) certIdentity() bool {
 	return c.TLS != nil && !c.SecretIdentity && !c.Insecure
 }
+
+// pathByDial reports whether this node's calls go only over connections it
+// dialled (see TCP.pathByDial): whenever peers' node IDs are not bound to
+// certificates, unless Insecure without Resolve lets the connections peers
+// dialled carry them.
+func (c TCPConfig) pathByDial() bool {
+	return !c.certIdentity() && (c.Resolve != nil || !c.Insecure)
+}

@@ -267,6 +267,129 @@ func TestSecurityStalledLinkImpostor(t *testing.T) {
 	}
 }
 
+// Attack (issue 26, item 2, a node without Resolve): n1 never dials; the
+// real n2 dials it through a link that stalls for 600 ms, while a peer
+// holding the secret (with mutual TLS, a certificate for n3) dials n1 as
+// n2. Before, n1 made the impostor's connection its path to n2 once the
+// held one missed the takeover probe, and n1's calls to n2 went to the
+// impostor. Now, with a Secret alone (or SecretIdentity) a node without
+// Resolve never calls over a connection a peer dialled: its calls fail
+// (ErrUnreachable), none reaches the impostor, and the real n2's calls to
+// n1 are served again within two seconds after the stall. With mutual TLS
+// the impostor is refused, n1 calls n2 over n2's connection, and n2 has
+// its path back within two seconds.
+func TestSecurityNoResolveImpostor(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	_, issue := testCA(t, "cluster CA")
+	for name, mode := range identityModes(t) {
+		t.Run(name, func(t *testing.T) {
+			certs := name == "mutual TLS" // n1 may call over inbound connections
+			c := newTCPCluster(t, 0, mode)
+			defer c.CloseAll()
+			cfg := c.config(t, "n1")
+			cfg.Resolve = nil
+			n1 := c.start(t, cfg)
+			n2 := c.Node(t, "n2").(*TCP)
+			answer := func(id string) Handler {
+				return func(context.Context, string, []byte) ([]byte, error) { return []byte(id), nil }
+			}
+			n1.Handle(1, answer("n1"))
+			n2.Handle(1, answer("n2"))
+			// n2 reaches n1 through the proxy.
+			proxy := newLinkProxy(t, n1.Addr())
+			defer proxy.close()
+			c.mu.Lock()
+			c.addrs["n1"] = proxy.addr()
+			c.mu.Unlock()
+			ctx := testCtx(t)
+			if got, err := n2.Request(ctx, "n1", 1, nil); err != nil || string(got) != "n1" {
+				t.Fatalf("n2 -> n1: %q %v", got, err)
+			}
+			// n1 -> n2 over n2's connection only with certificates.
+			callN2 := func(rctx context.Context) (string, error) {
+				got, err := n1.Request(rctx, "n2", 1, nil)
+				switch {
+				case string(got) == "impostor":
+					t.Error("a call to n2 reached the impostor")
+				case err == nil && !certs:
+					t.Errorf("n1 without Resolve called n2 over a connection n2 dialled, with a Secret alone: %q", got)
+				case err != nil && !certs && (!errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "Resolve")):
+					t.Errorf("n1 -> n2: %v, want ErrUnreachable naming Resolve", err)
+				}
+				return string(got), err
+			}
+			if got, err := callN2(ctx); certs && (err != nil || got != "n2") {
+				t.Fatalf("n1 -> n2 over n2's connection: %q %v", got, err)
+			}
+
+			icfg := c.config(t, "n2")
+			if icfg.TLS != nil {
+				icfg.TLS = icfg.TLS.Clone()
+				icfg.TLS.Certificates = []tls.Certificate{issue("n3")}
+			}
+			icfg.Resolve = func(string) (string, error) { return n1.Addr(), nil } // straight to n1
+			imp, err := NewTCP(icfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := imp.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer imp.Close()
+			var toImpostor atomic.Int64
+			imp.Handle(1, func(context.Context, string, []byte) ([]byte, error) {
+				toImpostor.Add(1)
+				return []byte("impostor"), nil
+			})
+
+			proxy.stall()
+			if _, err := imp.Request(ctx, "n1", 1, nil); certs == (err == nil) {
+				t.Fatalf("the impostor's call to n1: %v (refused with certificates, served with a Secret alone)", err)
+			}
+			var wg sync.WaitGroup
+			for range 10 {
+				wg.Go(func() {
+					rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+					defer cancel()
+					_, _ = callN2(rctx)
+				})
+			}
+			stallTimer := time.NewTimer(600 * time.Millisecond) // the fault's duration, not a wait for state
+			<-stallTimer.C
+			proxy.unstall()
+			wg.Wait()
+			// Within two seconds after the stall, n2 is served by n1 again
+			// and, with certificates, n1's calls reach n2.
+			deadline := time.Now().Add(2 * time.Second)
+			for {
+				rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+				got, err := n2.Request(rctx, "n1", 1, nil)
+				ok := err == nil && string(got) == "n1"
+				if ok && certs {
+					var to string
+					to, err = callN2(rctx)
+					ok = err == nil && to == "n2"
+				}
+				cancel()
+				if ok {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("n2 not served again within 2 s after the stall: %v", err)
+				}
+			}
+			for range 10 {
+				if got, err := callN2(ctx); certs && (err != nil || got != "n2") {
+					t.Fatalf("after the stall: %q %v", got, err)
+				}
+			}
+			if n := toImpostor.Load(); n != 0 {
+				t.Fatalf("the impostor served %d calls", n)
+			}
+		})
+	}
+}
+
 // Attack (issue 26, item 3): TLS that verifies client certificates only
 // if given, with a Secret, is refused by Validate unless SecretIdentity
 // says the Secret alone identifies peers; behind GetConfigForClient

@@ -50,8 +50,9 @@ type TCP struct {
 	// dialled to the address Resolve gives; connections peers dialled
 	// serve their calls but never become the path (see installInbound).
 	// Set whenever a peer's node ID is not bound to a verified
-	// certificate (a Secret alone, SecretIdentity, Insecure) and Resolve
-	// is set.
+	// certificate (a Secret alone, SecretIdentity, Insecure), with or
+	// without Resolve (without it this node then makes no calls), except
+	// with Insecure and no Resolve (see TCPConfig.Resolve).
 	pathByDial bool
 
 	// dialContext connects; tests replace it (a self-connection).
@@ -133,7 +134,7 @@ func NewTCP(cfg TCPConfig) (*TCP, error) {
 		}
 		t.secretTLS = st
 	}
-	t.pathByDial = cfg.Resolve != nil && !cfg.certIdentity()
+	t.pathByDial = cfg.pathByDial()
 	d := net.Dialer{Timeout: cfg.DialTimeout}
 	t.dialContext = d.DialContext
 	if t.log == nil {
@@ -520,6 +521,9 @@ func (t *TCP) connFor(ctx context.Context, to string) (*conn, error) {
 		}
 		if t.cfg.Resolve == nil {
 			t.mu.Unlock()
+			if t.pathByDial {
+				return nil, fmt.Errorf("%w: %s: no Resolve configured, and peers' node IDs are not bound to certificates, so the connections peers dialled never carry this node's calls", ErrUnreachable, to)
+			}
 			return nil, fmt.Errorf("%w: %s: not connected and no Resolve configured", ErrUnreachable, to)
 		}
 		dialing, changed := make(chan struct{}), p.changed

@@ -25,8 +25,13 @@ type TCPConfig struct {
 	// TCP.AdvertiseAddr for the embedder's membership layer.
 	AdvertiseAddr string
 	// Resolve maps a node ID to the address to dial. Nil means this node
-	// never dials: it can still answer and send over connections that
-	// peers dialled.
+	// never dials: it answers the calls of peers that dialled it, and, if
+	// their node IDs are bound to certificates (mutual TLS), calls them
+	// over those connections. With a Secret alone (or SecretIdentity) a
+	// node without Resolve makes no calls (ErrUnreachable): whoever dialled
+	// in proved the Secret, not the ID it claims, and its connection must
+	// not become the path to the node it claims (a stalled link would
+	// hand that node's traffic to an impostor). Insecure lifts that rule.
 	Resolve func(node string) (addr string, err error)
 	// TLS, when set, wraps every connection in TLS with this config, used
 	// for both the server and the client side. For mutual TLS set
@@ -72,7 +77,10 @@ type TCPConfig struct {
 	// Insecure allows a transport with neither Secret nor TLS (or with TLS
 	// that verifies no client certificate and no Secret): anyone who can
 	// reach the port can then join as any node, send any message and read
-	// every response. For tests on loopback only. Default false.
+	// every response. Without Resolve it also lets the connections peers
+	// dialled carry this node's calls although their node IDs are not
+	// bound to certificates (see Resolve). For tests on loopback only.
+	// Default false.
 	Insecure bool
 	// MaxFrameSize is the largest message body in bytes; larger requests,
 	// responses and one-way messages fail with ErrTooLarge, and a peer

@@ -226,11 +226,12 @@ func newMTLSCluster(t *testing.T, mutate func(*TCPConfig)) *tcpCluster {
 }
 
 // noDial starts node id of c without Resolve: it never dials, and its
-// calls use the connections peers dialled (with a Secret alone too).
+// calls use the connections peers dialled, which with a Secret alone takes
+// Insecure (TestSecurityNoResolveImpostor).
 func (c *tcpCluster) noDial(t *testing.T, id string) *TCP {
 	t.Helper()
 	cfg := c.config(t, id)
-	cfg.Resolve = nil
+	cfg.Resolve, cfg.Insecure = nil, true
 	return c.start(t, cfg)
 }
 

@@ -17,8 +17,9 @@ import (
 // Attack (issue 26, item 1): a process holding the gossip key but not the
 // transport secret joins memberlist, with a transport of its own (another
 // secret). Gossip lists it, but it never proves its ID over the transport:
-// it is no member for the registry, owns no key, and every one of 60 beats
-// on the members succeeds (before: it owned 23 of 60 and those failed).
+// it is no member for the registry, owns none of 60 beat keys on either
+// member, and every one of the 60 beats on the members succeeds (before:
+// it owned 23 of 60 and those failed).
 func TestGossipKeyWithoutTransportSecretOwnsNothing(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	nodes := startCluster(t, 2)
@@ -68,6 +69,11 @@ func TestGossipKeyWithoutTransportSecretOwnsNothing(t *testing.T) {
 	for i := range 60 {
 		nd := nodes[i%2]
 		inst := model.NewInstance(svc, fmt.Sprintf("10.0.%d.%d", i/200, i%200+1), 8080)
+		for _, on := range nodes {
+			if owner := on.Registry().Owner(inst.IP, inst.Port); owner != "n1" && owner != "n2" {
+				t.Fatalf("%s: beat key %d is owned by %q", on.ID(), i, owner)
+			}
+		}
 		bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err := nd.Registry().HeartbeatInstance(bctx, inst)
 		cancel()
@@ -80,9 +86,12 @@ func TestGossipKeyWithoutTransportSecretOwnsNothing(t *testing.T) {
 	if ok != 60 {
 		t.Fatalf("%d of 60 beats succeeded", ok)
 	}
+	// The members still count each other (polled: under load memberlist's
+	// short test timings may suspect a member for a moment).
 	for _, nd := range nodes {
-		if slices.Contains(nd.Membership().(*membership.Proven).Unproven(), "n1") || len(nd.Membership().Members()) != 2 {
-			t.Fatalf("%s: members %v", nd.ID(), nd.Membership().Members())
-		}
+		waitFor(t, 10*time.Second, func() bool {
+			ms := nd.Membership().Members()
+			return len(ms) == 2 && !slices.ContainsFunc(ms, func(m membership.Member) bool { return m.ID == "rogue" })
+		}, nd.ID()+" counts both members and not the rogue")
 	}
 }
