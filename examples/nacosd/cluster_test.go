@@ -17,8 +17,8 @@ import (
 
 // startCluster starts n nacosd nodes on loopback (real TCP transport,
 // memberlist with its gossip key, Raft over the transport) and waits until
-// every one serves.
-func startCluster(t *testing.T, n int) []*Server {
+// every one serves. Each mod changes every node's configuration.
+func startCluster(t *testing.T, n int, mods ...func(*Config)) []*Server {
 	t.Helper()
 	var peers []Peer
 	for i := range n {
@@ -31,6 +31,9 @@ func startCluster(t *testing.T, n int) []*Server {
 		cfg.Secret = []byte("a test cluster's shared secret")
 		cfg.Logger = testLogger(t).With("test-node", peers[i].ID)
 		cfg.Fast = true
+		for _, mod := range mods {
+			mod(&cfg)
+		}
 		s, err := NewServer(cfg)
 		if err != nil {
 			t.Fatal(err)

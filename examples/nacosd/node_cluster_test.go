@@ -1,0 +1,99 @@
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+// acked returns how many pushes s has had acknowledged (gRPC and UDP).
+func acked(s *Server) int64 {
+	_, _, n := s.metrics.percentiles()
+	return n
+}
+
+// TestNodeClusterFailover: the Node.js client on a 3-node cluster with
+// authentication on (users made through n1, the clients authenticated by
+// n2 and n3). A consumer that knows n1 and n2 subscribes through one of
+// them; a provider that knows only n3 registers there. The node holding
+// the consumer's UDP subscription is killed: the consumer's next poll
+// fails over to the other, which subscribes it, and every later change
+// made through n3 is pushed to it by the survivor and acknowledged.
+func TestNodeClusterFailover(t *testing.T) {
+	skipUnderRace(t)
+	nodes := startCluster(t, 3, withAuth(testKey(t)))
+	tenants(t, nodes[0])
+	for _, s := range nodes[1:] { // the users reach the other nodes
+		login(t, s.HTTPAddr(), "alice", "a-pass")
+	}
+
+	provider := startNode(t, []string{nodes[2].HTTPAddr()}, "alice", "a-pass")
+	provider.must(map[string]any{"op": "register", "service": "node-ha", "ip": "10.6.1.1", "port": 8080})
+	consumer := startNode(t, []string{nodes[0].HTTPAddr(), nodes[1].HTTPAddr()}, "alice", "a-pass")
+	consumer.must(map[string]any{"op": "subscribe", "service": "node-ha"})
+	consumer.waitHosts("node-ha", 20*time.Second, "10.6.1.1:8080")
+
+	// The node the consumer talks to: the one holding its subscription
+	// (its first list call went to one of its two servers at random).
+	victim := -1
+	eventually(t, 10*time.Second, "the consumer's UDP subscription on n1 or n2", func() bool {
+		for i, s := range nodes[:2] {
+			if s.udp.count() > 0 {
+				victim = i
+				return true
+			}
+		}
+		return false
+	})
+	survivor := nodes[1-victim]
+	if survivor.udp.count() > 0 {
+		// Its next poll went to the other server already: a failover still,
+		// but the survivor needed none.
+		t.Logf("the consumer is subscribed on both n1 and n2 before the kill")
+	}
+
+	// A push through n3 to the consumer while its node lives.
+	before := acked(nodes[victim])
+	provider.must(map[string]any{"op": "register", "service": "node-ha", "ip": "10.6.1.2", "port": 8080})
+	consumer.waitHosts("node-ha", 20*time.Second, "10.6.1.1:8080", "10.6.1.2:8080")
+	eventually(t, 10*time.Second, "the consumer acknowledges its node's push", func() bool {
+		return acked(nodes[victim]) > before
+	})
+
+	nodes[victim].Kill()
+	t.Logf("killed n%d; the consumer's polls move to n%d", victim+1, 2-victim)
+	// The client polls every cacheMillis (10 s); a poll of the dead node
+	// fails and the client asks its other server, which subscribes it.
+	eventually(t, 45*time.Second, "the consumer subscribes through the survivor", func() bool {
+		return survivor.udp.count() > 0
+	})
+
+	// Every change through n3 now reaches the consumer by the survivor's
+	// pushes, each acknowledged.
+	for _, step := range []struct {
+		op   string
+		ip   string
+		want []string
+	}{
+		{"register", "10.6.1.3", []string{"10.6.1.1:8080", "10.6.1.2:8080", "10.6.1.3:8080"}},
+		{"deregister", "10.6.1.1", []string{"10.6.1.2:8080", "10.6.1.3:8080"}},
+		{"deregister", "10.6.1.2", []string{"10.6.1.3:8080"}},
+	} {
+		before := acked(survivor)
+		provider.must(map[string]any{"op": step.op, "service": "node-ha", "ip": step.ip, "port": 8080})
+		consumer.waitHosts("node-ha", 20*time.Second, step.want...)
+		eventually(t, 10*time.Second, "the consumer acknowledges the survivor's push after "+step.op+" "+step.ip, func() bool {
+			return acked(survivor) > before
+		})
+	}
+	survivor.metrics.mu.Lock()
+	failures := survivor.metrics.failures
+	survivor.metrics.mu.Unlock()
+	if failures != 0 {
+		t.Fatalf("%d of the survivor's pushes were never acknowledged", failures)
+	}
+	// And the consumer's own reads work through the survivor.
+	ev := consumer.must(map[string]any{"op": "list", "service": "node-ha"})
+	if string(ev.Result) != `["10.6.1.3:8080"]` {
+		t.Fatalf("the consumer lists %s after the failover", ev.Result)
+	}
+}
