@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/http"
 	"net/url"
 	"strconv"
 	"testing"
@@ -13,6 +14,31 @@ import (
 	"github.com/nacos-group/nacos-sdk-go/v2/vo"
 	v1vo "github.com/nacos-group/nacos-sdk-go/vo"
 )
+
+// waitAdmin waits until the admin, created at start by every node of a
+// cluster (one creation wins, through Raft), logs in through s and may
+// manage users there. A loaded machine can take longer than login's
+// 10 s to elect a Raft leader and commit the creation.
+func waitAdmin(t *testing.T, s *Server) {
+	t.Helper()
+	start := time.Now()
+	eventually(t, 60*time.Second, "the admin logs in and manages users", func() bool {
+		resp, err := http.PostForm("http://"+s.HTTPAddr()+"/nacos/v1/auth/login", url.Values{"username": {"nacos"}, "password": {testAdminPassword}})
+		if err != nil {
+			return false
+		}
+		var m map[string]any
+		err = jsonDecode(resp, &m)
+		_ = resp.Body.Close()
+		tok, _ := m["accessToken"].(string)
+		if err != nil || resp.StatusCode != 200 || tok == "" {
+			return false
+		}
+		st, _ := call(t, s, "GET", "/nacos/v1/auth/users", as(tok, nil))
+		return st == 200
+	})
+	t.Logf("the admin was ready %v after the cluster", time.Since(start).Round(time.Millisecond))
+}
 
 // TestAuthCluster: authentication on a 3-node cluster whose nodes share
 // one signing key. Users, roles and permissions made through n1 are
@@ -31,6 +57,7 @@ func TestAuthCluster(t *testing.T) {
 	n1 := nodes[0]
 
 	// The users, made through n1 (tenants logs them in through n1).
+	waitAdmin(t, n1)
 	admin, aliceN1, _, readerN1 := tenants(t, n1)
 
 	// Replicated users: each logs in through every node.

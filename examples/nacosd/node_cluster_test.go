@@ -21,6 +21,7 @@ func acked(s *Server) int64 {
 func TestNodeClusterFailover(t *testing.T) {
 	skipUnderRace(t)
 	nodes := startCluster(t, 3, withAuth(testKey(t)))
+	waitAdmin(t, nodes[0])
 	tenants(t, nodes[0])
 	for _, s := range nodes[1:] { // the users reach the other nodes
 		login(t, s.HTTPAddr(), "alice", "a-pass")
