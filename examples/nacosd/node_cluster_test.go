@@ -1,8 +1,12 @@
 package main
 
 import (
+	"context"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/muster-io/muster/distro"
 )
 
 // acked returns how many pushes s has had acknowledged (gRPC and UDP).
@@ -97,4 +101,84 @@ func TestNodeClusterFailover(t *testing.T) {
 	if string(ev.Result) != `["10.6.1.3:8080"]` {
 		t.Fatalf("the consumer lists %s after the failover", ev.Result)
 	}
+}
+
+// TestNodeProviderFailover: a Node.js provider that knows n1 and n2
+// registers an instance whose beats n1 or n2 owns (its lease runs there);
+// that node is killed. The provider's beats fail over to the other node,
+// the lease moves to a survivor, and the instance stays served, healthy,
+// on n3 throughout: also once the survivors dropped the dead node's
+// records, and after beats that only the survivor received.
+func TestNodeProviderFailover(t *testing.T) {
+	skipUnderRace(t)
+	nodes := startCluster(t, 3)
+	// An ip:port whose beat owner is n1 or n2 (rendezvous hashing over the
+	// three IDs: one of the first few addresses is).
+	ip, victim := "", -1
+	for i := 1; victim < 0; i++ {
+		ip = "10.6.2." + strconv.Itoa(i)
+		switch nodes[2].Registry().Owner(ip, 8080) {
+		case nodes[0].cfg.NodeID:
+			victim = 0
+		case nodes[1].cfg.NodeID:
+			victim = 1
+		}
+	}
+	survivor, watcher := nodes[1-victim], nodes[2]
+	provider := startNode(t, []string{nodes[0].HTTPAddr(), nodes[1].HTTPAddr()})
+	provider.must(map[string]any{"op": "register", "service": "node-prov", "ip": ip, "port": 8080})
+	eventually(t, 10*time.Second, "the instance on n3", func() bool { return len(served(t, watcher, "node-prov")) == 1 })
+
+	// Watch the instance on n3 from the kill on.
+	missing := make(chan bool, 1)
+	stop := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // a failed test's watcher ends too
+	go func() {
+		gone := false
+		for {
+			select {
+			case <-stop:
+				missing <- gone
+				return
+			case <-ctx.Done():
+				return
+			default:
+			}
+			if v, err := watcher.Registry().Query(ctx, mQuery("node-prov")); err == nil && (len(v.Instances) != 1 || !v.Instances[0].Healthy) {
+				gone = true
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	nodes[victim].Kill()
+	beats := survivor.beats.Load()
+	victimID := nodes[victim].cfg.NodeID
+	eventually(t, 10*time.Second, "n3 drops the dead node's records", func() bool {
+		held := false
+		watcher.node.Replicator().Range(func(r distro.Record) bool {
+			held = held || (r.Owner == victimID && !r.Deleted)
+			return !held
+		})
+		return !held
+	})
+	// The client beats every 5 s, each time to one of its servers at
+	// random: once the dead one fails, it asks the survivor.
+	eventually(t, 60*time.Second, "two beats of the provider through the survivor", func() bool {
+		return survivor.beats.Load() >= beats+2
+	})
+	close(stop)
+	if <-missing {
+		t.Fatal("the provider's instance was missing or unhealthy on n3 after its beat owner was killed")
+	}
+	if owner := watcher.Registry().Owner(ip, 8080); owner == victimID {
+		t.Fatalf("the dead node %s still owns %s's beats", owner, ip)
+	}
+	hs := served(t, watcher, "node-prov")
+	if len(hs) != 1 || !hs[0].Healthy {
+		t.Fatalf("after the failover n3 serves %+v", hs)
+	}
+	// And a deregistration through the survivor reaches n3.
+	provider.must(map[string]any{"op": "deregister", "service": "node-prov", "ip": ip, "port": 8080})
+	eventually(t, 10*time.Second, "the deregistration on n3", func() bool { return len(served(t, watcher, "node-prov")) == 0 })
 }
