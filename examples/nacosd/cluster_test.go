@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/muster-io/muster/distro"
 	mmodel "github.com/muster-io/muster/model"
 	"github.com/nacos-group/nacos-sdk-go/v2/model"
 	"github.com/nacos-group/nacos-sdk-go/v2/vo"
@@ -191,17 +190,9 @@ func TestClusterFailover(t *testing.T) {
 	// the client.
 	victimID := nodes[victim].cfg.NodeID
 	for i, s := range nodes {
-		if i == victim {
-			continue
+		if i != victim {
+			waitRecordsDropped(t, s, victimID)
 		}
-		eventually(t, 10*time.Second, "the survivors drop the dead node's records", func() bool {
-			held := false
-			s.node.Replicator().Range(func(r distro.Record) bool {
-				held = held || (r.Owner == victimID && !r.Deleted)
-				return !held
-			})
-			return !held
-		})
 	}
 	for i, s := range nodes {
 		if i != victim {

@@ -112,63 +112,24 @@ func TestNodeClusterFailover(t *testing.T) {
 func TestNodeProviderFailover(t *testing.T) {
 	skipUnderRace(t)
 	nodes := startCluster(t, 3)
-	// An ip:port whose beat owner is n1 or n2 (rendezvous hashing over the
-	// three IDs: one of the first few addresses is).
-	ip, victim := "", -1
-	for i := 1; victim < 0; i++ {
-		ip = "10.6.2." + strconv.Itoa(i)
-		switch nodes[2].Registry().Owner(ip, 8080) {
-		case nodes[0].cfg.NodeID:
-			victim = 0
-		case nodes[1].cfg.NodeID:
-			victim = 1
-		}
-	}
+	ip, victim := ownedIP(nodes, "10.6.2.", 8080)
 	survivor, watcher := nodes[1-victim], nodes[2]
 	provider := startNode(t, []string{nodes[0].HTTPAddr(), nodes[1].HTTPAddr()})
 	provider.must(map[string]any{"op": "register", "service": "node-prov", "ip": ip, "port": 8080})
 	eventually(t, 10*time.Second, "the instance on n3", func() bool { return len(served(t, watcher, "node-prov")) == 1 })
 
 	// Watch the instance on n3 from the kill on.
-	missing := make(chan bool, 1)
-	stop := make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel) // a failed test's watcher ends too
-	go func() {
-		gone := false
-		for {
-			select {
-			case <-stop:
-				missing <- gone
-				return
-			case <-ctx.Done():
-				return
-			default:
-			}
-			if v, err := watcher.Registry().Query(ctx, mQuery("node-prov")); err == nil && (len(v.Instances) != 1 || !v.Instances[0].Healthy) {
-				gone = true
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
+	stop := watchHealthy(t, watcher, "node-prov")
 	nodes[victim].Kill()
 	beats := survivor.beats.Load()
 	victimID := nodes[victim].cfg.NodeID
-	eventually(t, 10*time.Second, "n3 drops the dead node's records", func() bool {
-		held := false
-		watcher.node.Replicator().Range(func(r distro.Record) bool {
-			held = held || (r.Owner == victimID && !r.Deleted)
-			return !held
-		})
-		return !held
-	})
+	waitRecordsDropped(t, watcher, victimID)
 	// The client beats every 5 s, each time to one of its servers at
 	// random: once the dead one fails, it asks the survivor.
 	eventually(t, 60*time.Second, "two beats of the provider through the survivor", func() bool {
 		return survivor.beats.Load() >= beats+2
 	})
-	close(stop)
-	if <-missing {
+	if stop() {
 		t.Fatal("the provider's instance was missing or unhealthy on n3 after its beat owner was killed")
 	}
 	if owner := watcher.Registry().Owner(ip, 8080); owner == victimID {
@@ -181,4 +142,63 @@ func TestNodeProviderFailover(t *testing.T) {
 	// And a deregistration through the survivor reaches n3.
 	provider.must(map[string]any{"op": "deregister", "service": "node-prov", "ip": ip, "port": 8080})
 	eventually(t, 10*time.Second, "the deregistration on n3", func() bool { return len(served(t, watcher, "node-prov")) == 0 })
+}
+
+// ownedIP returns an IP of prefix whose beats at port n1 or n2 owns
+// (rendezvous hashing over the three IDs: one of the first few addresses
+// is), and that node's index.
+func ownedIP(nodes []*Server, prefix string, port int) (string, int) {
+	for i := 1; ; i++ {
+		ip := prefix + strconv.Itoa(i)
+		switch nodes[2].Registry().Owner(ip, port) {
+		case nodes[0].cfg.NodeID:
+			return ip, 0
+		case nodes[1].cfg.NodeID:
+			return ip, 1
+		}
+	}
+}
+
+// watchHealthy samples svc on s until the returned stop is called; stop
+// reports whether it ever saw anything but one healthy instance.
+func watchHealthy(t *testing.T, s *Server, svc string) (stop func() bool) {
+	missing := make(chan bool, 1)
+	done := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // a failed test's watcher ends too
+	go func() {
+		gone := false
+		for {
+			select {
+			case <-done:
+				missing <- gone
+				return
+			case <-ctx.Done():
+				return
+			default:
+			}
+			if v, err := s.Registry().Query(ctx, mQuery(svc)); err == nil && (len(v.Instances) != 1 || !v.Instances[0].Healthy) {
+				gone = true
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	return func() bool {
+		close(done)
+		return <-missing
+	}
+}
+
+// waitRecordsDropped waits until s holds no live Distro record of owner (a
+// dead node's, after the orphan timeout: 2 s in Fast mode).
+func waitRecordsDropped(t *testing.T, s *Server, owner string) {
+	t.Helper()
+	eventually(t, 10*time.Second, s.cfg.NodeID+" drops "+owner+"'s records", func() bool {
+		held := false
+		s.node.Replicator().Range(func(r distro.Record) bool {
+			held = held || (r.Owner == owner && !r.Deleted)
+			return !held
+		})
+		return !held
+	})
 }
