@@ -83,7 +83,7 @@ func tenants(t *testing.T, s *Server) (admin, alice, bob, reader string) {
 	admin = login(t, s.HTTPAddr(), "nacos", testAdminPassword)
 	must := func(method, path string, form url.Values) {
 		t.Helper()
-		if st, body := call(t, s, method, path, as(admin, form)); st != 200 {
+		if st, body := callRaft(t, s, method, path, as(admin, form)); st != 200 {
 			t.Fatalf("%s %s %v: %d %s", method, path, form, st, body)
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/muster-io/muster/distro"
 	mmodel "github.com/muster-io/muster/model"
 	"github.com/nacos-group/nacos-sdk-go/v2/model"
 	"github.com/nacos-group/nacos-sdk-go/v2/vo"
@@ -17,8 +16,8 @@ import (
 
 // startCluster starts n nacosd nodes on loopback (real TCP transport,
 // memberlist with its gossip key, Raft over the transport) and waits until
-// every one serves.
-func startCluster(t *testing.T, n int) []*Server {
+// every one serves. Each mod changes every node's configuration.
+func startCluster(t *testing.T, n int, mods ...func(*Config)) []*Server {
 	t.Helper()
 	var peers []Peer
 	for i := range n {
@@ -31,6 +30,9 @@ func startCluster(t *testing.T, n int) []*Server {
 		cfg.Secret = []byte("a test cluster's shared secret")
 		cfg.Logger = testLogger(t).With("test-node", peers[i].ID)
 		cfg.Fast = true
+		for _, mod := range mods {
+			mod(&cfg)
+		}
 		s, err := NewServer(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -188,17 +190,9 @@ func TestClusterFailover(t *testing.T) {
 	// the client.
 	victimID := nodes[victim].cfg.NodeID
 	for i, s := range nodes {
-		if i == victim {
-			continue
+		if i != victim {
+			waitRecordsDropped(t, s, victimID)
 		}
-		eventually(t, 10*time.Second, "the survivors drop the dead node's records", func() bool {
-			held := false
-			s.node.Replicator().Range(func(r distro.Record) bool {
-				held = held || (r.Owner == victimID && !r.Deleted)
-				return !held
-			})
-			return !held
-		})
 	}
 	for i, s := range nodes {
 		if i != victim {
