@@ -208,7 +208,9 @@ func dialADS(t testing.TB, addr string, delta bool) *ads {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	// A deadline turns a stream that waits for a response that never comes
+	// into a failure rather than a hung test.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // real time
 	a := &ads{cc: cc, stop: cancel}
 	c := discovery.NewAggregatedDiscoveryServiceClient(cc)
 	if delta {
