@@ -421,3 +421,71 @@ func TestCloseEndsStreams(t *testing.T) {
 		t.Logf("after Close: %+v", st)
 	}
 }
+
+// The same over delta xDS: a delta client that stops ACKing holds one
+// response; its ACK brings one response with the newest assignment.
+func TestStalledDeltaClientHoldsOneResponse(t *testing.T) {
+	reg := registrytest.New(t, registrytest.Options{})
+	x := startXDS(t, reg, "127.0.0.1:0")
+	sess, err := reg.OpenSession(ctx, registry.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	register(t, sess, "orders", 1000, 1)
+	stalled := dialADS(t, x.Addr, true)
+	if err := stalled.delta.Send(&discovery.DeltaDiscoveryRequest{Node: testNode, TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{"orders"}}); err != nil {
+		t.Fatal(err)
+	}
+	endpoints := func(r *discovery.DeltaDiscoveryResponse) int {
+		t.Helper()
+		if len(r.GetResources()) != 1 {
+			t.Fatalf("a delta response with %d resources, want 1", len(r.GetResources()))
+		}
+		var cla endpoint.ClusterLoadAssignment
+		if err := proto.Unmarshal(r.GetResources()[0].GetResource().GetValue(), &cla); err != nil {
+			t.Fatal(err)
+		}
+		return len(ports(&cla))
+	}
+	first, err := stalled.delta.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := endpoints(first); n != 1 {
+		t.Fatalf("first assignment has %d endpoints, want 1", n)
+	}
+	// It stops ACKing; a live client follows 50 changes meanwhile.
+	live := dialADS(t, x.Addr, true)
+	if err := live.delta.Send(&discovery.DeltaDiscoveryRequest{Node: testNode, TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{"orders"}}); err != nil {
+		t.Fatal(err)
+	}
+	const changes = 50
+	for i := 1; i <= changes; i++ {
+		register(t, sess, "orders", 1000+i, 1)
+		if err := reg.FlushWatchers(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		r, err := live.delta.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if endpoints(r) == changes+1 {
+			break
+		}
+		if err := live.delta.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType, ResponseNonce: r.GetNonce()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := stalled.delta.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType, ResponseNonce: first.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := stalled.delta.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := endpoints(r); n != changes+1 {
+		t.Fatalf("after its ACK the stalled delta client got %d endpoints, want %d", n, changes+1)
+	}
+}
