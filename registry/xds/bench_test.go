@@ -37,6 +37,8 @@ import (
 //     subscribers; B/update: the same per subscriber. Neither depends on
 //     the number of services: a change sends the changed service's
 //     assignment alone, to its subscribers alone;
+//   - cpu-ms/change: the process's CPU time (server and clients) per
+//     change, to set against the latencies on a loaded machine;
 //   - heap-B/client: the heap in use once every client is connected and
 //     up to date, less the heap before the first connected, per client.
 //     It counts both ends (the client streams run in this process too)
@@ -140,6 +142,7 @@ func benchFanout(b *testing.B, services, clients int, delta bool) {
 	heapPerClient := (float64(after.HeapInuse) - float64(before.HeapInuse)) / float64(clients)
 
 	st0 := x.Stats()
+	cpu0 := cpuTime()
 	latencies := make([]time.Duration, 0, b.N)
 	marks := make([]uint32, services) // the marker weight each service holds
 	i := 0
@@ -166,6 +169,7 @@ func benchFanout(b *testing.B, services, clients int, delta bool) {
 		latencies = append(latencies, time.Since(start)) // real time
 	}
 	b.StopTimer()
+	cpu := cpuTime() - cpu0
 	st := x.Stats()
 	var sent, responses uint64
 	if delta {
@@ -180,6 +184,7 @@ func benchFanout(b *testing.B, services, clients int, delta bool) {
 	b.ReportMetric(float64(sent)/float64(n), "B/change")
 	b.ReportMetric(float64(sent)/float64(max(responses, 1)), "B/update")
 	b.ReportMetric(heapPerClient, "heap-B/client")
+	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(n), "cpu-ms/change")
 }
 
 // probe is the change the benchmark waits for: the assignment of name
