@@ -255,7 +255,11 @@ func TestNACKsAreCountedAndLogged(t *testing.T) {
 	if err := c.sotw.Send(nack); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return x.Stats().NACKs[resource.ClusterType] == 1 }, "the NACK is counted")
+	// The count and the log line are written one after the other: wait for
+	// both.
+	waitFor(t, func() bool {
+		return x.Stats().NACKs[resource.ClusterType] == 1 && strings.Contains(logs.String(), "rejected a response")
+	}, "the NACK is counted and logged")
 	line := logs.String()
 	for _, want := range []string{"rejected a response", "node=" + testNode.GetId(), "type=" + resource.ClusterType, "cluster orders: unsupported"} {
 		if !strings.Contains(line, want) {
