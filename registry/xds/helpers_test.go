@@ -156,24 +156,31 @@ func spread(t testing.TB, cc *grpc.ClientConn, n int) map[string]int {
 	return got
 }
 
-// awaitPicks makes calls until the last window calls in a row all went to
-// backends that want accepts and, when all is set, every backend of want
-// has served one of them; it fails the test if the deadline passes first.
-// It asserts a state reached before a deadline, not a speed.
+// awaitPicks asserts that the client follows a change made just before it
+// is called, within deadline: no call started more than deadline after the
+// call to awaitPicks goes to a backend outside want, and, when all is set,
+// calls started after it reach every backend of want. It makes calls until
+// window of them in a row went to want (covering all of want, when all is
+// set). A call that returns late does not fail the test: on a loaded
+// machine, calls may be slow to make, and only when each started counts.
 func awaitPicks(t testing.TB, cc *grpc.ClientConn, deadline time.Duration, window int, want map[string]bool, all bool, what string) {
 	t.Helper()
-	end := time.Now().Add(deadline) // real time: gRPC runs on it
-	var run int
-	seen := make(map[string]bool)
-	var last map[string]int
-	for time.Now().Before(end) {
+	late := time.Now().Add(deadline) // real time: gRPC runs on it
+	giveUp := late.Add(time.Minute)  // real time
+	var run, lateGood int
+	seen, lateSeen := make(map[string]bool), make(map[string]bool)
+	for {
+		started := time.Now() // real time
 		a, err := call(context.Background(), cc)
 		if err != nil {
 			t.Fatalf("%s: call: %v", what, err)
 		}
+		isLate := started.After(late)
 		if !want[a] {
+			if isLate {
+				t.Fatalf("%s: a call started more than %v after the change went to %s (want %v)", what, deadline, a, want)
+			}
 			run, seen = 0, make(map[string]bool)
-			last = map[string]int{a: 1}
 			continue
 		}
 		run++
@@ -181,8 +188,19 @@ func awaitPicks(t testing.TB, cc *grpc.ClientConn, deadline time.Duration, windo
 		if run >= window && (!all || len(seen) == len(want)) {
 			return
 		}
+		if isLate {
+			lateGood++
+			lateSeen[a] = true
+			// 10 windows of calls, all started after the deadline, that
+			// still miss a backend of want: it gets no calls.
+			if all && lateGood >= 10*window && len(lateSeen) < len(want) {
+				t.Fatalf("%s: %d calls started more than %v after the change reached only %v of %v", what, lateGood, deadline, lateSeen, want)
+			}
+		}
+		if started.After(giveUp) {
+			t.Fatalf("%s: no run of %d good calls %v after the deadline (%d in a row, seen %v)", what, window, time.Minute, run, seen)
+		}
 	}
-	t.Fatalf("%s: not reached within %v (last stray pick %v; %d good picks in a row, seen %v)", what, deadline, last, run, seen)
 }
 
 func set(addrs ...string) map[string]bool {
@@ -208,7 +226,9 @@ func dialADS(t testing.TB, addr string, delta bool) *ads {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	// A deadline turns a stream that waits for a response that never comes
+	// into a failure rather than a hung test.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // real time
 	a := &ads{cc: cc, stop: cancel}
 	c := discovery.NewAggregatedDiscoveryServiceClient(cc)
 	if delta {
