@@ -370,39 +370,42 @@ func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte)
 		r.mu.Unlock()
 		return nil, ErrNotReady
 	}
-	var resp snapResp
+	var recs []Record
+	var sums []byte
 	b, size := int(req.From), 0
-	for b < r.cfg.Buckets && len(resp.Records) < budget && size < maxBatchBytes {
+	for b < r.cfg.Buckets && len(recs) < budget && size < maxBatchBytes {
 		sum := r.tab.bucketSum(b)
 		if ref != nil && sum == binary.BigEndian.Uint64(ref[8*b:]) {
 			b++ // the loader has exactly this bucket already
 			continue
 		}
-		start := len(resp.Records)
+		start := len(recs)
 		r.tab.each(b, func(e *entry) bool {
 			if e.held() {
-				resp.Records = append(resp.Records, toWire(e.rec))
+				if recs == nil {
+					recs = make([]Record, 0, budget)
+				}
+				recs = append(recs, e.rec)
 				size += len(e.rec.Payload)
 			}
 			return true
 		})
-		if len(resp.Records) > budget && start > 0 {
-			resp.Records = resp.Records[:start] // whole buckets only: this one opens the next page
+		if len(recs) > budget && start > 0 {
+			recs = recs[:start] // whole buckets only: this one opens the next page
 			break
 		}
-		if len(resp.Records) > maxSnapshotRecords { // one bucket alone beyond what a loader accepts
+		if len(recs) > maxSnapshotRecords { // one bucket alone beyond what a loader accepts
 			r.mu.Unlock()
-			r.log.Error("distro: a snapshot bucket holds more records than a page may carry: raise Buckets", "bucket", b, "records", len(resp.Records), "max", maxSnapshotRecords)
-			return nil, fmt.Errorf("%w: bucket %d holds %d records, more than a snapshot page's %d (raise Config.Buckets)", ErrInvalidConfig, b, len(resp.Records), maxSnapshotRecords)
+			r.log.Error("distro: a snapshot bucket holds more records than a page may carry: raise Buckets", "bucket", b, "records", len(recs), "max", maxSnapshotRecords)
+			return nil, fmt.Errorf("%w: bucket %d holds %d records, more than a snapshot page's %d (raise Config.Buckets)", ErrInvalidConfig, b, len(recs), maxSnapshotRecords)
 		}
 		if ref == nil {
-			resp.Sums = binary.BigEndian.AppendUint64(resp.Sums, sum)
+			sums = binary.BigEndian.AppendUint64(sums, sum)
 		}
 		b++
 	}
-	resp.Next = uint32(b)
-	resp.Done = b >= r.cfg.Buckets
 	r.mu.Unlock()
 	r.stats.snapshotPages.Add(1)
-	return model.Marshal(resp)
+	// Encoded outside the lock, by hand (snapenc.go): the records are copies.
+	return encodeSnapshotPage(recs, uint32(b), b >= r.cfg.Buckets, sums), nil
 }
