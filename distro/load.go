@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -203,41 +204,81 @@ type pageSums struct {
 	ok   bool // every page so far carried the sums of every bucket it covered
 }
 
-// loadPages takes pages from bucket from on until the last.
+// loadPages takes pages from bucket from on until the last. It asks for each next page while
+// it installs the current one (the peer encodes, the network carries and this node decodes the
+// next page meanwhile), so a page's round trip is not added to its installation.
 func (r *Replicator) loadPages(peer string, from uint32, ref []byte, acc *pageSums) error {
+	p := r.fetchPage(peer, from, ref)
 	for {
-		next, done, err := r.loadPage(peer, from, ref, acc)
-		if err != nil || done {
-			return err
+		if p.err != nil {
+			return p.err
 		}
-		from = next
+		next, done := p.m.Next, p.m.Done || p.m.Next <= from
+		var ahead chan fetchedPage
+		if !done {
+			ahead = make(chan fetchedPage, 1)
+			r.goBusy(func() {
+				q := r.fetchPage(peer, next, ref)
+				// Counted for the loader before it wakes (see Settle): it does not count while
+				// it waits below.
+				r.busyAdd(1)
+				ahead <- q
+			})
+		}
+		r.installPage(peer, from, p, acc)
+		if done {
+			return nil
+		}
+		r.busyAdd(-1) // waiting: the fetch counts, and counts this goroutine again when it ends
+		p, from = <-ahead, next
 	}
+}
+
+// fetchedPage is a snapshot page as a peer sent it, decoded, or why there is none.
+type fetchedPage struct {
+	recs []Record
+	m    snapResp
+	err  error
 }
 
 // loadPage requests one page from bucket from (with ref, only the buckets that differ from
 // it), offers its records and, if acc is set, gathers its sums. done is set after the last page.
 func (r *Replicator) loadPage(peer string, from uint32, ref []byte, acc *pageSums) (next uint32, done bool, err error) {
+	p := r.fetchPage(peer, from, ref)
+	if p.err != nil {
+		return 0, false, p.err
+	}
+	r.installPage(peer, from, p, acc)
+	return p.m.Next, p.m.Done || p.m.Next <= from, nil
+}
+
+// fetchPage requests and decodes the page from bucket from.
+func (r *Replicator) fetchPage(peer string, from uint32, ref []byte) fetchedPage {
 	body, err := model.Marshal(snapReq{From: from, Max: snapshotPage, Sums: ref})
 	if err != nil {
-		return 0, false, err
+		return fetchedPage{err: err}
 	}
 	ctx, cancel := r.requestCtx()
 	resp, err := r.request(ctx, peer, kindSnapshot, body)
 	cancel()
 	var re *transport.RemoteError
 	if errors.As(err, &re) && re.Msg == ErrNotReady.Error() {
-		return 0, false, fmt.Errorf("%w: %s is loading too", ErrNotReady, peer)
+		return fetchedPage{err: fmt.Errorf("%w: %s is loading too", ErrNotReady, peer)}
 	}
 	if errors.As(err, &re) && re.Msg == ErrNotMember.Error() {
-		return 0, false, fmt.Errorf("%w: %s does not list this node yet", ErrNotMember, peer)
+		return fetchedPage{err: fmt.Errorf("%w: %s does not list this node yet", ErrNotMember, peer)}
 	}
 	if err != nil {
-		return 0, false, err
+		return fetchedPage{err: err}
 	}
 	recs, m, err := decodeSnapResp(resp)
-	if err != nil {
-		return 0, false, err
-	}
+	return fetchedPage{recs: recs, m: m, err: err}
+}
+
+// installPage offers the records of page p, which began at bucket from, and, if acc is set,
+// gathers its sums.
+func (r *Replicator) installPage(peer string, from uint32, p fetchedPage, acc *pageSums) {
+	recs, m := p.recs, p.m
 	if acc != nil {
 		if from == 0 {
 			acc.ok = true
@@ -269,7 +310,6 @@ func (r *Replicator) loadPage(peer string, from uint32, ref []byte, acc *pageSum
 	}
 	r.mu.Unlock()
 	r.drain()
-	return m.Next, m.Done || m.Next <= from, nil
 }
 
 // finishLoad settles what the snapshots held and makes the node ready: records of this node's
@@ -283,6 +323,9 @@ func (r *Replicator) finishLoad(peers int, cold bool, took time.Duration) {
 		r.mu.Unlock()
 		return
 	}
+	// One event per loaded record: grown once, not by doubling (a million events of ~140 bytes,
+	// copied with write barriers while the load's garbage is being marked).
+	r.events = slices.Grow(r.events, r.tab.len())
 	r.tab.all(func(e *entry) bool {
 		if e.loaded {
 			e.loaded = false
