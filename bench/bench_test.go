@@ -169,3 +169,29 @@ func BenchmarkRows(b *testing.B) {
 		}
 	}
 }
+
+// TestFsyncBound: a throughput reads against the fsync latency as commands per fsync and as
+// the fraction of every writer's command in every round.
+func TestFsyncBound(t *testing.T) {
+	per, frac := fsyncBound(8000, 4*time.Millisecond, 64)
+	if math.Abs(per-32) > 1e-9 || math.Abs(frac-0.5) > 1e-9 {
+		t.Fatalf("8k/s at 4 ms per fsync, 64 writers: %.3f per fsync, %.3f of the bound; want 32 and 0.5", per, frac)
+	}
+}
+
+// TestProbeDisk: the probe writes, fdatasyncs and times appends in the directory it is given.
+func TestProbeDisk(t *testing.T) {
+	dir := t.TempDir()
+	d, err := probeDisk(dir, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.p50 <= 0 || d.p99 < d.p50 {
+		t.Fatalf("p50 %v, p99 %v", d.p50, d.p99)
+	}
+	t.Logf("fdatasync of a 4 KiB append in %s: p50 %v, p99 %v (10 appends)", dir, d.p50, d.p99)
+	st, err := os.Stat(dir + "/fsync-probe")
+	if err != nil || st.Size() != 15*4096 {
+		t.Fatalf("probe file: %v, %v (want 15 appends of 4 KiB)", st, err)
+	}
+}

@@ -134,6 +134,8 @@ func selectRows(all []row, spec string) ([]row, error) {
 type summary struct {
 	title, variant, unit string
 	etcd, muster, ratios []float64
+	disk                 []diskProbe // rows with disk set: each round's probe
+	writers              int
 }
 
 // runRow runs rounds rounds of r: in each, etcd and every Muster variant
@@ -174,6 +176,14 @@ func runRow(ctx context.Context, out io.Writer, r row, sz sizes, rounds int) ([]
 		if err := second(); err != nil {
 			return nil, err
 		}
+		var probe diskProbe
+		if r.disk {
+			p, err := runProbe()
+			if err != nil {
+				return nil, fmt.Errorf("disk probe: %w", err)
+			}
+			probe = p
+		}
 		fmt.Fprintf(out, "round %d: etcd %s (%s)\n", round+1, human(etcdRes.value, r.unit), etcdRes.note)
 		for i, v := range r.muster {
 			rt := mres[i].value / etcdRes.value
@@ -181,13 +191,59 @@ func runRow(ctx context.Context, out io.Writer, r row, sz sizes, rounds int) ([]
 			sums[i].etcd = append(sums[i].etcd, etcdRes.value)
 			sums[i].muster = append(sums[i].muster, mres[i].value)
 			sums[i].ratios = append(sums[i].ratios, rt)
+			if r.disk {
+				fmt.Fprintf(out, "         %s\n", boundNote(mres[i].value, probe, sz.writers))
+				sums[i].disk = append(sums[i].disk, probe)
+				sums[i].writers = sz.writers
+			}
 		}
 	}
 	for _, s := range sums {
 		fmt.Fprintf(out, "median: etcd %s, muster %s %s, ratio %s (rounds: %s)\n",
 			human(median(s.etcd), s.unit), s.variant, human(median(s.muster), s.unit), ratio(median(s.ratios)), ratioList(s.ratios))
+		if len(s.disk) > 0 {
+			per, frac := s.bound()
+			fmt.Fprintf(out, "median: disk fdatasync p50 %.2f ms; muster %s %.1f commands per fsync, %.0f %% of %d writers × one fsync per commit round (rounds: %s)\n",
+				ms(s.fsyncMedian()), s.variant, median(per), 100*median(frac), s.writers, percentList(frac))
+		}
 	}
 	return sums, nil
+}
+
+// runProbe probes the disk in a fresh temporary directory, as the sides' directories are.
+func runProbe() (diskProbe, error) {
+	dir, err := os.MkdirTemp("", "muster-bench-")
+	if err != nil {
+		return diskProbe{}, err
+	}
+	defer os.RemoveAll(dir)
+	return probeDisk(dir, fsyncAppends)
+}
+
+// fsyncMedian is the median over the rounds of the probes' p50.
+func (s *summary) fsyncMedian() time.Duration {
+	ps := make([]float64, len(s.disk))
+	for i, d := range s.disk {
+		ps[i] = float64(d.p50)
+	}
+	return time.Duration(median(ps))
+}
+
+// bound is fsyncBound of each round: Muster's throughput against that round's probe.
+func (s *summary) bound() (perFsync, fraction []float64) {
+	for i, d := range s.disk {
+		p, f := fsyncBound(s.muster[i], d.p50, s.writers)
+		perFsync, fraction = append(perFsync, p), append(fraction, f)
+	}
+	return perFsync, fraction
+}
+
+func percentList(fs []float64) string {
+	parts := make([]string, len(fs))
+	for i, f := range fs {
+		parts[i] = fmt.Sprintf("%.0f %%", 100*f)
+	}
+	return strings.Join(parts, " ")
 }
 
 // runSide runs one side in a temporary directory it removes afterwards.
@@ -215,5 +271,11 @@ func printTable(out io.Writer, sums []summary) {
 	for _, s := range sums {
 		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s |\n", s.title, s.variant,
 			human(median(s.etcd), s.unit), human(median(s.muster), s.unit), ratio(median(s.ratios)), ratioList(s.ratios))
+		if len(s.disk) > 0 {
+			per, frac := s.bound()
+			fmt.Fprintf(out, "| ↳ bound: disk fdatasync of 4 KiB, p50 (same run) | – | – | %.2f ms | – | – |\n", ms(s.fsyncMedian()))
+			fmt.Fprintf(out, "| ↳ %s per fsync; of %d writers × one fsync per commit round | %s | – | %.1f commands | %.0f %% | %s |\n",
+				s.title, s.writers, s.variant, median(per), 100*median(frac), percentList(frac))
+		}
 	}
 }

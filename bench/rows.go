@@ -73,6 +73,9 @@ type row struct {
 	higher    bool   // higher values are better (throughput)
 	etcd      side
 	muster    []variant
+	// disk: the row is bound by fsync latency; each round probes the disk (probeDisk) and
+	// reads the Muster throughput against it (fsyncBound).
+	disk bool
 }
 
 func rows() []row {
@@ -171,6 +174,7 @@ func rows() []row {
 			muster: []variant{{"raft", func(ctx context.Context, s sizes, dir string) (result, error) {
 				return musterPersistent(ctx, dir, s.writers, s.persistentPerWriter)
 			}}},
+			disk: true,
 		},
 		{
 			id: "visibility-sessions", title: "cross-node visibility p99, 100 sessions × 1 instance", unit: "ms",

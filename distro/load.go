@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -203,41 +204,81 @@ type pageSums struct {
 	ok   bool // every page so far carried the sums of every bucket it covered
 }
 
-// loadPages takes pages from bucket from on until the last.
+// loadPages takes pages from bucket from on until the last. It asks for each next page while
+// it installs the current one (the peer encodes, the network carries and this node decodes the
+// next page meanwhile), so a page's round trip is not added to its installation.
 func (r *Replicator) loadPages(peer string, from uint32, ref []byte, acc *pageSums) error {
+	p := r.fetchPage(peer, from, ref)
 	for {
-		next, done, err := r.loadPage(peer, from, ref, acc)
-		if err != nil || done {
-			return err
+		if p.err != nil {
+			return p.err
 		}
-		from = next
+		next, done := p.m.Next, p.m.Done || p.m.Next <= from
+		var ahead chan fetchedPage
+		if !done {
+			ahead = make(chan fetchedPage, 1)
+			r.goBusy(func() {
+				q := r.fetchPage(peer, next, ref)
+				// Counted for the loader before it wakes (see Settle): it does not count while
+				// it waits below.
+				r.busyAdd(1)
+				ahead <- q
+			})
+		}
+		r.installPage(peer, from, p, acc)
+		if done {
+			return nil
+		}
+		r.busyAdd(-1) // waiting: the fetch counts, and counts this goroutine again when it ends
+		p, from = <-ahead, next
 	}
+}
+
+// fetchedPage is a snapshot page as a peer sent it, decoded, or why there is none.
+type fetchedPage struct {
+	recs []Record
+	m    snapResp
+	err  error
 }
 
 // loadPage requests one page from bucket from (with ref, only the buckets that differ from
 // it), offers its records and, if acc is set, gathers its sums. done is set after the last page.
 func (r *Replicator) loadPage(peer string, from uint32, ref []byte, acc *pageSums) (next uint32, done bool, err error) {
+	p := r.fetchPage(peer, from, ref)
+	if p.err != nil {
+		return 0, false, p.err
+	}
+	r.installPage(peer, from, p, acc)
+	return p.m.Next, p.m.Done || p.m.Next <= from, nil
+}
+
+// fetchPage requests and decodes the page from bucket from.
+func (r *Replicator) fetchPage(peer string, from uint32, ref []byte) fetchedPage {
 	body, err := model.Marshal(snapReq{From: from, Max: snapshotPage, Sums: ref})
 	if err != nil {
-		return 0, false, err
+		return fetchedPage{err: err}
 	}
 	ctx, cancel := r.requestCtx()
 	resp, err := r.request(ctx, peer, kindSnapshot, body)
 	cancel()
 	var re *transport.RemoteError
 	if errors.As(err, &re) && re.Msg == ErrNotReady.Error() {
-		return 0, false, fmt.Errorf("%w: %s is loading too", ErrNotReady, peer)
+		return fetchedPage{err: fmt.Errorf("%w: %s is loading too", ErrNotReady, peer)}
 	}
 	if errors.As(err, &re) && re.Msg == ErrNotMember.Error() {
-		return 0, false, fmt.Errorf("%w: %s does not list this node yet", ErrNotMember, peer)
+		return fetchedPage{err: fmt.Errorf("%w: %s does not list this node yet", ErrNotMember, peer)}
 	}
 	if err != nil {
-		return 0, false, err
+		return fetchedPage{err: err}
 	}
 	recs, m, err := decodeSnapResp(resp)
-	if err != nil {
-		return 0, false, err
-	}
+	return fetchedPage{recs: recs, m: m, err: err}
+}
+
+// installPage offers the records of page p, which began at bucket from, and, if acc is set,
+// gathers its sums.
+func (r *Replicator) installPage(peer string, from uint32, p fetchedPage, acc *pageSums) {
+	recs, m := p.recs, p.m
 	if acc != nil {
 		if from == 0 {
 			acc.ok = true
@@ -269,7 +310,6 @@ func (r *Replicator) loadPage(peer string, from uint32, ref []byte, acc *pageSum
 	}
 	r.mu.Unlock()
 	r.drain()
-	return m.Next, m.Done || m.Next <= from, nil
 }
 
 // finishLoad settles what the snapshots held and makes the node ready: records of this node's
@@ -283,6 +323,9 @@ func (r *Replicator) finishLoad(peers int, cold bool, took time.Duration) {
 		r.mu.Unlock()
 		return
 	}
+	// One event per loaded record: grown once, not by doubling (a million events of ~140 bytes,
+	// copied with write barriers while the load's garbage is being marked).
+	r.events = slices.Grow(r.events, r.tab.len())
 	r.tab.all(func(e *entry) bool {
 		if e.loaded {
 			e.loaded = false
@@ -370,39 +413,42 @@ func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte)
 		r.mu.Unlock()
 		return nil, ErrNotReady
 	}
-	var resp snapResp
+	var recs []Record
+	var sums []byte
 	b, size := int(req.From), 0
-	for b < r.cfg.Buckets && len(resp.Records) < budget && size < maxBatchBytes {
+	for b < r.cfg.Buckets && len(recs) < budget && size < maxBatchBytes {
 		sum := r.tab.bucketSum(b)
 		if ref != nil && sum == binary.BigEndian.Uint64(ref[8*b:]) {
 			b++ // the loader has exactly this bucket already
 			continue
 		}
-		start := len(resp.Records)
+		start := len(recs)
 		r.tab.each(b, func(e *entry) bool {
 			if e.held() {
-				resp.Records = append(resp.Records, toWire(e.rec))
+				if recs == nil {
+					recs = make([]Record, 0, budget)
+				}
+				recs = append(recs, e.rec)
 				size += len(e.rec.Payload)
 			}
 			return true
 		})
-		if len(resp.Records) > budget && start > 0 {
-			resp.Records = resp.Records[:start] // whole buckets only: this one opens the next page
+		if len(recs) > budget && start > 0 {
+			recs = recs[:start] // whole buckets only: this one opens the next page
 			break
 		}
-		if len(resp.Records) > maxSnapshotRecords { // one bucket alone beyond what a loader accepts
+		if len(recs) > maxSnapshotRecords { // one bucket alone beyond what a loader accepts
 			r.mu.Unlock()
-			r.log.Error("distro: a snapshot bucket holds more records than a page may carry: raise Buckets", "bucket", b, "records", len(resp.Records), "max", maxSnapshotRecords)
-			return nil, fmt.Errorf("%w: bucket %d holds %d records, more than a snapshot page's %d (raise Config.Buckets)", ErrInvalidConfig, b, len(resp.Records), maxSnapshotRecords)
+			r.log.Error("distro: a snapshot bucket holds more records than a page may carry: raise Buckets", "bucket", b, "records", len(recs), "max", maxSnapshotRecords)
+			return nil, fmt.Errorf("%w: bucket %d holds %d records, more than a snapshot page's %d (raise Config.Buckets)", ErrInvalidConfig, b, len(recs), maxSnapshotRecords)
 		}
 		if ref == nil {
-			resp.Sums = binary.BigEndian.AppendUint64(resp.Sums, sum)
+			sums = binary.BigEndian.AppendUint64(sums, sum)
 		}
 		b++
 	}
-	resp.Next = uint32(b)
-	resp.Done = b >= r.cfg.Buckets
 	r.mu.Unlock()
 	r.stats.snapshotPages.Add(1)
-	return model.Marshal(resp)
+	// Encoded outside the lock, by hand (snapenc.go): the records are copies.
+	return encodeSnapshotPage(recs, uint32(b), b >= r.cfg.Buckets, sums), nil
 }

@@ -143,103 +143,121 @@ func structLen(d *msgpack.Decoder, what string) (int, error) {
 	return d.DecodeMapLen()
 }
 
-// DecodeMsgpack decodes a record without reflection; unknown fields are skipped.
-func (w *wireRecord) DecodeMsgpack(d *msgpack.Decoder) error { return w.decode(d, new([16]byte)) }
+// fieldDecoder is a wire struct decoded by hand: decodeField decodes the value of its field
+// called name, and skips the value of a field it does not have.
+type fieldDecoder interface {
+	decodeField(d *msgpack.Decoder, name []byte) error
+}
 
-// decode decodes a record; buf is scratch space for field names (it escapes through the
-// decoder's reader: a list decoder allocates one for all its elements).
-func (w *wireRecord) decode(d *msgpack.Decoder, buf *[16]byte) error {
-	n, err := structLen(d, "record")
+// decodeStruct decodes v, a wire struct called what, field by field; buf is scratch space for
+// field names (it escapes through the decoder's reader: a list decoder allocates one for all
+// its elements).
+func decodeStruct(d *msgpack.Decoder, what string, buf *[16]byte, v fieldDecoder) error {
+	n, err := structLen(d, what)
 	if err != nil {
 		return err
 	}
 	for i := 0; i < n; i++ {
 		name, err := fieldName(d, buf)
-		if err != nil {
-			return err
-		}
-		switch string(name) { // no allocation; name is not used after
-		case "Key":
-			w.Key, err = d.DecodeString()
-		case "Kind":
-			w.Kind, err = d.DecodeUint8()
-		case "Owner":
-			w.Owner, err = d.DecodeString()
-		case "Revision":
-			w.Revision, err = d.DecodeUint64()
-		case "Deleted":
-			w.Deleted, err = d.DecodeBool()
-		case "Payload":
-			w.Payload, err = d.DecodeBytes()
-		default:
-			err = d.Skip()
+		if err == nil {
+			if name == nil {
+				err = d.Skip() // not a field name: its value goes too
+			} else {
+				err = v.decodeField(d, name)
+			}
 		}
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// decodeList decodes a list of at most limit elements called what, each decoded by elem after
+// element checked its header against fields; -1 (msgpack nil) is an empty list.
+func decodeList[T any](d *msgpack.Decoder, what string, limit, fields int, elem func(i int, v *T) error) ([]T, error) {
+	n, err := decodeListLen(d, what+"s", limit)
+	if err != nil || n < 0 {
+		return nil, err
+	}
+	out := make([]T, 0, min(n, preallocElems))
+	for i := 0; i < n; i++ {
+		if err := element(d, what, i, fields); err != nil {
+			return nil, err
+		}
+		out = grow(out, n)
+		if err := elem(i, &out[i]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// DecodeMsgpack decodes a record without reflection; unknown fields are skipped.
+func (w *wireRecord) DecodeMsgpack(d *msgpack.Decoder) error {
+	return decodeStruct(d, "record", new([16]byte), w)
+}
+
+func (w *wireRecord) decodeField(d *msgpack.Decoder, name []byte) (err error) {
+	switch string(name) { // no allocation; name is not used after
+	case "Key":
+		w.Key, err = d.DecodeString()
+	case "Kind":
+		w.Kind, err = d.DecodeUint8()
+	case "Owner":
+		w.Owner, err = d.DecodeString()
+	case "Revision":
+		w.Revision, err = d.DecodeUint64()
+	case "Deleted":
+		w.Deleted, err = d.DecodeBool()
+	case "Payload":
+		w.Payload, err = d.DecodeBytes()
+	default:
+		err = d.Skip()
+	}
+	return err
 }
 
 // DecodeMsgpack decodes a version without reflection; unknown fields are skipped.
-func (v *version) DecodeMsgpack(d *msgpack.Decoder) error { return v.decode(d, new([16]byte)) }
+func (v *version) DecodeMsgpack(d *msgpack.Decoder) error {
+	return decodeStruct(d, "version", new([16]byte), v)
+}
 
-// decode decodes a version; buf is scratch space for field names (see wireRecord.decode).
-func (v *version) decode(d *msgpack.Decoder, buf *[16]byte) error {
-	n, err := structLen(d, "version")
-	if err != nil {
-		return err
+func (v *version) decodeField(d *msgpack.Decoder, name []byte) (err error) {
+	switch string(name) {
+	case "Key":
+		v.Key, err = d.DecodeString()
+	case "Rev":
+		v.Rev, err = d.DecodeUint64()
+	case "Deleted":
+		v.Deleted, err = d.DecodeBool()
+	case "Owner":
+		v.Owner, err = d.DecodeString()
+	default:
+		err = d.Skip()
 	}
-	for i := 0; i < n; i++ {
-		name, err := fieldName(d, buf)
-		if err != nil {
-			return err
-		}
-		switch string(name) {
-		case "Key":
-			v.Key, err = d.DecodeString()
-		case "Rev":
-			v.Rev, err = d.DecodeUint64()
-		case "Deleted":
-			v.Deleted, err = d.DecodeBool()
-		case "Owner":
-			v.Owner, err = d.DecodeString()
-		default:
-			err = d.Skip()
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return err
 }
 
 // recordList is a message's records: at most MaxMessageRecords (maxSnapshotRecords in snapshot
-// pages), none nil.
+// pages), none nil, each valid.
 type recordList []wireRecord
 
 func (l *recordList) decode(d *msgpack.Decoder, limit int) error {
-	n, err := decodeListLen(d, "records", limit)
-	if err != nil || n < 0 {
-		*l = nil
-		return err
-	}
-	out := make([]wireRecord, 0, min(n, preallocElems))
 	buf := new([16]byte)
-	for i := 0; i < n; i++ {
-		if err := element(d, "record", i, 4); err != nil {
+	out, err := decodeList(d, "record", limit, 4, func(i int, w *wireRecord) error {
+		if err := decodeStruct(d, "record", buf, w); err != nil {
 			return err
 		}
-		out = grow(out, n)
-		if err := out[i].decode(d, buf); err != nil {
-			return err
-		}
-		if err := out[i].record().validate(); err != nil { // before the next element is read
+		if err := w.record().validate(); err != nil { // before the next element is read
 			return fmt.Errorf("record %d: %w", i, err)
 		}
+		return nil
+	})
+	if err == nil {
+		*l = out
 	}
-	*l = out
-	return nil
+	return err
 }
 
 // DecodeMsgpack decodes the records of a sync or repair message.
@@ -254,32 +272,22 @@ func (l *pageRecords) DecodeMsgpack(d *msgpack.Decoder) error {
 }
 
 // versionList is a verify answer's versions or a repair's drops: at most maxWireVersions, none
-// nil.
+// nil, each valid.
 type versionList []version
 
 // DecodeMsgpack decodes the list.
 func (l *versionList) DecodeMsgpack(d *msgpack.Decoder) error {
-	n, err := decodeListLen(d, "versions", maxWireVersions)
-	if err != nil || n < 0 {
-		*l = nil
-		return err
-	}
-	out := make([]version, 0, min(n, preallocElems))
 	buf := new([16]byte)
-	for i := 0; i < n; i++ {
-		if err := element(d, "version", i, 2); err != nil {
+	out, err := decodeList(d, "version", maxWireVersions, 2, func(i int, v *version) error {
+		if err := decodeStruct(d, "version", buf, v); err != nil {
 			return err
 		}
-		out = grow(out, n)
-		if err := out[i].decode(d, buf); err != nil {
-			return err
-		}
-		if err := validVersion(i, out[i]); err != nil {
-			return err
-		}
+		return validVersion(i, *v)
+	})
+	if err == nil {
+		*l = out
 	}
-	*l = out
-	return nil
+	return err
 }
 
 // bucketList is a verify answer's differing buckets: at most maxWireBuckets, none nil.
@@ -287,25 +295,14 @@ type bucketList []uint32
 
 // DecodeMsgpack decodes the list.
 func (l *bucketList) DecodeMsgpack(d *msgpack.Decoder) error {
-	n, err := decodeListLen(d, "buckets", maxWireBuckets)
-	if err != nil || n < 0 {
-		*l = nil
+	out, err := decodeList(d, "bucket", maxWireBuckets, 0, func(_ int, v *uint32) (err error) {
+		*v, err = d.DecodeUint32()
 		return err
+	})
+	if err == nil {
+		*l = out
 	}
-	out := make([]uint32, 0, min(n, preallocElems))
-	for i := 0; i < n; i++ {
-		if err := element(d, "bucket", i, 0); err != nil {
-			return err
-		}
-		v, err := d.DecodeUint32()
-		if err != nil {
-			return err
-		}
-		out = grow(out, n)
-		out[i] = v
-	}
-	*l = out
-	return nil
+	return err
 }
 
 func toWire(r Record) wireRecord {

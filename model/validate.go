@@ -218,34 +218,37 @@ func checkServiceName(name string) error {
 		return invalid(field, "must be at most "+strconv.Itoa(MaxServiceNameLen)+" bytes", name)
 	case name[0] == '@':
 		return invalid(field, "must not start with '@'", name)
-	case strings.Contains(name, GroupSeparator):
-		return invalid(field, "must not contain \"@@\"", name)
 	}
-	for i := 0; i < len(name); i++ {
-		if name[i] <= ' ' || name[i] > '~' {
-			return invalid(field, "must be printable ASCII without spaces", name)
+	// One pass finds every breach; they are reported in the rules' order.
+	doubleAt, unprintable := false, false
+	pathLike := name[0] == '/'
+	seg := 0 // where the current segment between slashes starts
+	for i := 0; i <= len(name); i++ {
+		if i == len(name) || name[i] == '/' {
+			if s := name[seg:i]; s == "" || s == "." || s == ".." {
+				pathLike = true
+			}
+			seg = i + 1
+			continue
+		}
+		switch c := name[i]; {
+		case c <= ' ' || c > '~':
+			unprintable = true
+		case c == '\\':
+			pathLike = true
+		case c == '@' && i > 0 && name[i-1] == '@':
+			doubleAt = true
 		}
 	}
-	if isPathLike(name) {
+	switch {
+	case doubleAt:
+		return invalid(field, "must not contain \"@@\"", name)
+	case unprintable:
+		return invalid(field, "must be printable ASCII without spaces", name)
+	case pathLike:
 		return invalid(field, `must not be path-like (a backslash, a leading '/', or an empty, "." or ".." segment between slashes)`, name)
 	}
 	return nil
-}
-
-// isPathLike reports whether a service name could walk a path: it holds a
-// backslash, starts with '/', or has an empty, "." or ".." segment between
-// slashes ("." and ".." alone included). Nacos allows '/' in service names,
-// so "a/b" is fine.
-func isPathLike(name string) bool {
-	if strings.IndexByte(name, '\\') >= 0 || name[0] == '/' {
-		return true
-	}
-	for seg := range strings.SplitSeq(name, "/") {
-		if seg == "" || seg == "." || seg == ".." {
-			return true
-		}
-	}
-	return false
 }
 
 func checkCluster(field, name string) error {
@@ -381,6 +384,9 @@ func checkPrintable(field, s string, max int) error {
 func (m Metadata) Validate(field string, l Limits) error { return checkMetadata(field, m, l) }
 
 func checkMetadata(field string, m Metadata, l Limits) error {
+	if plainMetadata(m, l.maxMetadata()) {
+		return nil
+	}
 	if size, max := m.Size(), l.maxMetadata(); size > max {
 		return invalidNumber(field, "keys and values must total at most "+strconv.Itoa(max)+" characters", strconv.Itoa(size)+" characters")
 	}
@@ -400,6 +406,31 @@ func checkMetadata(field string, m Metadata, l Limits) error {
 		}
 	}
 	return nil
+}
+
+// plainMetadata reports, in one pass over the bytes, whether m passes
+// checkMetadata as the common case does: every key and value in ASCII (so
+// valid UTF-8, one character a byte), no key empty, no control character
+// but a tab in a value, and at most max bytes in all. When it does not, the
+// rule-by-rule checks that name the broken rule decide, so it only spares
+// the registration path their passes and never accepts more than they do.
+func plainMetadata(m Metadata, max int) bool {
+	size := 0
+	for i, s := range m.kv {
+		if s == "" && i%2 == 0 {
+			return false
+		}
+		size += len(s)
+		tab := i%2 == 1 // a value may hold a tab
+		for j := 0; j < len(s); j++ {
+			if c := s[j]; c < ' ' || c >= 0x7f {
+				if c != '\t' || !tab {
+					return false
+				}
+			}
+		}
+	}
+	return size <= max
 }
 
 // isValueControl reports the characters metadata values may not hold: the

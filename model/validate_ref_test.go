@@ -1,0 +1,100 @@
+package model
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"unicode"
+	"unicode/utf8"
+)
+
+// The rule-by-rule checks as they were before the one-pass fast paths of
+// checkMetadata and checkServiceName (issue 30.1): the reference the fuzz
+// test below holds the fast paths to, error for error.
+
+func refCheckServiceName(name string) error {
+	const field = "service.name"
+	switch {
+	case name == "":
+		return invalid(field, "must not be empty", "")
+	case len(name) > MaxServiceNameLen:
+		return invalid(field, "must be at most "+strconv.Itoa(MaxServiceNameLen)+" bytes", name)
+	case name[0] == '@':
+		return invalid(field, "must not start with '@'", name)
+	case strings.Contains(name, GroupSeparator):
+		return invalid(field, "must not contain \"@@\"", name)
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] <= ' ' || name[i] > '~' {
+			return invalid(field, "must be printable ASCII without spaces", name)
+		}
+	}
+	if refIsPathLike(name) {
+		return invalid(field, `must not be path-like (a backslash, a leading '/', or an empty, "." or ".." segment between slashes)`, name)
+	}
+	return nil
+}
+
+func refIsPathLike(name string) bool {
+	if strings.IndexByte(name, '\\') >= 0 || name[0] == '/' {
+		return true
+	}
+	for seg := range strings.SplitSeq(name, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+func refCheckMetadata(field string, m Metadata, l Limits) error {
+	if size, max := m.Size(), l.maxMetadata(); size > max {
+		return invalidNumber(field, "keys and values must total at most "+strconv.Itoa(max)+" characters", strconv.Itoa(size)+" characters")
+	}
+	for i := 0; i < len(m.kv); i += 2 {
+		k, v := m.kv[i], m.kv[i+1]
+		if k == "" {
+			return invalid(field, "keys must not be empty", "")
+		}
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return invalid(field+"["+strings.ToValidUTF8(k, "?")+"]", "must be valid UTF-8", "")
+		}
+		if strings.IndexFunc(k, unicode.IsControl) >= 0 {
+			return invalid(field, "keys must not contain control characters (U+0000–U+001F, U+007F–U+009F)", k)
+		}
+		if strings.IndexFunc(v, isValueControl) >= 0 {
+			return invalid(field+"["+k+"]", "must not contain control characters other than tab (U+0000–U+0008, U+000A–U+001F, U+007F–U+009F)", v)
+		}
+	}
+	return nil
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
+
+// FuzzValidateFastPaths: the one-pass checks of service names and metadata
+// accept exactly what the rule-by-rule checks accept, and reject the rest
+// with the same error (the same rule, field and value).
+func FuzzValidateFastPaths(f *testing.F) {
+	f.Add("orders", "version", "1.4.2", "zone", "a\tb", 0)
+	f.Add("a@@b", "", "v", "k", "v", 8)
+	f.Add("/a\\b", "k\x7f", "v\x00", "k2", "\x1b", 0)
+	f.Add("a/./b", "k\u0085", "ü", "ключ", "значение", 5)
+	f.Add("a//b@", "\xff", "v", "k", "\xc3", 3)
+	f.Add("..", "k", "v\u009f", "k2", "v2", 1)
+	f.Add("a b/..", "k", strings.Repeat("x", 1030), "k2", "v", 0)
+	f.Fuzz(func(t *testing.T, name, k1, v1, k2, v2 string, max int) {
+		if got, want := errText(checkServiceName(name)), errText(refCheckServiceName(name)); got != want {
+			t.Fatalf("service name %q: got %s, want %s", name, got, want)
+		}
+		l := Limits{MaxMetadataSize: max % 2048}
+		m := NewMetadata(map[string]string{k1: v1, k2: v2})
+		if got, want := errText(checkMetadata("instance.metadata", m, l)), errText(refCheckMetadata("instance.metadata", m, l)); got != want {
+			t.Fatalf("metadata %v (max %d): got %s, want %s", m, l.MaxMetadataSize, got, want)
+		}
+	})
+}
