@@ -13,6 +13,7 @@ require (
 	github.com/prometheus/common v0.71.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/crypto v0.55.0
+	golang.org/x/time v0.12.0
 	google.golang.org/grpc v1.56.3
 )
 
@@ -113,7 +114,6 @@ require (
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
-	golang.org/x/time v0.1.0 // indirect
 	google.golang.org/genproto v0.0.0-20230410155749-daa745c078e1 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/ini.v1 v1.67.0 // indirect

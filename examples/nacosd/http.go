@@ -229,7 +229,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status = http.StatusNotFound
 	case codeConflict:
 		status = http.StatusBadRequest
-	case codeNotReady:
+	case codeNotReady, codeOverThreshold:
 		status = http.StatusServiceUnavailable
 	}
 	// The 1.x clients report a refused request only as "retry 3 times
@@ -690,6 +690,6 @@ func (s *Server) hPrometheus(w http.ResponseWriter, r *http.Request) {
 		src.Transport, src.Distro, src.Raft = s.node.Transport(), s.node.Replicator(), s.node.Raft()
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(mustermetrics.New(src))
+	reg.MustRegister(mustermetrics.New(src), s.limits)
 	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 }

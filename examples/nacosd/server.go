@@ -85,6 +85,8 @@ type Config struct {
 	// UDPPushRetries and UDPAckTimeout govern UDP pushes to 1.x clients.
 	UDPPushRetries int
 	UDPAckTimeout  time.Duration
+	// Limits are the per-client limits (limits.go).
+	Limits ClientLimits
 
 	// Auth configures client authentication and authorization (off by
 	// default; see Validate for where that is allowed).
@@ -115,6 +117,7 @@ func DefaultConfig() Config {
 		UDPSubsPerIP:     256,
 		UDPPushRetries:   3,
 		UDPAckTimeout:    time.Second,
+		Limits:           DefaultClientLimits(),
 	}
 }
 
@@ -178,6 +181,9 @@ func (c *Config) Validate() error {
 			"nacosd refuses to serve clients there without it; turn it on (-auth -auth-key-file FILE -admin-password-file FILE), "+
 			"or pass -open to say that every client that reaches the ports may read and change every namespace", c.HTTPAddr))
 	}
+	if err := c.Limits.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.MaxSubscriptions < 0 || c.UDPSubsPerIP < 0 {
 		errs = append(errs, errors.New("subscription limits must not be negative"))
 	}
@@ -220,6 +226,8 @@ type Server struct {
 
 	ref     refClock
 	subs    limiter
+	limits  *clientLimits
+	names   ambiguousNames // refused grouped names (naming.go)
 	metrics metrics
 	beats   atomic.Int64 // 1.x beats answered 10200
 
@@ -302,6 +310,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, base: log, log: log.With("node", cfg.NodeID)}
 	s.subs.max = int64(cfg.MaxSubscriptions)
+	s.limits = newClientLimits(cfg.Limits, s.log)
 	return s, nil
 }
 
@@ -334,6 +343,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if s.grpcLn, err = net.Listen("tcp", s.cfg.GRPCAddr); err != nil {
 		return fmt.Errorf("gRPC listener (HTTP port + 1000): %w", err)
 	}
+	s.grpcLn = s.limits.listener(s.grpcLn)
 	if len(s.cfg.Peers) > 0 {
 		ncfg, err := s.nodeConfig()
 		if err != nil {
@@ -378,7 +388,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if s.udp, err = newUDPPusher(s); err != nil {
 		return err
 	}
-	s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	s.httpSrv = &http.Server{Handler: s.httpLimit(s.httpHandler()), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 
 	s.goFunc(func() { _ = s.grpcSrv.Serve(s.grpcLn) })
 	s.goFunc(func() { _ = s.httpSrv.Serve(s.httpLn) })
@@ -386,7 +396,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.goFunc(func() { s.udp.run(s.ctx) })
 	s.goFunc(s.udp.readAcks)
 	s.log.Info("nacosd started", "http", s.httpLn.Addr().String(), "grpc", s.grpcLn.Addr().String(),
-		"cluster", len(s.cfg.Peers) > 0, "durable", s.cfg.DataDir != "", "auth", s.auth.Enabled())
+		"cluster", len(s.cfg.Peers) > 0, "durable", s.cfg.DataDir != "", "data", s.cfg.DataDir, "auth", s.auth.Enabled())
 	return nil
 }
 

@@ -39,8 +39,15 @@ func dialWire(t testing.TB, grpcAddr string, setup bool) *wireClient {
 // dialWireSetup connects; with a setup body, it opens the stream with it.
 func dialWireSetup(t testing.TB, grpcAddr string, setupBody map[string]any) *wireClient {
 	t.Helper()
+	return dialWireOpts(t, grpcAddr, setupBody, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
+// dialWireOpts is dialWireSetup with the dial options given (a source
+// address, TLS).
+func dialWireOpts(t testing.TB, grpcAddr string, setupBody map[string]any, opts ...grpc.DialOption) *wireClient {
+	t.Helper()
 	setup := setupBody != nil
-	cc, err := grpc.Dial(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.Dial(grpcAddr, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
