@@ -53,6 +53,9 @@ func parseFlags(args []string, out io.Writer) (Config, slog.Level, error) {
 	fs.IntVar(&cfg.Limits.InstancesPerConn, "max-instances-per-conn", cfg.Limits.InstancesPerConn, "cap on the ephemeral instances of one gRPC connection (0: none)")
 	fs.IntVar(&cfg.Limits.InstancesPerIP, "max-instances-per-ip", cfg.Limits.InstancesPerIP, "cap on the ephemeral instances of all gRPC connections from one source IP (0: none)")
 	fs.Float64Var(&cfg.Limits.RequestsPerSec, "max-requests-per-sec", cfg.Limits.RequestsPerSec, "cap on the requests a second of one gRPC connection and of one HTTP source IP, bursts of 5 s allowed (0: none)")
+	fs.StringVar(&cfg.TLS.CertFile, "tls-cert", "", "serve the client ports (HTTP and gRPC) over TLS with this certificate (PEM; re-read when it changes)")
+	fs.StringVar(&cfg.TLS.KeyFile, "tls-key", "", "the key of -tls-cert (PEM)")
+	fs.StringVar(&cfg.TLS.ClientCAFile, "tls-client-ca", "", "with -tls-cert: serve only clients with a certificate signed by these CAs (PEM)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintln(out, "usage: nacosd [flags]")

@@ -28,6 +28,7 @@ import (
 	"github.com/muster-io/muster/transport"
 	pb "github.com/nacos-group/nacos-sdk-go/v2/api/grpc"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 )
 
@@ -87,6 +88,9 @@ type Config struct {
 	UDPAckTimeout  time.Duration
 	// Limits are the per-client limits (limits.go).
 	Limits ClientLimits
+	// TLS configures TLS on the client ports, HTTP and gRPC (tls.go; off
+	// when empty).
+	TLS TLSConfig
 
 	// Auth configures client authentication and authorization (off by
 	// default; see Validate for where that is allowed).
@@ -182,6 +186,9 @@ func (c *Config) Validate() error {
 			"or pass -open to say that every client that reaches the ports may read and change every namespace", c.HTTPAddr))
 	}
 	if err := c.Limits.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.TLS.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.MaxSubscriptions < 0 || c.UDPSubsPerIP < 0 {
@@ -371,7 +378,15 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		s.goFunc(s.bootstrapAuth)
 	}
 	s.api = newGRPCAPI(s)
-	s.grpcSrv = grpc.NewServer(
+	tlsCfg, err := s.serverTLS()
+	if err != nil {
+		return err
+	}
+	var creds []grpc.ServerOption
+	if tlsCfg != nil {
+		creds = append(creds, grpc.Creds(credentials.NewTLS(tlsCfg.Clone())))
+	}
+	s.grpcSrv = grpc.NewServer(append(creds,
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		// One limit for every message (batch registrations need room); a
@@ -381,22 +396,28 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		// what an idle client costs (measured: 175 KiB a connection with
 		// them, see README); naming messages are small.
 		grpc.ReadBufferSize(8<<10), grpc.WriteBufferSize(8<<10),
-	)
+	)...)
 	pb.RegisterRequestServer(s.grpcSrv, s.api)
 	pb.RegisterBiRequestStreamServer(s.grpcSrv, s.api)
 
 	if s.udp, err = newUDPPusher(s); err != nil {
 		return err
 	}
-	s.httpSrv = &http.Server{Handler: s.httpLimit(s.httpHandler()), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	s.httpSrv = &http.Server{Handler: s.httpLimit(s.httpHandler()), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(s.log.With("api", "http").Handler(), slog.LevelInfo)} // TLS handshake failures among them
+	serveHTTP := func() error { return s.httpSrv.Serve(s.httpLn) }
+	if tlsCfg != nil {
+		s.httpSrv.TLSConfig = tlsCfg.Clone()
+		serveHTTP = func() error { return s.httpSrv.ServeTLS(s.httpLn, "", "") }
+	}
 
 	s.goFunc(func() { _ = s.grpcSrv.Serve(s.grpcLn) })
-	s.goFunc(func() { _ = s.httpSrv.Serve(s.httpLn) })
+	s.goFunc(func() { _ = serveHTTP() })
 	s.goFunc(func() { s.api.detect(s.ctx, s.cfg.IdleTimeout, s.cfg.DetectTimeout) })
 	s.goFunc(func() { s.udp.run(s.ctx) })
 	s.goFunc(s.udp.readAcks)
 	s.log.Info("nacosd started", "http", s.httpLn.Addr().String(), "grpc", s.grpcLn.Addr().String(),
-		"cluster", len(s.cfg.Peers) > 0, "durable", s.cfg.DataDir != "", "data", s.cfg.DataDir, "auth", s.auth.Enabled())
+		"cluster", len(s.cfg.Peers) > 0, "durable", s.cfg.DataDir != "", "data", s.cfg.DataDir, "auth", s.auth.Enabled(), "tls", tlsCfg != nil, "mutualTLS", s.cfg.TLS.ClientCAFile != "")
 	return nil
 }
 
