@@ -44,6 +44,7 @@ func (s *Server) httpHandler() http.Handler {
 	prom := http.HandlerFunc(s.hPrometheus)
 	mux.Handle("/metrics", prom)
 	mux.Handle("/nacos/actuator/prometheus", prom)
+	s.mountConsole(mux) // the web console at /nacos/ (webconsole.go)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
 		if err := r.ParseForm(); err != nil {

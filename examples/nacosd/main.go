@@ -56,6 +56,7 @@ func parseFlags(args []string, out io.Writer) (Config, slog.Level, error) {
 	fs.StringVar(&cfg.TLS.CertFile, "tls-cert", "", "serve the client ports (HTTP and gRPC) over TLS with this certificate (PEM; re-read when it changes)")
 	fs.StringVar(&cfg.TLS.KeyFile, "tls-key", "", "the key of -tls-cert (PEM)")
 	fs.StringVar(&cfg.TLS.ClientCAFile, "tls-client-ca", "", "with -tls-cert: serve only clients with a certificate signed by these CAs (PEM)")
+	withConsole := fs.Bool("console", true, "serve the web console at /nacos/ (beyond loopback it needs -auth)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintln(out, "usage: nacosd [flags]")
@@ -124,6 +125,7 @@ func parseFlags(args []string, out io.Writer) (Config, slog.Level, error) {
 	if len(cfg.Peers) == 0 && (cfg.NodeID != "" || *secretFile != "") {
 		return cfg, 0, errors.New("-node-id and -secret-file need -peers or -cluster-conf")
 	}
+	cfg.NoConsole = !*withConsole
 	if err := dataDir(&cfg, *memory); err != nil {
 		return cfg, 0, err
 	}

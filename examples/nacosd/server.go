@@ -23,6 +23,7 @@ import (
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/raftstore"
 	"github.com/muster-io/muster/registry"
+	"github.com/muster-io/muster/registry/console"
 	"github.com/muster-io/muster/registry/node"
 	"github.com/muster-io/muster/registry/raftcp"
 	"github.com/muster-io/muster/transport"
@@ -91,6 +92,8 @@ type Config struct {
 	// TLS configures TLS on the client ports, HTTP and gRPC (tls.go; off
 	// when empty).
 	TLS TLSConfig
+	// NoConsole leaves the web console out (webconsole.go; -console=false).
+	NoConsole bool
 
 	// Auth configures client authentication and authorization (off by
 	// default; see Validate for where that is allowed).
@@ -230,6 +233,7 @@ type Server struct {
 	api     *grpcAPI
 	udp     *udpPusher
 	auth    *Auth
+	console *console.Console
 
 	ref     refClock
 	subs    limiter
@@ -378,6 +382,9 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		s.goFunc(s.bootstrapAuth)
 	}
 	s.api = newGRPCAPI(s)
+	if err = s.startConsole(s.ctx); err != nil {
+		return err
+	}
 	tlsCfg, err := s.serverTLS()
 	if err != nil {
 		return err
@@ -584,6 +591,9 @@ func (s *Server) shutdown(graceful bool) {
 			t := time.NewTimer(s.cfg.ResetGrace)
 			<-t.C
 		}
+	}
+	if s.console != nil { // its event streams end, so that the HTTP server's shutdown need not wait for them
+		_ = s.console.Close()
 	}
 	if s.httpSrv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
