@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -312,4 +316,117 @@ func TestLimitsFlags(t *testing.T) {
 	if _, _, err := parseFlags([]string{"-memory", "-max-conns-per-ip", "-1"}, io.Discard); err == nil || !strings.Contains(err.Error(), "negative") {
 		t.Fatalf("negative limit: %v", err)
 	}
+}
+
+// TestFloodFigures measures the floods of issue 28 item 2 against nacosd's
+// command line with its default limits, in a child process (its memory is
+// its own): 300 gRPC connections from one source IP, then 5,000
+// subscriptions on one of them, while a real SDK client from another IP
+// registers, subscribes and reads. It asserts the refusals (300 − 256
+// connections, 5,000 − 4,096 subscriptions) and logs the server's heap,
+// goroutines and RSS and the legitimate client's times. It runs with
+// NACOSD_FLOOD=1; see README.md for the figures.
+func TestFloodFigures(t *testing.T) {
+	if os.Getenv("NACOSD_FLOOD") == "" {
+		t.Skip("set NACOSD_FLOOD=1 to measure the floods")
+	}
+	skipUnderRace(t)
+	addr := "127.0.0.1:" + strconv.Itoa(freeBase(t, false))
+	cmd := exec.Command(os.Args[0], "-test.run=^TestChildServer$")
+	cmd.Env = append(os.Environ(), "NACOSD_CHILD_ARGS=-addr "+addr+" -memory -log-level error")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	type figures struct {
+		heap, goroutines float64
+		rss              string
+	}
+	measure := func() (f figures) {
+		t.Helper()
+		st, body := httpForm(t, "GET", addr, "/nacos/v1/ns/operator/metrics", url.Values{"gc": {"true"}})
+		var m map[string]any
+		if st != 200 || json.Unmarshal([]byte(body), &m) != nil {
+			return figures{}
+		}
+		f.heap, f.goroutines = m["heapInuseBytes"].(float64), m["goroutines"].(float64)
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)); err == nil {
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(l, "VmRSS:") {
+					f.rss = strings.TrimSpace(strings.TrimPrefix(l, "VmRSS:"))
+				}
+			}
+		}
+		return f
+	}
+	eventually(t, 30*time.Second, "the server starts", func() bool { return measure().heap > 0 })
+	grpcAddr, _ := portAt(addr, 1000)
+	base := measure()
+	legit := func(svc string) time.Duration {
+		start := time.Now()
+		c := newClient(t, addr)
+		register(t, c, svc, "", "10.33.0.1", 80, 1)
+		if err := c.Subscribe(&vo.SubscribeParam{ServiceName: svc, SubscribeCallback: func([]sdkmodel.Instance, error) {}}); err != nil {
+			t.Fatalf("legitimate subscribe: %v", err)
+		}
+		if hs, err := c.SelectAllInstances(vo.SelectAllInstancesParam{ServiceName: svc}); err != nil || len(hs) != 1 {
+			t.Fatalf("legitimate read: %v %v", hs, err)
+		}
+		return time.Since(start)
+	}
+	quiet := legit("flood-quiet")
+
+	var conns []*wireClient
+	refused := 0
+	for range 300 {
+		w, err := tryDialWire(t, grpcAddr, map[string]any{"clientVersion": "flood"}, grpc.WithTransportCredentials(insecure.NewCredentials()), fromIP(floodIP))
+		if err != nil {
+			if status.Code(err) != codes.ResourceExhausted {
+				t.Fatalf("connection refused with %v", err)
+			}
+			refused++
+			continue
+		}
+		conns = append(conns, w)
+	}
+	if len(conns) != 256 || refused != 44 {
+		t.Fatalf("%d connections accepted, %d refused; want 256 and 44", len(conns), refused)
+	}
+	afterConns := measure()
+	duringConns := legit("flood-conns")
+
+	// The flooder retries what the request rate refuses (the rate, 500 a
+	// second with a 5 s burst, stops it first), until each of its 5,000
+	// subscriptions is served or refused by the subscription cap.
+	subsRefused, rateRefused := 0, 0
+	for i := 0; i < 5000; {
+		var r subscribeServiceResponse
+		conns[0].call("SubscribeServiceRequest", map[string]any{"serviceName": fmt.Sprintf("flood-%d", i), "groupName": "DEFAULT_GROUP", "subscribe": true}, &r)
+		switch {
+		case r.Success:
+		case r.ErrorCode == codeOverThreshold && strings.Contains(r.Message, "Tps Flow restricted"):
+			rateRefused++
+			time.Sleep(time.Millisecond) // a flooder's retry
+			continue
+		case r.ErrorCode == codeOverThreshold && strings.Contains(r.Message, "-max-subs-per-conn"):
+			subsRefused++
+		default:
+			t.Fatalf("subscription %d: %+v", i, r)
+		}
+		i++
+	}
+	if subsRefused != 5000-4096 {
+		t.Fatalf("%d subscriptions refused, want %d", subsRefused, 5000-4096)
+	}
+	afterSubs := measure()
+	duringSubs := legit("flood-subs")
+
+	mib := func(b float64) float64 { return b / (1 << 20) }
+	t.Logf("idle: heap %.1f MiB, %v goroutines, RSS %s; a legitimate client's register+subscribe+read took %v",
+		mib(base.heap), base.goroutines, base.rss, quiet.Round(time.Millisecond))
+	t.Logf("300 connections from one IP: 256 served, 44 refused (ResourceExhausted); heap %.1f MiB (+%.1f KiB a connection), %v goroutines, RSS %s; the legitimate client took %v",
+		mib(afterConns.heap), (afterConns.heap-base.heap)/256/1024, afterConns.goroutines, afterConns.rss, duringConns.Round(time.Millisecond))
+	t.Logf("5,000 subscriptions on one connection: 4,096 served, 904 refused by the cap and %d tries by the request rate (errorCode 503); heap %.1f MiB (+%.1f KiB a subscription), %v goroutines, RSS %s; the legitimate client took %v",
+		rateRefused, mib(afterSubs.heap), (afterSubs.heap-afterConns.heap)/4096/1024, afterSubs.goroutines, afterSubs.rss, duringSubs.Round(time.Millisecond))
 }
