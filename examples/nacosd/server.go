@@ -435,7 +435,9 @@ func (s *Server) bootstrapAuth() {
 		return
 	}
 	for {
-		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+		// A minute: the bcrypt hash is made within the attempt, and takes
+		// seconds on a loaded machine (under -race, tens of seconds).
+		ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
 		err := s.auth.bootstrap(ctx)
 		cancel()
 		if err == nil || s.ctx.Err() != nil {

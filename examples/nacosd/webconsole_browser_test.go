@@ -29,6 +29,9 @@ import (
 // NACOSD_BROWSER) in the module's general run. Screenshots go to
 // $NACOSD_CONSOLE_ARTIFACTS, or a temporary directory (logged).
 func TestConsoleBrowser(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a browser test: the race detector adds nothing (TestConsoleAuth covers the handlers)")
+	}
 	if os.Getenv("CI") == "true" && os.Getenv("NACOSD_BROWSER") == "" {
 		t.Skip("CI runs this in its own step (NACOSD_BROWSER=1), after Chromium is installed")
 	}
