@@ -48,7 +48,7 @@ func withAuth(key []byte) func(*Config) {
 func login(t testing.TB, addr, user, password string) string {
 	t.Helper()
 	var tok string
-	eventually(t, 10*time.Second, "login of "+user, func() bool {
+	eventually(t, 60*time.Second, "login of "+user, func() bool { // bcrypt under -race on a loaded machine
 		resp, err := http.PostForm("http://"+addr+"/nacos/v1/auth/login", url.Values{"username": {user}, "password": {password}})
 		if err != nil {
 			return false

@@ -71,9 +71,15 @@ func splitGrouped(name, group string) (string, string) {
 // checkGrouped refuses a grouped service name ("g@@name") whose group is
 // not the group given beside it, as Nacos refuses "@@" in a service name of
 // a given group: "x@@bad" in DEFAULT_GROUP is not silently re-grouped
-// under "x". The 1.x SDKs send both, consistently.
+// under "x". The 1.x SDKs send both, consistently. A grouped name holds
+// one "@@": nacos-sdk-go v2 sends "x@@bad" of DEFAULT_GROUP as
+// "DEFAULT_GROUP@@x@@bad", refused as Nacos refuses it.
 func checkGrouped(name, group string) error {
-	g, _, ok := strings.Cut(name, "@@")
+	g, rest, ok := strings.Cut(name, "@@")
+	if ok && strings.Contains(rest, "@@") {
+		return fmt.Errorf("%w: parameter serviceName: %q holds \"@@\" more than once: "+
+			"Param 'serviceName' is illegal, illegal characters should not appear in the param", model.ErrInvalid, clip(name))
+	}
 	if !ok || group == "" || g == group {
 		return nil
 	}
@@ -199,7 +205,10 @@ const (
 
 // errCode maps a registry error to Nacos's error code and a message.
 func errCode(err error) (int, string) {
+	var lim *errLimit
 	switch {
+	case errors.As(err, &lim), errors.Is(err, registry.ErrLimit):
+		return codeOverThreshold, err.Error()
 	case errors.Is(err, model.ErrInvalid):
 		return codeInvalidParam, err.Error()
 	case errors.Is(err, registry.ErrKindMismatch):

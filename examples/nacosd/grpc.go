@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/registry"
 	pb "github.com/nacos-group/nacos-sdk-go/v2/api/grpc"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -109,6 +109,9 @@ func (g *grpcAPI) Request(ctx context.Context, p *pb.Payload) (*pb.Payload, erro
 	}
 	addr := peerAddr(ctx)
 	if typ == "ServerCheckRequest" {
+		if err := g.s.limits.connRefused(addr); err != nil {
+			return nil, status.Error(codes.ResourceExhausted, err.Error())
+		}
 		return g.serverCheck(addr, req.RequestID)
 	}
 	g.mu.Lock()
@@ -118,7 +121,10 @@ func (g *grpcAPI) Request(ctx context.Context, p *pb.Payload) (*pb.Payload, erro
 		return errorPayload(req.RequestID, codeUnregister, "Connection is unregistered."), nil
 	}
 	c.touch()
-	if refused := g.authorize(ctx, typ, p, &req); refused != nil {
+	if err := g.s.limits.allowConn(c.rate, addr); err != nil {
+		return errorPayload(req.RequestID, codeOverThreshold, err.Error()), nil
+	}
+	if refused := g.authorize(ctx, c, typ, p, &req); refused != nil {
 		return refused, nil
 	}
 	switch typ {
@@ -158,16 +164,17 @@ var (
 
 // authorize refuses a naming request whose service name holds "@@" (the
 // group is given apart over gRPC, and Nacos refuses it rather than read a
-// group out of the name) or that its sender may not make. It returns the
-// refusal, or nil.
-func (g *grpcAPI) authorize(ctx context.Context, typ string, p *pb.Payload, req *nRequest) *pb.Payload {
+// group out of the name; see naming.go) or that its sender may not make. It
+// returns the refusal, or nil.
+func (g *grpcAPI) authorize(ctx context.Context, c *conn, typ string, p *pb.Payload, req *nRequest) *pb.Payload {
 	write, read := namingWrites[typ], namingReads[typ]
 	if !write && !read {
 		return nil
 	}
-	if strings.Contains(req.ServiceName, "@@") {
-		return errorPayload(req.RequestID, codeInvalidParam, fmt.Sprintf(
-			"Param 'serviceName' is illegal, illegal characters should not appear in the param: %q holds \"@@\" (the group goes in groupName)", clip(req.ServiceName)))
+	if typ != "ServiceListRequest" {
+		if refused := c.checkServiceName(typ, req); refused != nil {
+			return refused
+		}
 	}
 	group := req.GroupName
 	if group == "" && typ != "ServiceListRequest" {
@@ -211,6 +218,9 @@ func (g *grpcAPI) serverCheck(addr, reqID string) (*pb.Payload, error) {
 func (g *grpcAPI) RequestBiStream(stream pb.BiRequestStream_RequestBiStreamServer) error {
 	ctx := stream.Context()
 	addr := peerAddr(ctx)
+	if err := g.s.limits.connRefused(addr); err != nil {
+		return status.Error(codes.ResourceExhausted, err.Error())
+	}
 	first, err := stream.Recv()
 	if err != nil {
 		return err
@@ -455,7 +465,12 @@ type conn struct {
 	pending map[string]chan *pb.Payload
 	subs    map[subKey]*subscription
 	closed  bool
-	wg      sync.WaitGroup
+
+	rate   *rate.Limiter // its requests a second (limits.go)
+	instMu sync.Mutex    // orders its registrations, for insts and ninst
+	insts  map[model.ServiceKey]map[model.InstanceKey]struct{}
+	ninst  int // the instances of insts, accounted to its source IP
+	wg     sync.WaitGroup
 }
 
 type subKey struct {
@@ -479,6 +494,7 @@ func newConn(g *grpcAPI, stream pb.BiRequestStream_RequestBiStreamServer, addr, 
 		log: g.log, stream: stream, sess: sess, ctx: ctx, cancel: cancel,
 		pending: map[string]chan *pb.Payload{},
 		subs:    map[subKey]*subscription{},
+		rate:    g.s.limits.newConnRate(), insts: map[model.ServiceKey]map[model.InstanceKey]struct{}{},
 	}
 	c.touch()
 	return c
@@ -505,6 +521,10 @@ func (c *conn) close(endSession bool) {
 		_ = c.sess.Close()
 	}
 	c.wg.Wait()
+	c.instMu.Lock()
+	c.g.s.limits.addInstances(c.addr, -c.ninst)
+	c.ninst, c.insts = 0, nil
+	c.instMu.Unlock()
 }
 
 // send writes one payload to the stream (gRPC streams take one writer at a
@@ -647,12 +667,53 @@ func (c *conn) batch(ctx context.Context, req *nRequest) *pb.Payload {
 // replace makes insts the connection's instances of svc, as Nacos 2.x
 // does for a registration (one publication per connection and service), in
 // one step: subscribers never see a mix of the old and the new set.
+// Its instances count against the per-client limits (limits.go).
 func (c *conn) replace(ctx context.Context, svc model.ServiceKey, insts []model.Instance) error {
-	return c.sess.ReplaceService(ctx, svc, insts)
+	svc = svc.WithDefaults()
+	next := make(map[model.InstanceKey]struct{}, len(insts))
+	for _, in := range insts {
+		next[in.WithDefaults().Key()] = struct{}{}
+	}
+	c.instMu.Lock()
+	defer c.instMu.Unlock()
+	if c.insts == nil {
+		return errors.New("connection closed")
+	}
+	delta := len(next) - len(c.insts[svc])
+	if err := c.g.s.limits.reserveInstances(c.addr, c.ninst, delta); err != nil {
+		return err
+	}
+	if err := c.sess.ReplaceService(ctx, svc, insts); err != nil {
+		c.g.s.limits.addInstances(c.addr, -delta)
+		return err
+	}
+	c.ninst += delta
+	if len(next) == 0 {
+		delete(c.insts, svc)
+	} else {
+		c.insts[svc] = next
+	}
+	return nil
 }
 
 func (c *conn) deregister(ctx context.Context, key model.InstanceKey) error {
-	return c.sess.Deregister(ctx, key)
+	key = key.WithDefaults()
+	c.instMu.Lock()
+	defer c.instMu.Unlock()
+	if err := c.sess.Deregister(ctx, key); err != nil {
+		return err
+	}
+	if set := c.insts[key.Service]; set != nil {
+		if _, ok := set[key]; ok {
+			delete(set, key)
+			c.ninst--
+			c.g.s.limits.addInstances(c.addr, -1)
+			if len(set) == 0 {
+				delete(c.insts, key.Service)
+			}
+		}
+	}
+	return nil
 }
 
 func (c *conn) query(ctx context.Context, req *nRequest) *pb.Payload {
@@ -734,6 +795,12 @@ func (c *conn) subscribe(ctx context.Context, req *nRequest) *pb.Payload {
 		si := serviceInfo(v, req.ServiceName, svc.Group, req.Clusters, c.g.s.ref.next())
 		return payload("SubscribeServiceResponse", subscribeServiceResponse{ok(req.RequestID), si})
 	}
+	c.mu.Lock()
+	have := len(c.subs)
+	c.mu.Unlock()
+	if err := c.g.s.limits.checkSubs(c.addr, have); err != nil {
+		return fail(err)
+	}
 	if err := c.g.s.subs.acquire(); err != nil {
 		return fail(err)
 	}
@@ -753,6 +820,15 @@ func (c *conn) subscribe(ctx context.Context, req *nRequest) *pb.Payload {
 	}
 	s := &subscription{key: key, name: req.ServiceName, group: svc.Group, w: w, cancel: cancel}
 	c.mu.Lock()
+	if lim := c.g.s.cfg.Limits.SubsPerConn; lim > 0 && len(c.subs) >= lim && c.subs[key] == nil {
+		// Another subscription of this connection took the last place
+		// meanwhile.
+		c.mu.Unlock()
+		cancel()
+		w.Close()
+		c.g.s.subs.release()
+		return fail(c.g.s.limits.checkSubs(c.addr, lim))
+	}
 	if c.closed || c.subs[key] != nil {
 		c.mu.Unlock()
 		cancel()

@@ -290,9 +290,8 @@ func TestChildClient(t *testing.T) {
 
 // TestGroupedNameRefused: a gRPC request for serviceName "x@@bad" in
 // DEFAULT_GROUP is refused (Nacos's 400); over HTTP a grouped name whose
-// group is not groupName is refused too. (The same through nacos-sdk-go v2
-// still registers under DEFAULT_GROUP@@x: not yet understood, see the
-// report of issue 28.)
+// group is not groupName is refused too. (Through nacos-sdk-go v2, and its
+// redo of the refused name: TestGroupedNameSDK.)
 func TestGroupedNameRefused(t *testing.T) {
 	s := startServer(t, nil)
 	w := dialWire(t, s.GRPCAddr(), true)

@@ -44,6 +44,7 @@ func (s *Server) httpHandler() http.Handler {
 	prom := http.HandlerFunc(s.hPrometheus)
 	mux.Handle("/metrics", prom)
 	mux.Handle("/nacos/actuator/prometheus", prom)
+	s.mountConsole(mux) // the web console at /nacos/ (webconsole.go)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
 		if err := r.ParseForm(); err != nil {
@@ -229,7 +230,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status = http.StatusNotFound
 	case codeConflict:
 		status = http.StatusBadRequest
-	case codeNotReady:
+	case codeNotReady, codeOverThreshold:
 		status = http.StatusServiceUnavailable
 	}
 	// The 1.x clients report a refused request only as "retry 3 times
@@ -690,6 +691,6 @@ func (s *Server) hPrometheus(w http.ResponseWriter, r *http.Request) {
 		src.Transport, src.Distro, src.Raft = s.node.Transport(), s.node.Replicator(), s.node.Raft()
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(mustermetrics.New(src))
+	reg.MustRegister(mustermetrics.New(src), s.limits)
 	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 }

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 )
@@ -34,7 +35,8 @@ func parseFlags(args []string, out io.Writer) (Config, slog.Level, error) {
 	fs := flag.NewFlagSet("nacosd", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&cfg.HTTPAddr, "addr", cfg.HTTPAddr, "HTTP (Nacos 1.x OpenAPI) address; gRPC listens on its port + 1000")
-	fs.StringVar(&cfg.DataDir, "data", "", "directory for durable persistent data (Raft); empty keeps it in memory")
+	fs.StringVar(&cfg.DataDir, "data", "", "directory of the persistent data: persistent instances, service definitions, users (default $HOME/nacosd/data/<node-id>, or .../standalone)")
+	memory := fs.Bool("memory", false, "keep the persistent data in memory only: a restart loses persistent instances, service definitions and users")
 	fs.StringVar(&cfg.NodeID, "node-id", "", "this node's ID in a cluster (one of the peers)")
 	peers := fs.String("peers", "", "cluster members as id=host:port,... (HTTP addresses; this node included)")
 	peersFile := fs.String("cluster-conf", "", "file listing the cluster members, one id=host:port a line (# comments)")
@@ -46,6 +48,15 @@ func parseFlags(args []string, out io.Writer) (Config, slog.Level, error) {
 	fs.DurationVar(&cfg.Auth.TokenTTL, "auth-token-ttl", defaultTokenTTL, "how long a token is valid (Nacos's token.expire.seconds)")
 	adminFile := fs.String("admin-password-file", "", "file holding the password of the admin user \"nacos\", created at start if missing")
 	fs.BoolVar(&cfg.Open, "open", false, "serve clients without authentication on a non-loopback address: anyone reaching the ports may read and change every namespace")
+	fs.IntVar(&cfg.Limits.ConnsPerIP, "max-conns-per-ip", cfg.Limits.ConnsPerIP, "cap on the gRPC connections from one source IP (0: none)")
+	fs.IntVar(&cfg.Limits.SubsPerConn, "max-subs-per-conn", cfg.Limits.SubsPerConn, "cap on the subscriptions of one gRPC connection (0: none)")
+	fs.IntVar(&cfg.Limits.InstancesPerConn, "max-instances-per-conn", cfg.Limits.InstancesPerConn, "cap on the ephemeral instances of one gRPC connection (0: none)")
+	fs.IntVar(&cfg.Limits.InstancesPerIP, "max-instances-per-ip", cfg.Limits.InstancesPerIP, "cap on the ephemeral instances of all gRPC connections from one source IP (0: none)")
+	fs.Float64Var(&cfg.Limits.RequestsPerSec, "max-requests-per-sec", cfg.Limits.RequestsPerSec, "cap on the requests a second of one gRPC connection and of one HTTP source IP, bursts of 5 s allowed (0: none)")
+	fs.StringVar(&cfg.TLS.CertFile, "tls-cert", "", "serve the client ports (HTTP and gRPC) over TLS with this certificate (PEM; re-read when it changes)")
+	fs.StringVar(&cfg.TLS.KeyFile, "tls-key", "", "the key of -tls-cert (PEM)")
+	fs.StringVar(&cfg.TLS.ClientCAFile, "tls-client-ca", "", "with -tls-cert: serve only clients with a certificate signed by these CAs (PEM)")
+	withConsole := fs.Bool("console", true, "serve the web console at /nacos/ (beyond loopback it needs -auth)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintln(out, "usage: nacosd [flags]")
@@ -114,7 +125,36 @@ func parseFlags(args []string, out io.Writer) (Config, slog.Level, error) {
 	if len(cfg.Peers) == 0 && (cfg.NodeID != "" || *secretFile != "") {
 		return cfg, 0, errors.New("-node-id and -secret-file need -peers or -cluster-conf")
 	}
+	cfg.NoConsole = !*withConsole
+	if err := dataDir(&cfg, *memory); err != nil {
+		return cfg, 0, err
+	}
 	return cfg, lv, cfg.Validate()
+}
+
+// dataDir applies -data and -memory: durable by default, in
+// $HOME/nacosd/data/<node-id> (standalone: .../standalone), as Nacos keeps
+// its data under its home's data/.
+func dataDir(cfg *Config, memory bool) error {
+	switch {
+	case memory && cfg.DataDir != "":
+		return errors.New("-data and -memory exclude each other")
+	case memory, cfg.DataDir != "":
+		return nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return fmt.Errorf("no directory for the persistent data: %w; give one (-data DIR), or keep it in memory (-memory)", err)
+	}
+	id := cfg.NodeID
+	if id == "" {
+		id = "standalone"
+	}
+	if id != filepath.Base(id) || id == "." || id == ".." {
+		return fmt.Errorf("-node-id %q cannot name the default data directory; give one (-data DIR)", id)
+	}
+	cfg.DataDir = filepath.Join(home, "nacosd", "data", id)
+	return nil
 }
 
 func run(args []string, out io.Writer) error {

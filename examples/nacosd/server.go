@@ -23,11 +23,13 @@ import (
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/raftstore"
 	"github.com/muster-io/muster/registry"
+	"github.com/muster-io/muster/registry/console"
 	"github.com/muster-io/muster/registry/node"
 	"github.com/muster-io/muster/registry/raftcp"
 	"github.com/muster-io/muster/transport"
 	pb "github.com/nacos-group/nacos-sdk-go/v2/api/grpc"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 )
 
@@ -85,6 +87,13 @@ type Config struct {
 	// UDPPushRetries and UDPAckTimeout govern UDP pushes to 1.x clients.
 	UDPPushRetries int
 	UDPAckTimeout  time.Duration
+	// Limits are the per-client limits (limits.go).
+	Limits ClientLimits
+	// TLS configures TLS on the client ports, HTTP and gRPC (tls.go; off
+	// when empty).
+	TLS TLSConfig
+	// NoConsole leaves the web console out (webconsole.go; -console=false).
+	NoConsole bool
 
 	// Auth configures client authentication and authorization (off by
 	// default; see Validate for where that is allowed).
@@ -115,6 +124,7 @@ func DefaultConfig() Config {
 		UDPSubsPerIP:     256,
 		UDPPushRetries:   3,
 		UDPAckTimeout:    time.Second,
+		Limits:           DefaultClientLimits(),
 	}
 }
 
@@ -178,6 +188,12 @@ func (c *Config) Validate() error {
 			"nacosd refuses to serve clients there without it; turn it on (-auth -auth-key-file FILE -admin-password-file FILE), "+
 			"or pass -open to say that every client that reaches the ports may read and change every namespace", c.HTTPAddr))
 	}
+	if err := c.Limits.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.TLS.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.MaxSubscriptions < 0 || c.UDPSubsPerIP < 0 {
 		errs = append(errs, errors.New("subscription limits must not be negative"))
 	}
@@ -217,9 +233,12 @@ type Server struct {
 	api     *grpcAPI
 	udp     *udpPusher
 	auth    *Auth
+	console *console.Console
 
 	ref     refClock
 	subs    limiter
+	limits  *clientLimits
+	names   ambiguousNames // refused grouped names (naming.go)
 	metrics metrics
 	beats   atomic.Int64 // 1.x beats answered 10200
 
@@ -302,6 +321,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, base: log, log: log.With("node", cfg.NodeID)}
 	s.subs.max = int64(cfg.MaxSubscriptions)
+	s.limits = newClientLimits(cfg.Limits, s.log)
 	return s, nil
 }
 
@@ -334,6 +354,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if s.grpcLn, err = net.Listen("tcp", s.cfg.GRPCAddr); err != nil {
 		return fmt.Errorf("gRPC listener (HTTP port + 1000): %w", err)
 	}
+	s.grpcLn = s.limits.listener(s.grpcLn)
 	if len(s.cfg.Peers) > 0 {
 		ncfg, err := s.nodeConfig()
 		if err != nil {
@@ -361,7 +382,18 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		s.goFunc(s.bootstrapAuth)
 	}
 	s.api = newGRPCAPI(s)
-	s.grpcSrv = grpc.NewServer(
+	if err = s.startConsole(s.ctx); err != nil {
+		return err
+	}
+	tlsCfg, err := s.serverTLS()
+	if err != nil {
+		return err
+	}
+	var creds []grpc.ServerOption
+	if tlsCfg != nil {
+		creds = append(creds, grpc.Creds(credentials.NewTLS(tlsCfg.Clone())))
+	}
+	s.grpcSrv = grpc.NewServer(append(creds,
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		// One limit for every message (batch registrations need room); a
@@ -371,22 +403,28 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		// what an idle client costs (measured: 175 KiB a connection with
 		// them, see README); naming messages are small.
 		grpc.ReadBufferSize(8<<10), grpc.WriteBufferSize(8<<10),
-	)
+	)...)
 	pb.RegisterRequestServer(s.grpcSrv, s.api)
 	pb.RegisterBiRequestStreamServer(s.grpcSrv, s.api)
 
 	if s.udp, err = newUDPPusher(s); err != nil {
 		return err
 	}
-	s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	s.httpSrv = &http.Server{Handler: s.httpLimit(s.httpHandler()), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(s.log.With("api", "http").Handler(), slog.LevelInfo)} // TLS handshake failures among them
+	serveHTTP := func() error { return s.httpSrv.Serve(s.httpLn) }
+	if tlsCfg != nil {
+		s.httpSrv.TLSConfig = tlsCfg.Clone()
+		serveHTTP = func() error { return s.httpSrv.ServeTLS(s.httpLn, "", "") }
+	}
 
 	s.goFunc(func() { _ = s.grpcSrv.Serve(s.grpcLn) })
-	s.goFunc(func() { _ = s.httpSrv.Serve(s.httpLn) })
+	s.goFunc(func() { _ = serveHTTP() })
 	s.goFunc(func() { s.api.detect(s.ctx, s.cfg.IdleTimeout, s.cfg.DetectTimeout) })
 	s.goFunc(func() { s.udp.run(s.ctx) })
 	s.goFunc(s.udp.readAcks)
 	s.log.Info("nacosd started", "http", s.httpLn.Addr().String(), "grpc", s.grpcLn.Addr().String(),
-		"cluster", len(s.cfg.Peers) > 0, "durable", s.cfg.DataDir != "", "auth", s.auth.Enabled())
+		"cluster", len(s.cfg.Peers) > 0, "durable", s.cfg.DataDir != "", "data", s.cfg.DataDir, "auth", s.auth.Enabled(), "tls", tlsCfg != nil, "mutualTLS", s.cfg.TLS.ClientCAFile != "")
 	return nil
 }
 
@@ -397,7 +435,9 @@ func (s *Server) bootstrapAuth() {
 		return
 	}
 	for {
-		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+		// A minute: the bcrypt hash is made within the attempt, and takes
+		// seconds on a loaded machine (under -race, tens of seconds).
+		ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
 		err := s.auth.bootstrap(ctx)
 		cancel()
 		if err == nil || s.ctx.Err() != nil {
@@ -553,6 +593,9 @@ func (s *Server) shutdown(graceful bool) {
 			t := time.NewTimer(s.cfg.ResetGrace)
 			<-t.C
 		}
+	}
+	if s.console != nil { // its event streams end, so that the HTTP server's shutdown need not wait for them
+		_ = s.console.Close()
 	}
 	if s.httpSrv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -39,32 +40,59 @@ func dialWire(t testing.TB, grpcAddr string, setup bool) *wireClient {
 // dialWireSetup connects; with a setup body, it opens the stream with it.
 func dialWireSetup(t testing.TB, grpcAddr string, setupBody map[string]any) *wireClient {
 	t.Helper()
-	setup := setupBody != nil
-	cc, err := grpc.Dial(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return dialWireOpts(t, grpcAddr, setupBody, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
+// dialWireOpts is dialWireSetup with the dial options given (a source
+// address, TLS).
+func dialWireOpts(t testing.TB, grpcAddr string, setupBody map[string]any, opts ...grpc.DialOption) *wireClient {
+	t.Helper()
+	w, err := tryDialWire(t, grpcAddr, setupBody, opts...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return w
+}
+
+// tryDialWire is dialWireOpts returning the error of the dial, the
+// ServerCheckRequest or the stream's opening (a refused connection).
+func tryDialWire(t testing.TB, grpcAddr string, setupBody map[string]any, opts ...grpc.DialOption) (*wireClient, error) {
+	t.Helper()
+	setup := setupBody != nil
+	cc, err := grpc.Dial(grpcAddr, opts...)
+	if err != nil {
+		return nil, err
 	}
 	w := &wireClient{t: t, cc: cc, req: pb.NewRequestClient(cc), in: make(chan *pb.Payload, 64)}
 	w.ack.Store(true)
 	t.Cleanup(w.close)
 	if !setup {
-		return w
+		return w, nil
 	}
 	var check struct {
 		response
 		ConnectionID string `json:"connectionId"`
 	}
-	w.call("ServerCheckRequest", map[string]any{}, &check)
-	if !check.Success || check.ConnectionID == "" {
-		t.Fatalf("server check: %+v", check)
+	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+	p, err := w.req.Request(cctx, wirePayload("ServerCheckRequest", map[string]any{}))
+	ccancel()
+	if err != nil {
+		w.close()
+		return nil, err
+	}
+	if err := json.Unmarshal(p.GetBody().GetValue(), &check); err != nil || !check.Success || check.ConnectionID == "" {
+		w.close()
+		return nil, fmt.Errorf("server check: %+v %v", check, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w.cancel = cancel
 	if w.stream, err = pb.NewBiRequestStreamClient(cc).RequestBiStream(ctx); err != nil {
-		t.Fatal(err)
+		w.close()
+		return nil, err
 	}
 	if err := w.stream.Send(wirePayload("ConnectionSetupRequest", setupBody)); err != nil {
-		t.Fatal(err)
+		w.close()
+		return nil, err
 	}
 	go func() {
 		for {
@@ -92,7 +120,7 @@ func dialWireSetup(t testing.TB, grpcAddr string, setupBody map[string]any) *wir
 		w.call("HealthCheckRequest", map[string]any{}, &r)
 		return r.Success
 	})
-	return w
+	return w, nil
 }
 
 func wirePayload(typ string, body any) *pb.Payload {
