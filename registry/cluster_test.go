@@ -19,7 +19,7 @@ import (
 // clusterOpts is a 3-node cluster with immediate sync.
 func clusterOpts() registrytest.ClusterOptions {
 	dc := distro.DefaultConfig()
-	dc.SyncDelay = 0
+	dc.SyncDelay = distro.NoSyncDelay
 	return registrytest.ClusterOptions{Distro: &dc, LogLevel: logLevel}
 }
 
