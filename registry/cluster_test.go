@@ -725,3 +725,25 @@ func TestClusterDeregisterThroughLaggingNode(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterNoHandover: HandoverTimeout NoHandover turns the handover
+// off: a node that shuts down gracefully leaves its sessions' instances on
+// the others until OrphanTimeout, as a crashed one does. (Zero is the
+// default 2 s: TestClusterShutdownHandsOver.)
+func TestClusterNoHandover(t *testing.T) {
+	opts := clusterOpts()
+	cfg := registry.DefaultConfig()
+	cfg.HealthChecks, cfg.HandoverTimeout = nil, registry.NoHandover
+	opts.Config = &cfg
+	c := registrytest.NewCluster(t, opts)
+	sess, err := c.Node(0).OpenSession(ctx, registry.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRegister(t, sess, inst("h0", 1))
+	c.Settle()
+	c.Shutdown(0)
+	if got := ipsOn(t, c.Node(2), "h0"); len(got) != 1 {
+		t.Fatalf("without handover, n3 serves %v right after the shutdown; want the instance until OrphanTimeout", got)
+	}
+}
