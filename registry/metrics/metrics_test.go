@@ -537,4 +537,12 @@ func TestScrapeRaftBatchWaits(t *testing.T) {
 	if v := value(t, mfs, "muster_raft_commit_writes_deferred_total"); v != 11 {
 		t.Errorf("commit writes deferred = %v, want 11", v)
 	}
+	if v := value(t, mfs, "muster_raft_lazy_commit"); v != 0 {
+		t.Errorf("lazy commit = %v with Stats.LazyCommit false, want 0", v)
+	}
+	on := prometheus.NewPedanticRegistry()
+	on.MustRegister(metrics.New(metrics.Sources{Raft: fixedRaft{LazyCommit: true}}))
+	if v := value(t, scrape(t, on), "muster_raft_lazy_commit"); v != 1 {
+		t.Errorf("lazy commit = %v with Stats.LazyCommit true, want 1", v)
+	}
 }
