@@ -42,7 +42,7 @@ type musterCluster struct {
 
 // startMuster starts n nodes with data under dir and waits until every
 // one is ready. With raft, every node is a replica of the persistent data.
-// Timings are node.Fast (loopback) with SyncDelay 0: a change is sent to
+// Timings are node.Fast (loopback) with SyncDelay distro.NoSyncDelay: a change is sent to
 // the peers at once, as etcd sends a proposal at once.
 func startMuster(ctx context.Context, n int, dir string, raft bool) (*musterCluster, error) {
 	c := &musterCluster{}
