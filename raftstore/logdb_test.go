@@ -18,6 +18,7 @@ import (
 	"github.com/lni/dragonboat/v4"
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
+	"github.com/muster-io/muster/internal/testutil"
 )
 
 // TestDragonboatVersionVetted: go:linkname does not check types, so the
@@ -316,7 +317,7 @@ func TestLazyCommitOnACluster(t *testing.T) {
 // than the vetted one, a node runs without the wrapper, says so in
 // Stats.LazyCommit and logs a Warn through its own Logger.
 func TestLazyCommitOffWithAnotherDragonboat(t *testing.T) {
-	var buf syncBuffer
+	var buf testutil.Buffer
 	c := newCluster(t, 1, func(cfg *Config) {
 		cfg.dragonboat = "v4.9.9"
 		cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -329,24 +330,6 @@ func TestLazyCommitOffWithAnotherDragonboat(t *testing.T) {
 	if !strings.Contains(buf.String(), "not the version the commit-index wrapper was checked against") || !strings.Contains(buf.String(), "v4.9.9") {
 		t.Fatalf("no Warn naming the version in the node's log:\n%s", buf.String())
 	}
-}
-
-// syncBuffer is a strings.Builder safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // crashEnv is the env var that makes TestCrashChild run: the data root and
