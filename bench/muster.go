@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/muster-io/muster/distro"
 	"github.com/muster-io/muster/registry"
 	"github.com/muster-io/muster/registry/node"
 )
@@ -41,7 +42,7 @@ type musterCluster struct {
 
 // startMuster starts n nodes with data under dir and waits until every
 // one is ready. With raft, every node is a replica of the persistent data.
-// Timings are node.Fast (loopback) with SyncDelay 0: a change is sent to
+// Timings are node.Fast (loopback) with SyncDelay distro.NoSyncDelay: a change is sent to
 // the peers at once, as etcd sends a proposal at once.
 func startMuster(ctx context.Context, n int, dir string, raft bool) (*musterCluster, error) {
 	c := &musterCluster{}
@@ -57,7 +58,7 @@ func startMuster(ctx context.Context, n int, dir string, raft bool) (*musterClus
 		cfg.GossipKey = []byte("muster-bench-gossip-key-32bytes!")
 		cfg.Expect = n
 		cfg.Timings = node.Fast()
-		cfg.Timings.SyncDelay = 0
+		cfg.Timings.SyncDelay = distro.NoSyncDelay
 		cfg.Registry.HealthChecks = nil
 		if raft {
 			cfg.RaftMembers, cfg.DeploymentID = members, 0x62656e6368

@@ -51,7 +51,7 @@ func (tc *tcpCluster) addTCPNode(tb testing.TB, id string, mod func(*Config)) (*
 	n := &realNode{id: id, tcp: tcp, store: newTestStore(id)}
 	cfg := DefaultConfig()
 	cfg.NodeID, cfg.Transport, cfg.Membership, cfg.Store = id, tcp, mem, n.store
-	cfg.SyncDelay = 0
+	cfg.SyncDelay = NoSyncDelay
 	cfg.LoadTimeout = 200 * time.Millisecond // the cold start of the first nodes
 	if mod != nil {
 		mod(&cfg)

@@ -63,7 +63,7 @@
 //
 // A change schedules one task per (key, peer), due at now+SyncDelay. Later changes merge into
 // it: the window is anchored at the first change, like Nacos. The task sends the record's state
-// at send time, so a burst ships once. SyncDelay 0 sends at once.
+// at send time, so a burst ships once. SyncDelay NoSyncDelay sends at once.
 //
 // Due tasks to one peer go in one message, up to MaxBatch records and 1 MiB of payload. At most
 // one message per peer is in flight. A failed send is retried after RetryMin·2^(n−1), capped at

@@ -47,7 +47,7 @@ func Example() {
 		stores[id] = &mapStore{recs: map[string]distro.Record{}, applied: make(chan distro.Record, 8)}
 		cfg := distro.DefaultConfig()
 		cfg.NodeID, cfg.Transport, cfg.Membership, cfg.Store = id, tr, mem, stores[id]
-		cfg.SyncDelay = 0                        // send at once (the default merges changes for 1 s)
+		cfg.SyncDelay = distro.NoSyncDelay       // send at once (the default merges changes for 1 s)
 		cfg.LoadTimeout = 100 * time.Millisecond // a cluster starting cold waits this long for a loaded peer
 		r, err := distro.New(cfg)
 		if err != nil {

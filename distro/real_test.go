@@ -73,7 +73,7 @@ func startRealNode(tb testing.TB, id string, seeds []string, mod func(*Config)) 
 	n.ml = m
 	cfg := DefaultConfig()
 	cfg.NodeID, cfg.Transport, cfg.Membership, cfg.Store = id, tcp, m, n.store
-	cfg.SyncDelay = 0
+	cfg.SyncDelay = NoSyncDelay
 	cfg.VerifyInterval = 200 * time.Millisecond
 	cfg.OrphanTimeout = time.Second
 	cfg.TombstoneTTL = 2 * time.Second

@@ -65,7 +65,7 @@ func tcpRegistries(b *testing.B) (regs []*registry.Registry, done func()) {
 	for i, id := range ids {
 		mems[i].Set(all...)
 		dc := distro.DefaultConfig()
-		dc.Transport, dc.Membership, dc.SyncDelay = tcps[i], mems[i], 0
+		dc.Transport, dc.Membership, dc.SyncDelay = tcps[i], mems[i], distro.NoSyncDelay
 		dc.LoadTimeout = 200 * time.Millisecond
 		cfg := registry.DefaultConfig()
 		cfg.NodeID, cfg.HealthChecks = id, nil

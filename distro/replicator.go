@@ -91,7 +91,8 @@ const (
 
 // New validates cfg and returns a Replicator. It starts nothing.
 func New(cfg Config) (*Replicator, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	r := &Replicator{cfg: cfg, self: cfg.NodeID}
@@ -107,7 +108,7 @@ func New(cfg Config) (*Replicator, error) {
 	r.rnd = rand.New(randx.Source(cfg.Rand))
 	r.tab = newTable(cfg.Buckets)
 	r.tab.self = r.self
-	r.sched = newSyncSched(cfg.SyncDelay, cfg.RetryMin, cfg.RetryMax)
+	r.sched = newSyncSched(max(cfg.SyncDelay, 0), cfg.RetryMin, cfg.RetryMax)
 	r.sched.nb = cfg.Buckets // fresh tasks per bucket: verify leaves those buckets out
 	r.members = []string{r.self}
 	r.memberSet = map[string]Member{r.self: {ID: r.self}}

@@ -37,8 +37,8 @@ func TestReplicatesPutAndDelete(t *testing.T) {
 	c.checkInvariants()
 }
 
-func TestSyncDelayZeroSendsAtOnce(t *testing.T) {
-	c := newCluster(t, func(cfg *Config) { cfg.SyncDelay = 0 }, "a", "b")
+func TestNoSyncDelaySendsAtOnce(t *testing.T) {
+	c := newCluster(t, func(cfg *Config) { cfg.SyncDelay = NoSyncDelay }, "a", "b")
 	c.nodes["a"].r.Put(KindSession, "s", []byte("x"))
 	// No clock advance at all: the sync must go out without waiting for a timer.
 	deadline := time.Now().Add(5 * time.Second)
@@ -112,7 +112,7 @@ func TestSingleWriter(t *testing.T) {
 
 // Invariant 2: duplicates, reordering and late retries never move state back.
 func TestNoRollbackDuplicateAndReorder(t *testing.T) {
-	c := newCluster(t, func(cfg *Config) { cfg.SyncDelay = 0 }, "a", "b")
+	c := newCluster(t, func(cfg *Config) { cfg.SyncDelay = NoSyncDelay }, "a", "b")
 	a := c.nodes["a"]
 	c.net.SetManual(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -195,7 +195,7 @@ func TestLateRetrySendsCurrentState(t *testing.T) {
 // Invariant 3: a stale update after a delete never resurrects the record, through sync, verify
 // or a new node's load.
 func TestNoResurrection(t *testing.T) {
-	c := newCluster(t, func(cfg *Config) { cfg.SyncDelay = 0 }, "a", "b")
+	c := newCluster(t, func(cfg *Config) { cfg.SyncDelay = NoSyncDelay }, "a", "b")
 	a := c.nodes["a"]
 	c.net.SetManual(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -251,7 +251,7 @@ func TestNoResurrection(t *testing.T) {
 
 // Invariant 4: a node only sends records it owns: receiving never triggers a send.
 func TestNoEcho(t *testing.T) {
-	c := newCluster(t, func(cfg *Config) { cfg.SyncDelay = 0 }, "a", "b", "c")
+	c := newCluster(t, func(cfg *Config) { cfg.SyncDelay = NoSyncDelay }, "a", "b", "c")
 	c.net.SetManual(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -585,10 +585,10 @@ func TestConfigValidate(t *testing.T) {
 		"Transport":    func(c *Config) { c.Transport = nil },
 		"Membership":   func(c *Config) { c.Membership = nil },
 		"Store":        func(c *Config) { c.Store = nil },
-		"SyncDelay":    func(c *Config) { c.SyncDelay = -1 },
+		"RetryMin":     func(c *Config) { c.RetryMin = -1 },
 		"RetryMax":     func(c *Config) { c.RetryMax = c.RetryMin / 2 },
 		"TombstoneTTL": func(c *Config) { c.TombstoneTTL = c.VerifyInterval },
-		"Buckets":      func(c *Config) { c.Buckets = 0 },
+		"Buckets":      func(c *Config) { c.Buckets = 1<<16 + 1 },
 	} {
 		cfg := base
 		mod(&cfg)
@@ -740,14 +740,49 @@ func TestFlush(t *testing.T) {
 // TestConfigValidateEvery: Validate reports every rule a config breaks, in one error.
 func TestConfigValidateEvery(t *testing.T) {
 	cfg := DefaultConfig() // no NodeID, Transport, Membership or Store
-	cfg.SyncDelay, cfg.Buckets = -1, 0
+	cfg.RetryMin, cfg.Buckets = -1, -1
 	err := cfg.Validate()
 	if !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("Validate = %v, want ErrInvalidConfig", err)
 	}
-	for _, field := range []string{"NodeID", "Transport", "Membership", "Store", "SyncDelay", "Buckets"} {
+	for _, field := range []string{"NodeID", "Transport", "Membership", "Store", "RetryMin", "Buckets"} {
 		if !contains(err.Error(), field) {
 			t.Errorf("Validate = %v, does not name %s", err, field)
 		}
+	}
+}
+
+// TestConfigZeroIsDefault: a Config with only its required fields is valid, and each zero
+// field takes its default; a negative SyncDelay turns the merge window off.
+func TestConfigZeroIsDefault(t *testing.T) {
+	net := &transport.MemNetwork{}
+	tr, err := net.Node("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	cfg := Config{NodeID: "a", Transport: tr, Membership: NewStatic(Member{ID: "a"}), Store: newTestStore("a")}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("Validate of the zero config with its required fields: %v", err)
+	}
+	d := cfg.withDefaults()
+	want := DefaultConfig()
+	want.NodeID, want.Transport, want.Membership, want.Store = cfg.NodeID, cfg.Transport, cfg.Membership, cfg.Store
+	if d != want {
+		t.Fatalf("zero fields: got %+v, want the defaults %+v", d, want)
+	}
+	// Defaults that follow another field keep the rules between them.
+	slow := cfg
+	slow.VerifyInterval, slow.RetryMin = time.Minute, time.Minute
+	if err := slow.Validate(); err != nil {
+		t.Fatalf("TombstoneTTL and RetryMax left zero beside a long VerifyInterval and RetryMin: %v", err)
+	}
+	off := cfg
+	off.SyncDelay = NoSyncDelay
+	if err := off.Validate(); err != nil {
+		t.Fatalf("NoSyncDelay: %v", err)
+	}
+	if got := off.withDefaults().SyncDelay; got != NoSyncDelay {
+		t.Fatalf("NoSyncDelay became %v", got)
 	}
 }

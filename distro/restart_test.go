@@ -36,8 +36,8 @@ func waitSnapshotReqs(t *testing.T, c *cluster, ctx context.Context, from string
 // returned by peer.
 func issue112Cluster(t *testing.T, ctx context.Context) (c *cluster, k string, del Record, reqs map[string]transport.Envelope) {
 	all := []string{"n1", "n2", "n3"}
-	c = newCluster(t, func(cfg *Config) { cfg.SyncDelay = 0 }, all...)
-	c.mod = func(cfg *Config) { cfg.SyncDelay = 0; cfg.LoadTimeout = time.Minute } // for the restarted node
+	c = newCluster(t, func(cfg *Config) { cfg.SyncDelay = NoSyncDelay }, all...)
+	c.mod = func(cfg *Config) { cfg.SyncDelay = NoSyncDelay; cfg.LoadTimeout = time.Minute } // for the restarted node
 	for i := 0; ; i++ {
 		k = fmt.Sprintf("10.7.0.%d:80", i)
 		if hrwOwner(all, k) == "n2" && hrwOwner([]string{"n1", "n3"}, k) == "n1" {

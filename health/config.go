@@ -11,8 +11,9 @@ import (
 	"github.com/muster-io/muster/model"
 )
 
-// Config configures a [Scheduler]. Start from [DefaultConfig]; NewScheduler copies it and
-// never writes to the caller's value.
+// Config configures a [Scheduler]. NewScheduler copies it and never writes to the caller's
+// value. Every field left zero takes its default ([DefaultConfig]), as everywhere in this
+// module, so Config{} is valid; what can be turned off says how ([NoDamping]).
 type Config struct {
 	// Clock drives the schedule. Nil means the real clock; tests pass a
 	// clockwork.FakeClock, advance it and call Scheduler.Settle.
@@ -45,11 +46,13 @@ type Config struct {
 
 	// The first check of a new target runs at once; the second one after an interval drawn
 	// uniformly in [FirstIntervalMin, FirstIntervalMax), so that targets added together do
-	// not stay in step. Defaults 2 s and 7 s, as in Nacos.
+	// not stay in step. Defaults 2 s and 7 s, as in Nacos (a zero FirstIntervalMax is at
+	// least 2 × FirstIntervalMin).
 	FirstIntervalMin, FirstIntervalMax time.Duration
 	// TCPInterval, HTTPInterval and MySQLInterval adapt the later intervals to the measured
 	// response time, per check type (see Interval). Defaults from Nacos: TCP 1-5 s with
-	// factor 0.75, HTTP 0.5-5 s with 0.85, MySQL 2-3 s with 0.65.
+	// factor 0.75, HTTP 0.5-5 s with 0.85, MySQL 2-3 s with 0.65. Each zero field of an
+	// Interval takes its default.
 	TCPInterval, HTTPInterval, MySQLInterval Interval
 
 	// HealthyAfter is the number of consecutive healthy results that turn an unhealthy
@@ -87,12 +90,16 @@ type Interval struct {
 // healthy is not. While held it does not turn healthy; checks go on and their results are
 // counted. The hold ends at the first check that completes at or after its end; the flip
 // history is then forgotten and the usual rule applies at once, so an instance whose last
-// HealthyAfter checks passed turns healthy at that check. Flips 0 disables damping.
+// HealthyAfter checks passed turns healthy at that check. A negative Flips ([NoDamping])
+// disables damping; zero fields take their defaults (4 flips, 60 s, 60 s).
 type Damping struct {
 	Flips  int
 	Window time.Duration
 	Hold   time.Duration
 }
+
+// NoDamping, as Config.Damping, turns flap damping off.
+var NoDamping = Damping{Flips: -1}
 
 // DefaultConfig returns the defaults: Nacos's timings and thresholds, damping of 4 flips in
 // 60 s held for 60 s, 64 concurrent checks, the real clock, no logs.
@@ -111,9 +118,39 @@ func DefaultConfig() Config {
 	}
 }
 
+// withDefaults returns c with each zero field set to its default. An Interval's or the
+// Damping's fields default one by one; a Max left zero is at least its Min.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	cfgerr.Default(&c.MaxConcurrent, d.MaxConcurrent)
+	cfgerr.Default(&c.CheckTimeout, d.CheckTimeout)
+	cfgerr.Default(&c.FirstIntervalMin, d.FirstIntervalMin)
+	cfgerr.Default(&c.FirstIntervalMax, max(d.FirstIntervalMax, 2*c.FirstIntervalMin))
+	for _, iv := range []struct{ v, d *Interval }{{&c.TCPInterval, &d.TCPInterval}, {&c.HTTPInterval, &d.HTTPInterval}, {&c.MySQLInterval, &d.MySQLInterval}} {
+		cfgerr.Default(&iv.v.Min, iv.d.Min)
+		cfgerr.Default(&iv.v.Max, max(iv.d.Max, iv.v.Min))
+		cfgerr.Default(&iv.v.Factor, iv.d.Factor)
+	}
+	cfgerr.Default(&c.HealthyAfter, d.HealthyAfter)
+	cfgerr.Default(&c.UnhealthyAfter, d.UnhealthyAfter)
+	if c.Damping.Flips < 0 {
+		c.Damping = Damping{}
+	} else {
+		cfgerr.Default(&c.Damping.Flips, d.Damping.Flips)
+		cfgerr.Default(&c.Damping.Window, d.Damping.Window)
+		cfgerr.Default(&c.Damping.Hold, d.Damping.Hold)
+	}
+	return c
+}
+
 // Validate reports every rule c breaks, each naming the field and the rule, joined in one error
-// wrapping [ErrInvalidConfig] (nil if none).
+// wrapping [ErrInvalidConfig] (nil if none). Zero fields are checked as their defaults.
 func (c *Config) Validate() error {
+	d := c.withDefaults()
+	return d.validate()
+}
+
+func (c *Config) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if c.MaxConcurrent < 1 {
@@ -147,9 +184,6 @@ func (c *Config) Validate() error {
 	}
 	if c.UnhealthyAfter < 1 {
 		bad("UnhealthyAfter must be >= 1, got %d", c.UnhealthyAfter)
-	}
-	if c.Damping.Flips < 0 {
-		bad("Damping.Flips must be >= 0 (0 disables damping), got %d", c.Damping.Flips)
 	}
 	if c.Damping.Flips > 0 {
 		if c.Damping.Window <= 0 {

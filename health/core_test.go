@@ -3,6 +3,7 @@ package health
 import (
 	"errors"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ func testCore(t testing.TB, edit func(*Config)) *core {
 	if edit != nil {
 		edit(&cfg)
 	}
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +51,7 @@ func TestCoreFlipRule(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := testCore(t, func(cfg *Config) { cfg.Damping = Damping{} })
+			c := testCore(t, func(cfg *Config) { cfg.Damping = NoDamping })
 			k := key(1)
 			c.set(k, tcp(k), tc.start, 0)
 			now := int64(0)
@@ -282,20 +284,19 @@ func TestConfigValidate(t *testing.T) {
 		field string
 		edit  func(*Config)
 	}{
-		{"MaxConcurrent", func(c *Config) { c.MaxConcurrent = 0 }},
-		{"CheckTimeout", func(c *Config) { c.CheckTimeout = 0 }},
-		{"FirstIntervalMin", func(c *Config) { c.FirstIntervalMin = 0 }},
+		{"MaxConcurrent", func(c *Config) { c.MaxConcurrent = -1 }},
+		{"CheckTimeout", func(c *Config) { c.CheckTimeout = -1 }},
+		{"FirstIntervalMin", func(c *Config) { c.FirstIntervalMin = -1 }},
 		{"FirstIntervalMax", func(c *Config) { c.FirstIntervalMax = c.FirstIntervalMin }},
 		{"TCPInterval.Min", func(c *Config) { c.TCPInterval.Min = -1 }},
 		{"HTTPInterval.Max", func(c *Config) { c.HTTPInterval.Max = c.HTTPInterval.Min - 1 }},
 		{"MySQLInterval.Factor", func(c *Config) { c.MySQLInterval.Factor = 1 }},
 		{"TCPInterval.Factor", func(c *Config) { c.TCPInterval.Factor = -0.1 }},
-		{"HealthyAfter", func(c *Config) { c.HealthyAfter = 0 }},
+		{"HealthyAfter", func(c *Config) { c.HealthyAfter = -1 }},
 		{"UnhealthyAfter", func(c *Config) { c.UnhealthyAfter = -1 }},
-		{"Damping.Flips", func(c *Config) { c.Damping.Flips = -1 }},
 		{"Damping.Flips", func(c *Config) { c.Damping.Flips = maxDampFlips + 1 }},
-		{"Damping.Window", func(c *Config) { c.Damping.Window = 0 }},
-		{"Damping.Hold", func(c *Config) { c.Damping.Hold = 0 }},
+		{"Damping.Window", func(c *Config) { c.Damping.Window = -1 }},
+		{"Damping.Hold", func(c *Config) { c.Damping.Hold = -1 }},
 	}
 	for _, tc := range cases {
 		c := DefaultConfig()
@@ -310,7 +311,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	// Damping off needs no window.
 	c := DefaultConfig()
-	c.Damping = Damping{}
+	c.Damping = NoDamping
 	if err := c.Validate(); err != nil {
 		t.Errorf("damping off: %v", err)
 	}
@@ -371,7 +372,7 @@ func TestCoreResultAfterSwitchToNoneIsDropped(t *testing.T) {
 // wraps ErrInvalidConfig, a line per rule.
 func TestConfigValidateEvery(t *testing.T) {
 	c := DefaultConfig()
-	c.MaxConcurrent, c.HealthyAfter = 0, 0
+	c.MaxConcurrent, c.HealthyAfter = -1, -1
 	err := c.Validate()
 	if !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("Validate = %v, want ErrInvalidConfig", err)
@@ -390,5 +391,38 @@ func TestConfigValidateEvery(t *testing.T) {
 		if !strings.HasPrefix(l, ErrInvalidConfig.Error()+": ") {
 			t.Errorf("line %q lacks the prefix %q", l, ErrInvalidConfig)
 		}
+	}
+}
+
+// TestConfigZeroIsDefault: Config{} is valid and each of its zero fields takes its default,
+// field by field in an Interval and the Damping; NoDamping turns damping off.
+func TestConfigZeroIsDefault(t *testing.T) {
+	var zero Config
+	if err := zero.Validate(); err != nil {
+		t.Fatalf("Validate(Config{}) = %v", err)
+	}
+	if got, want := zero.withDefaults(), DefaultConfig(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("Config{} with defaults = %+v, want %+v", got, want)
+	}
+	part := Config{TCPInterval: Interval{Min: 10 * time.Second}, Damping: Damping{Flips: 2}}
+	d := part.withDefaults()
+	if d.TCPInterval.Max != 10*time.Second || d.TCPInterval.Factor != DefaultConfig().TCPInterval.Factor {
+		t.Fatalf("TCPInterval with Min 10 s only = %+v", d.TCPInterval)
+	}
+	if d.Damping != (Damping{Flips: 2, Window: time.Minute, Hold: time.Minute}) {
+		t.Fatalf("Damping with Flips only = %+v", d.Damping)
+	}
+	if err := part.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewScheduler(Config{})
+	if err != nil {
+		t.Fatalf("NewScheduler(Config{}) = %v", err)
+	}
+	_ = s.Close()
+	// Damping off: the core is given no flips to count.
+	c := testCore(t, func(cfg *Config) { cfg.Damping = NoDamping })
+	if c.damp.Flips != 0 {
+		t.Fatalf("NoDamping became %+v", c.damp)
 	}
 }

@@ -49,7 +49,8 @@ type completion struct {
 // NewScheduler validates cfg, copies it and returns a Scheduler with no targets. It starts
 // nothing; call Start. It reports an error wrapping [ErrInvalidConfig] for an invalid cfg.
 func NewScheduler(cfg Config) (*Scheduler, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Clock == nil {

@@ -113,7 +113,7 @@ func TestBatchWaitWindowCloses(t *testing.T) {
 
 // BatchWait 0 proposes whatever is queued at once: the batcher never waits.
 func TestBatchWaitOff(t *testing.T) {
-	c := newCluster(t, 1, func(cfg *Config) { cfg.BatchWait = 0 })
+	c := newCluster(t, 1, func(cfg *Config) { cfg.BatchWait = NoBatchWait })
 	n := c.nodes[1]
 	if err := closedLoop(n, 8, 10); err != nil {
 		t.Fatal(err)

@@ -55,7 +55,7 @@ func BenchmarkPersistentRegister(b *testing.B) {
 				cfg.MaxBatch = batch
 				cfg.ProposeTimeout = 10 * time.Second
 				if mode.noWait {
-					cfg.BatchWait = 0
+					cfg.BatchWait = NoBatchWait
 				}
 				cfg.SyncCommitIndex = mode.syncCommit
 			}

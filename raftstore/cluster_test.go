@@ -295,7 +295,7 @@ func TestBarrierMakesListenerCurrent(t *testing.T) {
 // crash before Badger's data reached the disk) rebuilds it by replaying
 // the Raft log from the index Open reports.
 func TestReplayAfterLostState(t *testing.T) {
-	c := newCluster(t, 3, func(cfg *Config) { cfg.SnapshotEntries = 0 })
+	c := newCluster(t, 3, func(cfg *Config) { cfg.SnapshotEntries = NoSnapshots })
 	for p := range 20 {
 		mustPropose(t, c.any(), Command{Op: OpPutInstance, Instance: persistent("replay", "10.0.0.9", p+1)})
 	}

@@ -15,7 +15,10 @@ import (
 	"github.com/muster-io/muster/transport"
 )
 
-// Config configures a Node. Start from DefaultConfig.
+// Config configures a Node. Set the required fields (ReplicaID, DeploymentID, Dir,
+// InitialMembers or Join, and Transport or RaftAddress with TLS); every other field left zero
+// takes its default (DefaultConfig), as everywhere in this module, and what can be turned off
+// says how (NoSnapshots, NoBatchWait).
 type Config struct {
 	// ReplicaID is this replica's ID in the shard, ≥ 1. A removed ID can
 	// never be reused.
@@ -52,7 +55,7 @@ type Config struct {
 	// SnapshotEntries: a (metadata-only, for the on-disk state machine)
 	// snapshot every N applied entries, which lets the log be compacted
 	// and lagging or joining replicas catch up by a streamed snapshot
-	// (default 10000; 0 disables). CompactionOverhead entries are kept
+	// (default 10000; NoSnapshots disables). CompactionOverhead entries are kept
 	// behind a snapshot (default 5000), and more while a snapshot is being
 	// streamed to a replica and for a while after, so that it can go on
 	// from the log (see doc.go, Snapshots).
@@ -72,8 +75,8 @@ type Config struct {
 	// callers have their results, while fewer commands are queued than that
 	// entry answered (plus those queued then): callers that issue their
 	// next command as soon as the last returns then share one entry instead
-	// of splitting into cohorts that take turns (default 1 ms; 0 proposes
-	// whatever is queued at once). It is real time, as Dragonboat is. A
+	// of splitting into cohorts that take turns (default 1 ms; NoBatchWait, or any negative
+	// value, proposes whatever is queued at once). It is real time, as Dragonboat is. A
 	// command never waits longer than BatchWait for the entry it goes in,
 	// and one that arrives after the window goes out at once.
 	BatchWait time.Duration
@@ -152,6 +155,9 @@ type Config struct {
 
 	// transport replaces Dragonboat's TCP transport (tests: partitions).
 	transport config.TransportFactory
+	// dragonboat, for tests, replaces the Dragonboat version the binary
+	// was built with (see vetted).
+	dragonboat string
 	// pace, for tests, times the waits that follow Dragonboat (the batcher's
 	// window, the pause between attempts); nil is real time.
 	pace clockwork.Clock
@@ -182,13 +188,50 @@ func DefaultConfig() Config {
 	}
 }
 
+// NoSnapshots, as Config.SnapshotEntries, turns the Node's snapshots off: the log is then
+// never compacted.
+const NoSnapshots = ^uint64(0)
+
+// NoBatchWait, as Config.BatchWait, turns the batcher's window off.
+const NoBatchWait time.Duration = -1
+
+// withDefaults returns c with each zero field set to its default.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	cfgerr.Default(&c.ShardID, d.ShardID)
+	cfgerr.Default(&c.RTTMillisecond, d.RTTMillisecond)
+	cfgerr.Default(&c.HeartbeatRTT, d.HeartbeatRTT)
+	cfgerr.Default(&c.ElectionRTT, max(d.ElectionRTT, 10*c.HeartbeatRTT))
+	cfgerr.Default(&c.SnapshotEntries, d.SnapshotEntries)
+	cfgerr.Default(&c.CompactionOverhead, d.CompactionOverhead)
+	cfgerr.Default(&c.ProposeTimeout, max(d.ProposeTimeout, 2*c.rtt()))
+	cfgerr.Default(&c.ReadTimeout, max(d.ReadTimeout, 2*c.rtt()))
+	cfgerr.Default(&c.MaxBatch, d.MaxBatch)
+	cfgerr.Default(&c.BatchWait, d.BatchWait)
+	return c
+}
+
+// snapshotEvery is SnapshotEntries, 0 for NoSnapshots.
+func (c *Config) snapshotEvery() uint64 {
+	if c.SnapshotEntries == NoSnapshots {
+		return 0
+	}
+	return c.SnapshotEntries
+}
+
 func invalidConfig(field, rule string) error {
 	return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, rule)
 }
 
 // Validate checks c and reports every broken rule in one error, each
-// naming the field and the rule; the error matches ErrInvalidConfig.
+// naming the field and the rule; the error matches ErrInvalidConfig. Zero
+// fields are checked as their defaults.
 func (c *Config) Validate() error {
+	d := c.withDefaults()
+	return d.validate()
+}
+
+func (c *Config) validate() error {
 	var errs []error
 	check := func(ok bool, field, rule string) {
 		if !ok {
@@ -205,7 +248,7 @@ func (c *Config) Validate() error {
 	check(c.ProposeTimeout >= 2*c.rtt(), "ProposeTimeout", "must be at least 2 × RTTMillisecond")
 	check(c.ReadTimeout >= 2*c.rtt(), "ReadTimeout", "must be at least 2 × RTTMillisecond")
 	check(c.MaxBatch >= 1 && c.MaxBatch <= maxBatchCommands, "MaxBatch", fmt.Sprintf("must be 1–%d", maxBatchCommands))
-	check(c.BatchWait >= 0 && c.BatchWait <= c.ProposeTimeout/4, "BatchWait", "must be 0 (off) to ProposeTimeout / 4")
+	check(c.BatchWait <= c.ProposeTimeout/4, "BatchWait", "must be at most ProposeTimeout / 4 (NoBatchWait: off)")
 	check(!c.Join || len(c.InitialMembers) == 0, "InitialMembers", "must be empty with Join")
 	switch c.FS.(type) {
 	case nil, *vfs.MemFS, *vfs.ErrorFS:

@@ -223,10 +223,26 @@
 // never an entry, a term or a vote; TestCrashKeepsAcknowledgedWrites kills
 // a process running a cluster and restarts it from its directories.
 // Config.SyncCommitIndex turns the wrapper off; Stats.CommitWritesDeferred
-// counts the writes held back. The wrapper reaches Dragonboat's
-// constructor with go:linkname, so it is used only with the Dragonboat
-// version it was checked against; a binary whose build information names
-// another, or none, logs a warning and runs as with SyncCommitIndex.
+// counts the writes held back, and Stats.LazyCommit (the metric
+// muster_raft_lazy_commit) says whether the wrapper is on.
+//
+// Why go:linkname. Dragonboat's public way to choose the LogDB is
+// config.LogDBFactory (NodeHostConfig.Expert.LogDBFactory), and the
+// wrapper is one: what it cannot reach publicly is the LogDB it wraps.
+// The default, "sharded-pebble", is built by internal/logdb.NewDefaultLogDB
+// only; the public plugins are Tan (plugin/tan: a different on-disk format
+// and LogDB name, so Dragonboat refuses to open an existing data directory
+// with it) and a tee of Tan and Pebble for Dragonboat's own tests
+// (plugin/tee). Wrapping Tan would change the format of every deployed
+// Dir; reimplementing the Pebble LogDB would copy its format by hand. So
+// the wrapper reaches the default constructor with go:linkname, which
+// checks no types: it is used only with the Dragonboat version it was
+// checked against (TestDragonboatVersionVetted holds go.mod to it). A
+// binary whose build information names another version, or none, runs as
+// with SyncCommitIndex: Start logs a Warn through Config.Logger (the
+// registry's logger through registry/raftcp) and Stats.LazyCommit is
+// false. The trade-off is then only speed (about twice the fsyncs on a
+// follower), never safety.
 //
 // # Snapshots and log compaction
 //

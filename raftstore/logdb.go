@@ -125,6 +125,7 @@ func (f lazyCommitFactory) Create(cfg config.NodeHostConfig, cb config.LogDBCall
 	}
 	l := newLazyCommitLogDB(db, &f.node.stats.commitDeferred)
 	f.node.logdb = l
+	f.node.stats.lazyCommit.Store(true)
 	return l, nil
 }
 

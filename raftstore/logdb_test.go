@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"github.com/lni/dragonboat/v4"
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
+	"github.com/muster-io/muster/internal/testutil"
 )
 
 // TestDragonboatVersionVetted: go:linkname does not check types, so the
@@ -281,6 +283,9 @@ func TestLazyCommitOnACluster(t *testing.T) {
 				if (n.logdb == nil) != sync {
 					t.Fatalf("node %d: wrapper %v with SyncCommitIndex %v", id, n.logdb != nil, sync)
 				}
+				if n.Stats().LazyCommit == sync {
+					t.Fatalf("node %d: Stats.LazyCommit %v with SyncCommitIndex %v", id, n.Stats().LazyCommit, sync)
+				}
 			}
 			if sync && deferred != 0 || !sync && deferred < writes {
 				t.Fatalf("%d commit-only writes deferred over %d entries and 3 replicas", deferred, writes)
@@ -305,6 +310,25 @@ func TestLazyCommitOnACluster(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLazyCommitOffWithAnotherDragonboat: built with a Dragonboat other
+// than the vetted one, a node runs without the wrapper, says so in
+// Stats.LazyCommit and logs a Warn through its own Logger.
+func TestLazyCommitOffWithAnotherDragonboat(t *testing.T) {
+	var buf testutil.Buffer
+	c := newCluster(t, 1, func(cfg *Config) {
+		cfg.dragonboat = "v4.9.9"
+		cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	for id, n := range c.nodes {
+		if n.logdb != nil || n.Stats().LazyCommit {
+			t.Fatalf("node %d: wrapper on with an unvetted Dragonboat", id)
+		}
+	}
+	if !strings.Contains(buf.String(), "not the version the commit-index wrapper was checked against") || !strings.Contains(buf.String(), "v4.9.9") {
+		t.Fatalf("no Warn naming the version in the node's log:\n%s", buf.String())
 	}
 }
 

@@ -77,7 +77,8 @@ type Info struct {
 
 // New validates and copies cfg. It starts nothing.
 func New(cfg Config) (*Node, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.clone()
@@ -137,8 +138,12 @@ func (n *Node) nodeHostConfig() config.NodeHostConfig {
 		},
 	}
 	if !n.cfg.SyncCommitIndex {
-		if v, libTest := linkedDragonboat(); !vetted(v, libTest) {
-			n.log.Warn("raftstore: this Dragonboat is not the version the commit-index wrapper was checked against: every change of the commit index is fsynced, as with SyncCommitIndex", "dragonboat", v, "vetted", vettedDragonboat)
+		v, libTest := linkedDragonboat()
+		if n.cfg.dragonboat != "" {
+			v, libTest = n.cfg.dragonboat, false
+		}
+		if !vetted(v, libTest) {
+			n.log.Warn("raftstore: this Dragonboat is not the version the commit-index wrapper was checked against: every change of the commit index is fsynced, as with SyncCommitIndex (Stats.LazyCommit false)", "dragonboat", v, "vetted", vettedDragonboat)
 		} else {
 			nhc.Expert.LogDBFactory = lazyCommitFactory{node: n}
 		}
@@ -205,7 +210,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		}
 	}()
 	n.sm = newStateMachine(db, n.cfg.Listener, n.log)
-	n.sm.snapEvery, n.sm.retention.overhead = n.cfg.SnapshotEntries, n.cfg.CompactionOverhead
+	n.sm.snapEvery, n.sm.retention.overhead = n.cfg.snapshotEvery(), n.cfg.CompactionOverhead
 	n.sm.limits = n.cfg.Limits
 	if n.cfg.Transport != nil {
 		n.guard = newGuard(n.cfg.DeploymentID, n.cfg.ShardID, n.cfg.ReplicaID)
@@ -267,7 +272,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.queue = make(chan *proposal, 4*maxBatchCommands)
 	n.goFunc(n.batchLoop)
-	if n.cfg.SnapshotEntries > 0 {
+	if n.cfg.snapshotEvery() > 0 {
 		n.goFunc(n.snapshotLoop)
 	}
 	n.started = true

@@ -20,16 +20,12 @@ func TestConfigValidate(t *testing.T) {
 	}
 	cases := map[string]func(*Config){
 		"ReplicaID":      func(c *Config) { c.ReplicaID = 0 },
-		"ShardID":        func(c *Config) { c.ShardID = 0 },
 		"Dir":            func(c *Config) { c.Dir = "" },
 		"RaftAddress":    func(c *Config) { c.RaftAddress = "localhost" },
 		"ElectionRTT":    func(c *Config) { c.ElectionRTT = 2 },
-		"HeartbeatRTT":   func(c *Config) { c.HeartbeatRTT = 0 },
-		"RTTMillisecond": func(c *Config) { c.RTTMillisecond = 0 },
 		"ProposeTimeout": func(c *Config) { c.ProposeTimeout = 1 },
 		"ReadTimeout":    func(c *Config) { c.ReadTimeout = 1 },
-		"MaxBatch":       func(c *Config) { c.MaxBatch = 0 },
-		"BatchWait":      func(c *Config) { c.BatchWait = -1 },
+		"MaxBatch":       func(c *Config) { c.MaxBatch = -1 },
 		"InitialMembers": func(c *Config) { c.InitialMembers = map[uint64]string{2: "127.0.0.1:2"} },
 	}
 	for field, breakIt := range cases {
@@ -54,11 +50,8 @@ func TestConfigValidate(t *testing.T) {
 	if err := long.Validate(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "BatchWait") {
 		t.Errorf("BatchWait above ProposeTimeout/4: %v", err)
 	}
-	// Every broken rule at once, in one error (but for RTTMillisecond and
-	// HeartbeatRTT at 0, by which the timeouts and ElectionRTT are judged).
+	// Every broken rule at once, in one error.
 	all := good.clone()
-	delete(cases, "RTTMillisecond")
-	delete(cases, "HeartbeatRTT")
 	for _, breakIt := range cases {
 		breakIt(&all)
 	}
@@ -73,6 +66,38 @@ func TestConfigValidate(t *testing.T) {
 		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, ErrInvalidConfig.Error()+": "+field+" ") }) {
 			t.Errorf("every field broken: no rule of %s in %q", field, lines)
 		}
+	}
+}
+
+// TestConfigZeroIsDefault: a Config with only its required fields is
+// valid and takes DefaultConfig's values; NoSnapshots and NoBatchWait are
+// valid and turn their feature off (the Node's snapshot loop does not run
+// with NoSnapshots, so TestReplayAfterLostState replays the whole log).
+func TestConfigZeroIsDefault(t *testing.T) {
+	c := Config{ReplicaID: 1, DeploymentID: 7, Dir: t.TempDir(), RaftAddress: "127.0.0.1:1",
+		InitialMembers: map[uint64]string{1: "127.0.0.1:1"}, Insecure: true}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("required fields only: %v", err)
+	}
+	d, want := c.withDefaults(), DefaultConfig()
+	if d.ShardID != want.ShardID || d.RTTMillisecond != want.RTTMillisecond || d.ElectionRTT != want.ElectionRTT ||
+		d.HeartbeatRTT != want.HeartbeatRTT || d.SnapshotEntries != want.SnapshotEntries ||
+		d.CompactionOverhead != want.CompactionOverhead || d.ProposeTimeout != want.ProposeTimeout ||
+		d.ReadTimeout != want.ReadTimeout || d.MaxBatch != want.MaxBatch || d.BatchWait != want.BatchWait {
+		t.Fatalf("zero fields: got %+v, want DefaultConfig's", d)
+	}
+	slow := c
+	slow.RTTMillisecond = 2000 // the default timeouts would be under 2 RTT
+	if err := slow.Validate(); err != nil {
+		t.Fatalf("zero timeouts beside a long RTT: %v", err)
+	}
+	off := c
+	off.SnapshotEntries, off.BatchWait = NoSnapshots, NoBatchWait
+	if err := off.Validate(); err != nil {
+		t.Fatalf("NoSnapshots, NoBatchWait: %v", err)
+	}
+	if off.snapshotEvery() != 0 {
+		t.Fatal("NoSnapshots still takes snapshots")
 	}
 }
 

@@ -40,6 +40,11 @@ type Stats struct {
 	// synchronous write saved (a held state that a snapshot record or Close later writes
 	// on its own saves none).
 	CommitWritesDeferred uint64
+	// LazyCommit reports whether the commit-index wrapper of the Raft log is on (see "The
+	// commit index" in doc.go): false with Config.SyncCommitIndex, before Start, or when
+	// this binary's Dragonboat is not the version the wrapper's go:linkname was checked
+	// against (Start then logs a Warn saying so); CommitWritesDeferred then stays 0.
+	LazyCommit bool
 	// ProposeLatency is the time from a Propose call to its outcome (commit and local apply,
 	// or failure), measured on Config.Clock (a fake clock in tests measures nothing).
 	ProposeLatency Histogram
@@ -76,6 +81,7 @@ type stats struct {
 	entries, entriesFailed                        atomic.Uint64
 	batchWaitsFilled, batchWaitsExpired           atomic.Uint64
 	commitDeferred                                atomic.Uint64
+	lazyCommit                                    atomic.Bool
 	latency                                       *metric.Histogram
 
 	leaderChanges atomic.Uint64
@@ -171,6 +177,7 @@ func (n *Node) Stats() Stats {
 		BatchWaitsFilled:     s.batchWaitsFilled.Load(),
 		BatchWaitsExpired:    s.batchWaitsExpired.Load(),
 		CommitWritesDeferred: s.commitDeferred.Load(),
+		LazyCommit:           s.lazyCommit.Load(),
 		LeaderChanges:        s.leaderChanges.Load(),
 		LeaderID:             s.leader.Load(),
 		Term:                 s.term.Load(),

@@ -19,7 +19,7 @@ import (
 // clusterOpts is a 3-node cluster with immediate sync.
 func clusterOpts() registrytest.ClusterOptions {
 	dc := distro.DefaultConfig()
-	dc.SyncDelay = 0
+	dc.SyncDelay = distro.NoSyncDelay
 	return registrytest.ClusterOptions{Distro: &dc, LogLevel: logLevel}
 }
 
@@ -723,5 +723,27 @@ func TestClusterDeregisterThroughLaggingNode(t *testing.T) {
 		if got := ipsOn(t, n, "lag"); len(got) != 0 {
 			t.Errorf("%s still serves %v after a successful Deregister", n.ID, got)
 		}
+	}
+}
+
+// TestClusterNoHandover: HandoverTimeout NoHandover turns the handover
+// off: a node that shuts down gracefully leaves its sessions' instances on
+// the others until OrphanTimeout, as a crashed one does. (Zero is the
+// default 2 s: TestClusterShutdownHandsOver.)
+func TestClusterNoHandover(t *testing.T) {
+	opts := clusterOpts()
+	cfg := registry.DefaultConfig()
+	cfg.HealthChecks, cfg.HandoverTimeout = nil, registry.NoHandover
+	opts.Config = &cfg
+	c := registrytest.NewCluster(t, opts)
+	sess, err := c.Node(0).OpenSession(ctx, registry.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRegister(t, sess, inst("h0", 1))
+	c.Settle()
+	c.Shutdown(0)
+	if got := ipsOn(t, c.Node(2), "h0"); len(got) != 1 {
+		t.Fatalf("without handover, n3 serves %v right after the shutdown; want the instance until OrphanTimeout", got)
 	}
 }

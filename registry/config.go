@@ -13,8 +13,17 @@ import (
 	"github.com/muster-io/muster/model"
 )
 
-// Config configures a Registry. Start from DefaultConfig. New copies it; the
-// caller's value is never written to.
+// Config configures a Registry. New copies it; the caller's value is never
+// written to.
+//
+// Zero values. As everywhere in this module, a field left zero takes its
+// default, so Config{} is a valid standalone registry, and a feature that
+// can be turned off says how: with a negative value or a named constant,
+// documented on the field. The optional parts (Clock, Logger, Rand,
+// Replicator, Transport, Store, HealthChecks) are the exception a pointer
+// or a function has to be: nil means without them (or the real clock, no
+// logs). DefaultConfig is Config{} with every default written out and
+// with HealthChecks on (health.DefaultConfig).
 type Config struct {
 	// NodeID names this node in session IDs and logs. Default "local".
 	NodeID string
@@ -39,11 +48,12 @@ type Config struct {
 	Limits Limits
 
 	// EmptyServiceTTL is how long a service with neither instances nor a
-	// stored definition lives before it is removed (Nacos: 60 s).
+	// stored definition lives before it is removed (default 60 s, as
+	// Nacos).
 	EmptyServiceTTL time.Duration
 	// PatchTTL is how long an instance patch outlives its instance before it
 	// is dropped (Nacos: 60 s). A patch whose instance comes back in time
-	// stays.
+	// stays. Default 60 s.
 	PatchTTL time.Duration
 	// SweepInterval caps how long the housekeeping loop sleeps. Deadlines
 	// are tracked exactly, so this only bounds the wake-ups of an idle
@@ -81,9 +91,9 @@ type Config struct {
 	// Explain, for all instances together (rounded up to a power of two):
 	// about 130 bytes each, allocated once, and a clock read per event on
 	// the write paths (a noticeable share of a standalone Register's cost).
-	// DefaultConfig leaves it 0 (off: Explain reports the instance's
-	// current state only); registry/node and registrytest turn it on with
-	// DefaultHistoryEvents, as a cluster's operators want it.
+	// Zero (the default) or negative keeps none (off: Explain reports the
+	// instance's current state only); registry/node and registrytest turn
+	// it on with DefaultHistoryEvents, as a cluster's operators want it.
 	HistoryEvents int
 	// WatchHistory is how many past revisions of each service the registry
 	// keeps so that a watcher can resume from one (WatchFrom) and get the
@@ -108,8 +118,8 @@ type Config struct {
 	// HandoverTimeout bounds, in real time, what Close does first in a
 	// cluster: end this node's sessions and send their removal to the
 	// peers, so that their instances leave every node at once instead of
-	// after the peers' OrphanTimeout (default 2 s; 0 skips it, and the
-	// peers treat the node as crashed).
+	// after the peers' OrphanTimeout (default 2 s; NoHandover, or any
+	// negative value, skips it, and the peers treat the node as crashed).
 	HandoverTimeout time.Duration
 	// ForwardTimeout bounds each forwarded request in real time (default
 	// 3 s): an owner that stopped answering fails the call with
@@ -135,13 +145,31 @@ func DefaultConfig() Config {
 	}
 }
 
+// withDefaults returns c with each zero field set to its default.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	cfgerr.Default(&c.NodeID, d.NodeID)
+	c.Limits = c.Limits.withDefaults()
+	cfgerr.Default(&c.EmptyServiceTTL, d.EmptyServiceTTL)
+	cfgerr.Default(&c.PatchTTL, d.PatchTTL)
+	cfgerr.Default(&c.SweepInterval, d.SweepInterval)
+	cfgerr.Default(&c.ForwardAttempts, d.ForwardAttempts)
+	cfgerr.Default(&c.ForwardBackoff, d.ForwardBackoff)
+	cfgerr.Default(&c.ForwardTimeout, d.ForwardTimeout)
+	cfgerr.Default(&c.HandoverTimeout, d.HandoverTimeout)
+	return c
+}
+
 // Validate reports every invalid field, each with its rule, in an error
-// that matches ErrInvalidConfig.
+// that matches ErrInvalidConfig. Zero fields are checked as their
+// defaults: a Config with none of its fields set is valid.
 func (c *Config) Validate() error {
+	d := c.withDefaults()
+	return d.validate()
+}
+
+func (c *Config) validate() error {
 	var errs []error
-	if c.NodeID == "" {
-		errs = append(errs, errors.New("NodeID must not be empty"))
-	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
@@ -150,8 +178,8 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s must be positive (got %v)", d.name, d.v))
 		}
 	}
-	if c.HistoryEvents < 0 || c.HistoryEvents > MaxHistoryEvents {
-		errs = append(errs, fmt.Errorf("HistoryEvents must be 0 to %d (got %d)", MaxHistoryEvents, c.HistoryEvents))
+	if c.HistoryEvents > MaxHistoryEvents {
+		errs = append(errs, fmt.Errorf("HistoryEvents must be at most %d (got %d)", MaxHistoryEvents, c.HistoryEvents))
 	}
 	if c.WatchHistory > maxWatchHistory {
 		errs = append(errs, fmt.Errorf("WatchHistory must be at most %d (got %d)", maxWatchHistory, c.WatchHistory))
@@ -171,9 +199,6 @@ func (c *Config) Validate() error {
 		}
 		if c.ForwardBackoff <= 0 {
 			errs = append(errs, fmt.Errorf("ForwardBackoff must be positive (got %v)", c.ForwardBackoff))
-		}
-		if c.HandoverTimeout < 0 {
-			errs = append(errs, fmt.Errorf("HandoverTimeout must not be negative (got %v)", c.HandoverTimeout))
 		}
 		if c.ForwardTimeout <= 0 {
 			errs = append(errs, fmt.Errorf("ForwardTimeout must be positive (got %v)", c.ForwardTimeout))
@@ -199,6 +224,10 @@ type Env struct {
 	// Limits are the validation limits of the registry's writes.
 	Limits model.Limits
 }
+
+// NoHandover, as Config.HandoverTimeout, makes Close skip the handover of
+// the node's sessions.
+const NoHandover time.Duration = -1
 
 // DefaultWatchHistory is the default of Config.WatchHistory.
 const DefaultWatchHistory = 8

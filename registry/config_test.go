@@ -150,7 +150,7 @@ func TestStartTwice(t *testing.T) {
 // are not quoted.
 func TestConfigErrorLines(t *testing.T) {
 	cfg := registry.DefaultConfig()
-	cfg.EmptyServiceTTL, cfg.PatchTTL, cfg.HistoryEvents = -time.Second, -time.Second, -1
+	cfg.EmptyServiceTTL, cfg.PatchTTL, cfg.HistoryEvents = -time.Second, -time.Second, registry.MaxHistoryEvents+1
 	cfg.Limits.MaxSessions = -1
 	err := cfg.Validate()
 	if !errors.Is(err, registry.ErrInvalidConfig) {
@@ -195,5 +195,73 @@ func TestNewSaysNoMySQLChecker(t *testing.T) {
 		if said := strings.Contains(buf.String(), "without a MySQL checker"); said == withChecker {
 			t.Fatalf("with a checker %v: log %q", withChecker, buf.String())
 		}
+	}
+}
+
+// TestConfigZeroIsDefault: Config{} is a valid standalone registry whose
+// zero fields took their defaults, and the "off" of each field that has
+// one is a negative value: HistoryEvents keeps no journal (Explain has no
+// events), WatchHistory keeps no revisions (every resume is a reset).
+// NoHandover: TestClusterNoHandover.
+func TestConfigZeroIsDefault(t *testing.T) {
+	var zero registry.Config
+	if err := zero.Validate(); err != nil {
+		t.Fatalf("Validate(Config{}) = %v", err)
+	}
+	r, err := registry.New(registry.Config{})
+	if err != nil {
+		t.Fatalf("New(Config{}) = %v", err)
+	}
+	defer r.Close()
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if r.NodeID() != registry.DefaultConfig().NodeID {
+		t.Fatalf("NodeID %q, want the default %q", r.NodeID(), registry.DefaultConfig().NodeID)
+	}
+	in := model.NewInstance(model.ServiceKey{Name: "zero"}, "10.0.0.1", 80)
+	if err := r.Register(t.Context(), in); err != nil {
+		t.Fatal(err)
+	}
+	v, err := r.Query(t.Context(), model.Query{Service: in.Service})
+	if err != nil || len(v.Instances) != 1 {
+		t.Fatalf("Query: %v, %v", v, err)
+	}
+
+	cfg := registry.Config{HistoryEvents: -1, WatchHistory: -1}
+	off, err := registry.New(cfg)
+	if err != nil {
+		t.Fatalf("negative HistoryEvents and WatchHistory: %v", err)
+	}
+	defer off.Close()
+	if err := off.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := off.Register(t.Context(), in); err != nil {
+		t.Fatal(err)
+	}
+	if ex := off.Explain(in.Key()); len(ex.Events) != 0 {
+		t.Fatalf("HistoryEvents -1 kept %d events", len(ex.Events))
+	}
+	w, err := off.Watch(t.Context(), model.Query{Service: in.Service})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := w.Next(t.Context())
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in2 := model.NewInstance(in.Service, "10.0.0.2", 80)
+	if err := off.Register(t.Context(), in2); err != nil {
+		t.Fatal(err)
+	}
+	w, err = off.WatchFrom(t.Context(), model.Query{Service: in.Service}, u.Cursor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if u, err := w.Next(t.Context()); err != nil || !u.Reset {
+		t.Fatalf("WatchHistory -1: resume = reset %v (%v), want a reset", u.Reset, err)
 	}
 }

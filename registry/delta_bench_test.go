@@ -35,7 +35,7 @@ func benchPair(b *testing.B) (*transport.MemNetwork, *registry.Registry, *regist
 		mem := distro.NewStatic(distro.Member{ID: id})
 		mem.Set(all...)
 		dc := distro.DefaultConfig()
-		dc.Transport, dc.Membership, dc.SyncDelay = tr, mem, 0
+		dc.Transport, dc.Membership, dc.SyncDelay = tr, mem, distro.NoSyncDelay
 		dc.LoadTimeout = 100 * time.Millisecond
 		cfg := registry.DefaultConfig()
 		cfg.NodeID, cfg.Replicator, cfg.Transport, cfg.HealthChecks = id, registry.Distro(dc), tr, nil

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muster-io/muster/distro"
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/registry"
 	"github.com/muster-io/muster/registry/node"
@@ -30,7 +31,7 @@ func startReal(t *testing.T, id string, seeds []string) *realNode {
 	tm.ProbeInterval, tm.ProbeTimeout, tm.GossipInterval = 100*time.Millisecond, 50*time.Millisecond, 20*time.Millisecond
 	tm.PushPull, tm.GossipTCPTimeout, tm.GossipDead = time.Second, 200*time.Millisecond, time.Second
 	tm.Rejoin, tm.Leave = 500*time.Millisecond, 200*time.Millisecond
-	tm.SyncDelay, tm.Verify, tm.Orphan, tm.Tombstone = 0, 200*time.Millisecond, time.Second, 2*time.Second
+	tm.SyncDelay, tm.Verify, tm.Orphan, tm.Tombstone = distro.NoSyncDelay, 200*time.Millisecond, time.Second, 2*time.Second
 	tm.Load = 500 * time.Millisecond
 	cfg.Timings = tm
 	cfg.Registry.HealthChecks = nil

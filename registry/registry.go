@@ -94,14 +94,15 @@ type Registry struct {
 
 // New validates cfg and returns a registry that is not started yet.
 func New(cfg Config) (*Registry, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	r := &Registry{
 		cfg:     cfg,
 		clock:   cfg.Clock,
 		log:     cfg.Logger,
-		index:   newIndex(cfg.Limits.withDefaults(), cfg.EmptyServiceTTL, cfg.PatchTTL),
+		index:   newIndex(cfg.Limits, cfg.EmptyServiceTTL, cfg.PatchTTL),
 		ready:   make(chan struct{}),
 		stop:    make(chan struct{}),
 		settles: make(chan chan struct{}),

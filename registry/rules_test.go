@@ -246,16 +246,16 @@ func TestMetadataLimitConfigurable(t *testing.T) {
 // idempotent, config validated.
 func TestLifecycle(t *testing.T) {
 	cfg := registry.DefaultConfig()
-	cfg.PatchTTL = 0
+	cfg.PatchTTL = -time.Second // 0 is the default
 	if _, err := registry.New(cfg); !errors.Is(err, registry.ErrInvalidConfig) || !strings.Contains(err.Error(), "PatchTTL must be positive") {
-		t.Fatalf("New with PatchTTL 0: %v, want ErrInvalidConfig naming PatchTTL and its rule", err)
+		t.Fatalf("New with PatchTTL -1s: %v, want ErrInvalidConfig naming PatchTTL and its rule", err)
 	}
 	cfg = registry.DefaultConfig()
-	cfg.NodeID = ""
+	cfg.HistoryEvents = registry.MaxHistoryEvents + 1
 	cfg.SweepInterval = -1
 	_, err := registry.New(cfg)
-	if !errors.Is(err, registry.ErrInvalidConfig) || !strings.Contains(err.Error(), "NodeID must not be empty") || !strings.Contains(err.Error(), "SweepInterval must be positive") {
-		t.Fatalf("New with an empty NodeID and a negative SweepInterval: %v, want ErrInvalidConfig naming both", err)
+	if !errors.Is(err, registry.ErrInvalidConfig) || !strings.Contains(err.Error(), "HistoryEvents must be at most") || !strings.Contains(err.Error(), "SweepInterval must be positive") {
+		t.Fatalf("New with too many HistoryEvents and a negative SweepInterval: %v, want ErrInvalidConfig naming both", err)
 	}
 	r, err := registry.New(registry.DefaultConfig())
 	if err != nil {

@@ -108,7 +108,8 @@ var errDuplicate = errors.New("transport: peer keeps its own connection")
 
 // NewTCP validates and copies cfg. It starts nothing.
 func NewTCP(cfg TCPConfig) (*TCP, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	cfg.Secret = slices.Clone(cfg.Secret)

@@ -12,7 +12,9 @@ import (
 	"github.com/muster-io/muster/internal/cfgerr"
 )
 
-// TCPConfig configures a [TCP] transport. Start from [DefaultTCPConfig].
+// TCPConfig configures a [TCP] transport. Set NodeID, Resolve and Secret or TLS; every other
+// field left zero takes its default ([DefaultTCPConfig]), as everywhere in this module, and
+// what can be turned off says how ([NoQueue]).
 type TCPConfig struct {
 	// NodeID is this node's ID, 1 to 255 bytes. Required.
 	NodeID string
@@ -154,6 +156,32 @@ type TCPConfig struct {
 	Rand rand.Source
 }
 
+// NoQueue, as TCPConfig.MaxQueued, turns the handler queue off: a message that finds
+// MaxInflight handlers running is refused (or dropped) at once.
+const NoQueue = -1
+
+// withDefaults returns c with each zero field set to its default.
+func (c TCPConfig) withDefaults() TCPConfig {
+	d := DefaultTCPConfig()
+	cfgerr.Default(&c.ListenAddr, d.ListenAddr)
+	cfgerr.Default(&c.MaxFrameSize, d.MaxFrameSize)
+	cfgerr.Default(&c.DialTimeout, d.DialTimeout)
+	cfgerr.Default(&c.HandshakeTimeout, d.HandshakeTimeout)
+	cfgerr.Default(&c.MaxHandshakes, d.MaxHandshakes)
+	cfgerr.Default(&c.MaxHandshakesPerIP, min(d.MaxHandshakesPerIP, max(c.MaxHandshakes, 1)))
+	cfgerr.Default(&c.IdleTimeout, d.IdleTimeout)
+	cfgerr.Default(&c.ReconnectMin, d.ReconnectMin)
+	cfgerr.Default(&c.ReconnectMax, max(d.ReconnectMax, c.ReconnectMin))
+	cfgerr.Default(&c.MaxInflight, d.MaxInflight)
+	cfgerr.Default(&c.MaxQueued, d.MaxQueued)
+	if c.MaxQueued < 0 {
+		c.MaxQueued = 0 // NoQueue: the code compares with MaxQueued
+	}
+	cfgerr.Default(&c.MaxQueuedBytes, d.MaxQueuedBytes)
+	cfgerr.Default(&c.WriteQueue, d.WriteQueue)
+	return c
+}
+
 // DefaultTCPConfig returns the defaults; NodeID and Resolve still have to be
 // set, and Secret or TLS (or, for tests, Insecure): Validate refuses a
 // config with neither.
@@ -183,7 +211,11 @@ func DefaultTCPConfig() TCPConfig {
 // tls.RequireAndVerifyClientCert, and no GetConfigForClient) unless it
 // has a Secret and SecretIdentity says that the Secret alone identifies
 // peers; Insecure allows both.
-func (c TCPConfig) Validate() error {
+//
+// Zero fields are checked as their defaults.
+func (c TCPConfig) Validate() error { return c.withDefaults().validate() }
+
+func (c TCPConfig) validate() error {
 	var errs []error
 	check := func(ok bool, format string, args ...any) {
 		if !ok {
@@ -210,7 +242,6 @@ func (c TCPConfig) Validate() error {
 	check(c.ReconnectMin > 0, "ReconnectMin must be > 0, got %v", c.ReconnectMin)
 	check(c.ReconnectMax >= c.ReconnectMin, "ReconnectMax (%v) must be >= ReconnectMin (%v)", c.ReconnectMax, c.ReconnectMin)
 	check(c.MaxInflight > 0, "MaxInflight must be > 0, got %d", c.MaxInflight)
-	check(c.MaxQueued >= 0, "MaxQueued must be >= 0, got %d", c.MaxQueued)
 	check(c.MaxQueuedBytes > 0, "MaxQueuedBytes must be > 0, got %d", c.MaxQueuedBytes)
 	check(c.WriteQueue > 0, "WriteQueue must be > 0, got %d", c.WriteQueue)
 	return cfgerr.Join(ErrInvalidConfig, errs...)

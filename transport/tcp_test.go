@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"math/big"
 	"net"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,21 +62,19 @@ func TestTCPConfigValidate(t *testing.T) {
 	}{
 		{"NodeID", func(c *TCPConfig) { c.NodeID = "" }},
 		{"NodeID", func(c *TCPConfig) { c.NodeID = strings.Repeat("x", 256) }},
-		{"ListenAddr", func(c *TCPConfig) { c.ListenAddr = "" }},
 		{"Secret", func(c *TCPConfig) { c.Secret = []byte("short") }},
-		{"MaxFrameSize", func(c *TCPConfig) { c.MaxFrameSize = 0 }},
-		{"DialTimeout", func(c *TCPConfig) { c.DialTimeout = 0 }},
+		{"MaxFrameSize", func(c *TCPConfig) { c.MaxFrameSize = -1 }},
+		{"DialTimeout", func(c *TCPConfig) { c.DialTimeout = -1 }},
 		{"HandshakeTimeout", func(c *TCPConfig) { c.HandshakeTimeout = -1 }},
-		{"ReconnectMin", func(c *TCPConfig) { c.ReconnectMin = 0 }},
+		{"ReconnectMin", func(c *TCPConfig) { c.ReconnectMin = -1 }},
 		{"ReconnectMax", func(c *TCPConfig) { c.ReconnectMax = c.ReconnectMin / 2 }},
-		{"MaxInflight", func(c *TCPConfig) { c.MaxInflight = 0 }},
-		{"WriteQueue", func(c *TCPConfig) { c.WriteQueue = 0 }},
-		{"MaxQueued", func(c *TCPConfig) { c.MaxQueued = -1 }},
-		{"MaxQueuedBytes", func(c *TCPConfig) { c.MaxQueuedBytes = 0 }},
-		{"MaxHandshakes", func(c *TCPConfig) { c.MaxHandshakes = 0 }},
-		{"MaxHandshakesPerIP", func(c *TCPConfig) { c.MaxHandshakesPerIP = 0 }},
+		{"MaxInflight", func(c *TCPConfig) { c.MaxInflight = -1 }},
+		{"WriteQueue", func(c *TCPConfig) { c.WriteQueue = -1 }},
+		{"MaxQueuedBytes", func(c *TCPConfig) { c.MaxQueuedBytes = -1 }},
+		{"MaxHandshakes", func(c *TCPConfig) { c.MaxHandshakes = -1 }},
+		{"MaxHandshakesPerIP", func(c *TCPConfig) { c.MaxHandshakesPerIP = -1 }},
 		{"MaxHandshakesPerIP", func(c *TCPConfig) { c.MaxHandshakesPerIP = c.MaxHandshakes + 1 }},
-		{"IdleTimeout", func(c *TCPConfig) { c.IdleTimeout = 0 }},
+		{"IdleTimeout", func(c *TCPConfig) { c.IdleTimeout = -1 }},
 		{"Insecure", func(c *TCPConfig) { c.Secret = nil }},
 		{"Insecure", func(c *TCPConfig) { c.Secret, c.TLS = nil, &tls.Config{ClientAuth: tls.VerifyClientCertIfGiven} }},
 		// Optional client certificates with a Secret: identity would rest
@@ -105,6 +104,34 @@ func TestTCPConfigValidate(t *testing.T) {
 		if _, err := NewTCP(c); err == nil {
 			t.Errorf("%s: NewTCP accepted an invalid config", tc.field)
 		}
+	}
+}
+
+// TestTCPConfigZeroIsDefault: a TCPConfig with NodeID and Secret only is
+// valid and takes DefaultTCPConfig's values (loopback listening among
+// them); NoQueue turns the handler queue off.
+func TestTCPConfigZeroIsDefault(t *testing.T) {
+	c := TCPConfig{NodeID: "n1", Secret: testSecret}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("NodeID and Secret only: %v", err)
+	}
+	want := DefaultTCPConfig()
+	want.NodeID, want.Secret = c.NodeID, c.Secret
+	if got := c.withDefaults(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("zero fields: got %+v, want %+v", got, want)
+	}
+	small := c
+	small.MaxHandshakes = 4 // below the default per-IP bound
+	if err := small.Validate(); err != nil {
+		t.Fatalf("MaxHandshakes 4, MaxHandshakesPerIP left zero: %v", err)
+	}
+	off := c
+	off.MaxQueued = NoQueue
+	if err := off.Validate(); err != nil {
+		t.Fatalf("NoQueue: %v", err)
+	}
+	if q := off.withDefaults().MaxQueued; q != 0 {
+		t.Fatalf("NoQueue leaves a queue of %d", q)
 	}
 }
 
@@ -1030,7 +1057,7 @@ func TestNegotiate(t *testing.T) {
 // TestTCPConfigValidateEvery: Validate reports every rule a config breaks, in one error.
 func TestTCPConfigValidateEvery(t *testing.T) {
 	c := DefaultTCPConfig() // no NodeID, neither Secret nor TLS
-	c.DialTimeout, c.WriteQueue = 0, 0
+	c.DialTimeout, c.WriteQueue = -1, -1
 	err := c.Validate()
 	if !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("Validate = %v, want ErrInvalidConfig", err)

@@ -24,7 +24,7 @@ func main() {
 	o := options{t: defaultTimings(), out: os.Stdout}
 	flag.IntVar(&o.nodes, "nodes", 3, "number of nodes, 3–9")
 	flag.DurationVar(&o.t.Probe, "probe", o.t.Probe, "memberlist probe interval; a crashed node is detected after a few")
-	flag.DurationVar(&o.t.SyncDelay, "sync-delay", o.t.SyncDelay, "distro: changes to one record merged for this long before sending (Nacos: 1s)")
+	flag.DurationVar(&o.t.SyncDelay, "sync-delay", o.t.SyncDelay, "distro: changes to one record merged for this long before sending (Nacos: 1s; 0: distro's default 1s; negative: sent at once)")
 	flag.DurationVar(&o.t.Verify, "verify", o.t.Verify, "distro: anti-entropy period (Nacos: 5s)")
 	flag.DurationVar(&o.t.Orphan, "orphan-timeout", o.t.Orphan, "distro: a dead node's session instances leave after this")
 	flag.DurationVar(&o.t.CheckEvery, "check-interval", o.t.CheckEvery, "health: shortest TCP check interval (Nacos: 1s to 5s)")

@@ -24,7 +24,7 @@ type descs struct {
 	hTargets, hProbed, hRunning, hChecks, hFlips, hDampings, hDamped *prometheus.Desc
 
 	rProposals, rEntries, rEntriesFailed, rBatchWaits, rCommitDeferred, rProposeLatency, rLeaderChanges *prometheus.Desc
-	rHasLeader, rIsLeader, rTerm, rApplied, rLastIndex, rApplyLag                                       *prometheus.Desc
+	rHasLeader, rIsLeader, rTerm, rApplied, rLastIndex, rApplyLag, rLazyCommit                          *prometheus.Desc
 	rSnapshots, rInBatches, rInChunks, rInDropped                                                       *prometheus.Desc
 }
 
@@ -113,6 +113,7 @@ func newDescs(constLabels prometheus.Labels) *descs {
 	d.rProposeLatency = mk("muster_raft_proposal_duration_seconds", "Time from a proposal to its outcome (commit and local apply, or failure).")
 	d.rLeaderChanges = mk("muster_raft_leader_changes_total", "Leader changes this replica observed (to another replica, or to none).")
 	d.rHasLeader = mk("muster_raft_has_leader", "1 if this replica knows a leader, else 0.")
+	d.rLazyCommit = mk("muster_raft_lazy_commit", "1 if the Raft log holds back writes of the commit index alone (raftstore Stats.LazyCommit: off with SyncCommitIndex or an unvetted Dragonboat version), else 0.")
 	d.rIsLeader = mk("muster_raft_is_leader", "1 if this replica is the leader, else 0.")
 	d.rTerm = mk("muster_raft_term", "The Raft term of this replica's leader knowledge.")
 	d.rApplied = mk("muster_raft_applied_index", "Last log index applied to the local state machine.")

@@ -245,6 +245,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		e.counter(d.rBatchWaits, t.BatchWaitsFilled, "filled")
 		e.counter(d.rBatchWaits, t.BatchWaitsExpired, "expired")
 		e.counter(d.rCommitDeferred, t.CommitWritesDeferred)
+		e.gauge(d.rLazyCommit, b2f(t.LazyCommit))
 		e.histogram(d.rProposeLatency, t.ProposeLatency)
 		e.counter(d.rLeaderChanges, t.LeaderChanges)
 		e.gauge(d.rHasLeader, b2f(t.LeaderID != 0))

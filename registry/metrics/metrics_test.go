@@ -167,7 +167,7 @@ func TestScrapeDistroOverTCP(t *testing.T) {
 		mem.Set(members...)
 		cfg := distro.DefaultConfig()
 		cfg.NodeID, cfg.Transport, cfg.Membership, cfg.Store = id, n.tr, mem, n.store
-		cfg.SyncDelay, cfg.LoadTimeout, cfg.ColdStartMembers = 0, 2*time.Second, 2
+		cfg.SyncDelay, cfg.LoadTimeout, cfg.ColdStartMembers = distro.NoSyncDelay, 2*time.Second, 2
 		r, err := distro.New(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -475,7 +475,7 @@ func (raftStats) Stats() raftstore.Stats { return raftstore.Stats{} }
 // the heal brings both back.
 func TestScrapePartition(t *testing.T) {
 	dc := distro.DefaultConfig()
-	dc.SyncDelay = 0
+	dc.SyncDelay = distro.NoSyncDelay
 	c := registrytest.NewCluster(t, registrytest.ClusterOptions{Distro: &dc})
 	cut := c.Node(2)
 	reg := prometheus.NewPedanticRegistry()
@@ -536,5 +536,13 @@ func TestScrapeRaftBatchWaits(t *testing.T) {
 	}
 	if v := value(t, mfs, "muster_raft_commit_writes_deferred_total"); v != 11 {
 		t.Errorf("commit writes deferred = %v, want 11", v)
+	}
+	if v := value(t, mfs, "muster_raft_lazy_commit"); v != 0 {
+		t.Errorf("lazy commit = %v with Stats.LazyCommit false, want 0", v)
+	}
+	on := prometheus.NewPedanticRegistry()
+	on.MustRegister(metrics.New(metrics.Sources{Raft: fixedRaft{LazyCommit: true}}))
+	if v := value(t, scrape(t, on), "muster_raft_lazy_commit"); v != 1 {
+		t.Errorf("lazy commit = %v with Stats.LazyCommit true, want 1", v)
 	}
 }

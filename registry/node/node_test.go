@@ -259,7 +259,7 @@ func TestValidateNamesEveryMissingField(t *testing.T) {
 	}
 	cfg = node.DefaultConfig()
 	cfg.NodeID, cfg.Insecure = "n1", true
-	cfg.Registry.EmptyServiceTTL = 0
+	cfg.Registry.EmptyServiceTTL = -time.Second // 0 is the default
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "EmptyServiceTTL") {
 		t.Fatalf("an invalid base registry config: %v", err)
 	}

@@ -33,8 +33,15 @@ type ClusterOptions struct {
 	// Logger, Rand, Replicator, Transport and Store are set per node.
 	Config *registry.Config
 	// Distro is the replication configuration; nil means
-	// distro.DefaultConfig(). Transport and Membership are set per node;
-	// NodeID, Store, Clock, Logger and Rand are the node's registry's.
+	// distro.DefaultConfig() with its merge window off (SyncDelay
+	// distro.NoSyncDelay): every write is sent at once, so that a write
+	// followed by Settle (or Advance, or Eventually) is visible on every
+	// peer without the test moving the clock. A test of the merge window
+	// sets Distro with a SyncDelay: a write then leaves its node only
+	// after SyncDelay of fake time, and Settle, which never moves the
+	// clock, does not wait for it (Advance does). Transport and Membership
+	// are set per node; NodeID, Store, Clock, Logger and Rand are the
+	// node's registry's.
 	Distro *distro.Config
 	// Seed seeds the nodes' random sources and the network; 0 derives one
 	// from the test's name.
@@ -162,6 +169,7 @@ func NewCluster(t testing.TB, opts ClusterOptions) *Cluster {
 		opts.LogLevel = slog.LevelWarn
 	}
 	dcfg := distro.DefaultConfig()
+	dcfg.SyncDelay = distro.NoSyncDelay // see ClusterOptions.Distro
 	if opts.Distro != nil {
 		dcfg = *opts.Distro
 	}
@@ -468,11 +476,11 @@ func (c *Cluster) Advance(d time.Duration) {
 // the last, quiet round applied nothing after its flush: when Settle
 // returns, each watcher has been handed its node's newest view.
 //
-// Settle does not move the clock. A write that distro batches for
-// distro.Config.SyncDelay of fake time (default 1 s) has not left its
-// node yet: Advance by SyncDelay (or Step) to see it on the peers, or set
-// ClusterOptions.Distro's SyncDelay to 0, which sends every write at once,
-// so that a write followed by Settle is visible on every peer.
+// Settle does not move the clock. With the default ClusterOptions.Distro,
+// distro sends every write at once, so a write followed by Settle is
+// visible on every peer. A test that sets ClusterOptions.Distro with a
+// SyncDelay has its writes held on their node for SyncDelay of fake time:
+// Advance by SyncDelay (or Step) to see them on the peers.
 //
 // The deadline is a guard against a node that never settles; reaching it
 // fails the test and says what was still busy.
@@ -533,10 +541,12 @@ func (c *Cluster) Step() {
 
 // Eventually advances the clock in steps until cond holds, for at most
 // limit of fake time, and fails the test otherwise. cond is checked first,
-// and after each step, once the cluster has settled and every watcher has
-// been handed the newest view (see Advance).
+// before the clock moves, and after each step, each time once the cluster
+// has settled: whenever cond is checked, and when Eventually returns, every
+// live node's watchers have been handed the newest view (see Advance).
 func (c *Cluster) Eventually(limit time.Duration, cond func() bool, format string, args ...any) {
 	c.t.Helper()
+	c.Settle()
 	for waited := time.Duration(0); ; waited += c.opts.Step {
 		if cond() {
 			return

@@ -114,7 +114,8 @@ func New(t testing.TB, opts Options) *Registry {
 }
 
 // Advance moves the fake clock by d and waits until the registry has
-// handled every deadline that passed.
+// handled every deadline that passed and every watcher has been handed the
+// newest view (see Settle).
 func (r *Registry) Advance(d time.Duration) {
 	r.t.Helper()
 	r.Clock.Advance(d)
@@ -146,9 +147,12 @@ func (r *Registry) Step() {
 
 // Eventually advances the clock in steps of Options.Step, settling after
 // each, until cond holds, for at most limit of fake time, and fails the
-// test otherwise. cond is checked first, before the clock moves.
+// test otherwise. cond is checked first, before the clock moves, once the
+// registry has settled: whenever cond is checked, and when Eventually
+// returns, every watcher has been handed the newest view (see Settle).
 func (r *Registry) Eventually(limit time.Duration, cond func() bool, format string, args ...any) {
 	r.t.Helper()
+	r.Settle()
 	for waited := time.Duration(0); ; waited += r.step {
 		if cond() {
 			return

@@ -110,7 +110,7 @@ func TestClusterExample(t *testing.T) {
 // what it set off has spread: the write it makes is on every node.
 func TestSettleWaitsForSlowHandler(t *testing.T) {
 	dc := distro.DefaultConfig()
-	dc.SyncDelay = 0
+	dc.SyncDelay = distro.NoSyncDelay
 	c := registrytest.NewCluster(t, registrytest.ClusterOptions{Distro: &dc})
 	in := model.NewInstance(model.ServiceKey{Name: "slow"}, "10.0.0.9", 80)
 	const kindSlow transport.Kind = 200

@@ -115,6 +115,16 @@ func TestSettleHandsWatchersTheNewestView(t *testing.T) {
 			t.Fatalf("watcher %d after the expiry: %v, %v", k, u.View, err)
 		}
 	}
+	// So does Eventually, even when cond holds at once.
+	if err := reg.Register(ctx, model.NewInstance(svc, "10.0.0.2", 80)); err != nil {
+		t.Fatal(err)
+	}
+	reg.Eventually(time.Second, func() bool { return true }, "never")
+	for k, w := range ws {
+		if u, err := w.Next(ended); err != nil || len(u.View.Instances) != 1 {
+			t.Fatalf("watcher %d after Eventually: %v, %v", k, u.View, err)
+		}
+	}
 }
 
 // registrytest.New leaves active health checks off: a persistent instance

@@ -15,7 +15,7 @@ import (
 // instances leave node 1 after the orphan timeout, and the client's picks.
 func TestGRPCClusterClientOnOneNodeWriterOnAnother(t *testing.T) {
 	dc := distro.DefaultConfig()
-	dc.SyncDelay = 0 // replicate each write at once, without moving the fake clock
+	dc.SyncDelay = distro.NoSyncDelay // replicate each write at once, without moving the fake clock
 	c := registrytest.NewCluster(t, registrytest.ClusterOptions{Nodes: 3, Distro: &dc})
 	x := startXDS(t, c.Node(0), "127.0.0.1:0")
 	svc := model.ServiceKey{Name: "orders"}
