@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/lni/dragonboat/v4"
 	pb "github.com/lni/dragonboat/v4/raftpb"
@@ -123,9 +125,18 @@ func (r *retention) keepBehindLocked(applied uint64) uint64 {
 	return keep
 }
 
-// snapshotLoop takes a snapshot each time the state machine says another
-// SnapshotEntries entries were applied, keeping the log that retention
-// asks for. It runs until the node closes.
+// snapshotLoop takes a snapshot each time the state machine says
+// SnapshotEntries entries were applied past the last snapshot, keeping
+// the log that retention asks for; after a failed one it waits an attempt
+// timeout before the next try. It runs until the node closes.
+//
+// The schedule counts from the last snapshot the replica holds (taken,
+// received, or found in its log at a restart), not from its start: a
+// replica restarted more often than every SnapshotEntries entries still
+// takes snapshots, so a restart replays at most about SnapshotEntries
+// entries of its log. (Counted from the start, such a replica never took
+// one: its log was never compacted and each restart replayed all of it,
+// longer every time: TestRestartsStillTakeSnapshots.)
 func (n *Node) snapshotLoop() {
 	for {
 		select {
@@ -133,36 +144,76 @@ func (n *Node) snapshotLoop() {
 			return
 		case <-n.sm.snapDue:
 		}
-		n.takeSnapshot()
+		if !n.takeSnapshot() && !n.wait(n.attemptTimeout()) {
+			return
+		}
 	}
 }
 
-func (n *Node) takeSnapshot() {
+// wait waits d on the node's clock; false if the node closed meanwhile.
+func (n *Node) wait(d time.Duration) bool {
+	t := n.pace.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.Chan():
+		return true
+	case <-n.ctx.Done():
+		return false
+	}
+}
+
+// noCompaction, as a snapshot's CompactionOverhead, keeps the whole log.
+const noCompaction = math.MaxUint64
+
+// takeSnapshot takes a snapshot if one is due; false if it failed and
+// should be tried again.
+func (n *Node) takeSnapshot() bool {
+	lr, err := n.nh.GetLogReader(n.cfg.ShardID)
+	if err != nil {
+		return n.ctx.Err() != nil
+	}
+	if last := lr.Snapshot().Index; last > n.sm.snapAt.Load() {
+		n.sm.snapAt.Store(last) // received, or taken before a restart
+	}
 	applied := n.sm.applied.Load()
+	if applied < n.sm.snapAt.Load()+n.cfg.SnapshotEntries {
+		return true // not due
+	}
 	// Dragonboat compacts by itself too: to CompactionOverhead behind a
 	// snapshot this replica recovered from. Never ask for less than what
 	// its log already let go.
 	var floor uint64
-	if lr, err := n.nh.GetLogReader(n.cfg.ShardID); err == nil {
-		if first, _ := lr.GetRange(); first > 0 {
-			floor = first - 1
-		}
+	if first, _ := lr.GetRange(); first > 0 {
+		floor = first - 1
 	}
-	to, ok := n.sm.retention.compactTo(applied, floor)
-	if !ok {
-		return // the log must stay as it is: a snapshot would not let any of it go
+	opt := dragonboat.SnapshotOption{OverrideCompactionOverhead: true}
+	to, compact := n.sm.retention.compactTo(applied, floor)
+	if compact {
+		opt.CompactionIndex = to
+	} else {
+		// The log must stay as it is (a stream needs it); the snapshot
+		// still bounds what a restart replays.
+		opt.CompactionOverhead = noCompaction
 	}
-	opt := dragonboat.SnapshotOption{OverrideCompactionOverhead: true, CompactionIndex: to}
-	ctx, cancel := context.WithTimeout(n.ctx, n.attemptTimeout())
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ProposeTimeout)
 	defer cancel()
-	_, err := n.nh.SyncRequestSnapshot(ctx, n.cfg.ShardID, opt)
+	_, err = n.nh.SyncRequestSnapshot(ctx, n.cfg.ShardID, opt)
 	switch {
-	case err == nil:
-		n.log.Debug("raftstore: snapshot", "applied", applied, "compact_to", to)
-	case errors.Is(err, dragonboat.ErrRejected), n.ctx.Err() != nil:
-		// one exists at this index already, or closing
+	case err == nil, errors.Is(err, dragonboat.ErrRejected):
+		// taken, or one exists at this index already
+		n.sm.snapAt.Store(max(n.sm.snapAt.Load(), applied))
+		n.log.Debug("raftstore: snapshot", "applied", applied, "compact_to", to, "compact", compact)
+		return true
+	case n.ctx.Err() != nil:
+		return true // closing
+	case errors.Is(err, dragonboat.ErrSystemBusy):
+		n.log.Debug("raftstore: snapshot busy; trying again", "applied", applied)
+		return false
 	default:
-		n.log.Warn("raftstore: snapshot failed; the next one is due after another SnapshotEntries entries", "applied", applied, "err", err)
+		// Slow (the save may still complete, which the next try sees in
+		// the log reader), or failed.
+		n.log.Warn("raftstore: snapshot failed; trying again", "applied", applied, "err", err)
+		return false
 	}
 }
 
