@@ -164,7 +164,7 @@ func killRounds(t *testing.T, rounds int, entries, overhead uint64) {
 		if d < 0 {
 			t.Fatalf("round %d: replica %d not ready %v after its restart under writes: %v", r, id, 6*readyBound, seen)
 		}
-		t.Logf("round %d: replica %d ready %v after its restart", r, id, d)
+		t.Logf("round %d: replica %d ready %v after its restart (%s)", r, id, d, streams(seen))
 
 		worst = max(worst, d)
 		if d > readyBound {
@@ -173,6 +173,20 @@ func killRounds(t *testing.T, rounds int, entries, overhead uint64) {
 		}
 	}
 	t.Logf("%d rounds: slowest restart ready in %v; %d of %d ready within %v", rounds, worst, rounds-slow, rounds, readyBound)
+}
+
+// streams says how many snapshot streams a child received and installed,
+// from its last stats line in seen.
+func streams(seen []string) string {
+	for i := len(seen) - 1; i >= 0; i-- {
+		var received, recovered int
+		if _, after, ok := strings.Cut(seen[i], " received "); ok {
+			if _, err := fmt.Sscanf(after, "%d recovered %d", &received, &recovered); err == nil {
+				return fmt.Sprintf("%d snapshot streams received", received)
+			}
+		}
+	}
+	return "no stats yet"
 }
 
 // TestReplicaChild is TestKilledReplicaCatchesUp's child: one replica and

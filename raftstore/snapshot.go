@@ -34,52 +34,100 @@ import (
 // entries: as many again as were written during the stream (plus the
 // overhead), enough for the receiver to replicate what it missed while
 // the stream was running. A receiver slower than that gets a new
-// snapshot, with a new window as long as its stream took. retention is
-// that bookkeeping: plain code, no goroutine, no clock.
+// snapshot, with a new window as long as its stream took.
+//
+// Installing a large state can take longer than streaming it (Badger
+// rewritten, the index and the listener rebuilt; Dragonboat drops the
+// receiver's Replicate messages meanwhile), and a receiver that was still
+// installing when that window closed found the log compacted past its
+// snapshot, and got another stream, installed as slowly (SIGKILL rounds
+// with 16-entry snapshots: restarts ready in 12–41 s, three streams each;
+// TestSlowInstallCatchesUp). So where the receiver's messages are seen
+// (over Config.Transport, see heard), the window then goes on keeping the
+// log from what the receiver acknowledged, for as long as it is heard
+// from (within receiverHold entries: a receiver that died does not hold
+// the log), up to receiverHold + 16 windows of entries. retention is that
+// bookkeeping: plain code, no goroutine, no clock.
 type retention struct {
 	overhead uint64
+	// acks: the receivers' messages are reported (heard); without them a
+	// window lasts its entries only.
+	acks bool
 
 	mu        sync.Mutex
-	streaming bool         // a stream is in flight (Dragonboat streams one at a time)
-	from      uint64       // its index
-	compacted uint64       // the last compaction index handed out
-	keep      []keepWindow // after a stream: keep the log from `from` until applied reaches `until`
+	streaming bool                // a stream is in flight (Dragonboat streams one at a time)
+	from      uint64              // its index
+	compacted uint64              // the last compaction index handed out
+	keep      []keepWindow        // after a stream
+	peers     map[uint64]peerSeen // replica → what it last said
 }
 
-type keepWindow struct{ from, until uint64 }
+// A keepWindow keeps the log from `from` until applied reaches `until`;
+// with the receivers heard, then from what replica `to` acknowledged
+// while it is heard from (within receiverHold entries), until applied
+// reaches `limit`.
+type keepWindow struct{ from, until, limit, to uint64 }
+
+// peerSeen is what retention knows of a replica: the highest index it
+// acknowledged, and the applied index when it was last heard from.
+type peerSeen struct{ acked, heardAt uint64 }
 
 // maxKeepWindows bounds the windows remembered (streams are rare: one per
 // lagging replica at a time).
 const maxKeepWindows = 16
+
+// receiverHold is how many applied entries without a message from a
+// stream's receiver let its window close (a heartbeat answer comes every
+// RTT); a window lasts at most receiverHold + receiverWindows times its
+// entries.
+const (
+	receiverHold    = 1024
+	receiverWindows = 16
+)
 
 // streamStarted records a stream of the state at index (PrepareSnapshot).
 func (r *retention) streamStarted(index uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.streaming { // its end was not reported: keep its log as if it ended now
-		r.endLocked(index)
+		r.endLocked(index, 0)
 	}
 	r.streaming, r.from = true, index
 }
 
-// streamSent records that the stream in flight was sent (or aborted) when
-// applied was reached: its receiver has as many entries again to catch up
-// from its index, twice over, before the log may go.
-func (r *retention) streamSent(applied uint64) {
+// streamSent records that the stream in flight to replica `to` was sent
+// (or aborted, to 0) when applied was reached: its receiver has as many
+// entries again to catch up from its index, twice over, before the log
+// may go, and more while it is heard from and behind.
+func (r *retention) streamSent(applied, to uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.streaming {
-		r.endLocked(applied)
+		r.endLocked(applied, to)
 		r.streaming = false
 	}
 }
 
-func (r *retention) endLocked(applied uint64) {
+func (r *retention) endLocked(applied, to uint64) {
 	written := applied - min(applied, r.from)
 	if len(r.keep) == maxKeepWindows {
 		r.keep = r.keep[1:]
 	}
-	r.keep = append(r.keep, keepWindow{from: r.from, until: applied + 2*written + r.overhead})
+	window := 2*written + r.overhead
+	r.keep = append(r.keep, keepWindow{from: r.from, until: applied + window, limit: applied + receiverHold + receiverWindows*window, to: to})
+}
+
+// heard records a message from replica when applied was reached, and the
+// highest index it acknowledged in it (0 if none).
+func (r *retention) heard(replica, acked, applied uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.peers == nil {
+		r.peers = map[uint64]peerSeen{}
+	}
+	p := r.peers[replica]
+	p.acked, p.heardAt = max(p.acked, acked), max(p.heardAt, applied)
+	r.peers[replica] = p
 }
 
 // compactTo returns the index up to which a snapshot at applied may
@@ -116,10 +164,19 @@ func (r *retention) keepBehindLocked(applied uint64) uint64 {
 	}
 	live := r.keep[:0]
 	for _, w := range r.keep {
-		if applied < w.until {
+		p := r.peers[w.to]
+		switch {
+		case applied < w.until:
 			from(w.from)
-			live = append(live, w)
+		case r.acks && w.to != 0 && applied < w.limit && applied < p.heardAt+receiverHold:
+			// Its acknowledgements can run ahead of its install: they are
+			// its log's, and its state machine may still be installing, its
+			// new entries dropped meanwhile, needed again after.
+			from(max(w.from, p.acked))
+		default:
+			continue
 		}
+		live = append(live, w)
 	}
 	r.keep = live
 	return keep
