@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -112,29 +113,7 @@ func TestRestartCatchUpUnderWrites(t *testing.T) {
 	leaderNode := c.nodes[leader] // the writers' node: c.nodes changes below
 
 	// Four steady writers on the leader, until the end of the test.
-	stop := make(chan struct{})
-	var writes atomic.Int64
-	var writers sync.WaitGroup
-	for w := range 4 {
-		writers.Add(1)
-		go func() {
-			defer writers.Done()
-			for p := 0; ; p++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if put(leaderNode, 10000+w*20000+p%20000) == nil {
-					writes.Add(1)
-				}
-			}
-		}()
-	}
-	defer func() {
-		close(stop)
-		writers.Wait()
-	}()
+	writes := steadyWriters(t, func(port int) error { return put(leaderNode, port) }, 10000)
 	target := writes.Load() + 200
 	c.eventually(20*time.Second, "writes while the replica is down", func() bool { return writes.Load() >= target })
 
@@ -146,24 +125,9 @@ func TestRestartCatchUpUnderWrites(t *testing.T) {
 	// received. The bug this test is for shows as streams sent one after
 	// another, each stale once installed: that fails at once; a slow
 	// machine only makes the one stream slow, and is waited out.
-	const maxStreams = 3
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-		err := n.WaitReady(ctx)
-		cancel()
-		if err == nil {
-			break
-		}
-		st := leaderNode.Stats()
-		sent, aborted := st.SnapshotsSent-sentBefore.SnapshotsSent, st.SnapshotsAborted-sentBefore.SnapshotsAborted
-		if sent+aborted > maxStreams {
-			t.Fatalf("the leader sent %d snapshot streams (%d aborted) since the restart and the replica is not ready: each was stale once installed (snapshot dirs %v)", sent+aborted, aborted, snapshotDirs(t, c.cfgs[lagging].Dir))
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the restarted replica is not ready after 3 minutes of steady writes: %v (snapshot dirs %v)", err, snapshotDirs(t, c.cfgs[lagging].Dir))
-		}
-	}
+	readyWithFewStreams(t, n, leaderNode, sentBefore, 3, func() string {
+		return fmt.Sprintf("snapshot dirs %v", snapshotDirs(t, c.cfgs[lagging].Dir))
+	})
 	l := c.lis[lagging]
 	l.mu.Lock()
 	resets := l.resets
@@ -290,6 +254,60 @@ func TestReceivesAbandoned(t *testing.T) {
 	}
 }
 
+// steadyWriters starts four writers that put from port base on, until
+// the test ends, and counts their acknowledged writes.
+func steadyWriters(t *testing.T, put func(port int) error, base int) *atomic.Int64 {
+	stop := make(chan struct{})
+	var writes atomic.Int64
+	var writers sync.WaitGroup
+	for w := range 4 {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			for p := 0; ; p++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if put(base+w*20000+p%20000) == nil {
+					writes.Add(1)
+				}
+			}
+		}()
+	}
+	t.Cleanup(func() {
+		close(stop)
+		writers.Wait()
+	})
+	return &writes
+}
+
+// readyWithFewStreams waits for the restarted replica n to be ready, for
+// up to 3 minutes, failing at once when the leader sent more than
+// maxStreams snapshot streams since before (the signature of streams that
+// are stale once installed); detail describes the replica on failure.
+func readyWithFewStreams(t *testing.T, n, leader *Node, before Stats, maxStreams uint64, detail func() string) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		err := n.WaitReady(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		st := leader.Stats()
+		sent, aborted := st.SnapshotsSent-before.SnapshotsSent, st.SnapshotsAborted-before.SnapshotsAborted
+		if sent+aborted > maxStreams {
+			t.Fatalf("the leader sent %d snapshot streams (%d aborted) since the restart and the replica is not ready: each was stale once installed (%s)", sent+aborted, aborted, detail())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the restarted replica is not ready after 3 minutes of steady writes: %v (%s)", err, detail())
+		}
+	}
+}
+
 // slowReset makes a replica slow to install a state: every Reset (Open's,
 // and a received snapshot's) takes delay first, as installing a large
 // state on a busy machine does.
@@ -338,29 +356,7 @@ func TestSlowInstallCatchesUp(t *testing.T) {
 		lagging = 2
 	}
 	c.stop(lagging)
-	stop := make(chan struct{})
-	var writes atomic.Int64
-	var writers sync.WaitGroup
-	for w := range 4 {
-		writers.Add(1)
-		go func() {
-			defer writers.Done()
-			for p := 0; ; p++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if put(1000+w*20000+p%20000) == nil {
-					writes.Add(1)
-				}
-			}
-		}()
-	}
-	defer func() {
-		close(stop)
-		writers.Wait()
-	}()
+	writes := steadyWriters(t, put, 1000)
 	target := writes.Load() + 200
 	c.eventually(20*time.Second, "writes while the replica is down", func() bool { return writes.Load() >= target })
 
@@ -376,24 +372,7 @@ func TestSlowInstallCatchesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.nodes[lagging], c.lis[lagging] = n, l
-	const maxStreams = 2
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-		err := n.WaitReady(ctx)
-		cancel()
-		if err == nil {
-			break
-		}
-		st := leaderNode.Stats()
-		sent, aborted := st.SnapshotsSent-sentBefore.SnapshotsSent, st.SnapshotsAborted-sentBefore.SnapshotsAborted
-		if sent+aborted > maxStreams {
-			t.Fatalf("the leader sent %d snapshot streams (%d aborted) since the restart and the slow replica is not ready: each was stale once installed", sent+aborted, aborted)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the slow replica is not ready after 3 minutes of steady writes: %v", err)
-		}
-	}
+	readyWithFewStreams(t, n, leaderNode, sentBefore, 2, func() string { return "a slow install" })
 	st := leaderNode.Stats()
 	t.Logf("ready; %d writes; %d streams sent since the restart", writes.Load(), st.SnapshotsSent-sentBefore.SnapshotsSent)
 }
