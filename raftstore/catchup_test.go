@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -112,29 +113,7 @@ func TestRestartCatchUpUnderWrites(t *testing.T) {
 	leaderNode := c.nodes[leader] // the writers' node: c.nodes changes below
 
 	// Four steady writers on the leader, until the end of the test.
-	stop := make(chan struct{})
-	var writes atomic.Int64
-	var writers sync.WaitGroup
-	for w := range 4 {
-		writers.Add(1)
-		go func() {
-			defer writers.Done()
-			for p := 0; ; p++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if put(leaderNode, 10000+w*20000+p%20000) == nil {
-					writes.Add(1)
-				}
-			}
-		}()
-	}
-	defer func() {
-		close(stop)
-		writers.Wait()
-	}()
+	writes := steadyWriters(t, func(port int) error { return put(leaderNode, port) }, 10000)
 	target := writes.Load() + 200
 	c.eventually(20*time.Second, "writes while the replica is down", func() bool { return writes.Load() >= target })
 
@@ -146,24 +125,9 @@ func TestRestartCatchUpUnderWrites(t *testing.T) {
 	// received. The bug this test is for shows as streams sent one after
 	// another, each stale once installed: that fails at once; a slow
 	// machine only makes the one stream slow, and is waited out.
-	const maxStreams = 3
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-		err := n.WaitReady(ctx)
-		cancel()
-		if err == nil {
-			break
-		}
-		st := leaderNode.Stats()
-		sent, aborted := st.SnapshotsSent-sentBefore.SnapshotsSent, st.SnapshotsAborted-sentBefore.SnapshotsAborted
-		if sent+aborted > maxStreams {
-			t.Fatalf("the leader sent %d snapshot streams (%d aborted) since the restart and the replica is not ready: each was stale once installed (snapshot dirs %v)", sent+aborted, aborted, snapshotDirs(t, c.cfgs[lagging].Dir))
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the restarted replica is not ready after 3 minutes of steady writes: %v (snapshot dirs %v)", err, snapshotDirs(t, c.cfgs[lagging].Dir))
-		}
-	}
+	readyWithFewStreams(t, n, leaderNode, sentBefore, 3, func() string {
+		return fmt.Sprintf("snapshot dirs %v", snapshotDirs(t, c.cfgs[lagging].Dir))
+	})
 	l := c.lis[lagging]
 	l.mu.Lock()
 	resets := l.resets
@@ -191,9 +155,9 @@ func TestRetention(t *testing.T) {
 	step(16, 8, true)
 	step(32, 24, true)
 	r.streamStarted(40)
-	step(48, 32, true) // keeps from 40 - 8
-	step(64, 0, false) // still 32: never back, never past the stream
-	r.streamSent(100)  // 60 entries written during the stream: keep until 100 + 120 + 8
+	step(48, 32, true)   // keeps from 40 - 8
+	step(64, 0, false)   // still 32: never back, never past the stream
+	r.streamSent(100, 0) // 60 entries written during the stream: keep until 100 + 120 + 8
 	step(150, 0, false)
 	step(227, 0, false)
 	step(228, 220, true) // the window is over
@@ -201,6 +165,59 @@ func TestRetention(t *testing.T) {
 	floor = 300 // recovered from a snapshot, Dragonboat compacted to 300
 	step(304, 0, false)
 	step(309, 301, true)
+}
+
+// With its receiver's messages seen, a window goes on after its entries
+// keeping the log from what the receiver acknowledged (it may still be
+// installing the snapshot, then catching up from the log), while it is
+// heard from and up to the window's limit; an aborted stream (no
+// receiver) holds the log for the window's entries only.
+func TestRetentionWaitsForReceiver(t *testing.T) {
+	var r *retention
+	step := func(applied, want uint64, wantOK bool) {
+		t.Helper()
+		got, ok := r.compactTo(applied, 0)
+		if got != want || ok != wantOK {
+			t.Fatalf("compactTo(%d) = %d, %v; want %d, %v", applied, got, ok, want, wantOK)
+		}
+	}
+	r = &retention{overhead: 8, acks: true}
+	r.streamStarted(40)
+	r.streamSent(100, 2) // the entries window: until 228
+	step(300, 32, true)  // past it, replica 2 still installing: keep from 40
+	r.heard(2, 40, 300)  // installed
+	step(310, 0, false)  // still from 40
+	r.heard(2, 305, 315)
+	step(320, 297, true) // from what it acknowledged
+	r.heard(2, 398, 399)
+	step(400, 390, true)
+
+	// A receiver that is no longer heard from holds the log for
+	// receiverHold entries after its last message.
+	r = &retention{overhead: 8, acks: true}
+	r.streamStarted(400)
+	r.streamSent(410, 3)
+	step(800, 392, true) // from 400
+	r.heard(3, 0, 800)   // a heartbeat answer, no acknowledgement
+	step(800+receiverHold-1, 0, false)
+	step(800+receiverHold, 800+receiverHold-8, true) // silent too long: let go
+
+	// One heard from but behind holds it up to the limit: receiverHold +
+	// 16 windows (of 2 × 10 + 8 entries) after the stream.
+	r = &retention{overhead: 8, acks: true}
+	r.streamStarted(100)
+	r.streamSent(110, 4)
+	r.heard(4, 100, 1500)
+	step(110+receiverHold+16*28-1, 92, true) // from 100
+	r.heard(4, 100, 1580)
+	step(110+receiverHold+16*28, 110+receiverHold+16*28-8, true) // the limit: let go
+
+	// An aborted stream: its window's entries only.
+	r = &retention{overhead: 8, acks: true}
+	r.streamStarted(1900)
+	r.streamSent(1910, 0)  // until 1938
+	step(1937, 1892, true) // from 1900
+	step(1938, 1930, true) // over
 }
 
 // An abandoned snapshot stream's directory is removed when the next one
@@ -235,4 +252,127 @@ func TestReceivesAbandoned(t *testing.T) {
 	if taken, _, _ := r.deliver(&a0, take); !taken { // sent again from the start
 		t.Fatal("a restarted stream was refused")
 	}
+}
+
+// steadyWriters starts four writers that put from port base on, until
+// the test ends, and counts their acknowledged writes.
+func steadyWriters(t *testing.T, put func(port int) error, base int) *atomic.Int64 {
+	stop := make(chan struct{})
+	var writes atomic.Int64
+	var writers sync.WaitGroup
+	for w := range 4 {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			for p := 0; ; p++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if put(base+w*20000+p%20000) == nil {
+					writes.Add(1)
+				}
+			}
+		}()
+	}
+	t.Cleanup(func() {
+		close(stop)
+		writers.Wait()
+	})
+	return &writes
+}
+
+// readyWithFewStreams waits for the restarted replica n to be ready, for
+// up to 3 minutes, failing at once when the leader sent more than
+// maxStreams snapshot streams since before (the signature of streams that
+// are stale once installed); detail describes the replica on failure.
+func readyWithFewStreams(t *testing.T, n, leader *Node, before Stats, maxStreams uint64, detail func() string) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		err := n.WaitReady(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		st := leader.Stats()
+		sent, aborted := st.SnapshotsSent-before.SnapshotsSent, st.SnapshotsAborted-before.SnapshotsAborted
+		if sent+aborted > maxStreams {
+			t.Fatalf("the leader sent %d snapshot streams (%d aborted) since the restart and the replica is not ready: each was stale once installed (%s)", sent+aborted, aborted, detail())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the restarted replica is not ready after 3 minutes of steady writes: %v (%s)", err, detail())
+		}
+	}
+}
+
+// slowReset makes a replica slow to install a state: every Reset (Open's,
+// and a received snapshot's) takes delay first, as installing a large
+// state on a busy machine does.
+type slowReset struct {
+	*recListener
+	delay time.Duration
+}
+
+func (s slowReset) Reset(st State) {
+	t := time.NewTimer(s.delay) // the fault: a slow install
+	<-t.C
+	s.recListener.Reset(st)
+}
+
+// A replica that takes longer to install a streamed snapshot than the
+// writes of the entries window take (16-entry snapshots, 8 kept, four
+// steady writers) catches up with one stream: the leader keeps the log
+// from what the receiver acknowledged while it is behind. Before, the
+// window closed while the receiver was still installing, the log was
+// compacted past its snapshot, and it got stream after stream, each stale
+// once installed (SIGKILL rounds: 12–41 s to be ready, three streams).
+func TestSlowInstallCatchesUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("steady writes through Raft")
+	}
+	var mem transport.MemNetwork
+	c := memCluster(t, &mem, []string{"r1", "r2", "r3"}, func(cfg *Config) {
+		cfg.SnapshotEntries, cfg.CompactionOverhead = 16, 8
+		cfg.ProposeTimeout = 10 * time.Second
+	})
+	leader := c.waitLeader()
+	leaderNode := c.nodes[leader]
+	put := func(port int) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, err := leaderNode.Propose(ctx, Command{Op: OpPutInstance, Instance: persistent("install", "10.8.0.3", port)})
+		return err
+	}
+	for p := range 100 {
+		if err := put(1 + p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var lagging uint64 = 1
+	if leader == 1 {
+		lagging = 2
+	}
+	c.stop(lagging)
+	writes := steadyWriters(t, put, 1000)
+	target := writes.Load() + 200
+	c.eventually(20*time.Second, "writes while the replica is down", func() bool { return writes.Load() >= target })
+
+	sentBefore := leaderNode.Stats()
+	cfg := c.cfgs[lagging]
+	l := newRecListener()
+	cfg.Listener = slowReset{l, 1500 * time.Millisecond}
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.nodes[lagging], c.lis[lagging] = n, l
+	readyWithFewStreams(t, n, leaderNode, sentBefore, 2, func() string { return "a slow install" })
+	st := leaderNode.Stats()
+	t.Logf("ready; %d writes; %d streams sent since the restart", writes.Load(), st.SnapshotsSent-sentBefore.SnapshotsSent)
 }

@@ -247,15 +247,21 @@
 // # Snapshots and log compaction
 //
 // The Node takes the (metadata-only) snapshots itself, every
-// SnapshotEntries applied entries; Dragonboat's automatic ones are off. A
-// replica too far behind gets the state streamed at the leader's applied
-// index and continues from the log after it; with Dragonboat's automatic
-// compaction a stream slower than SnapshotEntries + CompactionOverhead
-// entries of writes was stale once installed, and a replica restarted
-// under steady writes never caught up. So the log is kept from a stream's
-// index while it is in flight and, once it was sent, until as many entries
-// again (twice over, plus CompactionOverhead) have been applied; the
-// compaction index never goes back. Over Config.Transport, a received
+// SnapshotEntries applied entries counted from the replica's last
+// snapshot (also across restarts: a restart replays at most about
+// SnapshotEntries entries), trying a failed one again; Dragonboat's
+// automatic ones are off. A replica too far behind gets the state
+// streamed at the leader's applied index and continues from the log after
+// it; with Dragonboat's automatic compaction a stream slower than
+// SnapshotEntries + CompactionOverhead entries of writes was stale once
+// installed, and a replica restarted under steady writes never caught up.
+// So the log is kept from a stream's index while it is in flight and, once
+// it was sent, until as many entries again (twice over, plus
+// CompactionOverhead) have been applied, and, over Config.Transport (where
+// the receiver's acknowledgements are seen), while the receiver is still
+// more than CompactionOverhead behind (installing a large state can take
+// longer than streaming it), within a bound; the compaction index never
+// goes back. Over Config.Transport, a received
 // stream that was abandoned half-way has its directory removed when the
 // next one starts (Dragonboat would keep it for 15 minutes, up to 128 of
 // them); completed ones are removed by Dragonboat as newer snapshots are

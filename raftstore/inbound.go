@@ -89,6 +89,35 @@ type guard struct {
 
 	batches, chunks atomic.Uint64
 	counts          [numDrops]atomic.Uint64
+
+	// heard, if set, is told of every batch that passed: its sender, and
+	// the highest index it acknowledged in it (a ReplicateResp that does
+	// not reject: its sender holds the log up to LogIndex), or 0. Snapshot
+	// retention waits for a stream's receiver while it is heard from.
+	heard func(replica, acked uint64)
+}
+
+// noteSenders reports the senders of b, which passed checkBatch, and their
+// acknowledgements to g.heard.
+func (g *guard) noteSenders(b *pb.MessageBatch) {
+	if g.heard == nil {
+		return
+	}
+	var from, index uint64
+	for i := range b.Requests {
+		m := &b.Requests[i]
+		if m.From != from && from != 0 {
+			g.heard(from, index)
+			index = 0
+		}
+		from = m.From
+		if m.Type == pb.ReplicateResp && !m.Reject {
+			index = max(index, m.LogIndex)
+		}
+	}
+	if from != 0 {
+		g.heard(from, index)
+	}
 }
 
 func newGuard(did, shard, replica uint64) *guard {
@@ -316,25 +345,25 @@ func (e nodeEvents) stale() {
 	}
 }
 
-func (e nodeEvents) streamEnded() {
+func (e nodeEvents) streamEnded(to uint64) {
 	if e.sm != nil {
-		e.sm.retention.streamSent(e.sm.applied.Load())
+		e.sm.retention.streamSent(e.sm.applied.Load(), to)
 	}
 }
 
-func (e nodeEvents) MembershipChanged(raftio.NodeInfo)         { e.stale() }
-func (e nodeEvents) NodeReady(raftio.NodeInfo)                 { e.stale() }
-func (e nodeEvents) SnapshotRecovered(raftio.SnapshotInfo)     { e.stale() }
-func (e nodeEvents) SendSnapshotCompleted(raftio.SnapshotInfo) { e.streamEnded() }
-func (e nodeEvents) SendSnapshotAborted(raftio.SnapshotInfo)   { e.streamEnded() }
-func (nodeEvents) NodeHostShuttingDown()                       {}
-func (nodeEvents) NodeUnloaded(raftio.NodeInfo)                {}
-func (nodeEvents) NodeDeleted(raftio.NodeInfo)                 {}
-func (nodeEvents) ConnectionEstablished(raftio.ConnectionInfo) {}
-func (nodeEvents) ConnectionFailed(raftio.ConnectionInfo)      {}
-func (nodeEvents) SendSnapshotStarted(raftio.SnapshotInfo)     {}
-func (nodeEvents) SnapshotReceived(raftio.SnapshotInfo)        {}
-func (nodeEvents) SnapshotCreated(raftio.SnapshotInfo)         {}
-func (nodeEvents) SnapshotCompacted(raftio.SnapshotInfo)       {}
-func (nodeEvents) LogCompacted(raftio.EntryInfo)               {}
-func (nodeEvents) LogDBCompacted(raftio.EntryInfo)             {}
+func (e nodeEvents) MembershipChanged(raftio.NodeInfo)           { e.stale() }
+func (e nodeEvents) NodeReady(raftio.NodeInfo)                   { e.stale() }
+func (e nodeEvents) SnapshotRecovered(raftio.SnapshotInfo)       { e.stale() }
+func (e nodeEvents) SendSnapshotCompleted(i raftio.SnapshotInfo) { e.streamEnded(i.ReplicaID) }
+func (e nodeEvents) SendSnapshotAborted(raftio.SnapshotInfo)     { e.streamEnded(0) } // not installed: no wait for its receiver
+func (nodeEvents) NodeHostShuttingDown()                         {}
+func (nodeEvents) NodeUnloaded(raftio.NodeInfo)                  {}
+func (nodeEvents) NodeDeleted(raftio.NodeInfo)                   {}
+func (nodeEvents) ConnectionEstablished(raftio.ConnectionInfo)   {}
+func (nodeEvents) ConnectionFailed(raftio.ConnectionInfo)        {}
+func (nodeEvents) SendSnapshotStarted(raftio.SnapshotInfo)       {}
+func (nodeEvents) SnapshotReceived(raftio.SnapshotInfo)          {}
+func (nodeEvents) SnapshotCreated(raftio.SnapshotInfo)           {}
+func (nodeEvents) SnapshotCompacted(raftio.SnapshotInfo)         {}
+func (nodeEvents) LogCompacted(raftio.EntryInfo)                 {}
+func (nodeEvents) LogDBCompacted(raftio.EntryInfo)               {}

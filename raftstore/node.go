@@ -214,6 +214,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	n.sm.limits = n.cfg.Limits
 	if n.cfg.Transport != nil {
 		n.guard = newGuard(n.cfg.DeploymentID, n.cfg.ShardID, n.cfg.ReplicaID)
+		sm := n.sm
+		n.guard.heard = func(replica, acked uint64) { sm.retention.heard(replica, acked, sm.applied.Load()) }
+		n.sm.retention.acks = true
 	}
 	nh, err := dragonboat.NewNodeHost(n.nodeHostConfig())
 	if err != nil {

@@ -38,10 +38,12 @@ type stateMachine struct {
 	closed   atomic.Bool
 	cleaned  uint64 // index of the last dedupe clean-up; Update's goroutine only
 
-	// Snapshots (see snapshot.go): every snapEvery applied entries a
-	// non-blocking send on snapDue (0: never); retention tracks streams.
+	// Snapshots (see snapshot.go): once snapEvery entries were applied
+	// past the last snapshot (snapAt), a non-blocking send on snapDue
+	// after each batch until the snapshot loop took one (0: never);
+	// retention tracks streams.
 	snapEvery uint64
-	snapAt    uint64 // applied index of the last send; Update's goroutine only
+	snapAt    atomic.Uint64 // index of the last snapshot known; the snapshot loop writes it
 	snapDue   chan struct{}
 	retention *retention
 
@@ -61,11 +63,12 @@ func newStateMachine(db *badger.DB, l Listener, log *slog.Logger) *stateMachine 
 	return &stateMachine{db: db, listener: l, log: log, snapDue: make(chan struct{}, 1), retention: &retention{}, ix: newMemIndex()}
 }
 
-// appliedTo records index as applied and says when a snapshot is due.
+// appliedTo records index as applied and says when a snapshot is due:
+// again after every batch until the snapshot loop took it, so that a
+// snapshot that failed is tried again.
 func (s *stateMachine) appliedTo(index uint64) {
 	s.applied.Store(index)
-	if s.snapEvery > 0 && index >= s.snapAt+s.snapEvery {
-		s.snapAt = index
+	if s.snapEvery > 0 && index >= s.snapAt.Load()+s.snapEvery {
 		select {
 		case s.snapDue <- struct{}{}:
 		default: // one is pending already
@@ -81,7 +84,6 @@ func (s *stateMachine) Open(stopc <-chan struct{}) (uint64, error) {
 		return 0, err
 	}
 	s.applied.Store(st.Index)
-	s.snapAt = st.Index
 	s.listener.Reset(st)
 	return st.Index, nil
 }
@@ -507,7 +509,6 @@ func (s *stateMachine) loadSnapshot(br *bufio.Reader, done <-chan struct{}) erro
 		return err
 	}
 	s.applied.Store(st.Index)
-	s.snapAt = st.Index
 	s.listener.Reset(st)
 	return nil
 }

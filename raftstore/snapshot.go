@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/lni/dragonboat/v4"
 	pb "github.com/lni/dragonboat/v4/raftpb"
@@ -32,52 +34,100 @@ import (
 // entries: as many again as were written during the stream (plus the
 // overhead), enough for the receiver to replicate what it missed while
 // the stream was running. A receiver slower than that gets a new
-// snapshot, with a new window as long as its stream took. retention is
-// that bookkeeping: plain code, no goroutine, no clock.
+// snapshot, with a new window as long as its stream took.
+//
+// Installing a large state can take longer than streaming it (Badger
+// rewritten, the index and the listener rebuilt; Dragonboat drops the
+// receiver's Replicate messages meanwhile), and a receiver that was still
+// installing when that window closed found the log compacted past its
+// snapshot, and got another stream, installed as slowly (SIGKILL rounds
+// with 16-entry snapshots: restarts ready in 12–41 s, three streams each;
+// TestSlowInstallCatchesUp). So where the receiver's messages are seen
+// (over Config.Transport, see heard), the window then goes on keeping the
+// log from what the receiver acknowledged, for as long as it is heard
+// from (within receiverHold entries: a receiver that died does not hold
+// the log), up to receiverHold + 16 windows of entries. retention is that
+// bookkeeping: plain code, no goroutine, no clock.
 type retention struct {
 	overhead uint64
+	// acks: the receivers' messages are reported (heard); without them a
+	// window lasts its entries only.
+	acks bool
 
 	mu        sync.Mutex
-	streaming bool         // a stream is in flight (Dragonboat streams one at a time)
-	from      uint64       // its index
-	compacted uint64       // the last compaction index handed out
-	keep      []keepWindow // after a stream: keep the log from `from` until applied reaches `until`
+	streaming bool                // a stream is in flight (Dragonboat streams one at a time)
+	from      uint64              // its index
+	compacted uint64              // the last compaction index handed out
+	keep      []keepWindow        // after a stream
+	peers     map[uint64]peerSeen // replica → what it last said
 }
 
-type keepWindow struct{ from, until uint64 }
+// A keepWindow keeps the log from `from` until applied reaches `until`;
+// with the receivers heard, then from what replica `to` acknowledged
+// while it is heard from (within receiverHold entries), until applied
+// reaches `limit`.
+type keepWindow struct{ from, until, limit, to uint64 }
+
+// peerSeen is what retention knows of a replica: the highest index it
+// acknowledged, and the applied index when it was last heard from.
+type peerSeen struct{ acked, heardAt uint64 }
 
 // maxKeepWindows bounds the windows remembered (streams are rare: one per
 // lagging replica at a time).
 const maxKeepWindows = 16
+
+// receiverHold is how many applied entries without a message from a
+// stream's receiver let its window close (a heartbeat answer comes every
+// RTT); a window lasts at most receiverHold + receiverWindows times its
+// entries.
+const (
+	receiverHold    = 1024
+	receiverWindows = 16
+)
 
 // streamStarted records a stream of the state at index (PrepareSnapshot).
 func (r *retention) streamStarted(index uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.streaming { // its end was not reported: keep its log as if it ended now
-		r.endLocked(index)
+		r.endLocked(index, 0)
 	}
 	r.streaming, r.from = true, index
 }
 
-// streamSent records that the stream in flight was sent (or aborted) when
-// applied was reached: its receiver has as many entries again to catch up
-// from its index, twice over, before the log may go.
-func (r *retention) streamSent(applied uint64) {
+// streamSent records that the stream in flight to replica `to` was sent
+// (or aborted, to 0) when applied was reached: its receiver has as many
+// entries again to catch up from its index, twice over, before the log
+// may go, and more while it is heard from and behind.
+func (r *retention) streamSent(applied, to uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.streaming {
-		r.endLocked(applied)
+		r.endLocked(applied, to)
 		r.streaming = false
 	}
 }
 
-func (r *retention) endLocked(applied uint64) {
+func (r *retention) endLocked(applied, to uint64) {
 	written := applied - min(applied, r.from)
 	if len(r.keep) == maxKeepWindows {
 		r.keep = r.keep[1:]
 	}
-	r.keep = append(r.keep, keepWindow{from: r.from, until: applied + 2*written + r.overhead})
+	window := 2*written + r.overhead
+	r.keep = append(r.keep, keepWindow{from: r.from, until: applied + window, limit: applied + receiverHold + receiverWindows*window, to: to})
+}
+
+// heard records a message from replica when applied was reached, and the
+// highest index it acknowledged in it (0 if none).
+func (r *retention) heard(replica, acked, applied uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.peers == nil {
+		r.peers = map[uint64]peerSeen{}
+	}
+	p := r.peers[replica]
+	p.acked, p.heardAt = max(p.acked, acked), max(p.heardAt, applied)
+	r.peers[replica] = p
 }
 
 // compactTo returns the index up to which a snapshot at applied may
@@ -114,18 +164,36 @@ func (r *retention) keepBehindLocked(applied uint64) uint64 {
 	}
 	live := r.keep[:0]
 	for _, w := range r.keep {
-		if applied < w.until {
+		p := r.peers[w.to]
+		switch {
+		case applied < w.until:
 			from(w.from)
-			live = append(live, w)
+		case r.acks && w.to != 0 && applied < w.limit && applied < p.heardAt+receiverHold:
+			// Its acknowledgements can run ahead of its install: they are
+			// its log's, and its state machine may still be installing, its
+			// new entries dropped meanwhile, needed again after.
+			from(max(w.from, p.acked))
+		default:
+			continue
 		}
+		live = append(live, w)
 	}
 	r.keep = live
 	return keep
 }
 
-// snapshotLoop takes a snapshot each time the state machine says another
-// SnapshotEntries entries were applied, keeping the log that retention
-// asks for. It runs until the node closes.
+// snapshotLoop takes a snapshot each time the state machine says
+// SnapshotEntries entries were applied past the last snapshot, keeping
+// the log that retention asks for; after a failed one it waits an attempt
+// timeout before the next try. It runs until the node closes.
+//
+// The schedule counts from the last snapshot the replica holds (taken,
+// received, or found in its log at a restart), not from its start: a
+// replica restarted more often than every SnapshotEntries entries still
+// takes snapshots, so a restart replays at most about SnapshotEntries
+// entries of its log. (Counted from the start, such a replica never took
+// one: its log was never compacted and each restart replayed all of it,
+// longer every time: TestRestartsStillTakeSnapshots.)
 func (n *Node) snapshotLoop() {
 	for {
 		select {
@@ -133,36 +201,76 @@ func (n *Node) snapshotLoop() {
 			return
 		case <-n.sm.snapDue:
 		}
-		n.takeSnapshot()
+		if !n.takeSnapshot() && !n.wait(n.attemptTimeout()) {
+			return
+		}
 	}
 }
 
-func (n *Node) takeSnapshot() {
+// wait waits d on the node's clock; false if the node closed meanwhile.
+func (n *Node) wait(d time.Duration) bool {
+	t := n.pace.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.Chan():
+		return true
+	case <-n.ctx.Done():
+		return false
+	}
+}
+
+// noCompaction, as a snapshot's CompactionOverhead, keeps the whole log.
+const noCompaction = math.MaxUint64
+
+// takeSnapshot takes a snapshot if one is due; false if it failed and
+// should be tried again.
+func (n *Node) takeSnapshot() bool {
+	lr, err := n.nh.GetLogReader(n.cfg.ShardID)
+	if err != nil {
+		return n.ctx.Err() != nil
+	}
+	if last := lr.Snapshot().Index; last > n.sm.snapAt.Load() {
+		n.sm.snapAt.Store(last) // received, or taken before a restart
+	}
 	applied := n.sm.applied.Load()
+	if applied < n.sm.snapAt.Load()+n.cfg.SnapshotEntries {
+		return true // not due
+	}
 	// Dragonboat compacts by itself too: to CompactionOverhead behind a
 	// snapshot this replica recovered from. Never ask for less than what
 	// its log already let go.
 	var floor uint64
-	if lr, err := n.nh.GetLogReader(n.cfg.ShardID); err == nil {
-		if first, _ := lr.GetRange(); first > 0 {
-			floor = first - 1
-		}
+	if first, _ := lr.GetRange(); first > 0 {
+		floor = first - 1
 	}
-	to, ok := n.sm.retention.compactTo(applied, floor)
-	if !ok {
-		return // the log must stay as it is: a snapshot would not let any of it go
+	opt := dragonboat.SnapshotOption{OverrideCompactionOverhead: true}
+	to, compact := n.sm.retention.compactTo(applied, floor)
+	if compact {
+		opt.CompactionIndex = to
+	} else {
+		// The log must stay as it is (a stream needs it); the snapshot
+		// still bounds what a restart replays.
+		opt.CompactionOverhead = noCompaction
 	}
-	opt := dragonboat.SnapshotOption{OverrideCompactionOverhead: true, CompactionIndex: to}
-	ctx, cancel := context.WithTimeout(n.ctx, n.attemptTimeout())
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ProposeTimeout)
 	defer cancel()
-	_, err := n.nh.SyncRequestSnapshot(ctx, n.cfg.ShardID, opt)
+	_, err = n.nh.SyncRequestSnapshot(ctx, n.cfg.ShardID, opt)
 	switch {
-	case err == nil:
-		n.log.Debug("raftstore: snapshot", "applied", applied, "compact_to", to)
-	case errors.Is(err, dragonboat.ErrRejected), n.ctx.Err() != nil:
-		// one exists at this index already, or closing
+	case err == nil, errors.Is(err, dragonboat.ErrRejected):
+		// taken, or one exists at this index already
+		n.sm.snapAt.Store(max(n.sm.snapAt.Load(), applied))
+		n.log.Debug("raftstore: snapshot", "applied", applied, "compact_to", to, "compact", compact)
+		return true
+	case n.ctx.Err() != nil:
+		return true // closing
+	case errors.Is(err, dragonboat.ErrSystemBusy):
+		n.log.Debug("raftstore: snapshot busy; trying again", "applied", applied)
+		return false
 	default:
-		n.log.Warn("raftstore: snapshot failed; the next one is due after another SnapshotEntries entries", "applied", applied, "err", err)
+		// Slow (the save may still complete, which the next try sees in
+		// the log reader), or failed.
+		n.log.Warn("raftstore: snapshot failed; trying again", "applied", applied, "err", err)
+		return false
 	}
 }
 

@@ -136,6 +136,7 @@ func (m *muxTransport) deliverBatch(peer string, body []byte) error {
 	if err := m.guard.checkBatch(&b, peer); err != nil {
 		return err
 	}
+	m.guard.noteSenders(&b)
 	m.guard.batches.Add(1)
 	m.onMessages(b)
 	return nil

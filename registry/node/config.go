@@ -32,7 +32,7 @@ type Config struct {
 	// session IDs and in logs. Required; unique in the cluster.
 	NodeID string
 	// Dir holds the node's Raft data (Dir/raft, Dir/badger). Required with
-	// RaftMembers or JoinRaft; a restart reuses it.
+	// Raft (RaftNodes, RaftMembers or JoinRaft); a restart reuses it.
 	Dir string
 
 	// TransportAddr is the host:port Muster's transport (Distro, forwarded
@@ -63,22 +63,29 @@ type Config struct {
 	// Consul's bootstrap_expect): a node whose membership lists that many,
 	// every other one loading too, is in a cold cluster and ready at once
 	// instead of after the Load timing (distro.Config.ColdStartMembers).
-	// 0 means: the static Peers and this node, or else the RaftMembers; set
+	// 0 means: the static Peers and this node, or else the Raft members; set
 	// it when the cluster has more nodes than Raft replicas, and keep it
-	// current when the cluster grows (RaftMembers only bootstraps: it does
+	// current when the cluster grows (the Raft members only bootstrap: they do
 	// not follow AddReplica). Too small a value lets nodes restarting
 	// together, whose views lack the members holding state, be ready
 	// empty. With neither, a starting node waits the Load timing.
 	Expect int
 
-	// RaftMembers bootstraps a new Raft group for persistent data: replica
-	// ID → node ID of every initial member (the same map on every one of
-	// them; Raft runs over the transport, addressed by node ID). Ignored on
-	// a restart (Dir holds the membership). Nil without JoinRaft means no
-	// Raft: persistent data lives in memory and is lost on Close.
+	// RaftNodes bootstraps a new Raft group for persistent data: the node
+	// IDs of its initial members, in the same order on every one of them;
+	// replica i+1 is RaftNodes[i] (Raft runs over the transport, addressed
+	// by node ID). NodeID must be among them. Ignored on a restart (Dir
+	// holds the membership). Nil, with RaftMembers nil and without
+	// JoinRaft, means no Raft: persistent data lives in memory and is
+	// lost on Close.
+	RaftNodes []string
+	// RaftMembers is RaftNodes with the replica IDs chosen: replica ID →
+	// node ID of every initial member (the same map on every one of
+	// them), for a group whose IDs are not 1…n. Set RaftNodes or
+	// RaftMembers, not both.
 	RaftMembers map[uint64]string
-	// ReplicaID is this node's Raft replica ID; 0 means the ID RaftMembers
-	// maps to NodeID. Required with JoinRaft.
+	// ReplicaID is this node's Raft replica ID; 0 means the ID RaftNodes
+	// or RaftMembers gives NodeID. Required with JoinRaft.
 	ReplicaID uint64
 	// JoinRaft starts this replica as a new member of a running group,
 	// after a member added it (raftstore.Node.AddReplica).
@@ -87,6 +94,23 @@ type Config struct {
 	// member, unique among the clusters that can reach each other.
 	// Required with Raft.
 	DeploymentID uint64
+	// SnapshotEntries: the Raft replica takes a snapshot (of metadata
+	// only: the state is in Badger already) every SnapshotEntries applied
+	// entries and compacts its log, so that a restart replays at most
+	// about that many entries and the log's disk use stays bounded. A
+	// replica too far behind the leader's compacted log gets the state
+	// streamed. DefaultConfig: 10000 (raftstore's). At least 16: without
+	// snapshots the log grows without bound and every restart replays all
+	// of it.
+	SnapshotEntries uint64
+	// CompactionOverhead entries of the log are kept behind each snapshot
+	// (DefaultConfig: 5000), so that a replica that is a little behind (a
+	// restart, a short partition) catches up from the log rather than by a
+	// streamed copy of the whole state; more are kept while a stream is in
+	// flight and for a while after it. At least 1. Raise both for a large
+	// write rate: a replica down for longer than CompactionOverhead
+	// entries of writes needs a stream.
+	CompactionOverhead uint64
 
 	// Secret authenticates the nodes on the transport (at least 16 bytes,
 	// shared by all); see transport.TCPConfig.Secret. Secret or TLS is
@@ -221,13 +245,19 @@ func Fast() Timings {
 // or TLS, GossipKey (with gossip), and Dir and DeploymentID (with Raft)
 // still have to be set, or Validate refuses the config.
 func DefaultConfig() Config {
+	rc := raftstore.DefaultConfig()
 	return Config{
-		TransportAddr: "127.0.0.1:0",
-		GossipAddr:    "127.0.0.1:0",
-		Timings:       LAN(),
-		Registry:      nodeRegistryConfig(),
+		TransportAddr:      "127.0.0.1:0",
+		GossipAddr:         "127.0.0.1:0",
+		SnapshotEntries:    rc.SnapshotEntries,
+		CompactionOverhead: rc.CompactionOverhead,
+		Timings:            LAN(),
+		Registry:           nodeRegistryConfig(),
 	}
 }
+
+// minSnapshotEntries is the smallest SnapshotEntries Validate accepts.
+const minSnapshotEntries = 16
 
 // nodeRegistryConfig is registry.DefaultConfig with the event journal on
 // (Explain): a cluster's operators want the history of an instance.
@@ -238,16 +268,30 @@ func nodeRegistryConfig() registry.Config {
 }
 
 // raft reports whether the node runs a Raft replica.
-func (c *Config) raft() bool { return len(c.RaftMembers) > 0 || c.JoinRaft }
+func (c *Config) raft() bool { return len(c.RaftNodes) > 0 || len(c.RaftMembers) > 0 || c.JoinRaft }
 
-// replicaID is ReplicaID, or the ID RaftMembers maps to NodeID (0 if none).
+// raftMembers is the initial Raft membership, replica ID → node ID:
+// RaftMembers, or RaftNodes numbered from 1.
+func (c *Config) raftMembers() map[uint64]string {
+	if len(c.RaftNodes) == 0 {
+		return c.RaftMembers
+	}
+	m := make(map[uint64]string, len(c.RaftNodes))
+	for i, id := range c.RaftNodes {
+		m[uint64(i+1)] = id
+	}
+	return m
+}
+
+// replicaID is ReplicaID, or the ID the initial membership gives NodeID
+// (0 if none).
 func (c *Config) replicaID() uint64 {
 	if c.ReplicaID != 0 {
 		return c.ReplicaID
 	}
-	ids := slices.Sorted(maps.Keys(c.RaftMembers))
-	for _, id := range ids {
-		if c.RaftMembers[id] == c.NodeID {
+	members := c.raftMembers()
+	for _, id := range slices.Sorted(maps.Keys(members)) {
+		if members[id] == c.NodeID {
 			return id
 		}
 	}
@@ -305,13 +349,30 @@ func (c *Config) Validate() error {
 	}
 	if c.raft() {
 		if c.Dir == "" {
-			bad("Dir", "must be set with Raft (RaftMembers or JoinRaft)")
+			bad("Dir", "must be set with Raft (RaftNodes, RaftMembers or JoinRaft)")
 		}
 		if c.DeploymentID == 0 {
 			bad("DeploymentID", "must be set (≥ 1) with Raft: the same on every member, unique to this cluster")
 		}
+		if len(c.RaftNodes) > 0 && len(c.RaftMembers) > 0 {
+			bad("RaftNodes", "and RaftMembers are exclusive: set one (RaftNodes numbers the replicas from 1)")
+		}
+		seen := make(map[string]bool, len(c.RaftNodes))
+		for _, id := range c.RaftNodes {
+			if id == "" || seen[id] {
+				bad("RaftNodes", fmt.Sprintf("must list distinct, non-empty node IDs, got %q", c.RaftNodes))
+				break
+			}
+			seen[id] = true
+		}
 		if c.replicaID() == 0 {
-			bad("ReplicaID", "must be set, or RaftMembers must map an ID to NodeID")
+			bad("ReplicaID", "must be set, or RaftNodes or RaftMembers must give NodeID a replica ID")
+		}
+		if c.SnapshotEntries < minSnapshotEntries {
+			bad("SnapshotEntries", fmt.Sprintf("must be at least %d (DefaultConfig: %d), got %d: without snapshots the Raft log grows without bound and every restart replays all of it", minSnapshotEntries, raftstore.DefaultConfig().SnapshotEntries, c.SnapshotEntries))
+		}
+		if c.CompactionOverhead == 0 {
+			bad("CompactionOverhead", fmt.Sprintf("must be at least 1 (DefaultConfig: %d): with 0 a replica one entry behind needs the whole state streamed", raftstore.DefaultConfig().CompactionOverhead))
 		}
 	}
 	if c.Registry.Replicator != nil || c.Registry.Transport != nil || c.Registry.Store != nil {
@@ -430,8 +491,9 @@ func (c *Config) registryConfig(tr transport.Transport, members distro.Membershi
 		rc.ReplicaID, rc.DeploymentID, rc.Dir = c.replicaID(), c.DeploymentID, c.Dir
 		rc.Transport, rc.Join = tr, c.JoinRaft
 		if !c.JoinRaft {
-			rc.InitialMembers = maps.Clone(c.RaftMembers)
+			rc.InitialMembers = maps.Clone(c.raftMembers())
 		}
+		rc.SnapshotEntries, rc.CompactionOverhead = c.SnapshotEntries, c.CompactionOverhead
 		rc.RTTMillisecond = uint64(max(t.RaftRTT.Milliseconds(), 1))
 		rc.ProposeTimeout, rc.ReadTimeout = t.Propose, t.Read
 		rc.BatchWait = t.RaftBatchWait
@@ -455,7 +517,7 @@ func (c *Config) expect() int {
 		}
 		return n
 	}
-	return len(c.RaftMembers)
+	return len(c.raftMembers())
 }
 
 // staticMembers is the Peers list as members, sorted by ID.

@@ -16,6 +16,7 @@ func TestExpect(t *testing.T) {
 	}{
 		{"none", Config{NodeID: "n1"}, 0},
 		{"raft members", Config{NodeID: "n1", RaftMembers: map[uint64]string{1: "n1", 2: "n2", 3: "n3"}}, 3},
+		{"raft nodes", Config{NodeID: "n1", RaftNodes: []string{"n1", "n2", "n3"}}, 3},
 		{"peers without self", Config{NodeID: "n1", Peers: map[string]string{"n2": "a:1", "n3": "b:1"}}, 3},
 		{"peers with self", Config{NodeID: "n1", Peers: map[string]string{"n1": "x:1", "n2": "a:1"}}, 2},
 		{"explicit wins", Config{NodeID: "n1", Expect: 5, RaftMembers: map[uint64]string{1: "n1", 2: "n2", 3: "n3"}}, 5},
@@ -23,6 +24,28 @@ func TestExpect(t *testing.T) {
 		if got := tc.cfg.expect(); got != tc.want {
 			t.Errorf("%s: expect() = %d, want %d", tc.name, got, tc.want)
 		}
+	}
+}
+
+// RaftNodes numbers the replicas from 1 in its order; a node's replica ID
+// is its position.
+func TestRaftNodes(t *testing.T) {
+	c := Config{NodeID: "n2", RaftNodes: []string{"n3", "n2", "n1"}}
+	got := c.raftMembers()
+	want := map[uint64]string{1: "n3", 2: "n2", 3: "n1"}
+	if len(got) != len(want) {
+		t.Fatalf("raftMembers() = %v, want %v", got, want)
+	}
+	for id, n := range want {
+		if got[id] != n {
+			t.Fatalf("raftMembers() = %v, want %v", got, want)
+		}
+	}
+	if id := c.replicaID(); id != 2 {
+		t.Fatalf("replicaID() = %d, want 2", id)
+	}
+	if !c.raft() {
+		t.Fatal("raft() = false with RaftNodes")
 	}
 }
 

@@ -9,7 +9,7 @@
 //	cfg.TransportAddr, cfg.GossipAddr = "10.0.0.1:7001", "10.0.0.1:7946"
 //	cfg.Seeds = []string{"10.0.0.2:7946", "10.0.0.3:7946"}
 //	cfg.Secret, cfg.GossipKey = secret, gossipKey // credentials: required
-//	cfg.RaftMembers = map[uint64]string{1: "n1", 2: "n2", 3: "n3"}
+//	cfg.RaftNodes = []string{"n1", "n2", "n3"} // replicas 1, 2, 3
 //	cfg.DeploymentID = 1 // the same on every node, unique to the cluster
 //	n, err := node.Start(ctx, cfg) // transport, membership, registry: started
 //	if err != nil { ... }
@@ -70,7 +70,21 @@
 // The node builds the registry's engines (registry.Config's Replicator,
 // Transport and Store: they must be left unset in Config.Registry): a
 // distro.Replicator over its transport and membership (registry.Distro), a
-// Raft store with RaftMembers or JoinRaft (package registry/raftcp), and,
-// when health checks are on and name no MySQL checker, a
-// health/mysqlcheck checker, which it closes after the registry.
+// Raft store with RaftNodes, RaftMembers or JoinRaft (package
+// registry/raftcp), and, when health checks are on and name no MySQL
+// checker, a health/mysqlcheck checker, which it closes after the
+// registry.
+//
+// # Raft
+//
+// RaftNodes lists the node IDs of the Raft group's first members, each
+// once, in the same order on every node: replica i+1 is RaftNodes[i], and
+// a node finds its own replica ID there (RaftMembers, replica ID → node
+// ID, is for IDs chosen otherwise). SnapshotEntries and
+// CompactionOverhead are the replica's snapshot settings: a snapshot every
+// SnapshotEntries applied entries (what a restart replays at most), and
+// CompactionOverhead entries of log kept behind it (how far behind a
+// replica may be and still catch up from the log rather than by a
+// streamed copy of the state). DefaultConfig has raftstore's 10000 and
+// 5000; Validate refuses fewer than 16 and 1.
 package node

@@ -25,8 +25,8 @@ func Example() {
 		cfg.NodeID, cfg.Dir, cfg.Seeds = id, filepath.Join(dir, id), seeds
 		cfg.Secret = []byte("a shared secret of 16+ bytes")        // the transport's
 		cfg.GossipKey = []byte("a 32-byte memberlist gossip key!") // memberlist's
-		cfg.RaftMembers, cfg.DeploymentID = map[uint64]string{1: "n1", 2: "n2"}, 42
-		cfg.Timings = node.Fast() // loopback timings
+		cfg.RaftNodes, cfg.DeploymentID = []string{"n1", "n2"}, 42 // replicas 1 and 2
+		cfg.Timings = node.Fast()                                  // loopback timings
 		n, err := node.Start(ctx, cfg)
 		if err != nil {
 			panic(err)

@@ -27,11 +27,11 @@ var (
 
 // testConfig is a loopback node with credentials, fast timings and free
 // ports.
-func testConfig(t *testing.T, id string, dir string, seeds []string, raft map[uint64]string) node.Config {
+func testConfig(t *testing.T, id string, dir string, seeds []string, raft []string) node.Config {
 	cfg := node.DefaultConfig()
 	cfg.NodeID, cfg.Dir, cfg.Seeds = id, filepath.Join(dir, id), seeds
 	cfg.Secret, cfg.GossipKey = secret, gossipKey
-	cfg.RaftMembers, cfg.DeploymentID = raft, 7
+	cfg.RaftNodes, cfg.DeploymentID = raft, 7
 	cfg.Timings = node.Fast()
 	cfg.Registry.HealthChecks = nil
 	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -43,9 +43,9 @@ func testConfig(t *testing.T, id string, dir string, seeds []string, raft map[ui
 func startCluster(t *testing.T, n int) []*node.Node {
 	t.Helper()
 	dir := t.TempDir()
-	raft := map[uint64]string{}
+	var raft []string
 	for i := range n {
-		raft[uint64(i+1)] = fmt.Sprintf("n%d", i+1)
+		raft = append(raft, fmt.Sprintf("n%d", i+1))
 	}
 	ctx := context.Background()
 	var nodes []*node.Node
@@ -160,7 +160,7 @@ func TestClusterOnLoopback(t *testing.T) {
 func TestKillAndRestart(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the nodes' cleanups
 	dir := t.TempDir()
-	raft := map[uint64]string{1: "n1", 2: "n2", 3: "n3"}
+	raft := []string{"n1", "n2", "n3"}
 	ctx := context.Background()
 	var nodes []*node.Node
 	var cfgs []node.Config
@@ -275,6 +275,96 @@ func TestValidateNamesEveryMissingField(t *testing.T) {
 	}
 }
 
+// The Raft settings: RaftNodes lists each node ID once (distinct, this
+// node among them) and excludes RaftMembers; the snapshot settings have
+// their lower bounds. Each error names its field.
+func TestValidateRaftSettings(t *testing.T) {
+	raftConfig := func() node.Config {
+		cfg := node.DefaultConfig()
+		cfg.NodeID, cfg.Secret, cfg.GossipKey = "n2", secret, gossipKey
+		cfg.Dir, cfg.DeploymentID = t.TempDir(), 7
+		cfg.RaftNodes = []string{"n1", "n2", "n3"}
+		return cfg
+	}
+	cfg := raftConfig()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("RaftNodes with the defaults: %v", err)
+	}
+	for _, tc := range []struct {
+		name, field string
+		change      func(*node.Config)
+	}{
+		{"a node ID twice", "RaftNodes", func(c *node.Config) { c.RaftNodes = []string{"n1", "n2", "n1"} }},
+		{"an empty node ID", "RaftNodes", func(c *node.Config) { c.RaftNodes = []string{"n1", "n2", ""} }},
+		{"RaftNodes and RaftMembers", "RaftMembers", func(c *node.Config) { c.RaftMembers = map[uint64]string{1: "n1", 2: "n2"} }},
+		{"NodeID not listed", "ReplicaID", func(c *node.Config) { c.RaftNodes = []string{"n1", "n3"} }},
+		{"no snapshots", "SnapshotEntries", func(c *node.Config) { c.SnapshotEntries = 0 }},
+		{"too few snapshot entries", "SnapshotEntries", func(c *node.Config) { c.SnapshotEntries = 15 }},
+		{"no overhead", "CompactionOverhead", func(c *node.Config) { c.CompactionOverhead = 0 }},
+	} {
+		cfg := raftConfig()
+		tc.change(&cfg)
+		err := cfg.Validate()
+		if !errors.Is(err, node.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s: Validate = %v, want ErrInvalidConfig naming %s", tc.name, err, tc.field)
+		}
+	}
+	// Without Raft the snapshot settings are not used, and not checked.
+	cfg = raftConfig()
+	cfg.RaftNodes, cfg.SnapshotEntries, cfg.CompactionOverhead = nil, 0, 0
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("no Raft, zero snapshot settings: %v", err)
+	}
+}
+
+// The node's Raft replica takes a snapshot once SnapshotEntries entries
+// were applied, and not before: the setting reaches the replica (the
+// default, 10000, would take none in this test).
+func TestSnapshotEntries(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	const every = 32
+	cfg := testConfig(t, "n1", t.TempDir(), nil, []string{"n1"})
+	cfg.SnapshotEntries, cfg.CompactionOverhead = every, every/2
+	ctx := context.Background()
+	nd, err := node.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nd.Close()
+	if err := nd.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	per := model.ServiceKey{Group: "g", Name: "snap"}
+	port := 0
+	register := func() {
+		t.Helper()
+		port++
+		in := model.NewInstance(per, "10.0.0.3", port)
+		in.Ephemeral = false
+		if err := nd.Registry().Register(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raft := nd.Raft()
+	for raft.Stats().Applied < every-4 {
+		register()
+	}
+	if st := raft.Stats(); st.SnapshotsCreated != 0 {
+		t.Fatalf("%d snapshots at applied index %d, below SnapshotEntries %d", st.SnapshotsCreated, st.Applied, every)
+	}
+	for raft.Stats().Applied < every+4 {
+		register()
+	}
+	waitFor(t, 10*time.Second, func() bool { return raft.Stats().SnapshotsCreated >= 1 }, fmt.Sprintf("a snapshot after %d entries (applied %d)", every, raft.Stats().Applied))
+	for raft.Stats().Applied < 3*every+4 {
+		register()
+	}
+	waitFor(t, 10*time.Second, func() bool { return raft.Stats().SnapshotsCreated >= 3 }, "a snapshot every SnapshotEntries entries")
+	if st := raft.Stats(); st.SnapshotsCreated > 4 {
+		t.Fatalf("%d snapshots at applied index %d with SnapshotEntries %d", st.SnapshotsCreated, st.Applied, every)
+	}
+}
+
 // freeAddr returns a loopback address nobody listens on now.
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -296,8 +386,9 @@ func TestStaticPeers(t *testing.T) {
 	ctx := context.Background()
 	var nodes []*node.Node
 	for _, id := range []string{"n1", "n2"} {
-		cfg := testConfig(t, id, dir, nil, raft)
-		cfg.GossipKey = nil // no gossip: not needed
+		cfg := testConfig(t, id, dir, nil, nil)
+		cfg.RaftMembers = raft // replica IDs given, rather than RaftNodes
+		cfg.GossipKey = nil    // no gossip: not needed
 		cfg.TransportAddr = addrs[id]
 		cfg.Peers = map[string]string{}
 		for o, a := range addrs {
@@ -413,7 +504,7 @@ func TestCloseDuringStart(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
 	dir := t.TempDir()
 	for i := range 5 {
-		cfg := testConfig(t, "n1", filepath.Join(dir, fmt.Sprint(i)), nil, map[uint64]string{1: "n1"})
+		cfg := testConfig(t, "n1", filepath.Join(dir, fmt.Sprint(i)), nil, []string{"n1"})
 		n, err := node.New(cfg)
 		if err != nil {
 			t.Fatal(err)

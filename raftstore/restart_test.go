@@ -1,0 +1,347 @@
+package raftstore
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/transport"
+)
+
+// replicaEnv makes TestReplicaChild run one replica: the data root, its
+// ID, the members (id=nodeID@addr, comma-separated) and the snapshot
+// settings.
+const replicaEnv = "RAFTSTORE_REPLICA_CHILD"
+
+// readyBound is how long a restarted replica should take at most to be
+// ready under continuous writes (issue 27, defect 3: 50 of 50 rounds).
+// The test reports the rounds within it; it fails only past 6 × the
+// bound, which a loaded machine (the race detector, other packages'
+// tests) must not reach either: speed is for benchmarks to prove.
+const readyBound = 10 * time.Second
+
+// TestKilledReplicaCatchesUp runs a 3-replica cluster as three processes
+// (Raft over Muster's TCP transport on loopback, Badger on disk, a 10 ms
+// tick) with two writers in each, each write a new key, SIGKILLs one
+// replica after another, the leader among them, and restarts it on its
+// directory while the others keep writing: it must be ready (WaitReady)
+// every round. RAFTSTORE_RESTART_ROUNDS sets the rounds of each case
+// (default 3); the log says how long each took.
+func TestKilledReplicaCatchesUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts child processes")
+	}
+	rounds := 3
+	if v, err := strconv.Atoi(os.Getenv("RAFTSTORE_RESTART_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	for _, tc := range []struct {
+		name              string
+		entries, overhead uint64
+	}{
+		{"default snapshots", DefaultConfig().SnapshotEntries, DefaultConfig().CompactionOverhead},
+		{"16-entry snapshots", 16, 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) { killRounds(t, rounds, tc.entries, tc.overhead) })
+	}
+}
+
+// child is one replica process of killRounds.
+type child struct {
+	cmd   *exec.Cmd
+	lines chan string // its stdout; closed when it exits
+}
+
+func killRounds(t *testing.T, rounds int, entries, overhead uint64) {
+	root := t.TempDir()
+	var spec []string
+	for id := 1; id <= 3; id++ {
+		spec = append(spec, fmt.Sprintf("%d=r%d@%s", id, id, freePort(t)))
+	}
+	env := func(id int) string {
+		return fmt.Sprintf("%s=%s;%d;%s;%d;%d", replicaEnv, root, id, strings.Join(spec, ","), entries, overhead)
+	}
+	children := map[int]*child{}
+	start := func(id int) *child {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestReplicaChild$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), env(id))
+		errf, err := os.Create(filepath.Join(root, fmt.Sprintf("child-%d.log", id)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = errf
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		c := &child{cmd: cmd, lines: make(chan string, 1024)}
+		go func() {
+			defer close(c.lines)
+			defer errf.Close()
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				select {
+				case c.lines <- sc.Text():
+				default: // nobody reads its chatter now
+				}
+			}
+		}()
+		children[id] = c
+		return c
+	}
+	kill := func(id int) {
+		c := children[id]
+		_ = c.cmd.Process.Kill()
+		_ = c.cmd.Wait()
+		for range c.lines {
+		}
+		delete(children, id)
+	}
+	t.Cleanup(func() {
+		for id := range children {
+			kill(id)
+		}
+	})
+	// waitReady returns how long the child took to be ready, by its word.
+	waitReady := func(id int, bound time.Duration) (time.Duration, []string) {
+		c := children[id]
+		var seen []string
+		deadline := time.NewTimer(bound)
+		defer deadline.Stop()
+		for {
+			select {
+			case l, ok := <-c.lines:
+				if !ok {
+					t.Fatalf("replica %d exited before it was ready: %v (log %s)", id, seen, filepath.Join(root, fmt.Sprintf("child-%d.log", id)))
+				}
+				var ms int64
+				if _, err := fmt.Sscanf(l, "ready %d", &ms); err == nil {
+					return time.Duration(ms) * time.Millisecond, seen
+				}
+				seen = append(seen, l)
+				if len(seen) > 20 {
+					seen = seen[1:]
+				}
+			case <-deadline.C:
+				return -1, seen
+			}
+		}
+	}
+	for id := 1; id <= 3; id++ {
+		start(id)
+	}
+	for id := 1; id <= 3; id++ {
+		if d, seen := waitReady(id, time.Minute); d < 0 {
+			t.Fatalf("replica %d not ready a minute after the cluster started: %v", id, seen)
+		}
+	}
+	time.Sleep(2 * time.Second) // real time: the writers fill the log before the first kill
+	var worst time.Duration
+	slow := 0
+	for r := range rounds {
+		id := r%3 + 1
+		kill(id)
+		time.Sleep(2 * time.Second) // real time: the others write while it is down
+		start(id)
+		// Under load (the race detector, other packages' tests) give it
+		// longer before failing, and say how long it took: the bound is
+		// what the issue asks of an unloaded machine.
+		d, seen := waitReady(id, 6*readyBound)
+		if d < 0 {
+			t.Fatalf("round %d: replica %d not ready %v after its restart under writes: %v", r, id, 6*readyBound, seen)
+		}
+		t.Logf("round %d: replica %d ready %v after its restart (%s)", r, id, d, streams(seen))
+
+		worst = max(worst, d)
+		if d > readyBound {
+			slow++
+			t.Logf("round %d: slower than %v; the replica's last lines: %s", r, readyBound, strings.Join(seen, " | "))
+		}
+	}
+	t.Logf("%d rounds: slowest restart ready in %v; %d of %d ready within %v", rounds, worst, rounds-slow, rounds, readyBound)
+}
+
+// streams says how many snapshot streams a child received and installed,
+// from its last stats line in seen.
+func streams(seen []string) string {
+	for i := len(seen) - 1; i >= 0; i-- {
+		var received, recovered int
+		if _, after, ok := strings.Cut(seen[i], " received "); ok {
+			if _, err := fmt.Sscanf(after, "%d recovered %d", &received, &recovered); err == nil {
+				return fmt.Sprintf("%d snapshot streams received", received)
+			}
+		}
+	}
+	return "no stats yet"
+}
+
+// TestReplicaChild is TestKilledReplicaCatchesUp's child: one replica and
+// two writers, until killed. It prints "ready <ms>" once WaitReady
+// returned, then a stats line every second.
+func TestReplicaChild(t *testing.T) {
+	env := os.Getenv(replicaEnv)
+	if env == "" {
+		t.Skip("run by TestKilledReplicaCatchesUp")
+	}
+	began := time.Now()
+	f := strings.Split(env, ";")
+	if len(f) != 5 {
+		t.Fatalf("bad %s: %q", replicaEnv, env)
+	}
+	root := f[0]
+	self, _ := strconv.ParseUint(f[1], 10, 64)
+	entries, _ := strconv.ParseUint(f[3], 10, 64)
+	overhead, _ := strconv.ParseUint(f[4], 10, 64)
+	members := map[uint64]string{}
+	addrs := map[string]string{}
+	for _, m := range strings.Split(f[2], ",") {
+		idStr, rest, _ := strings.Cut(m, "=")
+		node, addr, _ := strings.Cut(rest, "@")
+		id, _ := strconv.ParseUint(idStr, 10, 64)
+		members[id], addrs[node] = node, addr
+	}
+	tc := transport.DefaultTCPConfig()
+	tc.NodeID, tc.ListenAddr, tc.Secret = members[self], addrs[members[self]], testSecret
+	tc.ReconnectMin, tc.ReconnectMax = 20*time.Millisecond, 500*time.Millisecond
+	tc.Resolve = func(node string) (string, error) {
+		if a, ok := addrs[node]; ok {
+			return a, nil
+		}
+		return "", fmt.Errorf("unknown node %q", node)
+	}
+	tr, err := transport.NewTCP(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t, filepath.Join(root, fmt.Sprint(self)), self, members[self])
+	cfg.InitialMembers, cfg.Transport = members, tr
+	cfg.Insecure = false
+	cfg.SnapshotEntries, cfg.CompactionOverhead = entries, overhead
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})) // the child's log file
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	first := func() uint64 {
+		lr, err := n.nh.GetLogReader(n.cfg.ShardID)
+		if err != nil {
+			return 0
+		}
+		f, _ := lr.GetRange()
+		return f
+	}
+	fmt.Printf("started %d applied %d first %d last %d\n", time.Since(began).Milliseconds(), n.Stats().Applied, first(), n.Stats().LastIndex)
+	var writes atomic.Int64
+	var wg sync.WaitGroup
+	md := model.NewMetadata(map[string]string{"blob": strings.Repeat("m", 500)})
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := 0; ; p++ {
+				// A new key per write, as a history checker's writes: the
+				// state grows with the run.
+				in := persistent("killed", fmt.Sprintf("10.%d.%d.%d", self, w, began.Unix()%256), 1+p%60000)
+				in.Metadata = md
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				if _, err := n.Propose(ctx, Command{Op: OpPutInstance, Instance: in}); err == nil {
+					writes.Add(1)
+				}
+				cancel()
+			}
+		}()
+	}
+	go func() {
+		for {
+			time.Sleep(500 * time.Millisecond) // real time: a progress line
+			st := n.Stats()
+			fmt.Printf("%d first %d stats writes %d applied %d last %d lag %d leader %d sent %d aborted %d received %d recovered %d created %d\n", time.Since(began).Milliseconds(), first(),
+				writes.Load(), st.Applied, st.LastIndex, st.ApplyLag, st.LeaderID, st.SnapshotsSent, st.SnapshotsAborted, st.SnapshotsReceived, st.SnapshotsRecovered, st.SnapshotsCreated)
+		}
+	}()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := n.WaitReady(ctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		fmt.Printf("not ready: %v\n", err)
+	}
+	fmt.Printf("ready %d\n", time.Since(began).Milliseconds())
+	select {} // until killed
+}
+
+// Replicas restarted more often than every SnapshotEntries entries still
+// take snapshots: after each restart the log a restart replays stays
+// within about SnapshotEntries entries. Before the fix the schedule
+// started again at each restart, such a replica never took a snapshot,
+// and its log (all of it replayed at each restart, which took longer
+// every time: issue 27, defect 3) was never compacted.
+func TestRestartsStillTakeSnapshots(t *testing.T) {
+	const every, perRound, rounds = 64, 24, 8
+	var mem transport.MemNetwork
+	c := memCluster(t, &mem, []string{"r1", "r2", "r3"}, func(cfg *Config) {
+		cfg.SnapshotEntries, cfg.CompactionOverhead = every, every/2
+	})
+	port := 0
+	write := func(k int) {
+		for range k {
+			port++
+			settle(t, c.nodes[c.waitLeader()], Command{Op: OpPutInstance, Instance: persistent("restarts", "10.6.0.1", port)})
+		}
+	}
+	// behind is how many applied entries replica id holds past its last
+	// snapshot: what its next restart replays.
+	behind := func(id uint64) (uint64, uint64) {
+		n := c.nodes[id]
+		lr, err := n.nh.GetLogReader(n.cfg.ShardID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		applied, snap := n.sm.applied.Load(), lr.Snapshot().Index
+		return applied - min(applied, snap), applied
+	}
+	for r := range rounds {
+		write(perRound)
+		for id := uint64(1); id <= 3; id++ {
+			c.stop(id)
+			n := c.start(id)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := n.WaitReady(ctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("round %d: replica %d not ready after its restart: %v", r, id, err)
+			}
+		}
+	}
+	write(4) // a snapshot is taken as entries are applied
+	for id := uint64(1); id <= 3; id++ {
+		c.eventually(20*time.Second, fmt.Sprintf("replica %d to take a snapshot", id), func() bool {
+			b, _ := behind(id)
+			return b <= every+perRound
+		})
+		b, applied := behind(id)
+		t.Logf("replica %d: applied %d, %d entries past its last snapshot", id, applied, b)
+	}
+}
