@@ -99,15 +99,15 @@ type Config struct {
 	// entries and compacts its log, so that a restart replays at most
 	// about that many entries and the log's disk use stays bounded. A
 	// replica too far behind the leader's compacted log gets the state
-	// streamed. DefaultConfig: 10000 (raftstore's). At least 16: without
+	// streamed. Zero: 10000 (raftstore's default). At least 16: without
 	// snapshots the log grows without bound and every restart replays all
-	// of it.
+	// of it, so raftstore.NoSnapshots is refused here.
 	SnapshotEntries uint64
 	// CompactionOverhead entries of the log are kept behind each snapshot
-	// (DefaultConfig: 5000), so that a replica that is a little behind (a
+	// (zero: 5000, raftstore's default), so that a replica that is a little behind (a
 	// restart, a short partition) catches up from the log rather than by a
 	// streamed copy of the whole state; more are kept while a stream is in
-	// flight and for a while after it. At least 1. Raise both for a large
+	// flight and for a while after it. Raise both for a large
 	// write rate: a replica down for longer than CompactionOverhead
 	// entries of writes needs a stream.
 	CompactionOverhead uint64
@@ -165,9 +165,10 @@ type Config struct {
 }
 
 // Timings are the periods and timeouts of one node. All nodes of a cluster
-// should use the same. Start from LAN or Fast and change what you need: a
-// zero field is not a default (RaftBatchWait 0 turns the wait off, and a
-// zero Propose or Read is refused).
+// should use the same. Start from LAN or Fast and change what you need. As
+// everywhere in the module, a zero field takes its default (LAN's), and
+// "off" is the packages' named constants: distro.NoSyncDelay sends every
+// change at once, raftstore.NoBatchWait turns the batcher's wait off.
 type Timings struct {
 	// Memberlist's failure detection and gossip (see
 	// gossip.Config): a crashed node is detected after a few
@@ -186,7 +187,8 @@ type Timings struct {
 	// Propose and Read bound a write and a read index without a leader.
 	RaftRTT, Propose, Read time.Duration
 	// RaftBatchWait is how long the proposal batcher waits for the callers
-	// it just answered to come back (raftstore.Config.BatchWait; 0 off).
+	// it just answered to come back (raftstore.Config.BatchWait;
+	// raftstore.NoBatchWait: off).
 	RaftBatchWait time.Duration
 	// ReconnectMin and ReconnectMax bound the transport's redial backoff.
 	ReconnectMin, ReconnectMax time.Duration
@@ -220,6 +222,27 @@ func LAN() Timings {
 		ReconnectMin:  tc.ReconnectMin, ReconnectMax: tc.ReconnectMax,
 		Sweep: reg.SweepInterval, Forward: reg.ForwardTimeout,
 	}
+}
+
+// withDefaults returns t with each zero field set to LAN's.
+func (t Timings) withDefaults() Timings {
+	d := LAN()
+	for _, f := range []struct{ v, def *time.Duration }{
+		{&t.ProbeInterval, &d.ProbeInterval}, {&t.ProbeTimeout, &d.ProbeTimeout},
+		{&t.GossipInterval, &d.GossipInterval}, {&t.PushPull, &d.PushPull},
+		{&t.GossipTCPTimeout, &d.GossipTCPTimeout}, {&t.GossipDead, &d.GossipDead},
+		{&t.Rejoin, &d.Rejoin}, {&t.Leave, &d.Leave},
+		{&t.SyncDelay, &d.SyncDelay}, {&t.Verify, &d.Verify}, {&t.Orphan, &d.Orphan},
+		{&t.Tombstone, &d.Tombstone}, {&t.Load, &d.Load}, {&t.Request, &d.Request},
+		{&t.RaftRTT, &d.RaftRTT}, {&t.Propose, &d.Propose}, {&t.Read, &d.Read},
+		{&t.RaftBatchWait, &d.RaftBatchWait},
+		{&t.ReconnectMin, &d.ReconnectMin}, {&t.ReconnectMax, &d.ReconnectMax},
+		{&t.Sweep, &d.Sweep}, {&t.Forward, &d.Forward},
+	} {
+		cfgerr.Default(f.v, *f.def)
+	}
+	cfgerr.Default(&t.SuspicionMult, d.SuspicionMult)
+	return t
 }
 
 // Fast returns short timings for nodes on one host (tests, demos): 200 ms
@@ -368,11 +391,8 @@ func (c *Config) Validate() error {
 		if c.replicaID() == 0 {
 			bad("ReplicaID", "must be set, or RaftNodes or RaftMembers must give NodeID a replica ID")
 		}
-		if c.SnapshotEntries < minSnapshotEntries {
+		if c.SnapshotEntries != 0 && c.SnapshotEntries < minSnapshotEntries || c.SnapshotEntries == raftstore.NoSnapshots {
 			bad("SnapshotEntries", fmt.Sprintf("must be at least %d (DefaultConfig: %d), got %d: without snapshots the Raft log grows without bound and every restart replays all of it", minSnapshotEntries, raftstore.DefaultConfig().SnapshotEntries, c.SnapshotEntries))
-		}
-		if c.CompactionOverhead == 0 {
-			bad("CompactionOverhead", fmt.Sprintf("must be at least 1 (DefaultConfig: %d): with 0 a replica one entry behind needs the whole state streamed", raftstore.DefaultConfig().CompactionOverhead))
 		}
 	}
 	if c.Registry.Replicator != nil || c.Registry.Transport != nil || c.Registry.Store != nil {
@@ -402,7 +422,8 @@ func (c *Config) tcpConfig() transport.TCPConfig {
 	tc := transport.DefaultTCPConfig()
 	tc.NodeID, tc.ListenAddr, tc.AdvertiseAddr = c.NodeID, c.TransportAddr, c.AdvertiseAddr
 	tc.Secret, tc.TLS, tc.Insecure = c.Secret, c.TLS, c.Insecure
-	tc.ReconnectMin, tc.ReconnectMax = c.Timings.ReconnectMin, c.Timings.ReconnectMax
+	t := c.Timings.withDefaults()
+	tc.ReconnectMin, tc.ReconnectMax = t.ReconnectMin, t.ReconnectMax
 	tc.Clock = c.Registry.Clock
 	return tc
 }
@@ -410,7 +431,7 @@ func (c *Config) tcpConfig() transport.TCPConfig {
 // memberlistConfig is the membership's configuration, carrying the
 // transport address peers dial.
 func (c *Config) memberlistConfig(transportAddr string) gossip.Config {
-	t := c.Timings
+	t := c.Timings.withDefaults()
 	mc := gossip.DefaultConfig()
 	mc.NodeID, mc.TransportAddr, mc.Seeds = c.NodeID, transportAddr, slices.Clone(c.Seeds)
 	if host, port, err := net.SplitHostPort(c.GossipAddr); err == nil {
@@ -432,7 +453,7 @@ func (c *Config) memberlistConfig(transportAddr string) gossip.Config {
 
 // baseRegistryConfig is the registry's configuration without its engines.
 func (c *Config) baseRegistryConfig(log *slog.Logger) registry.Config {
-	t := c.Timings
+	t := c.Timings.withDefaults()
 	cfg := c.Registry
 	cfg.NodeID, cfg.Logger = c.NodeID, log
 	if t.Sweep > 0 {
@@ -458,7 +479,7 @@ func (c *Config) baseRegistryConfig(log *slog.Logger) registry.Config {
 // checks (nil if Registry.HealthChecks is nil or names its own), to close
 // after the registry.
 func (c *Config) registryConfig(tr transport.Transport, members distro.Membership, log *slog.Logger, keep func(*distro.Replicator)) (cfg registry.Config, cp *raftcp.Store, mc *mysqlcheck.Checker, err error) {
-	t := c.Timings
+	t := c.Timings.withDefaults()
 	cfg = c.baseRegistryConfig(log)
 	if hc := cfg.HealthChecks; hc != nil && hc.Checkers[model.CheckMySQL] == nil {
 		if mc, err = mysqlcheck.New(mysqlcheck.Config{Clock: c.Registry.Clock, Logger: log}); err != nil {

@@ -2,6 +2,9 @@ package node
 
 import (
 	"testing"
+	"time"
+
+	"github.com/muster-io/muster/distro"
 
 	"github.com/muster-io/muster/raftstore"
 )
@@ -60,5 +63,26 @@ func TestTimingsBatchWait(t *testing.T) {
 		if tm.RaftBatchWait != want {
 			t.Errorf("%s().RaftBatchWait = %v, want %v", name, tm.RaftBatchWait, want)
 		}
+	}
+}
+
+// A zero Timings field takes LAN's value; a set one, and a named "off"
+// (distro.NoSyncDelay), are kept; the configs built from them carry the
+// defaults, never a zero.
+func TestTimingsZeroIsLAN(t *testing.T) {
+	if got := (Timings{}).withDefaults(); got != LAN() {
+		t.Fatalf("Timings{}.withDefaults() = %+v, want LAN() %+v", got, LAN())
+	}
+	partial := Timings{Propose: 7 * time.Second, SyncDelay: distro.NoSyncDelay}
+	got := partial.withDefaults()
+	if got.Propose != 7*time.Second || got.SyncDelay != distro.NoSyncDelay || got.Read != LAN().Read {
+		t.Fatalf("withDefaults kept Propose %v, SyncDelay %v, Read %v; want 7s, NoSyncDelay, LAN's %v", got.Propose, got.SyncDelay, got.Read, LAN().Read)
+	}
+	c := Config{NodeID: "n1", Timings: Timings{}}
+	if mc := c.memberlistConfig("127.0.0.1:1"); mc.ProbeInterval != LAN().ProbeInterval || mc.SuspicionMult != LAN().SuspicionMult {
+		t.Fatalf("memberlist config from zero Timings: probe %v, suspicion %d; want LAN's", mc.ProbeInterval, mc.SuspicionMult)
+	}
+	if tc := c.tcpConfig(); tc.ReconnectMax != LAN().ReconnectMax {
+		t.Fatalf("transport config from zero Timings: ReconnectMax %v, want LAN's %v", tc.ReconnectMax, LAN().ReconnectMax)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/raftstore"
 	"github.com/muster-io/muster/registry"
 	"github.com/muster-io/muster/registry/node"
 	"go.uber.org/goleak"
@@ -298,9 +299,8 @@ func TestValidateRaftSettings(t *testing.T) {
 		{"an empty node ID", "RaftNodes", func(c *node.Config) { c.RaftNodes = []string{"n1", "n2", ""} }},
 		{"RaftNodes and RaftMembers", "RaftMembers", func(c *node.Config) { c.RaftMembers = map[uint64]string{1: "n1", 2: "n2"} }},
 		{"NodeID not listed", "ReplicaID", func(c *node.Config) { c.RaftNodes = []string{"n1", "n3"} }},
-		{"no snapshots", "SnapshotEntries", func(c *node.Config) { c.SnapshotEntries = 0 }},
+		{"no snapshots", "SnapshotEntries", func(c *node.Config) { c.SnapshotEntries = raftstore.NoSnapshots }},
 		{"too few snapshot entries", "SnapshotEntries", func(c *node.Config) { c.SnapshotEntries = 15 }},
-		{"no overhead", "CompactionOverhead", func(c *node.Config) { c.CompactionOverhead = 0 }},
 	} {
 		cfg := raftConfig()
 		tc.change(&cfg)
@@ -308,6 +308,13 @@ func TestValidateRaftSettings(t *testing.T) {
 		if !errors.Is(err, node.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("%s: Validate = %v, want ErrInvalidConfig naming %s", tc.name, err, tc.field)
 		}
+	}
+	// Zero is the default, as everywhere: raftstore's 10000 and 5000, and
+	// zero Timings are LAN's.
+	cfg = raftConfig()
+	cfg.SnapshotEntries, cfg.CompactionOverhead, cfg.Timings = 0, 0, node.Timings{}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("zero snapshot settings and timings: %v", err)
 	}
 	// Without Raft the snapshot settings are not used, and not checked.
 	cfg = raftConfig()
