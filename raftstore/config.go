@@ -47,6 +47,14 @@ type Config struct {
 	InitialMembers map[uint64]string
 	// Join starts this replica as a new member of a running shard.
 	Join bool
+	// JoinMembers, with Join, are the running shard's members the host
+	// knows (replica ID → RaftAddress, a node ID with Transport). Until the
+	// joining replica has learnt the shard's membership from its leader,
+	// Raft traffic over Transport that claims one of these replicas is
+	// passed on only from that node: another member cannot pose as the
+	// leader to a joiner. A replica not listed is bound to the first
+	// authenticated node that sends as it.
+	JoinMembers map[uint64]string
 	// RTTMillisecond is Dragonboat's tick (default 50; tests use 5–10).
 	// ElectionRTT and HeartbeatRTT count ticks (defaults 10 and 1).
 	RTTMillisecond uint64
@@ -250,6 +258,7 @@ func (c *Config) validate() error {
 	check(c.MaxBatch >= 1 && c.MaxBatch <= maxBatchCommands, "MaxBatch", fmt.Sprintf("must be 1–%d", maxBatchCommands))
 	check(c.BatchWait <= c.ProposeTimeout/4, "BatchWait", "must be at most ProposeTimeout / 4 (NoBatchWait: off)")
 	check(!c.Join || len(c.InitialMembers) == 0, "InitialMembers", "must be empty with Join")
+	check(c.Join || len(c.JoinMembers) == 0, "JoinMembers", "must be empty without Join (InitialMembers names a new shard's members)")
 	switch c.FS.(type) {
 	case nil, *vfs.MemFS, *vfs.ErrorFS:
 	default:

@@ -255,6 +255,11 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		for id, addr := range members {
 			known[id] = addr
 		}
+		if join {
+			for id, addr := range n.cfg.JoinMembers {
+				known[id] = addr
+			}
+		}
 		if members == nil && n.logdb != nil {
 			if bi, err := n.logdb.GetBootstrapInfo(n.cfg.ShardID, n.cfg.ReplicaID); err == nil {
 				known = bi.Addresses

@@ -604,3 +604,23 @@ func TestGuardPinsStartMembers(t *testing.T) {
 		t.Fatal("replica 4 from r2 after r4 sent as it")
 	}
 }
+
+// A joining replica knows no members until its leader's first message: a
+// member that sends first as the leader's replica would otherwise be bound
+// to that ID, and the real leader's traffic refused. With JoinMembers the
+// claim is refused, and the real leader is heard.
+func TestGuardJoinerRefusesPosedLeader(t *testing.T) {
+	g := newGuard(testDeployment, 1, 4) // replica 4, joining
+	g.expect(map[uint64]string{1: "r1", 2: "r2", 3: "r3"})
+	if err := g.checkSender(1, "r3"); err == nil || g.counts[dropPeer].Load() != 1 {
+		t.Fatalf("r3 as the leader's replica 1 to a joiner: %v, want a Peer drop", err)
+	}
+	if err := g.checkSender(1, "r1"); err != nil {
+		t.Fatalf("the real leader r1 to the joiner: %v", err)
+	}
+	cfg := testConfig(t, t.TempDir(), 4, freePort(t))
+	cfg.JoinMembers = map[uint64]string{1: "r1"}
+	if err := cfg.Validate(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "JoinMembers") {
+		t.Fatalf("JoinMembers without Join: %v, want ErrInvalidConfig naming JoinMembers", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,7 +62,18 @@ func TestMusterTransportSnapshotJoin(t *testing.T) {
 	n4 := c.joinAt(4, "r4", func(cfg *Config) {
 		small(cfg)
 		memTransport(t, &mem, cfg)
+		cfg.JoinMembers = map[uint64]string{1: "r1", 2: "r2", 3: "r3"}
 	})
+	// The running shard's members reach the joiner's guard before any
+	// traffic: until it learns the membership, r3 cannot pose as r1.
+	n4.guard.pinMu.Lock()
+	pinned := maps.Clone(n4.guard.pinned)
+	n4.guard.pinMu.Unlock()
+	for id, node := range map[uint64]string{1: "r1", 2: "r2", 3: "r3"} {
+		if pinned[id] != node {
+			t.Fatalf("joiner's guard pins replica %d to %q, want %q (JoinMembers): %v", id, pinned[id], node, pinned)
+		}
+	}
 	st := c.converged(c.waitLeader())
 	if len(st.Instances) != 60 {
 		t.Fatalf("after the join: %d instances, want 60", len(st.Instances))

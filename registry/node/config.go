@@ -88,7 +88,11 @@ type Config struct {
 	// or RaftMembers gives NodeID. Required with JoinRaft.
 	ReplicaID uint64
 	// JoinRaft starts this replica as a new member of a running group,
-	// after a member added it (raftstore.Node.AddReplica).
+	// after a member added it (raftstore.Node.AddReplica). With it,
+	// RaftNodes or RaftMembers, if set, name the running group's members:
+	// until the joiner learns the membership from the leader, Raft traffic
+	// claiming one of them is accepted only from that node
+	// (raftstore.Config.JoinMembers).
 	JoinRaft bool
 	// DeploymentID identifies the cluster's Raft group: the same on every
 	// member, unique among the clusters that can reach each other.
@@ -513,6 +517,8 @@ func (c *Config) registryConfig(tr transport.Transport, members distro.Membershi
 		rc.Transport, rc.Join = tr, c.JoinRaft
 		if !c.JoinRaft {
 			rc.InitialMembers = maps.Clone(c.raftMembers())
+		} else {
+			rc.JoinMembers = maps.Clone(c.raftMembers())
 		}
 		rc.SnapshotEntries, rc.CompactionOverhead = c.SnapshotEntries, c.CompactionOverhead
 		rc.RTTMillisecond = uint64(max(t.RaftRTT.Milliseconds(), 1))
