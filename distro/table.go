@@ -169,13 +169,21 @@ func (t *table) remove(key string) *entry {
 
 // expire removes tombstones and orphan markers made at or before cutoff, unless a newer version
 // replaced them meanwhile. O(expired).
+//
+// An item expires the entry only if the entry is still the state it was queued for: a
+// tombstone or orphan marker made at the item's time (recvAt), not later. The revision alone
+// does not say so: another owner's record of the same revision (it wins the tie-break: a
+// beat written while views differed), or the same version orphaned again after its owner
+// re-sent it, may have replaced the queued state since, and its TTL runs from then. Expired by
+// the older item, it would go early, and a stale copy it still had to refuse would come back
+// (issue 27.2).
 func (t *table) expire(cutoff time.Time) int {
 	n := 0
 	for t.gchead < len(t.gcq) && !t.gcq[t.gchead].at.After(cutoff) {
 		it := t.gcq[t.gchead]
 		t.gcq[t.gchead] = gcItem{}
 		t.gchead++
-		if e := t.get(it.key); e != nil && e.rec.Revision == it.rev && (e.rec.Deleted || e.orphan) {
+		if e := t.get(it.key); e != nil && e.rec.Revision == it.rev && (e.rec.Deleted || e.orphan) && !e.recvAt.After(it.at) {
 			if e.rec.Owner == t.self {
 				t.forgot = max(t.forgot, e.rec.Revision)
 			}
