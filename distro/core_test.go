@@ -91,7 +91,7 @@ func TestDigestIncremental(t *testing.T) {
 	}
 	fresh := make([]uint64, 16)
 	a.all(func(e *entry) bool {
-		fresh[bucketOf(e.kh, 16)] += versionHash(e.kh, e.rec.Revision, e.rec.Deleted)
+		fresh[bucketOf(e.kh, 16)] += versionHash(e.kh, e.rec.Revision, e.rec.Deleted, payloadSum(e.rec.Payload))
 		return true
 	})
 	for i := range fresh {

@@ -38,6 +38,9 @@ type entry struct {
 	// Store is told of them once, when the load has merged every peer's snapshot (finishLoad),
 	// never of an intermediate version another snapshot replaces.
 	loaded bool
+	// sum is payloadSum(rec.Payload), computed once at install (after the four bools, it takes
+	// no room: the entry stays 112 bytes).
+	sum uint32
 }
 
 // held reports whether the entry is a record this node holds (live or tombstone).
@@ -88,7 +91,7 @@ func (t *table) account(e *entry, sign int) {
 		return
 	}
 	o := t.owner(e.rec.Owner)
-	h := versionHash(e.kh, e.rec.Revision, e.rec.Deleted)
+	h := versionHash(e.kh, e.rec.Revision, e.rec.Deleted, e.sum)
 	b := bucketOf(e.kh, t.nb)
 	live := 0
 	if !e.rec.Deleted {
@@ -128,7 +131,7 @@ func (t *table) install(rec Record, now time.Time) (prev entry, had bool) {
 	kh := keyHash(rec.Key)
 	b := t.buckets[bucketOf(kh, t.nb)]
 	old := b[rec.Key]
-	e := &entry{rec: rec, kh: kh, recvAt: now}
+	e := &entry{rec: rec, kh: kh, recvAt: now, sum: payloadSum(rec.Payload)}
 	b[rec.Key] = e
 	// The new version counts before the old one leaves: an owner replacing its only record
 	// keeps its aggregates (account prunes an owner whose count reaches 0).

@@ -127,3 +127,41 @@ func TestPartitionEraBeatWrites(t *testing.T) {
 	}
 	c.checkInvariants()
 }
+
+// Issue 27.1: two replicas holding one version with different payloads (what an owner that
+// restarted without its state writes if it reuses a version) looked the same to verify: the
+// digest hashed key, revision and deletion only. The payload's checksum is in the digest now:
+// Compare names the key a conflict, and the owner's verify moves past the version, so the
+// replica converges to the owner's payload.
+func TestVerifyRepairsOneVersionWithTwoPayloads(t *testing.T) {
+	c := newCluster(t, nil, "a", "b", "c")
+	a, b, cn := c.nodes["a"], c.nodes["b"], c.nodes["c"]
+	rec, err := a.r.Put(KindSession, "s", []byte("current"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.eventually(time.Second, "s on every node", func() bool {
+		r, ok := cn.store.get("s")
+		return ok && r.sameVersion(rec) && c.converged()
+	})
+	other := rec
+	other.Payload = []byte("a previous incarnation's")
+	plant(cn, other) // the same version, another state
+
+	rep := mustCompare(t, b, "c")
+	if got := diffsOf(rep); len(got) != 1 || got["s"] != DiffConflict || rep.Conflicts != 1 {
+		t.Fatalf("b vs c with one version in two states: %+v, want s a conflict", rep)
+	}
+	c.eventually(3*testConfig().VerifyInterval, "c holds a's payload\n"+c.describe(), func() bool {
+		r, ok := cn.store.get("s")
+		return ok && string(r.Payload) == "current" && c.converged()
+	})
+	now, _ := cn.r.Get("s")
+	if !now.Newer(rec) || now.Owner != "a" || string(now.Payload) != "current" {
+		t.Fatalf("c holds %v (%q), want a version of a's past %v with its payload", now, now.Payload, rec)
+	}
+	if rep := mustCompare(t, b, "c"); !rep.Consistent() {
+		t.Fatalf("after the repair: %+v", rep)
+	}
+	c.checkInvariants()
+}
