@@ -33,17 +33,19 @@ func TestVerifyDropsRecordsTheOwnerLacks(t *testing.T) {
 // hold at a higher revision moves past it when verify shows it, instead of being refused forever.
 func TestVerifyBumpsPastNewerCopies(t *testing.T) {
 	c := newCluster(t, nil, "a", "b")
-	plant(c.nodes["b"], Record{Key: "s", Kind: KindSession, Owner: "a", Revision: 9, Payload: []byte("previous life")})
-	rec, _ := c.nodes["a"].r.Put(KindSession, "s", []byte("new life"))
-	if rec.Revision != 1 {
-		t.Fatalf("revision %d", rec.Revision)
+	a := c.nodes["a"]
+	prev := rev(a, 9) // a previous incarnation's clock was ahead (or this one's was set back)
+	plant(c.nodes["b"], Record{Key: "s", Kind: KindSession, Owner: "a", Revision: prev, Payload: []byte("previous life")})
+	rec, _ := a.r.Put(KindSession, "s", []byte("new life"))
+	if rec.Revision != rev(a, 1) {
+		t.Fatalf("revision %d, want the epoch %d", rec.Revision, a.r.epoch)
 	}
 	c.eventually(2*time.Second, "b holds a's current state\n"+c.describe(), func() bool {
 		r, ok := c.nodes["b"].store.get("s")
 		return ok && string(r.Payload) == "new life" && c.converged()
 	})
-	if r, _ := c.nodes["a"].r.Get("s"); r.Revision != 10 {
-		t.Fatalf("a's record at revision %d, want 10", r.Revision)
+	if r, _ := a.r.Get("s"); r.Revision != prev+1 {
+		t.Fatalf("a's record at revision %d, want %d", r.Revision, prev+1)
 	}
 	c.checkInvariants()
 }
