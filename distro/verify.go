@@ -94,6 +94,10 @@ func (r *Replicator) repairPlanLocked(peer string, vr verifyResp) (send []Record
 			case e.rec.Newer(held):
 				send = append(send, e.rec)
 			case held.Newer(e.rec) || v.Deleted != e.rec.Deleted || !v.Deleted && v.Sum != 0 && v.Sum != e.sum:
+				if !held.Newer(e.rec) && !v.Deleted && !e.rec.Deleted && v.Sum != e.sum {
+					r.stats.versionConflicts.Add(1)
+					r.log.Warn("distro: a peer holds this node's version of a record with another payload; moving past it", "peer", peer, "record", e.rec.String())
+				}
 				// The peer holds a version of this key newer than this node's own: written by a
 				// previous incarnation that this one never loaded, or by another node that owned
 				// the key while views differed (a partition). Or it holds this very version in

@@ -165,5 +165,8 @@ func TestVerifyRepairsOneVersionWithTwoPayloads(t *testing.T) {
 	if rep := mustCompare(t, b, "c"); !rep.Consistent() {
 		t.Fatalf("after the repair: %+v", rep)
 	}
+	if n := a.r.Stats().VersionConflicts; n != 1 {
+		t.Fatalf("a counted %d version conflicts, want 1", n)
+	}
 	c.checkInvariants()
 }
