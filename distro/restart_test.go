@@ -245,6 +245,17 @@ func restartWithoutState(t *testing.T, down time.Duration, clockBack bool) (c *c
 	return c, a, old, cur
 }
 
+// waitNewPayloadOnC waits until c's store holds a's new payload of s and the cluster converged.
+func waitNewPayloadOnC(c *cluster) *node {
+	c.t.Helper()
+	cn := c.nodes["c"]
+	c.eventuallyf(3*testConfig().VerifyInterval, func() string { return "c holds a's new s\n" + c.describe() }, func() bool {
+		r, ok := cn.store.get("s")
+		return ok && string(r.Payload) == "new" && c.converged()
+	})
+	return cn
+}
+
 // Issue 27.1: a node that restarts has lost the versions it wrote, and a peer it cannot reach
 // while it loads keeps one. Its revisions start at its epoch (its start time): its new write of
 // the key is newer than the old version, c takes it from the sync as it is (no verify repair,
@@ -254,11 +265,7 @@ func TestRestartedNodeNeverReusesAVersion(t *testing.T) {
 	if !cur.Newer(old) {
 		t.Fatalf("the restarted a wrote %v, not newer than its previous incarnation's %v", cur, old)
 	}
-	cn := c.nodes["c"]
-	c.eventually(3*testConfig().VerifyInterval, "c holds a's new s\n"+c.describe(), func() bool {
-		r, ok := cn.store.get("s")
-		return ok && string(r.Payload) == "new" && c.converged()
-	})
+	cn := waitNewPayloadOnC(c)
 	if r, _ := cn.r.Get("s"); !r.sameVersion(cur) {
 		t.Fatalf("c holds %v, want a's write %v as it was sent", r, cur)
 	}
@@ -273,13 +280,12 @@ func TestRestartedNodeWithClockSetBackIsRepaired(t *testing.T) {
 	if !cur.sameVersion(old) {
 		t.Fatalf("the fault: a's write %v should reuse %v", cur, old)
 	}
-	cn := c.nodes["c"]
-	c.eventually(3*testConfig().VerifyInterval, "c holds a's new s\n"+c.describe(), func() bool {
-		r, ok := cn.store.get("s")
-		return ok && string(r.Payload) == "new" && c.converged()
-	})
+	cn := waitNewPayloadOnC(c)
 	if r, _ := a.r.Get("s"); !r.Newer(old) || string(r.Payload) != "new" {
 		t.Fatalf("a holds %v %q, want it moved past %v", r, r.Payload, old)
+	}
+	if r, _ := cn.r.Get("s"); r.sameVersion(old) {
+		t.Fatalf("c still holds the reused version %v", r)
 	}
 	c.checkInvariants()
 }

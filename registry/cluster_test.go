@@ -18,6 +18,14 @@ import (
 )
 
 // clusterOpts is a 3-node cluster with immediate sync.
+// seededCluster is a cluster of clusterOpts whose randomness comes from seed, and a test's own
+// random stream from seed and stream.
+func seededCluster(t *testing.T, seed, stream uint64) (*registrytest.Cluster, *rand.Rand) {
+	opts := clusterOpts()
+	opts.Seed = seed
+	return registrytest.NewCluster(t, opts), rand.New(rand.NewPCG(seed, stream))
+}
+
 func clusterOpts() registrytest.ClusterOptions {
 	dc := distro.DefaultConfig()
 	dc.SyncDelay = 0
@@ -350,10 +358,7 @@ func TestClusterReorderDuplicate(t *testing.T) {
 }
 
 func runReorderDuplicate(t *testing.T, seed uint64) {
-	opts := clusterOpts()
-	opts.Seed = seed
-	c := registrytest.NewCluster(t, opts)
-	rng := rand.New(rand.NewPCG(seed, 99))
+	c, rng := seededCluster(t, seed, 99)
 	a := c.Node(0)
 	sess, _ := a.OpenSession(ctx, registry.SessionOptions{})
 	c.Net.SetManual(true)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -281,10 +280,7 @@ func TestSessionInstanceFaults(t *testing.T) {
 }
 
 func runSessionInstanceFaults(t *testing.T, seed uint64) {
-	opts := clusterOpts()
-	opts.Seed = seed
-	c := registrytest.NewCluster(t, opts)
-	rng := rand.New(rand.NewPCG(seed, 15))
+	c, rng := seededCluster(t, seed, 15)
 	t.Logf("seed %d", seed)
 	a := c.Node(0)
 	sess, err := a.OpenSession(ctx, registry.SessionOptions{})
