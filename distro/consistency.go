@@ -53,8 +53,9 @@ const (
 	// DiffNewer: this node's version is newer than the peer's.
 	DiffNewer
 	// DiffConflict: the same version (Revision and Owner), but one side holds it deleted and
-	// the other not: two writers produced one version (a broken invariant, or an owner that
-	// restarted without its state and was not yet moved past its old version).
+	// the other not, or both live with different payloads (their checksums differ): two
+	// writers produced one version (a broken invariant, or an owner that restarted without its
+	// state and was not yet moved past its old version).
 	DiffConflict
 )
 
@@ -232,7 +233,7 @@ func (r *Replicator) compareLocked(rep *ConsistencyReport, resp consistencyResp)
 				rep.add(KeyDiff{Key: e.rec.Key, Diff: DiffNewer, Here: here, There: tv})
 			case peer.Newer(e.rec):
 				rep.add(KeyDiff{Key: e.rec.Key, Diff: DiffOlder, Here: here, There: tv})
-			case v.Deleted != e.rec.Deleted:
+			case v.Deleted != e.rec.Deleted || !v.Deleted && v.Sum != 0 && v.Sum != e.sum:
 				rep.add(KeyDiff{Key: e.rec.Key, Diff: DiffConflict, Here: here, There: tv})
 			}
 			return true
@@ -291,7 +292,7 @@ func (r *Replicator) handleConsistency(_ context.Context, from string, body []by
 		first := len(resp.Versions)
 		r.tab.each(b, func(e *entry) bool {
 			if e.held() {
-				resp.Versions = append(resp.Versions, version{Key: e.rec.Key, Rev: e.rec.Revision, Deleted: e.rec.Deleted, Owner: e.rec.Owner})
+				resp.Versions = append(resp.Versions, version{Key: e.rec.Key, Rev: e.rec.Revision, Deleted: e.rec.Deleted, Owner: e.rec.Owner, Sum: e.sum})
 			}
 			return true
 		})

@@ -51,7 +51,7 @@ func TestCompareAcrossPartition(t *testing.T) {
 		s3, ok3 := cn.r.Get("s3")
 		t1, ok1 := cn.r.Get("t1")
 		s1, _ := cn.r.Get("s1")
-		return ok3 && ok1 && s3.Revision == 1 && t1.Revision == 1 && s1.Deleted
+		return ok3 && ok1 && s3.Revision == rev(a, 1) && t1.Revision == rev(b, 1) && s1.Deleted
 	})
 	if _, err := a.r.Compare(context.Background(), "b"); !errors.Is(err, transport.ErrUnreachable) {
 		t.Fatalf("compare across the partition: %v", err)
@@ -64,7 +64,7 @@ func TestCompareAcrossPartition(t *testing.T) {
 		t.Fatalf("c vs b: %+v, want diffs %v", rep, want)
 	}
 	for _, d := range rep.Diffs {
-		if d.Key == "s1" && (!d.Here.Deleted || d.There.Deleted || d.Here.Revision != 2 || d.There.Revision != 1 || d.Here.Owner != "a") {
+		if d.Key == "s1" && (!d.Here.Deleted || d.There.Deleted || d.Here.Revision != rev(a, 2) || d.There.Revision != rev(a, 1) || d.Here.Owner != "a") {
 			t.Fatalf("s1: %+v", d)
 		}
 		if d.Key == "s3" && (d.There != RecordVersion{}) {
@@ -114,7 +114,7 @@ func TestCompareDroppedSync(t *testing.T) {
 	c.net.SetManual(false)
 
 	rep := mustCompare(t, b, "a")
-	if got := diffsOf(rep); len(got) != 1 || got["k"] != DiffOlder || rep.Equal != 1 || rep.Diffs[0].Here.Revision != 1 || rep.Diffs[0].There.Revision != 2 {
+	if got := diffsOf(rep); len(got) != 1 || got["k"] != DiffOlder || rep.Equal != 1 || rep.Diffs[0].Here.Revision != rev(a, 1) || rep.Diffs[0].There.Revision != rev(a, 2) {
 		t.Fatalf("b vs a after the dropped sync: %+v", rep)
 	}
 	if rep := mustCompare(t, a, "b"); rep.Newer != 1 || len(rep.Diffs) != 1 || rep.Equal != 1 {

@@ -91,7 +91,7 @@ func TestDigestIncremental(t *testing.T) {
 	}
 	fresh := make([]uint64, 16)
 	a.all(func(e *entry) bool {
-		fresh[bucketOf(e.kh, 16)] += versionHash(e.kh, e.rec.Revision, e.rec.Deleted)
+		fresh[bucketOf(e.kh, 16)] += versionHash(e.kh, e.rec.Revision, e.rec.Deleted, payloadSum(e.rec.Payload))
 		return true
 	})
 	for i := range fresh {
@@ -159,6 +159,59 @@ func TestTableExpire(t *testing.T) {
 	}
 	if n := tab.expire(t0.Add(time.Hour)); n != 0 || tab.get("b") == nil {
 		t.Fatalf("expire removed the live b (%d)", n)
+	}
+}
+
+// Issue 27.2: the expiry of a tombstone matched its key and revision only, so a tombstone of
+// owner a at revision 2 expired whatever held that key at revision 2 later: b's tombstone or
+// orphan marker of revision 2 (b wins the tie-break: a beat b adopted while views differed), or
+// the same version orphaned again. Each went at a's TTL, not its own, and the stale record it
+// was there to refuse came back (a deleted instance resurrected, an owner rolled back).
+func TestTableExpireMatchesTheQueuedState(t *testing.T) {
+	rec := func(owner string, rev uint64, del bool) Record {
+		r := Record{Key: "k", Kind: KindBeat, Owner: owner, Revision: rev, Deleted: del}
+		if !del {
+			r.Payload = []byte(owner)
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name  string
+		setup func(tab *table) // the queued state at t0, then a later one at t0+5s
+		stale Record           // what the later state must still refuse after t0's item expired
+	}{
+		{"another owner's tombstone of the same revision", func(tab *table) {
+			tab.install(rec("a", 2, true), t0)
+			tab.install(rec("b", 2, true), t0.Add(5*time.Second))
+		}, rec("b", 1, false)},
+		{"another owner's orphan marker of the same revision", func(tab *table) {
+			tab.install(rec("a", 2, true), t0)
+			tab.install(rec("b", 2, false), t0.Add(time.Second))
+			tab.orphan(tab.get("k"), t0.Add(5*time.Second))
+		}, rec("a", 1, false)},
+		{"the same version orphaned again", func(tab *table) {
+			tab.install(rec("b", 2, false), t0.Add(-time.Second))
+			tab.orphan(tab.get("k"), t0)
+			tab.install(rec("b", 2, false), t0.Add(time.Second)) // b re-sent it: it yields
+			tab.orphan(tab.get("k"), t0.Add(5*time.Second))
+		}, rec("b", 1, false)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tab := newTable(4)
+			tc.setup(tab)
+			if tab.accepts(tc.stale) {
+				t.Fatalf("before any expiry, %v is accepted", tc.stale)
+			}
+			if n := tab.expire(t0.Add(time.Second)); n != 0 {
+				t.Fatalf("the item of t0 expired %d entries: the state made at t0+5s went early (%v)", n, tab.get("k"))
+			}
+			if tab.accepts(tc.stale) {
+				t.Fatalf("after the item of t0 expired, %v is accepted over what was made at t0+5s", tc.stale)
+			}
+			if n := tab.expire(t0.Add(5 * time.Second)); n != 1 || tab.get("k") != nil {
+				t.Fatalf("at its own time, expire removed %d (left %v), want the entry gone", n, tab.get("k"))
+			}
+		})
 	}
 }
 

@@ -72,7 +72,7 @@
 // # Verify
 //
 // Every VerifyInterval each node sends each peer a digest of the records it owns: Buckets sums
-// of a 64-bit hash of (key, revision, deleted), tombstones included. The sums are kept current
+// of a 64-bit hash of (key, revision, deleted, CRC-32C of the payload), tombstones included. The sums are kept current
 // on every change in O(1), so a round costs O(Buckets) whatever the record count: 8 bytes a
 // bucket (docs/scaling.md has the measured bytes).
 //
@@ -145,10 +145,15 @@
 // only partitioned gets its live records back through its next verify, while a dead node's
 // records, which nobody sends again, stay removed.
 //
-// A restarted node loads its own records from its peers and continues their revisions. If it
-// restarts without them (no peer reachable) and writes a key that peers hold at a higher version
-// (or as an orphan marker), the verify answer shows it the higher version and it moves its
-// record past it.
+// A restarted node loads its own records from its peers and continues their revisions. It may
+// miss some (a peer it cannot reach holds them), so a version it writes is never one its
+// previous incarnation wrote: every revision is at least its epoch, the clock at its start in
+// microseconds (a revision reads as the time its writer started, or later). Its new writes are
+// newer than anything it wrote before and win at once. If its clock was set back by more than
+// it was down, a version may still repeat with another payload: the payload's checksum in the
+// digest shows it, and the owner moves past it. If it writes a key that peers hold at a higher
+// version (or as an orphan marker), the verify answer shows it the higher version and it moves
+// its record past it.
 //
 // The same rule settles beat keys written on both sides of a partition. A peer reports to a
 // key's HRW owner whatever version it holds of that key, whoever wrote it, and the owner moves
@@ -158,7 +163,8 @@
 // When an owner tells a peer to drop a record it no longer holds, only live copies go.
 // Tombstones and orphan markers stay their TTL: they refuse stale copies, and they show an owner
 // that lost its state which version to move past. A tombstone forgotten after TombstoneTTL lets
-// the key start again at revision 1: only then does the Store see a lower revision.
+// the key start again at a lower revision (another node's epoch): only then does the Store see
+// a lower revision. Its owner writes above the forgotten version.
 //
 // # Security
 //

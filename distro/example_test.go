@@ -65,19 +65,23 @@ func Example() {
 		reps[id].WaitReady(ctx)
 	}
 
+	// A node's revisions start at its epoch, the clock at its start in microseconds, so that a
+	// node that restarts never writes a version again (see Replicator.Put).
 	rec, _ := reps["node-a"].Put(distro.KindSession, "session-42", []byte("instances…"))
-	fmt.Println("put:", rec)
-	fmt.Println("node-b applied:", <-stores["node-b"].applied)
+	fmt.Println("put:", rec.Key, "by", rec.Owner)
+	got := <-stores["node-b"].applied
+	fmt.Println("node-b applied:", got.Key, "at the same version:", got.Revision == rec.Revision && got.Owner == rec.Owner)
 
 	reps["node-a"].Delete("session-42")
-	fmt.Println("node-b applied:", <-stores["node-b"].applied)
+	del := <-stores["node-b"].applied
+	fmt.Printf("node-b applied: %s deleted %v at revision +%d\n", del.Key, del.Deleted, del.Revision-rec.Revision)
 
 	_, err := reps["node-b"].Delete("session-42")
 	fmt.Println("delete on node-b:", err)
 	// Output:
-	// put: session-42/session@node-a#1
-	// node-b applied: session-42/session@node-a#1
-	// node-b applied: session-42/session@node-a#2(deleted)
+	// put: session-42 by node-a
+	// node-b applied: session-42 at the same version: true
+	// node-b applied: session-42 deleted true at revision +1
 	// delete on node-b: distro: record not found: "session-42"
 }
 

@@ -1,6 +1,9 @@
 package distro
 
-import "slices"
+import (
+	"hash/crc32"
+	"slices"
+)
 
 // Hashes must agree across nodes and builds: digests and HRW scores are compared between nodes.
 // They use FNV-1a (64 bit) finished with a SplitMix64 mixer, written out so they never change
@@ -35,14 +38,31 @@ func keyHash(key string) uint64 { return mix64(fnvString(fnvOffset, key)) }
 // bucketOf maps a key hash to one of n buckets.
 func bucketOf(kh uint64, n int) int { return int((kh >> 1) % uint64(n)) }
 
-// versionHash is a record's contribution to its owner's bucket hash. Bucket hashes are sums
-// (mod 2^64) of these, so adding or removing one record is O(1) and the order never matters.
-func versionHash(kh, rev uint64, deleted bool) uint64 {
+// versionHash is a record's contribution to its owner's bucket hash: its key, version, whether
+// it is a tombstone, and its payload's checksum (payloadSum). Bucket hashes are sums (mod 2^64)
+// of these, so adding or removing one record is O(1) and the order never matters.
+//
+// The checksum makes two copies of one version with different payloads differ: that must never
+// happen, but if it does (an owner that restarted without its state while its clock had gone
+// back, see Replicator.nextRevLocked), verify finds the bucket, the payloads' checksums show
+// the key, and the owner moves past the version (repairPlanLocked).
+func versionHash(kh, rev uint64, deleted bool, sum uint32) uint64 {
 	d := uint64(0)
 	if deleted {
 		d = 0x9e3779b97f4a7c15
 	}
-	return mix64(kh ^ mix64(rev+0x632be59bd9b4e019) ^ d)
+	return mix64(kh ^ mix64(rev+0x632be59bd9b4e019) ^ d ^ mix64(uint64(sum)+0x2545f4914f6cdd1d))
+}
+
+// payloadSum is the checksum of a record's payload that digests and verify answers carry:
+// CRC-32C (Castagnoli, computed in hardware on amd64 and arm64), never 0, so that 0 on the wire
+// means a peer that sends none (an earlier version).
+func payloadSum(p []byte) uint32 {
+	s := crc32.Checksum(p, crc32.MakeTable(crc32.Castagnoli)) // MakeTable returns the one table, made once
+	if s == 0 {
+		s = 1
+	}
+	return s
 }
 
 // hrwScore is the rendezvous weight of member for key.

@@ -345,6 +345,9 @@ func (c *cluster) waitReady(ids ...string) {
 	})
 }
 
+// rev is the k-th revision n's incarnation writes of a key it never held: its epoch on.
+func rev(n *node, k uint64) uint64 { return n.r.epoch + k - 1 }
+
 // held returns a node's live records as key → "owner#rev".
 func held(r *Replicator) map[string]string {
 	out := map[string]string{}

@@ -35,6 +35,9 @@ type Replicator struct {
 	clk  clockwork.Clock
 	log  *slog.Logger
 	self string
+	// epoch is this incarnation's revision floor: the clock at New, in microseconds since
+	// 1970 (see nextRevLocked).
+	epoch uint64
 
 	mu         sync.Mutex
 	rnd        *rand.Rand
@@ -105,6 +108,7 @@ func New(cfg Config) (*Replicator, error) {
 		r.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	r.log = logx.WithNode(r.log, r.self)
+	r.epoch = epochAt(r.clk.Now())
 	r.rnd = rand.New(randx.Source(cfg.Rand))
 	r.tab = newTable(cfg.Buckets)
 	r.tab.self = r.self
@@ -289,8 +293,10 @@ func (r *Replicator) Members() []string {
 	return slices.Clone(r.members)
 }
 
-// Put records a change this node made to a record it owns: revision = held revision + 1, Owner
-// = self; it stores it and schedules its sync to every peer. For KindBeat it fails with
+// Put records a change this node made to a record it owns: revision = held revision + 1, and
+// at least this incarnation's epoch (the clock at New in microseconds: a node that restarted
+// never writes a version of its previous incarnation again, see nextRevLocked), Owner = self;
+// it stores it and schedules its sync to every peer. For KindBeat it fails with
 // ErrNotOwner when HRW names another node; a session key held live by another live node also
 // fails with ErrNotOwner. It never blocks on the network.
 func (r *Replicator) Put(kind Kind, key string, payload []byte) (Record, error) {
@@ -362,11 +368,36 @@ func (r *Replicator) versionOwnLocked(rec Record) (Record, error) {
 }
 
 // nextRevLocked returns the revision this node writes when it needs at least rev: rev, or more
-// if this node forgot a record of its own at rev or above (table.forgot). One version never
-// names two states: after its tombstone expired here, a key's history may start again, while a
-// peer that received or loaded the tombstone later still holds it.
+// if this node forgot a record of its own at rev or above (table.forgot), and never below this
+// incarnation's epoch. One version never names two states:
+//
+//   - After its tombstone expired here, a key's history may start again, while a peer that
+//     received or loaded the tombstone later still holds it.
+//   - A node that restarts has lost every version it wrote. Its load gets them back from its
+//     peers, but not from a peer it cannot reach (a partition), nor one it never synced (it
+//     died first). Every revision it writes is at least its epoch, the clock at its start in
+//     microseconds, and the previous incarnation's revisions were below it: they counted up
+//     by one a write from that incarnation's own, earlier, epoch (a key is not written a
+//     million times a second), or from a peer's version (whose epoch was its start time,
+//     earlier too). So a restart reuses no version unless it comes back sooner than the clock
+//     skew between the nodes, or its clock was set back by more than it was down. Then
+//     verify still repairs it: a peer's copy of the version with another payload has another
+//     checksum in the digest (payloadSum), and the owner moves past it.
+//
+// The epoch needs no disk (distro's state is in memory; a persisted counter would not survive a
+// lost disk or a fresh container) and no new wire field: it is in the revision, so the new
+// incarnation's versions are simply newer, and its first writes win at once everywhere, as a
+// random incarnation ID could not (it would order the two incarnations at random, and a
+// peer would keep the old state until verify moved past it). Microseconds keep revisions below
+// 2^53, exact as JSON numbers, until the year 2255.
 func (r *Replicator) nextRevLocked(rev uint64) uint64 {
-	return max(rev, r.tab.forgot+1)
+	return max(rev, r.tab.forgot+1, r.epoch)
+}
+
+// epochAt is the revision floor of an incarnation started at t (see nextRevLocked): t in
+// microseconds since 1970, at least 1.
+func epochAt(t time.Time) uint64 {
+	return uint64(max(t.UnixMicro(), 1))
 }
 
 // Change is one write of a Write batch: a Put of Payload, or, with Delete,

@@ -15,7 +15,7 @@ func TestReplicatesPutAndDelete(t *testing.T) {
 	c := newCluster(t, nil, "a", "b", "c")
 	a := c.nodes["a"]
 	rec, err := a.r.Put(KindSession, "s1", []byte("v1"))
-	if err != nil || rec.Revision != 1 || rec.Owner != "a" {
+	if err != nil || rec.Revision != rev(a, 1) || rec.Owner != "a" {
 		t.Fatalf("Put = %v, %v", rec, err)
 	}
 	c.eventually(time.Second, "s1 on b and c", func() bool {
@@ -31,7 +31,7 @@ func TestReplicatesPutAndDelete(t *testing.T) {
 		_, cc := c.nodes["c"].store.get("s1")
 		return !b && !cc
 	})
-	if got, ok := c.nodes["b"].r.Get("s1"); !ok || !got.Deleted || got.Revision != 2 {
+	if got, ok := c.nodes["b"].r.Get("s1"); !ok || !got.Deleted || got.Revision != rev(a, 2) {
 		t.Fatalf("b holds %v %v, want the tombstone", got, ok)
 	}
 	c.checkInvariants()
@@ -61,7 +61,7 @@ func TestSyncMergesWithinWindow(t *testing.T) {
 	}
 	c.eventually(2*time.Second, "s#5 on b", func() bool {
 		r, ok := c.nodes["b"].store.get("s")
-		return ok && r.Revision == 5
+		return ok && r.Revision == rev(a, 5)
 	})
 	b := c.nodes["b"].store
 	b.mu.Lock()
@@ -93,11 +93,11 @@ func TestSingleWriter(t *testing.T) {
 	}
 	// Fault: a node forges a record owned by a and syncs it to b.
 	evil := c.nodes["c"].tr
-	body, _ := model.Marshal(syncMsg{Records: []wireRecord{toWire(Record{Key: "sa", Kind: KindSession, Owner: "a", Revision: 99, Payload: []byte("forged")})}})
+	body, _ := model.Marshal(syncMsg{Records: []wireRecord{toWire(Record{Key: "sa", Kind: KindSession, Owner: "a", Revision: rev(c.nodes["a"], 99), Payload: []byte("forged")})}})
 	if _, err := evil.Request(context.Background(), "b", kindSync, body); err != nil {
 		t.Fatal(err)
 	}
-	if r, _ := c.nodes["b"].r.Get("sa"); r.Revision != 1 {
+	if r, _ := c.nodes["b"].r.Get("sa"); r.Revision != rev(c.nodes["a"], 1) {
 		t.Fatalf("b installed a forged record: %v", r)
 	}
 	c.nodes["b"].r.mu.Lock()
@@ -129,16 +129,16 @@ func TestNoRollbackDuplicateAndReorder(t *testing.T) {
 	if err := c.net.Deliver(env2.ID); err != nil {
 		t.Fatal(err)
 	}
-	c.eventually(0, "v2 on b", func() bool { r, _ := c.nodes["b"].store.get("s"); return r.Revision == 2 })
+	c.eventually(0, "v2 on b", func() bool { r, _ := c.nodes["b"].store.get("s"); return r.Revision == rev(a, 2) })
 	// The stale v1, late and reordered, then once more.
 	c.net.Deliver(env1.ID)
 	c.net.SetManual(false)
 	tr := c.nodes["a"].tr
 	tr.Request(ctx, "b", kindSync, env1.Body)
-	if r, _ := c.nodes["b"].r.Get("s"); r.Revision != 2 {
+	if r, _ := c.nodes["b"].r.Get("s"); r.Revision != rev(a, 2) {
 		t.Fatalf("b rolled back to %v", r)
 	}
-	if r, _ := c.nodes["b"].store.get("s"); r.Revision != 2 || string(r.Payload) != "v2" {
+	if r, _ := c.nodes["b"].store.get("s"); r.Revision != rev(a, 2) || string(r.Payload) != "v2" {
 		t.Fatalf("store rolled back to %v", r)
 	}
 	c.checkInvariants()
@@ -181,7 +181,7 @@ func TestLateRetrySendsCurrentState(t *testing.T) {
 	a.r.Put(KindSession, "s", []byte("v2"))
 	a.r.Put(KindSession, "s", []byte("v3"))
 	c.net.Heal()
-	c.eventually(2*time.Second, "v3 on b", func() bool { r, _ := c.nodes["b"].store.get("s"); return r.Revision == 3 })
+	c.eventually(2*time.Second, "v3 on b", func() bool { r, _ := c.nodes["b"].store.get("s"); return r.Revision == rev(a, 3) })
 	b := c.nodes["b"].store
 	b.mu.Lock()
 	applied := b.applied["s"]
@@ -661,7 +661,7 @@ func TestPutBeforeReadySurvivesLoad(t *testing.T) {
 	}
 	c.net.Heal()
 	c.eventually(5*time.Second, "c ready", n.r.Ready)
-	if r, _ := n.r.Get("early"); r.Deleted || r.Revision != 1 {
+	if r, _ := n.r.Get("early"); r.Deleted || r.Revision != rev(n, 1) {
 		t.Fatalf("early session after load: %v", r)
 	}
 	c.eventually(2*time.Second, "converged", c.converged)
@@ -724,7 +724,7 @@ func TestFlush(t *testing.T) {
 	if err := a.r.Flush(ctx); err != nil {
 		t.Fatalf("Flush: %v", err)
 	}
-	if r, ok := c.nodes["b"].store.get("s"); !ok || r.Revision != 1 {
+	if r, ok := c.nodes["b"].store.get("s"); !ok || r.Revision != rev(a, 1) {
 		t.Fatalf("after Flush, b holds %v %v", r, ok)
 	}
 	c.net.Partition("a", "b")

@@ -153,7 +153,8 @@ func TestPutBeforeReadyWinsOverPreviousIncarnation(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		c.nodes["b"].r.Put(KindSession, "early", []byte(fmt.Sprint("old", i)))
 	}
-	c.eventually(time.Second, "b#3 on a", func() bool { r, _ := c.nodes["a"].r.Get("early"); return r.Revision == 3 })
+	old := rev(c.nodes["b"], 3)
+	c.eventually(time.Second, "b's third write on a", func() bool { r, _ := c.nodes["a"].r.Get("early"); return r.Revision == old })
 
 	c.stop("b")
 	n := c.add("b")
@@ -166,12 +167,12 @@ func TestPutBeforeReadyWinsOverPreviousIncarnation(t *testing.T) {
 	c.net.Heal()
 	c.eventually(5*time.Second, "b ready", n.r.Ready)
 	r, _ := n.r.Get("early")
-	if r.Deleted || r.Revision != 4 || string(r.Payload) != "new" {
-		t.Fatalf("early write after load: %v %q, want live revision 4 with the new payload", r, r.Payload)
+	if r.Deleted || r.Revision <= old || string(r.Payload) != "new" {
+		t.Fatalf("early write after load: %v %q, want live, past revision %d, with the new payload", r, r.Payload, old)
 	}
 	c.eventually(2*time.Second, "a has the new write", func() bool {
-		r, ok := c.nodes["a"].store.get("early")
-		return ok && r.Revision == 4 && string(r.Payload) == "new"
+		got, ok := c.nodes["a"].store.get("early")
+		return ok && got.Revision == r.Revision && string(got.Payload) == "new"
 	})
 	c.checkInvariants()
 }
@@ -204,4 +205,87 @@ func TestRevisionNotReusedAfterTombstoneExpiry(t *testing.T) {
 			t.Fatalf("n1 wrote %v after forgetting its tombstone %v: that version named a deletion", rec, del)
 		}
 	}
+}
+
+// restartWithoutState builds the fault of issue 27.1: a writes s ("old"), which reaches c only,
+// then crashes. It restarts, with the same node ID, after down of fake time, while c is cut
+// off: its load finds s nowhere (b never got it). clockBack sets the new incarnation's epoch to
+// the old one's (its clock was set back by as much as it was down). It returns the restarted a,
+// the old record, and a's new write of s ("new").
+func restartWithoutState(t *testing.T, down time.Duration, clockBack bool) (c *cluster, a *node, old, cur Record) {
+	t.Helper()
+	c = newCluster(t, nil, "a", "b", "c")
+	c.net.Partition("a", "b")
+	old, err := c.nodes["a"].r.Put(KindSession, "s", []byte("old"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.eventually(time.Second, "c holds a's s", func() bool { r, ok := c.nodes["c"].store.get("s"); return ok && r.sameVersion(old) })
+	epoch := c.nodes["a"].r.epoch
+	c.stop("a")
+	c.setMembers("b", "c")
+	c.net.Heal()
+	c.net.Isolate("c")
+	c.step(down)
+	a = c.add("a")
+	if clockBack {
+		a.r.epoch = epoch
+	}
+	c.setMembers("a", "b", "c")
+	c.startNode("a")
+	c.waitReady("a")
+	if r, ok := a.r.Get("s"); ok {
+		t.Fatalf("the restarted a loaded %v: the fault needs s out of its reach", r)
+	}
+	cur, err = a.r.Put(KindSession, "s", []byte("new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.net.Heal()
+	return c, a, old, cur
+}
+
+// waitNewPayloadOnC waits until c's store holds a's new payload of s and the cluster converged.
+func waitNewPayloadOnC(c *cluster) *node {
+	c.t.Helper()
+	cn := c.nodes["c"]
+	c.eventuallyf(3*testConfig().VerifyInterval, func() string { return "c holds a's new s\n" + c.describe() }, func() bool {
+		r, ok := cn.store.get("s")
+		return ok && string(r.Payload) == "new" && c.converged()
+	})
+	return cn
+}
+
+// Issue 27.1: a node that restarts has lost the versions it wrote, and a peer it cannot reach
+// while it loads keeps one. Its revisions start at its epoch (its start time): its new write of
+// the key is newer than the old version, c takes it from the sync as it is (no verify repair,
+// which would have moved it on), and every node converges to the new payload.
+func TestRestartedNodeNeverReusesAVersion(t *testing.T) {
+	c, _, old, cur := restartWithoutState(t, 2*time.Second, false)
+	if !cur.Newer(old) {
+		t.Fatalf("the restarted a wrote %v, not newer than its previous incarnation's %v", cur, old)
+	}
+	cn := waitNewPayloadOnC(c)
+	if r, _ := cn.r.Get("s"); !r.sameVersion(cur) {
+		t.Fatalf("c holds %v, want a's write %v as it was sent", r, cur)
+	}
+	c.checkInvariants()
+}
+
+// The same with the restarted node's clock set back as far as it was down: its epoch is the
+// previous incarnation's, its write reuses the version c holds with the old payload. The
+// payload checksum in verify's digest finds it, a moves past it, and c converges to "new".
+func TestRestartedNodeWithClockSetBackIsRepaired(t *testing.T) {
+	c, a, old, cur := restartWithoutState(t, 2*time.Second, true)
+	if !cur.sameVersion(old) {
+		t.Fatalf("the fault: a's write %v should reuse %v", cur, old)
+	}
+	cn := waitNewPayloadOnC(c)
+	if r, _ := a.r.Get("s"); !r.Newer(old) || string(r.Payload) != "new" {
+		t.Fatalf("a holds %v %q, want it moved past %v", r, r.Payload, old)
+	}
+	if r, _ := cn.r.Get("s"); r.sameVersion(old) {
+		t.Fatalf("c still holds the reused version %v", r)
+	}
+	c.checkInvariants()
 }

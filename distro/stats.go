@@ -44,6 +44,10 @@ type Stats struct {
 	RepairRecords    uint64 // records this node sent in verify repairs (missing or older on the peer, or moved past the peer's version)
 	RepairDrops      uint64 // records this node told peers to drop (it no longer holds them)
 	RepairsReceived  uint64 // repair messages received from owners
+	// VersionConflicts counts versions of this node's records that a peer held live with
+	// another payload (another checksum): two states under one version, which a restart with
+	// the clock set back can make. Each one is moved past (and logged); it should stay 0.
+	VersionConflicts uint64
 
 	OrphansRemoved uint64 // records removed after their owner left and OrphanTimeout passed
 	Adoptions      uint64 // beat records handed to Store.Adopt (their HRW owner is now this node)
@@ -58,7 +62,7 @@ type counters struct {
 	malformed                                               atomic.Uint64
 	verifyRounds, verifyFailures, divergentBuckets          atomic.Uint64
 	verifyAnswered, repairRecords, repairDrops              atomic.Uint64
-	repairsReceived                                         atomic.Uint64
+	repairsReceived, versionConflicts                       atomic.Uint64
 	orphansRemoved, adoptions, snapshotPages                atomic.Uint64
 	loadDuration                                            atomic.Int64
 	loadPeers                                               atomic.Int64
@@ -123,6 +127,7 @@ func (r *Replicator) Stats() Stats {
 		RepairRecords:    c.repairRecords.Load(),
 		RepairDrops:      c.repairDrops.Load(),
 		RepairsReceived:  c.repairsReceived.Load(),
+		VersionConflicts: c.versionConflicts.Load(),
 		OrphansRemoved:   c.orphansRemoved.Load(),
 		Adoptions:        c.adoptions.Load(),
 		SnapshotPages:    c.snapshotPages.Load(),

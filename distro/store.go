@@ -10,7 +10,7 @@ import "time"
 //   - Per key, calls arrive in version order: a record is never applied after a newer one of the
 //     same key. (An orphan removal carries the version of the record it removes, and the owner
 //     may re-send that same version when it comes back. Once a tombstone has been forgotten,
-//     after Config.TombstoneTTL, the key may start again at revision 1.)
+//     after Config.TombstoneTTL, the key may start again at a lower revision.)
 //   - distro holds none of its own locks while calling the Store, so the Store may call the
 //     Replicator's read methods (Owner, Get, Members, Range) and also Put and Delete (Adopt
 //     typically ends in a Put). A Store method must not block long: it delays every other

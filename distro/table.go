@@ -38,6 +38,9 @@ type entry struct {
 	// Store is told of them once, when the load has merged every peer's snapshot (finishLoad),
 	// never of an intermediate version another snapshot replaces.
 	loaded bool
+	// sum is payloadSum(rec.Payload), computed once at install (after the four bools, it takes
+	// no room: the entry stays 112 bytes).
+	sum uint32
 }
 
 // held reports whether the entry is a record this node holds (live or tombstone).
@@ -88,7 +91,7 @@ func (t *table) account(e *entry, sign int) {
 		return
 	}
 	o := t.owner(e.rec.Owner)
-	h := versionHash(e.kh, e.rec.Revision, e.rec.Deleted)
+	h := versionHash(e.kh, e.rec.Revision, e.rec.Deleted, e.sum)
 	b := bucketOf(e.kh, t.nb)
 	live := 0
 	if !e.rec.Deleted {
@@ -128,7 +131,7 @@ func (t *table) install(rec Record, now time.Time) (prev entry, had bool) {
 	kh := keyHash(rec.Key)
 	b := t.buckets[bucketOf(kh, t.nb)]
 	old := b[rec.Key]
-	e := &entry{rec: rec, kh: kh, recvAt: now}
+	e := &entry{rec: rec, kh: kh, recvAt: now, sum: payloadSum(rec.Payload)}
 	b[rec.Key] = e
 	// The new version counts before the old one leaves: an owner replacing its only record
 	// keeps its aggregates (account prunes an owner whose count reaches 0).
@@ -169,13 +172,21 @@ func (t *table) remove(key string) *entry {
 
 // expire removes tombstones and orphan markers made at or before cutoff, unless a newer version
 // replaced them meanwhile. O(expired).
+//
+// An item expires the entry only if the entry is still the state it was queued for: a
+// tombstone or orphan marker made at the item's time (recvAt), not later. The revision alone
+// does not say so: another owner's record of the same revision (it wins the tie-break: a
+// beat written while views differed), or the same version orphaned again after its owner
+// re-sent it, may have replaced the queued state since, and its TTL runs from then. Expired by
+// the older item, it would go early, and a stale copy it still had to refuse would come back
+// (issue 27.2).
 func (t *table) expire(cutoff time.Time) int {
 	n := 0
 	for t.gchead < len(t.gcq) && !t.gcq[t.gchead].at.After(cutoff) {
 		it := t.gcq[t.gchead]
 		t.gcq[t.gchead] = gcItem{}
 		t.gchead++
-		if e := t.get(it.key); e != nil && e.rec.Revision == it.rev && (e.rec.Deleted || e.orphan) {
+		if e := t.get(it.key); e != nil && e.rec.Revision == it.rev && (e.rec.Deleted || e.orphan) && !e.recvAt.After(it.at) {
 			if e.rec.Owner == t.self {
 				t.forgot = max(t.forgot, e.rec.Revision)
 			}

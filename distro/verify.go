@@ -93,10 +93,16 @@ func (r *Replicator) repairPlanLocked(peer string, vr verifyResp) (send []Record
 				send = append(send, e.rec)
 			case e.rec.Newer(held):
 				send = append(send, e.rec)
-			case held.Newer(e.rec) || v.Deleted != e.rec.Deleted:
+			case held.Newer(e.rec) || v.Deleted != e.rec.Deleted || !v.Deleted && v.Sum != 0 && v.Sum != e.sum:
+				if !held.Newer(e.rec) && !v.Deleted && !e.rec.Deleted && v.Sum != e.sum {
+					r.stats.versionConflicts.Add(1)
+					r.log.Warn("distro: a peer holds this node's version of a record with another payload; moving past it", "peer", peer, "record", e.rec.String())
+				}
 				// The peer holds a version of this key newer than this node's own: written by a
 				// previous incarnation that this one never loaded, or by another node that owned
-				// the key while views differed (a partition). This node owns the key now; it
+				// the key while views differed (a partition). Or it holds this very version in
+				// another state (deleted, or another payload: its checksum differs): a previous
+				// incarnation wrote it too (see nextRevLocked). This node owns the key now; it
 				// moves past that version so its current state wins everywhere.
 				nr := e.rec
 				nr.Revision = r.nextRevLocked(v.Rev + 1)
@@ -195,7 +201,7 @@ func (r *Replicator) handleVerify(_ context.Context, from string, body []byte) (
 			// hashed to `from` now is reported too: if it is newer than the owner's, the owner
 			// must move past it, or the two would refuse each other's versions for ever.
 			if e.rec.Owner == from || e.rec.Kind == KindBeat && hrwOwner(r.members, e.rec.Key) == from {
-				resp.Versions = append(resp.Versions, version{Key: e.rec.Key, Rev: e.rec.Revision, Deleted: e.rec.Deleted || e.orphan, Owner: e.rec.Owner})
+				resp.Versions = append(resp.Versions, version{Key: e.rec.Key, Rev: e.rec.Revision, Deleted: e.rec.Deleted || e.orphan, Owner: e.rec.Owner, Sum: e.sum})
 			}
 			return true
 		})

@@ -33,17 +33,19 @@ func TestVerifyDropsRecordsTheOwnerLacks(t *testing.T) {
 // hold at a higher revision moves past it when verify shows it, instead of being refused forever.
 func TestVerifyBumpsPastNewerCopies(t *testing.T) {
 	c := newCluster(t, nil, "a", "b")
-	plant(c.nodes["b"], Record{Key: "s", Kind: KindSession, Owner: "a", Revision: 9, Payload: []byte("previous life")})
-	rec, _ := c.nodes["a"].r.Put(KindSession, "s", []byte("new life"))
-	if rec.Revision != 1 {
-		t.Fatalf("revision %d", rec.Revision)
+	a := c.nodes["a"]
+	prev := rev(a, 9) // a previous incarnation's clock was ahead (or this one's was set back)
+	plant(c.nodes["b"], Record{Key: "s", Kind: KindSession, Owner: "a", Revision: prev, Payload: []byte("previous life")})
+	rec, _ := a.r.Put(KindSession, "s", []byte("new life"))
+	if rec.Revision != rev(a, 1) {
+		t.Fatalf("revision %d, want the epoch %d", rec.Revision, a.r.epoch)
 	}
 	c.eventually(2*time.Second, "b holds a's current state\n"+c.describe(), func() bool {
 		r, ok := c.nodes["b"].store.get("s")
 		return ok && string(r.Payload) == "new life" && c.converged()
 	})
-	if r, _ := c.nodes["a"].r.Get("s"); r.Revision != 10 {
-		t.Fatalf("a's record at revision %d, want 10", r.Revision)
+	if r, _ := a.r.Get("s"); r.Revision != prev+1 {
+		t.Fatalf("a's record at revision %d, want %d", r.Revision, prev+1)
 	}
 	c.checkInvariants()
 }
@@ -124,6 +126,47 @@ func TestPartitionEraBeatWrites(t *testing.T) {
 			rb, _ := c.nodes["b"].r.Get(k)
 			return ra.Owner == "a" && ra.sameVersion(rb) && c.converged()
 		})
+	}
+	c.checkInvariants()
+}
+
+// Issue 27.1: two replicas holding one version with different payloads (what an owner that
+// restarted without its state writes if it reuses a version) looked the same to verify: the
+// digest hashed key, revision and deletion only. The payload's checksum is in the digest now:
+// Compare names the key a conflict, and the owner's verify moves past the version, so the
+// replica converges to the owner's payload.
+func TestVerifyRepairsOneVersionWithTwoPayloads(t *testing.T) {
+	c := newCluster(t, nil, "a", "b", "c")
+	a, b, cn := c.nodes["a"], c.nodes["b"], c.nodes["c"]
+	rec, err := a.r.Put(KindSession, "s", []byte("current"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.eventually(time.Second, "s on every node", func() bool {
+		r, ok := cn.store.get("s")
+		return ok && r.sameVersion(rec) && c.converged()
+	})
+	other := rec
+	other.Payload = []byte("a previous incarnation's")
+	plant(cn, other) // the same version, another state
+
+	rep := mustCompare(t, b, "c")
+	if got := diffsOf(rep); len(got) != 1 || got["s"] != DiffConflict || rep.Conflicts != 1 {
+		t.Fatalf("b vs c with one version in two states: %+v, want s a conflict", rep)
+	}
+	c.eventually(3*testConfig().VerifyInterval, "c holds a's payload\n"+c.describe(), func() bool {
+		r, ok := cn.store.get("s")
+		return ok && string(r.Payload) == "current" && c.converged()
+	})
+	now, _ := cn.r.Get("s")
+	if !now.Newer(rec) || now.Owner != "a" || string(now.Payload) != "current" {
+		t.Fatalf("c holds %v (%q), want a version of a's past %v with its payload", now, now.Payload, rec)
+	}
+	if rep := mustCompare(t, b, "c"); !rep.Consistent() {
+		t.Fatalf("after the repair: %+v", rep)
+	}
+	if n := a.r.Stats().VersionConflicts; n != 1 {
+		t.Fatalf("a counted %d version conflicts, want 1", n)
 	}
 	c.checkInvariants()
 }

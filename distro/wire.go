@@ -233,6 +233,8 @@ func (v *version) decodeField(d *msgpack.Decoder, name []byte) (err error) {
 		v.Deleted, err = d.DecodeBool()
 	case "Owner":
 		v.Owner, err = d.DecodeString()
+	case "Sum":
+		v.Sum, err = d.DecodeUint32()
 	default:
 		err = d.Skip()
 	}
@@ -320,6 +322,10 @@ type version struct {
 	Rev     uint64
 	Deleted bool
 	Owner   string // in verify answers; empty in drops (the sender is the owner)
+	// Sum is payloadSum of the record's payload, in verify and consistency answers; 0 (left
+	// out) in drops and from a peer that sends none. Two copies of one version that differ in
+	// it are two states under one name: the owner moves past it.
+	Sum uint32 `msgpack:",omitempty"`
 }
 
 type syncMsg struct {

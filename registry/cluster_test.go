@@ -11,12 +11,21 @@ import (
 	"time"
 
 	"github.com/muster-io/muster/distro"
+	"github.com/muster-io/muster/internal/testutil"
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/registry"
 	"github.com/muster-io/muster/registry/registrytest"
 )
 
 // clusterOpts is a 3-node cluster with immediate sync.
+// seededCluster is a cluster of clusterOpts whose randomness comes from seed, and a test's own
+// random stream from seed and stream.
+func seededCluster(t *testing.T, seed, stream uint64) (*registrytest.Cluster, *rand.Rand) {
+	opts := clusterOpts()
+	opts.Seed = seed
+	return registrytest.NewCluster(t, opts), rand.New(rand.NewPCG(seed, stream))
+}
+
 func clusterOpts() registrytest.ClusterOptions {
 	dc := distro.DefaultConfig()
 	dc.SyncDelay = distro.NoSyncDelay
@@ -341,87 +350,86 @@ var logLevel = func() slog.Level {
 
 // TestClusterReorderDuplicate holds every message, then delivers them in a
 // random order, duplicating many and delivering the originals late: no
-// node's state ever moves backwards, and all converge on the owner's.
+// node's state ever moves backwards, and all converge on the owner's. It
+// runs seeds 1–5, or MUSTER_SEEDS seeds from MUSTER_SEED (see
+// internal/testutil); a failure names the seed that replays it.
 func TestClusterReorderDuplicate(t *testing.T) {
-	for seed := uint64(1); seed <= 5; seed++ {
-		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
-			opts := clusterOpts()
-			opts.Seed = seed
-			c := registrytest.NewCluster(t, opts)
-			rng := rand.New(rand.NewPCG(seed, 99))
-			a := c.Node(0)
-			sess, _ := a.OpenSession(ctx, registry.SessionOptions{})
-			c.Net.SetManual(true)
+	testutil.Seeds(t, 1, 5, runReorderDuplicate)
+}
 
-			// The owner's history, one step per write.
-			var history [][]string
-			seen := make([]uint64, 2)
-			cur := map[string]bool{}
-			snap := func() {
-				var s []string
-				for ip := range cur {
-					s = append(s, ip)
-				}
-				slices.Sort(s)
-				history = append(history, s)
-			}
-			for i := range 12 {
-				in := inst("rd", i%5)
-				if cur[in.IP] && rng.IntN(2) == 0 {
-					_ = sess.Deregister(ctx, in.Key())
-					delete(cur, in.IP)
-				} else {
-					mustRegister(t, sess, in)
-					cur[in.IP] = true
-				}
-				snap()
-				// Release some held messages, in a random order, with duplicates.
-				for range rng.IntN(4) {
-					p := c.Net.Pending()
-					if len(p) == 0 {
-						break
-					}
-					e := p[rng.IntN(len(p))]
-					if rng.IntN(2) == 0 {
-						_ = c.Net.Duplicate(e.ID) // the original stays queued, delivered late
-					} else {
-						_ = c.Net.Deliver(e.ID)
-					}
-				}
-				c.Settle()
-				// Every other node holds the session's record at a revision
-				// never lower than before, and serves one of the owner's past
-				// states.
-				for i, n := range c.Nodes()[1:] {
-					if rec, ok := n.Replicator().Get("s/" + sess.ID()); ok {
-						if rec.Revision < seen[i] {
-							t.Fatalf("%s moved back from revision %d to %d", n.ID, seen[i], rec.Revision)
-						}
-						seen[i] = rec.Revision
-					}
-					got := ipsOn(t, n, "rd")
-					at := slices.IndexFunc(history, func(h []string) bool { return slices.Equal(h, got) })
-					if len(got) > 0 && at < 0 {
-						t.Fatalf("%s serves %v, never a state of the owner: %v", n.ID, got, history)
-					}
-				}
-			}
-			// Release the rest in reverse order, each twice.
+func runReorderDuplicate(t *testing.T, seed uint64) {
+	c, rng := seededCluster(t, seed, 99)
+	a := c.Node(0)
+	sess, _ := a.OpenSession(ctx, registry.SessionOptions{})
+	c.Net.SetManual(true)
+
+	// The owner's history, one step per write.
+	var history [][]string
+	seen := make([]uint64, 2)
+	cur := map[string]bool{}
+	snap := func() {
+		var s []string
+		for ip := range cur {
+			s = append(s, ip)
+		}
+		slices.Sort(s)
+		history = append(history, s)
+	}
+	for i := range 12 {
+		in := inst("rd", i%5)
+		if cur[in.IP] && rng.IntN(2) == 0 {
+			_ = sess.Deregister(ctx, in.Key())
+			delete(cur, in.IP)
+		} else {
+			mustRegister(t, sess, in)
+			cur[in.IP] = true
+		}
+		snap()
+		// Release some held messages, in a random order, with duplicates.
+		for range rng.IntN(4) {
 			p := c.Net.Pending()
-			for i := len(p) - 1; i >= 0; i-- {
-				_ = c.Net.Duplicate(p[i].ID)
-				_ = c.Net.Deliver(p[i].ID)
+			if len(p) == 0 {
+				break
 			}
-			c.Net.SetManual(false)
-			c.Net.DeliverAll()
-			c.Advance(2 * distro.DefaultConfig().VerifyInterval)
-			want := history[len(history)-1]
-			for _, n := range c.Nodes() {
-				if got := ipsOn(t, n, "rd"); !slices.Equal(got, want) {
-					t.Fatalf("%s serves %v, the owner's last state is %v", n.ID, got, want)
+			e := p[rng.IntN(len(p))]
+			if rng.IntN(2) == 0 {
+				_ = c.Net.Duplicate(e.ID) // the original stays queued, delivered late
+			} else {
+				_ = c.Net.Deliver(e.ID)
+			}
+		}
+		c.Settle()
+		// Every other node holds the session's record at a revision
+		// never lower than before, and serves one of the owner's past
+		// states.
+		for i, n := range c.Nodes()[1:] {
+			if rec, ok := n.Replicator().Get("s/" + sess.ID()); ok {
+				if rec.Revision < seen[i] {
+					t.Fatalf("%s moved back from revision %d to %d", n.ID, seen[i], rec.Revision)
 				}
+				seen[i] = rec.Revision
 			}
-		})
+			got := ipsOn(t, n, "rd")
+			at := slices.IndexFunc(history, func(h []string) bool { return slices.Equal(h, got) })
+			if len(got) > 0 && at < 0 {
+				t.Fatalf("%s serves %v, never a state of the owner: %v", n.ID, got, history)
+			}
+		}
+	}
+	// Release the rest in reverse order, each twice.
+	p := c.Net.Pending()
+	for i := len(p) - 1; i >= 0; i-- {
+		_ = c.Net.Duplicate(p[i].ID)
+		_ = c.Net.Deliver(p[i].ID)
+	}
+	c.Net.SetManual(false)
+	c.Net.DeliverAll()
+	c.Advance(2 * distro.DefaultConfig().VerifyInterval)
+	want := history[len(history)-1]
+	for _, n := range c.Nodes() {
+		if got := ipsOn(t, n, "rd"); !slices.Equal(got, want) {
+			t.Fatalf("%s serves %v, the owner's last state is %v", n.ID, got, want)
+		}
 	}
 }
 

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/muster-io/muster/distro"
+	"github.com/muster-io/muster/internal/testutil"
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/registry"
 	"github.com/muster-io/muster/registry/registrytest"
@@ -273,120 +273,118 @@ func TestSessionInstanceWithoutTheRest(t *testing.T) {
 // grow, so a peer that serves a lower weight than it served before has
 // rolled back; one that serves an instance again after removing it, without
 // a newer registration, has resurrected it. After the faults stop, all
-// converge on the owner's state within two verify periods.
+// converge on the owner's state within two verify periods. Seeds 1–4, or
+// MUSTER_SEEDS seeds from MUSTER_SEED (see internal/testutil).
 func TestSessionInstanceFaults(t *testing.T) {
-	for seed := uint64(1); seed <= 4; seed++ {
-		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
-			opts := clusterOpts()
-			opts.Seed = seed
-			c := registrytest.NewCluster(t, opts)
-			rng := rand.New(rand.NewPCG(seed, 15))
-			t.Logf("seed %d", seed)
-			a := c.Node(0)
-			sess, err := a.OpenSession(ctx, registry.SessionOptions{})
-			if err != nil {
+	testutil.Seeds(t, 1, 4, runSessionInstanceFaults)
+}
+
+func runSessionInstanceFaults(t *testing.T, seed uint64) {
+	c, rng := seededCluster(t, seed, 15)
+	t.Logf("seed %d", seed)
+	a := c.Node(0)
+	sess, err := a.OpenSession(ctx, registry.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 12
+	weight := 1.0
+	cur := map[int]float64{} // the owner's state
+	for i := range n {
+		weight++
+		mustRegister(t, sess, weighted("f", i, weight))
+		cur[i] = weight
+	}
+	c.Settle()
+	c.Net.SetManual(true)
+	// seen[node][ip] is the highest weight the node served;
+	// gone[node][ip] the weight it served when it last removed it.
+	seen := []map[string]float64{{}, {}}
+	gone := []map[string]float64{{}, {}}
+	check := func() {
+		for k, node := range c.Nodes()[1:] {
+			got := weightsOn(t, node, "f")
+			for ip, w := range got {
+				if w < seen[k][ip] {
+					t.Fatalf("%s rolled %s back from weight %v to %v", node.ID, ip, seen[k][ip], w)
+				}
+				if g, ok := gone[k][ip]; ok && w <= g {
+					t.Fatalf("%s resurrected %s at weight %v (removed at %v)", node.ID, ip, w, g)
+				}
+				seen[k][ip] = w
+				delete(gone[k], ip)
+			}
+			for ip, w := range seen[k] {
+				if _, ok := got[ip]; !ok {
+					gone[k][ip] = w
+				}
+			}
+		}
+	}
+	for step := range 40 {
+		i := rng.IntN(n)
+		weight++
+		switch _, held := cur[i]; {
+		case held && rng.IntN(4) == 0:
+			if err := sess.Deregister(ctx, inst("f", i).Key()); err != nil {
 				t.Fatal(err)
 			}
-			const n = 12
-			weight := 1.0
-			cur := map[int]float64{} // the owner's state
-			for i := range n {
-				weight++
-				mustRegister(t, sess, weighted("f", i, weight))
-				cur[i] = weight
+			delete(cur, i)
+		default:
+			mustRegister(t, sess, weighted("f", i, weight))
+			cur[i] = weight
+		}
+		if step%10 == 9 {
+			c.Advance(distro.DefaultConfig().VerifyInterval) // a verify round; its messages are held too
+		} else {
+			c.Settle()
+		}
+		for range rng.IntN(5) {
+			p := c.Net.Pending()
+			if len(p) == 0 {
+				break
+			}
+			e := p[rng.IntN(len(p))]
+			switch rng.IntN(4) {
+			case 0:
+				_ = c.Net.Drop(e.ID) // lost
+			case 1:
+				_ = c.Net.Duplicate(e.ID) // the original stays queued, delivered late
+			default:
+				_ = c.Net.Deliver(e.ID)
 			}
 			c.Settle()
-			c.Net.SetManual(true)
-			// seen[node][ip] is the highest weight the node served;
-			// gone[node][ip] the weight it served when it last removed it.
-			seen := []map[string]float64{{}, {}}
-			gone := []map[string]float64{{}, {}}
-			check := func() {
-				for k, node := range c.Nodes()[1:] {
-					got := weightsOn(t, node, "f")
-					for ip, w := range got {
-						if w < seen[k][ip] {
-							t.Fatalf("%s rolled %s back from weight %v to %v", node.ID, ip, seen[k][ip], w)
-						}
-						if g, ok := gone[k][ip]; ok && w <= g {
-							t.Fatalf("%s resurrected %s at weight %v (removed at %v)", node.ID, ip, w, g)
-						}
-						seen[k][ip] = w
-						delete(gone[k], ip)
-					}
-					for ip, w := range seen[k] {
-						if _, ok := got[ip]; !ok {
-							gone[k][ip] = w
-						}
-					}
-				}
+			check()
+		}
+	}
+	// The rest, in reverse order, each twice.
+	p := c.Net.Pending()
+	for k := len(p) - 1; k >= 0; k-- {
+		_ = c.Net.Duplicate(p[k].ID)
+		_ = c.Net.Deliver(p[k].ID)
+		c.Settle()
+		check()
+	}
+	c.Net.SetManual(false)
+	for c.Net.DeliverAll() > 0 { // what the releases above sent, held too
+		c.Settle()
+		check()
+	}
+	want := map[string]float64{}
+	for i, w := range cur {
+		want[inst("f", i).IP] = w
+	}
+	c.Eventually(2*distro.DefaultConfig().VerifyInterval+time.Second, func() bool {
+		check()
+		for _, node := range c.Nodes() {
+			if fmt.Sprint(weightsOn(t, node, "f")) != fmt.Sprint(want) {
+				return false
 			}
-			for step := range 40 {
-				i := rng.IntN(n)
-				weight++
-				switch _, held := cur[i]; {
-				case held && rng.IntN(4) == 0:
-					if err := sess.Deregister(ctx, inst("f", i).Key()); err != nil {
-						t.Fatal(err)
-					}
-					delete(cur, i)
-				default:
-					mustRegister(t, sess, weighted("f", i, weight))
-					cur[i] = weight
-				}
-				if step%10 == 9 {
-					c.Advance(distro.DefaultConfig().VerifyInterval) // a verify round; its messages are held too
-				} else {
-					c.Settle()
-				}
-				for range rng.IntN(5) {
-					p := c.Net.Pending()
-					if len(p) == 0 {
-						break
-					}
-					e := p[rng.IntN(len(p))]
-					switch rng.IntN(4) {
-					case 0:
-						_ = c.Net.Drop(e.ID) // lost
-					case 1:
-						_ = c.Net.Duplicate(e.ID) // the original stays queued, delivered late
-					default:
-						_ = c.Net.Deliver(e.ID)
-					}
-					c.Settle()
-					check()
-				}
-			}
-			// The rest, in reverse order, each twice.
-			p := c.Net.Pending()
-			for k := len(p) - 1; k >= 0; k-- {
-				_ = c.Net.Duplicate(p[k].ID)
-				_ = c.Net.Deliver(p[k].ID)
-				c.Settle()
-				check()
-			}
-			c.Net.SetManual(false)
-			for c.Net.DeliverAll() > 0 { // what the releases above sent, held too
-				c.Settle()
-				check()
-			}
-			want := map[string]float64{}
-			for i, w := range cur {
-				want[inst("f", i).IP] = w
-			}
-			c.Eventually(2*distro.DefaultConfig().VerifyInterval+time.Second, func() bool {
-				check()
-				for _, node := range c.Nodes() {
-					if fmt.Sprint(weightsOn(t, node, "f")) != fmt.Sprint(want) {
-						return false
-					}
-				}
-				return true
-			}, "the nodes did not converge on the owner's %v", want)
-			if err := c.CheckConverged(); err != nil {
-				t.Fatal(err)
-			}
-		})
+		}
+		return true
+	}, "the nodes did not converge on the owner's %v", want)
+	if err := c.CheckConverged(); err != nil {
+		t.Fatal(err)
 	}
 }
 

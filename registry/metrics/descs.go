@@ -20,6 +20,7 @@ type descs struct {
 	dRecordsReceived, dRecordsApplied, dRecordsRefused, dMessagesRefused                 *prometheus.Desc
 	dVerifyRounds, dVerifyFailures, dDivergent, dVerifyAnswered                          *prometheus.Desc
 	dRepairRecords, dRepairDrops, dRepairsReceived, dOrphans, dAdoptions, dSnapshotPages *prometheus.Desc
+	dVersionConflicts                                                                    *prometheus.Desc
 
 	hTargets, hProbed, hRunning, hChecks, hFlips, hDampings, hDamped *prometheus.Desc
 
@@ -94,6 +95,7 @@ func newDescs(constLabels prometheus.Labels) *descs {
 	d.dOrphans = mk("muster_distro_orphans_removed_total", "Records removed because their owner left and OrphanTimeout passed.")
 	d.dAdoptions = mk("muster_distro_adoptions_total", "Beat records this node adopted because it became their rendezvous-hash owner.")
 	d.dSnapshotPages = mk("muster_distro_snapshot_pages_served_total", "Snapshot pages served to loading peers.")
+	d.dVersionConflicts = mk("muster_distro_version_conflicts_total", "Versions of this node's records a peer held with another payload (one version, two states: a restart with the clock set back); each was moved past. Should stay 0.")
 
 	group = &d.health
 	d.hTargets = mk("muster_health_targets", "Instances whose health this node's scheduler tracks (probed or not).")

@@ -215,6 +215,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		e.counter(d.dOrphans, t.OrphansRemoved)
 		e.counter(d.dAdoptions, t.Adoptions)
 		e.counter(d.dSnapshotPages, t.SnapshotPages)
+		e.counter(d.dVersionConflicts, t.VersionConflicts)
 	}
 	if s := c.src.Health; s != nil {
 		t := s.Stats()
