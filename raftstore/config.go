@@ -316,6 +316,7 @@ func (c *Config) rtt() time.Duration { return time.Duration(c.RTTMillisecond) * 
 // clone returns a copy of c that shares no map with it.
 func (c Config) clone() Config {
 	c.InitialMembers = maps.Clone(c.InitialMembers)
+	c.JoinMembers = maps.Clone(c.JoinMembers)
 	if c.TLS != nil {
 		t := *c.TLS
 		c.TLS = &t

@@ -251,18 +251,22 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if n.guard != nil {
 		// The replicas Dragonboat registers at the start, pinned to their
 		// nodes before any traffic is passed on (see guard).
+		// The configured members (InitialMembers, or JoinMembers) come
+		// first, on a restart too: a joiner restarted before it learnt the
+		// membership has an empty bootstrap record, and the record cannot be
+		// read without the LogDB wrapper (SyncCommitIndex, another
+		// Dragonboat). What the record names overrides them.
 		known := map[uint64]string{}
-		for id, addr := range members {
-			known[id] = addr
-		}
-		if join {
-			for id, addr := range n.cfg.JoinMembers {
+		for _, m := range []map[uint64]string{n.cfg.InitialMembers, n.cfg.JoinMembers, members} {
+			for id, addr := range m {
 				known[id] = addr
 			}
 		}
 		if members == nil && n.logdb != nil {
 			if bi, err := n.logdb.GetBootstrapInfo(n.cfg.ShardID, n.cfg.ReplicaID); err == nil {
-				known = bi.Addresses
+				for id, addr := range bi.Addresses {
+					known[id] = addr
+				}
 			}
 		}
 		n.guard.expect(known)

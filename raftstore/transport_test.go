@@ -84,6 +84,21 @@ func TestMusterTransportSnapshotJoin(t *testing.T) {
 	if c.lis[4].resets < 2 { // Open of an empty store, then the snapshot
 		t.Fatalf("the joined replica's listener saw %d resets, want a snapshot recovery", c.lis[4].resets)
 	}
+	// Restarted, the joiner pins the members it was given again (its
+	// bootstrap record, made by a join, names none).
+	c.stop(4)
+	n4 = c.start(4)
+	n4.guard.pinMu.Lock()
+	pinned = maps.Clone(n4.guard.pinned)
+	n4.guard.pinMu.Unlock()
+	for id, node := range map[uint64]string{1: "r1", 2: "r2", 3: "r3"} {
+		if pinned[id] != node {
+			t.Fatalf("restarted joiner's guard pins replica %d to %q, want %q (JoinMembers): %v", id, pinned[id], node, pinned)
+		}
+	}
+	if err := n4.WaitReady(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // With Transport set, RaftAddress and the members are node IDs.

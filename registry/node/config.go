@@ -170,7 +170,10 @@ type Config struct {
 
 // Timings are the periods and timeouts of one node. All nodes of a cluster
 // should use the same. Start from LAN or Fast and change what you need. As
-// everywhere in the module, a zero field takes its default (LAN's), and
+// everywhere in the module, a zero field takes its default (LAN's, or the
+// one its package derives from the fields set: distro's TombstoneTTL from
+// Verify, raftstore's Propose and Read from RaftRTT; a zero Sweep or
+// Forward leaves Registry's SweepInterval and ForwardTimeout), and
 // "off" is the packages' named constants: distro.NoSyncDelay sends every
 // change at once, raftstore.NoBatchWait turns the batcher's wait off.
 type Timings struct {
@@ -228,7 +231,13 @@ func LAN() Timings {
 	}
 }
 
-// withDefaults returns t with each zero field set to LAN's.
+// withDefaults returns t with each zero membership field and a zero
+// RaftRTT set to LAN's: the gossip configuration and the Raft tick are
+// built here, not defaulted by their packages. The other zero fields pass
+// through, so that each package derives its own default from the fields
+// that are set (distro's TombstoneTTL from Verify, the transport's
+// ReconnectMax from ReconnectMin, raftstore's Propose and Read from the
+// tick), and a zero Sweep or Forward leaves Registry's setting.
 func (t Timings) withDefaults() Timings {
 	d := LAN()
 	for _, f := range []struct{ v, def *time.Duration }{
@@ -236,12 +245,7 @@ func (t Timings) withDefaults() Timings {
 		{&t.GossipInterval, &d.GossipInterval}, {&t.PushPull, &d.PushPull},
 		{&t.GossipTCPTimeout, &d.GossipTCPTimeout}, {&t.GossipDead, &d.GossipDead},
 		{&t.Rejoin, &d.Rejoin}, {&t.Leave, &d.Leave},
-		{&t.SyncDelay, &d.SyncDelay}, {&t.Verify, &d.Verify}, {&t.Orphan, &d.Orphan},
-		{&t.Tombstone, &d.Tombstone}, {&t.Load, &d.Load}, {&t.Request, &d.Request},
-		{&t.RaftRTT, &d.RaftRTT}, {&t.Propose, &d.Propose}, {&t.Read, &d.Read},
-		{&t.RaftBatchWait, &d.RaftBatchWait},
-		{&t.ReconnectMin, &d.ReconnectMin}, {&t.ReconnectMax, &d.ReconnectMax},
-		{&t.Sweep, &d.Sweep}, {&t.Forward, &d.Forward},
+		{&t.RaftRTT, &d.RaftRTT},
 	} {
 		cfgerr.Default(f.v, *f.def)
 	}

@@ -66,23 +66,29 @@ func TestTimingsBatchWait(t *testing.T) {
 	}
 }
 
-// A zero Timings field takes LAN's value; a set one, and a named "off"
-// (distro.NoSyncDelay), are kept; the configs built from them carry the
-// defaults, never a zero.
-func TestTimingsZeroIsLAN(t *testing.T) {
-	if got := (Timings{}).withDefaults(); got != LAN() {
-		t.Fatalf("Timings{}.withDefaults() = %+v, want LAN() %+v", got, LAN())
+// A zero Timings field takes LAN's value (membership, Raft tick) or
+// passes through for its package to derive (TombstoneTTL from Verify,
+// Propose from the tick, Sweep left to Registry's); a set one, and a named
+// "off" (distro.NoSyncDelay), are kept.
+func TestTimingsZeroIsDefault(t *testing.T) {
+	got := (Timings{}).withDefaults()
+	if got.ProbeInterval != LAN().ProbeInterval || got.SuspicionMult != LAN().SuspicionMult || got.RaftRTT != LAN().RaftRTT {
+		t.Fatalf("Timings{}.withDefaults() = %+v: membership and RaftRTT not LAN's %+v", got, LAN())
 	}
 	partial := Timings{Propose: 7 * time.Second, SyncDelay: distro.NoSyncDelay}
-	got := partial.withDefaults()
-	if got.Propose != 7*time.Second || got.SyncDelay != distro.NoSyncDelay || got.Read != LAN().Read {
-		t.Fatalf("withDefaults kept Propose %v, SyncDelay %v, Read %v; want 7s, NoSyncDelay, LAN's %v", got.Propose, got.SyncDelay, got.Read, LAN().Read)
+	got = partial.withDefaults()
+	if got.Propose != 7*time.Second || got.SyncDelay != distro.NoSyncDelay {
+		t.Fatalf("withDefaults kept Propose %v, SyncDelay %v; want 7s, NoSyncDelay", got.Propose, got.SyncDelay)
 	}
-	c := Config{NodeID: "n1", Timings: Timings{}}
+	c := Config{NodeID: "n1", Insecure: true, Timings: Timings{Verify: time.Minute, RaftRTT: 2 * time.Second}}
 	if mc := c.memberlistConfig("127.0.0.1:1"); mc.ProbeInterval != LAN().ProbeInterval || mc.SuspicionMult != LAN().SuspicionMult {
 		t.Fatalf("memberlist config from zero Timings: probe %v, suspicion %d; want LAN's", mc.ProbeInterval, mc.SuspicionMult)
 	}
-	if tc := c.tcpConfig(); tc.ReconnectMax != LAN().ReconnectMax {
-		t.Fatalf("transport config from zero Timings: ReconnectMax %v, want LAN's %v", tc.ReconnectMax, LAN().ReconnectMax)
+	if err := c.tcpConfig().Validate(); err != nil {
+		t.Fatalf("transport config from zero Timings: %v", err)
+	}
+	c.Registry.SweepInterval = 3 * time.Second
+	if rc := c.baseRegistryConfig(nil); rc.SweepInterval != 3*time.Second {
+		t.Fatalf("a zero Timings.Sweep replaced Registry.SweepInterval: %v", rc.SweepInterval)
 	}
 }
