@@ -376,3 +376,20 @@ func TestSlowInstallCatchesUp(t *testing.T) {
 	st := leaderNode.Stats()
 	t.Logf("ready; %d writes; %d streams sent since the restart", writes.Load(), st.SnapshotsSent-sentBefore.SnapshotsSent)
 }
+
+// inStream is what the snapshot loop asks before it calls a timeout during
+// a stream expected (Debug) rather than a failure (Warn).
+func TestRetentionInStream(t *testing.T) {
+	r := &retention{overhead: 8, acks: true}
+	if r.inStream() {
+		t.Fatal("in a stream before any started")
+	}
+	r.streamStarted(40)
+	if !r.inStream() {
+		t.Fatal("not in a stream after streamStarted")
+	}
+	r.streamSent(100, 2)
+	if r.inStream() {
+		t.Fatal("still in a stream after streamSent")
+	}
+}

@@ -86,6 +86,13 @@ const (
 )
 
 // streamStarted records a stream of the state at index (PrepareSnapshot).
+// inStream reports whether a stream is in flight.
+func (r *retention) inStream() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.streaming
+}
+
 func (r *retention) streamStarted(index uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -268,7 +275,13 @@ func (n *Node) takeSnapshot() bool {
 		return false
 	default:
 		// Slow (the save may still complete, which the next try sees in
-		// the log reader), or failed.
+		// the log reader), or failed. While a stream is in flight
+		// Dragonboat saves nothing for the shard (one snapshot job at a
+		// time), so a timeout then is expected, not a failure.
+		if (errors.Is(err, dragonboat.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)) && n.sm.retention.inStream() {
+			n.log.Debug("raftstore: snapshot waits for a stream; trying again", "applied", applied)
+			return false
+		}
 		n.log.Warn("raftstore: snapshot failed; trying again", "applied", applied, "err", err)
 		return false
 	}
