@@ -62,21 +62,25 @@ type page[T any] struct {
 	PageItems      []T `json:"pageItems"`
 }
 
-func paged[T any](p params, all []T) (page[T], error) {
+// writePage answers the page of all that the pageNo and pageSize
+// parameters ask for (Nacos's defaults 1 and 100; at most 1000).
+func writePage[T any](s *Server, w http.ResponseWriter, r *http.Request, p params, all []T) {
 	no, err := p.integer("pageNo", 1)
 	if err != nil {
-		return page[T]{}, err
+		s.fail(w, r, err)
+		return
 	}
 	size, err := p.integer("pageSize", 100)
 	if err != nil {
-		return page[T]{}, err
+		s.fail(w, r, err)
+		return
 	}
 	no, size = max(no, 1), min(max(size, 1), 1000)
 	out := page[T]{TotalCount: len(all), PageNumber: no, PagesAvailable: (len(all) + size - 1) / size, PageItems: []T{}}
 	if lo := (no - 1) * size; lo < len(all) {
 		out.PageItems = all[lo:min(lo+size, len(all))]
 	}
-	return out, nil
+	writeJSON(w, out)
 }
 
 // hUsers serves /nacos/v1/auth/users: POST creates (username, password),
@@ -137,12 +141,7 @@ func (s *Server) hUsers(w http.ResponseWriter, r *http.Request) {
 				all = append(all, user{Username: u})
 			}
 		}
-		pg, err := paged(p, all)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		writeJSON(w, pg)
+		writePage(s, w, r, p, all)
 	default:
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 	}
@@ -193,12 +192,7 @@ func (s *Server) hRoles(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 		}
-		pg, err := paged(p, all)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		writeJSON(w, pg)
+		writePage(s, w, r, p, all)
 	default:
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 	}
@@ -248,12 +242,7 @@ func (s *Server) hPermissions(w http.ResponseWriter, r *http.Request) {
 				all = append(all, perm{x.Role, x.Resource, x.Action})
 			}
 		}
-		pg, err := paged(p, all)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		writeJSON(w, pg)
+		writePage(s, w, r, p, all)
 	default:
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 	}
