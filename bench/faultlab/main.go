@@ -23,6 +23,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
@@ -122,6 +123,14 @@ func (l *lab) incDead(inc string) bool {
 
 // nodeExited is called when a node process exits without the lab ending it.
 func (l *lab) nodeExited(n *labNode, err error) {
+	if ee := (*exec.ExitError)(nil); n.strict && errors.As(err, &ee) && ee.ExitCode() == powerLossExit {
+		// A power loss (POST /powerloss) ends the process; the next one
+		// loads the Raft log it kept.
+		if err := l.c.start(n); err != nil {
+			l.fail("restart", fmt.Sprintf("%s after its power loss: %v", n.id, err))
+		}
+		return
+	}
 	l.mu.Lock()
 	during := l.inFault
 	l.mu.Unlock()

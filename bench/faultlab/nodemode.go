@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,7 +39,8 @@ type nodeSpec struct {
 	GossipKey  []byte            `json:"gossipKey"`
 	// StrictFS keeps the Raft log on a strict in-memory file system, for
 	// the power-loss fault (POST /powerloss). The process must then never
-	// be killed: its Raft log lives in its memory.
+	// be killed: its Raft log lives in its memory (a power loss keeps what
+	// was synced on disk for the next process, see crash).
 	StrictFS bool   `json:"strictFS"`
 	LogLevel string `json:"logLevel"`
 }
@@ -56,8 +58,8 @@ type nodeProc struct {
 	trap *syncTrap  // the power loss's trap, on fs
 
 	mu       sync.Mutex
-	n        *node.Node // nil while restarting in-process
-	epoch    int        // in-process restarts (power losses) so far
+	n        *node.Node // nil once a power loss took it out
+	epoch    int        // power losses begun in this process (at most one)
 	sessions map[string]*registry.Session
 	lastLoss *powerLossInfo
 }
@@ -82,6 +84,9 @@ func runNode(args []string) error {
 	if p.spec.StrictFS {
 		p.fs = vfs.NewStrictMem()
 		p.trap = &syncTrap{}
+		if err := p.restoreRaftLog(); err != nil {
+			return fmt.Errorf("restoring the Raft log of the last power loss: %w", err)
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -152,35 +157,166 @@ func (p *nodeProc) cut() (*node.Node, string, error) {
 	return n, inc, nil
 }
 
-// powerLoss crashes node n as a power cut would and restarts it in this
-// process on what the Raft log had synced: the transport closes first (no
-// message leaves after the loss point), then syncs are ignored, the node
-// stops, and every write not synced is dropped. Badger's data, on the
-// operating system's file system, keeps what it wrote (the page cache of
-// a surviving kernel): the fault is the Raft log's.
-func (p *nodeProc) powerLoss(n *node.Node, info *powerLossInfo) error {
-	if rn := n.Raft(); rn != nil {
-		st := rn.Stats()
-		info.WasLeader, info.Applied, info.LastIndex, info.Deferred = st.IsLeader, st.Applied, st.LastIndex, st.CommitWritesDeferred
+// powerLossExit is the exit code of a node process that lost its power:
+// the driver starts it again (see lab.nodeExited).
+const powerLossExit = 75
+
+// crash ends a power loss that loseSyncs began: the file system is frozen
+// and the network cut, so the node can neither write nor tell anyone
+// anything more. It drops every write of the Raft log that was not synced,
+// keeps the rest in a directory beside the data (restoreRaftLog loads it
+// into the next process's strict file system) and exits the process at
+// once, as the power cut would: nothing is closed, Badger recovers from
+// its own files as after a SIGKILL.
+func (p *nodeProc) crash(n *node.Node, info *powerLossInfo) error {
+	stats := make(chan struct{})
+	go func() { // Stats may read the frozen file system: then it never returns
+		defer close(stats)
+		if rn := n.Raft(); rn != nil {
+			st := rn.Stats()
+			info.WasLeader, info.Applied, info.LastIndex, info.Deferred = st.IsLeader, st.Applied, st.LastIndex, st.CommitWritesDeferred
+		}
+	}()
+	select {
+	case <-stats:
+	case <-time.After(time.Second): // real time
+		info = &powerLossInfo{Mode: info.Mode, Skip: info.Skip}
 	}
-	_ = n.Kill()
 	info.BytesBefore = fsBytes(p.fs, "/")
 	p.fs.ResetToSyncedState()
 	info.BytesAfter = fsBytes(p.fs, "/")
-	p.fs.SetIgnoreSyncs(false)
-	if err := uncutNetwork(); err != nil {
+	dir := p.dumpDir()
+	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
-	p.log.Warn("faultlab: power loss: unsynced Raft log writes dropped; restarting", "mode", info.Mode, "bytes_before", info.BytesBefore, "bytes_after", info.BytesAfter)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := p.start(ctx); err != nil {
+	if err := dumpFS(p.fs, "/", filepath.Join(dir, "fs")); err != nil {
 		return err
 	}
-	p.mu.Lock()
-	p.lastLoss = info
-	p.mu.Unlock()
+	data, err := json.Marshal(info)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "info.json"), data, 0o600); err != nil {
+		return err
+	}
+	p.log.Warn("faultlab: power loss: unsynced Raft log writes dropped; the process exits", "mode", info.Mode, "bytes_before", info.BytesBefore, "bytes_after", info.BytesAfter)
+	os.Exit(powerLossExit)
 	return nil
+}
+
+// dumpDir holds the synced Raft log of a power-lost process until the next
+// one loads it.
+func (p *nodeProc) dumpDir() string { return filepath.Join(filepath.Dir(p.spec.Dir), "powerloss") }
+
+// restoreRaftLog loads the Raft log a power loss left (crash) into the
+// strict file system, synced, and lifts the network cut; it reports
+// whether there was one.
+func (p *nodeProc) restoreRaftLog() error {
+	dir := p.dumpDir()
+	data, err := os.ReadFile(filepath.Join(dir, "info.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	info := &powerLossInfo{}
+	if err := json.Unmarshal(data, info); err != nil {
+		return err
+	}
+	if err := loadFS(filepath.Join(dir, "fs"), p.fs, "/"); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	p.lastLoss = info
+	return uncutNetwork()
+}
+
+// dumpFS copies the tree at from in fs to the directory to.
+func dumpFS(fs vfs.FS, from, to string) error {
+	if err := os.MkdirAll(to, 0o700); err != nil {
+		return err
+	}
+	names, err := fs.List(from)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		path := fs.PathJoin(from, name)
+		st, err := fs.Stat(path)
+		if err != nil {
+			return err
+		}
+		if st.IsDir() {
+			if err := dumpFS(fs, path, filepath.Join(to, name)); err != nil {
+				return err
+			}
+			continue
+		}
+		f, err := fs.Open(path)
+		if err != nil {
+			return err
+		}
+		data, err := io.ReadAll(f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(to, name), data, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loadFS copies the directory from into fs at to, every file and
+// directory synced.
+func loadFS(from string, fs vfs.FS, to string) error {
+	if err := fs.MkdirAll(to, 0o700); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(from)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		path := fs.PathJoin(to, e.Name())
+		if e.IsDir() {
+			if err := loadFS(filepath.Join(from, e.Name()), fs, path); err != nil {
+				return err
+			}
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(from, e.Name()))
+		if err != nil {
+			return err
+		}
+		f, err := fs.Create(path)
+		if err != nil {
+			return err
+		}
+		_, err = f.Write(data)
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	d, err := fs.OpenDir(to)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // loseSyncs is the power loss's instant: the network is cut first (no
@@ -193,6 +329,7 @@ func (p *nodeProc) loseSyncs(mode string, skip int64) (string, error) {
 			return "", err
 		}
 		p.fs.SetIgnoreSyncs(true)
+		p.trap.freeze()
 		return "instant", nil
 	}
 	sprung := make(chan struct{})
@@ -200,6 +337,7 @@ func (p *nodeProc) loseSyncs(mode string, skip int64) (string, error) {
 	p.trap.arm(skip, func() {
 		cutErr = cutNetwork()
 		p.fs.SetIgnoreSyncs(true)
+		p.trap.freeze()
 		close(sprung)
 	})
 	select {
@@ -219,6 +357,7 @@ func (p *nodeProc) loseSyncs(mode string, skip int64) (string, error) {
 		return "", err
 	}
 	p.fs.SetIgnoreSyncs(true)
+	p.trap.freeze()
 	return "instant (no WAL sync within 3 s)", nil
 }
 
@@ -468,10 +607,10 @@ func (p *nodeProc) mux() *http.ServeMux {
 		return out, nil
 	})
 	m.HandleFunc("/powerloss", func(w http.ResponseWriter, r *http.Request) {
-		// Lose the syncs (at once, or at a WAL sync), take the node out of
-		// the API, answer with the incarnation that died, then restart:
-		// the driver waits for the restarted node to be ready. A failed
-		// restart ends the process, which the driver sees.
+		// Lose the power (at once, or at a WAL sync), take the node out of
+		// the API, answer with the incarnation that died, then keep what
+		// was synced and exit (crash): the driver starts the process
+		// again and waits for it to be ready.
 		fail := func(err error) {
 			w.WriteHeader(http.StatusConflict)
 			_ = json.NewEncoder(w).Encode(&apiError{Kind: "other", Err: err.Error()})
@@ -493,8 +632,8 @@ func (p *nodeProc) mux() *http.ServeMux {
 		}
 		_ = json.NewEncoder(w).Encode(sessionResp{Incarnation: inc})
 		go func() {
-			if err := p.powerLoss(n, &powerLossInfo{Mode: mode, Skip: skip}); err != nil {
-				p.log.Error("faultlab: restart after power loss failed", "err", err)
+			if err := p.crash(n, &powerLossInfo{Mode: mode, Skip: skip}); err != nil {
+				p.log.Error("faultlab: power loss: keeping the synced Raft log failed", "err", err)
 				os.Exit(3)
 			}
 		}()
