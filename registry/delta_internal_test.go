@@ -60,7 +60,7 @@ func FuzzInstRecord(f *testing.F) {
 		r.index.applyInstRecord(dr.Key[:len(dr.Key)-len(hash)], sid, hash, dr.Owner, ir.inst, false, r.leaseStart())
 		r.carryOut()
 		r.mu.Unlock()
-		if err := r.CheckConsistency(); err != nil {
+		if err := r.Internals().CheckConsistency(); err != nil {
 			t.Fatal(err)
 		}
 	})

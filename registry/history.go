@@ -223,7 +223,7 @@ func (r *Registry) Explain(key model.InstanceKey) Explanation {
 	}
 	out.Events = r.journal.find(key, 0)
 	r.mu.RUnlock()
-	if st, ok := r.CheckStatus(key); ok {
+	if st, ok := r.checkStatus(key); ok {
 		out.Check = &st
 	}
 	return out

@@ -1,28 +1,8 @@
 package registry
 
 import (
-	"errors"
-	"fmt"
 	"strings"
 )
-
-// CheckConsistency walks the whole index and returns an error describing
-// every broken internal invariant, or nil. It is meant for tests (the
-// registrytest harness calls it when a test ends): it holds the registry's
-// lock for the whole walk, O(instances).
-func (r *Registry) CheckConsistency() error {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-
-	if !r.index.fx.empty() {
-		bad("the index holds effects not carried out: %+v", r.index.fx)
-	}
-	r.index.checkInvariants(bad)
-	r.checkWatchers(bad)
-	return errors.Join(errs...)
-}
 
 // checkInvariants reports, through bad, every broken invariant of the
 // index: its services, slots, publishers, leases, patches and counts.

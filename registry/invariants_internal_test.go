@@ -66,13 +66,13 @@ func TestCheckConsistencyCatches(t *testing.T) {
 			if err := r.PatchInstance(ctx, model.InstancePatch{Key: model.NewInstance(model.ServiceKey{Name: "a"}, "10.0.0.1", 80).Key(), Weight: &w}); err != nil {
 				t.Fatal(err)
 			}
-			if err := r.CheckConsistency(); err != nil {
+			if err := r.Internals().CheckConsistency(); err != nil {
 				t.Fatalf("healthy index reported: %v", err)
 			}
 			r.mu.Lock()
 			tc.breakIt(r)
 			r.mu.Unlock()
-			err := r.CheckConsistency()
+			err := r.Internals().CheckConsistency()
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error about %q", err, tc.want)
 			}

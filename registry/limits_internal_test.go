@@ -30,7 +30,7 @@ func newLimitedRegistry(t *testing.T, n int) *Registry {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := r.CheckConsistency(); err != nil {
+		if err := r.Internals().CheckConsistency(); err != nil {
 			t.Errorf("inconsistent index: %v", err)
 		}
 		r.Close()

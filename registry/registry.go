@@ -511,46 +511,6 @@ func (r *Registry) housekeep() {
 	r.rearm()
 }
 
-// Settle makes the registry handle, now, every deadline that has passed on
-// its clock (beat leases, session keep-alives, clean-ups) and returns once
-// that is done, and once the messages it has started sending in the
-// background (leases handed to a key's new owner) have been answered: the
-// contract of every driver's Settle (health.Scheduler.Settle,
-// distro.Replicator.Settle). It never moves the clock. The registry does
-// this by itself as time passes; a test that moves a fake clock calls
-// Settle to see the effects at once (registrytest's Advance does). It
-// returns ctx's error, ErrClosed once closed and ErrNotReady before Start.
-func (r *Registry) Settle(ctx context.Context) error {
-	if err := r.checkWrite(); err != nil {
-		return err
-	}
-	done := make(chan struct{})
-	select {
-	case r.settles <- done:
-	case <-r.stop:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case <-done:
-	case <-r.stop:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if err := r.sends.wait(ctx, r.stop); err != nil {
-		return err
-	}
-	if r.checks != nil {
-		if err := r.checks.Settle(ctx); err != nil {
-			return err
-		}
-		_, _ = r.writeHealth(ctx)
-	}
-	return nil
-}
-
 // runDue processes every deadline that has passed. It returns the patches
 // whose instance has been gone for PatchTTL.
 func (r *Registry) runDue() []model.InstanceKey {

@@ -99,16 +99,6 @@ func (r *Registry) decodePayload(dr distro.Record) ([]model.Instance, error) {
 	return pl.Instances, nil
 }
 
-// Replicator returns the registry's replicator (Config.Replicator), or nil
-// for a standalone registry. It is meant for diagnostics and tests;
-// writing through it bypasses the registry.
-func (r *Registry) Replicator() Replicator {
-	if !r.cluster {
-		return nil
-	}
-	return r.replicator
-}
-
 // distroStore is the registry as distro sees it: the driver of the index
 // core's replica side (core_replica.go). Each method decodes and checks
 // what distro hands it, asks the replicator what only it knows (who owns a

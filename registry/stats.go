@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sync/atomic"
 
-	"github.com/muster-io/muster/health"
 	"github.com/muster-io/muster/internal/metric"
 	"github.com/muster-io/muster/model"
 )
@@ -236,7 +235,3 @@ func (r *Registry) namespaceStatsLocked() map[string]NamespaceStats {
 	}
 	return out
 }
-
-// HealthChecks returns the scheduler of the active health checks, or nil
-// when they are off: for its Stats and CheckStatus.
-func (r *Registry) HealthChecks() *health.Scheduler { return r.checks }

@@ -199,35 +199,6 @@ func (ws *watchState) init() {
 	ws.flush = make(chan chan struct{})
 }
 
-// FlushWatchers returns once every watcher has been handed the newest view
-// of its query as of the call: each one's next Next returns at once with
-// every change made before FlushWatchers was called (or the watcher has
-// closed). It is a barrier for tests, which need not poll Next after moving
-// a fake clock (registrytest's Settle and Advance call it); delivery does
-// not need it. It fails with ErrClosed once the registry is closed, or with
-// ctx's error. Before Start there is nothing to flush: it returns nil.
-func (r *Registry) FlushWatchers(ctx context.Context) error {
-	if r.state.Load() == stateNew {
-		return nil // no watcher before Start, and no notifier to ask
-	}
-	done := make(chan struct{})
-	select {
-	case r.watch.flush <- done:
-	case <-r.stop:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case <-done:
-		return nil
-	case <-r.stop:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // markDirty tells the notifier that key changed. The caller holds mu.
 func (r *Registry) markDirty(key model.ServiceKey) {
 	if _, ok := r.watch.groups[key]; !ok {
