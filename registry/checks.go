@@ -100,7 +100,7 @@ func (r *Registry) checksMembersChanged() {
 	if r.checks == nil {
 		return
 	}
-	for _, s := range r.services {
+	for _, s := range r.core.allServices() {
 		r.syncTargets(s)
 	}
 }

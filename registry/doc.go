@@ -218,12 +218,15 @@
 //     Its engines run their own. Close stops all of them and waits.
 //   - The transport and the membership stay the caller's: close them after
 //     the registry.
-//   - Inside, the index is a core of plain code (core.go, core_replica.go):
-//     no goroutine, no clock, no I/O. Every change, a caller's write, a
-//     peer's record, a handed lease or a deadline, is one call into it
-//     under the registry's lock, with the time it starts from; the
-//     registry then carries out what the call reports (views to deliver,
-//     records to replicate, checks to re-target, the next deadline).
+//   - Inside, the index is a core of plain code (core.go, core_replica.go,
+//     core_driver.go): no goroutine, no clock, no I/O. The Registry holds
+//     it as a named field and reaches it only through its methods. Every
+//     change, a caller's write, a peer's record, a handed lease or a
+//     deadline, is a call into it under the registry's lock, with the time
+//     it starts from; the core then hands out what the change means as a
+//     value (views to deliver, records to replicate, checks to re-target,
+//     the next deadline), which the registry carries out before it
+//     releases the lock, as etcd-io/raft's RawNode.Ready and Advance do.
 //
 // # Internals
 //

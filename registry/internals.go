@@ -109,10 +109,8 @@ func (in Internals) CheckConsistency() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 
-	if !r.index.fx.empty() {
-		bad("the index holds effects not carried out: %+v", r.index.fx)
-	}
-	r.index.checkInvariants(bad)
+	r.core.checkCarriedOut(bad)
+	r.core.checkInvariants(bad)
 	r.checkWatchers(bad)
 	return errors.Join(errs...)
 }

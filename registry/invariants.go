@@ -4,6 +4,15 @@ import (
 	"strings"
 )
 
+// checkCarriedOut reports, through bad, effects that were recorded but not
+// carried out: every change of the driver's is carried out before mu is
+// released.
+func (ix *index) checkCarriedOut(bad func(format string, args ...any)) {
+	if !ix.fx.empty() {
+		bad("the index holds effects not carried out: %+v", ix.fx)
+	}
+}
+
 // checkInvariants reports, through bad, every broken invariant of the
 // index: its services, slots, publishers, leases, patches and counts.
 func (ix *index) checkInvariants(bad func(format string, args ...any)) {
@@ -164,7 +173,7 @@ func (r *Registry) checkWatchers(bad func(string, ...any)) {
 			}
 		}
 	}
-	if watchers != r.quota.watchers {
-		bad("%d watchers counted for %d open", r.quota.watchers, watchers)
+	if n := r.core.watchers(); watchers != n {
+		bad("%d watchers counted for %d open", n, watchers)
 	}
 }

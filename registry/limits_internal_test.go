@@ -63,7 +63,7 @@ func held(r *Registry) int {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	n := 0
-	for _, s := range r.services {
+	for _, s := range r.core.services {
 		n += len(s.slots)
 	}
 	return n

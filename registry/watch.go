@@ -252,11 +252,10 @@ func (r *Registry) WatchFrom(ctx context.Context, q model.Query, cursor Cursor) 
 		r.mu.Unlock()
 		return nil, err
 	}
-	if n := r.quota.watchers; n >= r.lim.MaxWatchers {
+	if err := r.core.admitWatcher(); err != nil {
 		r.mu.Unlock()
-		return nil, limitError("MaxWatchers", r.lim.MaxWatchers, "%d watchers are open", n)
+		return nil, err
 	}
-	r.quota.watchers++
 	g := r.watch.groups[q.Service]
 	if g == nil {
 		g = &watchGroup{}
@@ -271,7 +270,7 @@ func (r *Registry) WatchFrom(ctx context.Context, q model.Query, cursor Cursor) 
 	if cursor.Run == r.run && cursor.Revision != 0 {
 		if cursor.Revision == v.Revision {
 			w.delivered = v // up to date: the first Next waits for a change
-		} else if s := r.services[q.Service]; s != nil {
+		} else if s := r.core.service(q.Service); s != nil {
 			w.delivered = s.viewAt(cursor.Revision, &w.q) // nil when too old: a reset
 		}
 	}
@@ -292,7 +291,7 @@ func (r *Registry) WatchFrom(ctx context.Context, q model.Query, cursor Cursor) 
 
 // currentView returns the view of q for a watcher. The caller holds mu.
 func (r *Registry) currentView(key model.ServiceKey, g *watchGroup, q *model.Query) *model.ServiceView {
-	if s := r.services[key]; s != nil {
+	if s := r.core.service(key); s != nil {
 		return viewOf(s, q)
 	}
 	if g.gone != nil {
@@ -405,7 +404,7 @@ func (e *watchEnd) end(r *Registry, err error, unlink func()) {
 		}
 		r.mu.Lock()
 		e.closed.Store(&err)
-		r.quota.watchers--
+		r.core.watcherClosed()
 		stop := e.stopCtx
 		unlink()
 		r.mu.Unlock()
