@@ -424,7 +424,7 @@ type instLoc struct {
 // it if pub holds inst exactly, or nil. The caller holds mu (read or
 // write).
 func (r *Registry) locate(pub *publisher, inst *model.Instance, loc *instLoc) *pubInst {
-	s := r.core.service(inst.Service)
+	s := r.core.service(&inst.Service)
 	*loc = instLoc{ok: true, gen: r.svcGen.Load(), s: s}
 	if s == nil {
 		return nil
@@ -462,7 +462,7 @@ func (r *Registry) relocate(loc *instLoc, inst *model.Instance) (*service, int, 
 			return s, i, loc.found
 		}
 	}
-	s := r.core.service(inst.Service)
+	s := r.core.service(&inst.Service)
 	if s == nil {
 		return nil, 0, false
 	}

@@ -352,7 +352,7 @@ func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) (err e
 		r.mu.RUnlock()
 		return err
 	}
-	s := r.core.service(key.Service)
+	s := r.core.service(&key.Service)
 	ephemeral := s != nil && s.ephemeral
 	r.mu.RUnlock()
 	if s == nil {

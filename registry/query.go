@@ -64,7 +64,7 @@ func (r *Registry) Query(ctx context.Context, q model.Query) (*model.ServiceView
 	if !fresh {
 		r.maybeSnapshot()
 	}
-	s := r.core.service(q.Service)
+	s := r.core.service(&q.Service)
 	if s != nil && len(q.Clusters) == 0 {
 		v := viewOf(s, &q) // the key is valid: it is in the index
 		r.mu.RUnlock()
@@ -80,7 +80,7 @@ func (r *Registry) Query(ctx context.Context, q model.Query) (*model.ServiceView
 	if err := r.checkRead(); err != nil {
 		return nil, err
 	}
-	if s = r.core.service(q.Service); s == nil {
+	if s = r.core.service(&q.Service); s == nil {
 		return emptyView(q.Service), nil
 	}
 	return viewOf(s, &q), nil
@@ -157,7 +157,7 @@ func (r *Registry) GetInstance(ctx context.Context, key model.InstanceKey) (mode
 	if err := r.checkRead(); err != nil {
 		return model.Instance{}, err
 	}
-	if s := r.core.service(key.Service); s != nil {
+	if s := r.core.service(&key.Service); s != nil {
 		if i, ok := s.findSlot(key.Cluster, key.IP, key.Port); ok {
 			// Without a cluster filter and with disabled instances, the view
 			// keeps every instance in slot order: i indexes it.

@@ -75,7 +75,7 @@ func (s *raftStore) prepare(cmd *model.Command, o model.Origin) (model.Command, 
 		// has no record in the state machine: the update creates it.
 		rc.Upsert = true
 	case model.OpDeleteService:
-		if svc := r.core.service(cmd.SvcKey); svc != nil && svc.def == nil && svc.ephemeral {
+		if svc := r.core.service(&cmd.SvcKey); svc != nil && svc.def == nil && svc.ephemeral {
 			// Nothing stored: the implicit service goes when it is empty.
 			return rc, model.ErrNoop
 		}

@@ -71,7 +71,7 @@ func (r *Registry) GetService(ctx context.Context, key model.ServiceKey) (model.
 	if err := r.checkRead(); err != nil {
 		return model.Service{}, err
 	}
-	s := r.core.service(key)
+	s := r.core.service(&key)
 	if s == nil {
 		return model.Service{}, fmt.Errorf("%w: service %s", ErrNotFound, key)
 	}

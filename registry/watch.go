@@ -270,7 +270,7 @@ func (r *Registry) WatchFrom(ctx context.Context, q model.Query, cursor Cursor) 
 	if cursor.Run == r.run && cursor.Revision != 0 {
 		if cursor.Revision == v.Revision {
 			w.delivered = v // up to date: the first Next waits for a change
-		} else if s := r.core.service(q.Service); s != nil {
+		} else if s := r.core.service(&q.Service); s != nil {
 			w.delivered = s.viewAt(cursor.Revision, &w.q) // nil when too old: a reset
 		}
 	}
@@ -291,7 +291,7 @@ func (r *Registry) WatchFrom(ctx context.Context, q model.Query, cursor Cursor) 
 
 // currentView returns the view of q for a watcher. The caller holds mu.
 func (r *Registry) currentView(key model.ServiceKey, g *watchGroup, q *model.Query) *model.ServiceView {
-	if s := r.core.service(key); s != nil {
+	if s := r.core.service(&key); s != nil {
 		return viewOf(s, q)
 	}
 	if g.gone != nil {
