@@ -175,7 +175,7 @@ func (r *Replicator) wakeLoopLocked() {
 }
 
 // Settle runs everything that is due at the clock's current time and returns once it has run:
-// the contract of every driver's Settle (health.Scheduler.Settle, registry.Registry.Settle). It
+// the contract of every driver's Settle (health.Scheduler.Settle, registry.Internals.Settle). It
 // never moves the clock and never runs anything before its time (it sends nothing before its
 // merge window ends, unlike Flush). It is how a test on a fake clock sees, at once, what a
 // move of the clock caused.

@@ -214,7 +214,7 @@ func (s *Scheduler) Len() int {
 }
 
 // Settle runs every check due at the clock's current time and returns once it has run: the
-// contract of every driver's Settle (distro.Replicator.Settle, registry.Registry.Settle). It
+// contract of every driver's Settle (distro.Replicator.Settle, registry.Internals.Settle). It
 // never moves the clock and never starts a check before its time. It returns when the
 // scheduler is idle at that time: every check due by then has been started and has completed,
 // and the OnTransition calls they caused have returned. With a fake clock, a test advances the

@@ -88,11 +88,10 @@ func (r *Registry) WatchServices(ctx context.Context, namespace string) (*Catalo
 		r.mu.Unlock()
 		return nil, err
 	}
-	if n := r.quota.watchers; n >= r.lim.MaxWatchers {
+	if err := r.core.admitWatcher(); err != nil {
 		r.mu.Unlock()
-		return nil, limitError("MaxWatchers", r.lim.MaxWatchers, "%d watchers are open", n)
+		return nil, err
 	}
-	r.quota.watchers++
 	g := r.watch.catalogs[ns]
 	if g == nil {
 		// A fresh revision: a list built for an earlier group of this
@@ -141,8 +140,8 @@ func (r *Registry) catalogOf(ns string, g *catalogGroup) *Catalog {
 	if c := g.cur.Load(); c != nil && c.Revision == g.rev {
 		return c
 	}
-	c := &Catalog{Namespace: ns, Revision: g.rev, Services: make([]model.ServiceKey, 0, r.quota.nsServices[ns])}
-	for key := range r.services {
+	c := &Catalog{Namespace: ns, Revision: g.rev, Services: make([]model.ServiceKey, 0, r.core.namespaceServices(ns))}
+	for key := range r.core.allServices() {
 		if key.Namespace == ns {
 			c.Services = append(c.Services, key)
 		}

@@ -67,7 +67,7 @@ func TestHealthFlipLoggedOnce(t *testing.T) {
 			t.Fatal("never flipped to unhealthy")
 		}
 		clk.Advance(7 * time.Second)
-		if err := reg.Settle(ctx); err != nil {
+		if err := reg.Internals().Settle(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}

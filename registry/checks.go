@@ -100,7 +100,7 @@ func (r *Registry) checksMembersChanged() {
 	if r.checks == nil {
 		return
 	}
-	for _, s := range r.services {
+	for _, s := range r.core.allServices() {
 		r.syncTargets(s)
 	}
 }
@@ -203,12 +203,8 @@ func (hw *healthWrites) requeue(key model.InstanceKey, healthy bool) {
 	}
 }
 
-// CheckStatus returns the status of the active checks of the persistent
-// instance key on this node: last result, latency, reason, consecutive
-// counts, flap damping. It reports false when this node does not probe the
-// instance (another node owns its ip:port, its cluster's check type is
-// NONE, or active checks are off).
-func (r *Registry) CheckStatus(key model.InstanceKey) (health.Status, bool) {
+// checkStatus is Internals.CheckStatus.
+func (r *Registry) checkStatus(key model.InstanceKey) (health.Status, bool) {
 	if r.checks == nil {
 		return health.Status{}, false
 	}

@@ -127,7 +127,7 @@ func TestActiveCheckHandover(t *testing.T) {
 		var who *registrytest.Node
 		count := 0
 		for _, n := range c.Live() {
-			if st, ok := n.CheckStatus(in.Key()); ok && st.Probed {
+			if st, ok := n.Internals().CheckStatus(in.Key()); ok && st.Probed {
 				who = n
 				count++
 			}
@@ -138,7 +138,7 @@ func TestActiveCheckHandover(t *testing.T) {
 	if count != 1 {
 		t.Fatalf("%d nodes probe the instance, want 1", count)
 	}
-	st, _ := owner.CheckStatus(in.Key())
+	st, _ := owner.Internals().CheckStatus(in.Key())
 	if st.Checks == 0 || !st.Healthy {
 		t.Fatalf("owner %s: %+v", owner.ID, st)
 	}
@@ -147,11 +147,11 @@ func TestActiveCheckHandover(t *testing.T) {
 	if count != 1 || next == owner {
 		t.Fatalf("after the owner died: %d probers", count)
 	}
-	if st, _ := next.CheckStatus(in.Key()); !st.Healthy {
+	if st, _ := next.Internals().CheckStatus(in.Key()); !st.Healthy {
 		t.Fatalf("the new owner took the target over unhealthy: %+v", st)
 	}
 	c.Advance(10 * time.Second)
-	if st, _ := next.CheckStatus(in.Key()); st.Checks == 0 || !st.Healthy {
+	if st, _ := next.Internals().CheckStatus(in.Key()); st.Checks == 0 || !st.Healthy {
 		t.Fatalf("the new owner does not probe: %+v", st)
 	}
 	l.Close()
@@ -190,7 +190,7 @@ func TestActiveCheckWriteRetriedWithoutQuorum(t *testing.T) {
 	c.Advance(time.Second)
 	var prober *registrytest.Node
 	for _, n := range c.Live() {
-		if st, ok := n.CheckStatus(in.Key()); ok && st.Probed {
+		if st, ok := n.Internals().CheckStatus(in.Key()); ok && st.Probed {
 			prober = n
 		}
 	}
@@ -208,7 +208,7 @@ func TestActiveCheckWriteRetriedWithoutQuorum(t *testing.T) {
 	}
 	l.Close()
 	c.Advance(8 * time.Second) // the flip is found; its write fails: no leader
-	if st, _ := prober.CheckStatus(in.Key()); st.Healthy {
+	if st, _ := prober.Internals().CheckStatus(in.Key()); st.Healthy {
 		t.Fatalf("the check did not flip: %+v", st)
 	}
 	for _, i := range others {
@@ -261,7 +261,7 @@ func TestActiveCheckConfigChange(t *testing.T) {
 	in.Ephemeral = false
 	mustRegister(t, reg, in)
 	reg.Advance(0)
-	st, ok := reg.CheckStatus(in.Key())
+	st, ok := reg.Internals().CheckStatus(in.Key())
 	if !ok || st.Type != model.CheckTCP || !st.Healthy || st.Checks == 0 {
 		t.Fatalf("before the change: %+v", st)
 	}
@@ -273,7 +273,7 @@ func TestActiveCheckConfigChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg.Advance(st.NextDue.Sub(reg.Clock.Now()))
-	st, _ = reg.CheckStatus(in.Key())
+	st, _ = reg.Internals().CheckStatus(in.Key())
 	if st.Healthy || st.Last.Healthy {
 		t.Fatalf("the next check after the change did not use the new port: %+v", st)
 	}
@@ -282,7 +282,7 @@ func TestActiveCheckConfigChange(t *testing.T) {
 	if err := reg.UpdateService(ctx, def); err != nil {
 		t.Fatal(err)
 	}
-	if st, ok := reg.CheckStatus(in.Key()); ok && st.Probed {
+	if st, ok := reg.Internals().CheckStatus(in.Key()); ok && st.Probed {
 		t.Fatalf("still probed under NONE: %+v", st)
 	}
 	if err := reg.SetHealth(ctx, in.Key(), true); err != nil {
@@ -364,8 +364,8 @@ func TestActiveCheckRaftLeaderProbes(t *testing.T) {
 			if r == nil {
 				continue
 			}
-			_ = r.Settle(ctx)
-			if st, ok := r.CheckStatus(in.Key()); ok && st.Probed {
+			_ = r.Internals().Settle(ctx)
+			if st, ok := r.Internals().CheckStatus(in.Key()); ok && st.Probed {
 				out = append(out, i)
 			}
 		}
@@ -427,7 +427,7 @@ func TestActiveCheckDistroWithoutRaft(t *testing.T) {
 	in.Ephemeral = false
 	mustRegister(t, holder, in)
 	c.Advance(time.Second)
-	st, ok := holder.CheckStatus(in.Key())
+	st, ok := holder.Internals().CheckStatus(in.Key())
 	if !ok || !st.Probed || st.Checks == 0 {
 		t.Fatalf("%s holds the instance but does not probe it: %+v (owner of the address: %s)", holder.ID, st, holder.Owner("127.0.0.1", port))
 	}

@@ -74,7 +74,7 @@ func runRandomCluster(t *testing.T, seed uint64) {
 					delete(seen[i], key)
 				}
 			}
-			if err := n.CheckConsistency(); err != nil {
+			if err := n.Internals().CheckConsistency(); err != nil {
 				t.Fatalf("seed %d step %d: %s: %v", seed, step, n.ID, err)
 			}
 		}

@@ -17,8 +17,11 @@ import (
 // a conflict to log) is recorded in its effects, which the driver (the
 // Registry, drive.go) carries out under the same lock, with carryOut.
 //
-// The Registry embeds its index, guarded by Registry.mu, and reads its
-// fields directly.
+// The Registry holds its index as the named field core, guarded by
+// Registry.mu, and reaches it only through its methods (core_driver.go
+// lists the reads and the driver's changes; boundary_test.go checks that
+// no other code reads its fields). The effects leave the core as a value
+// (ready) and come back once carried out (advance).
 
 // index is the registry's core. Its zero value is not usable: see
 // newIndex.
@@ -70,7 +73,8 @@ func newIndex(lim Limits, emptyTTL, patchTTL time.Duration) index {
 }
 
 // effects is what changes of the index mean outside it, in the order they
-// happened; the driver carries them out and clears them (carryOut). The
+// happened; the core hands them out (ready), the driver carries them out
+// (carryOut) and hands them back (advance), which clears them. The
 // slices keep their storage from one change to the next.
 type effects struct {
 	// dirty: services whose views changed (a new revision): their watchers
@@ -767,8 +771,8 @@ func (ix *index) admit(cmd *model.Command, o model.Origin) error {
 }
 
 // indexState is the index as the rules read it (model.CommandState). It
-// is a type of its own so that its exported methods stay off Registry,
-// which embeds the index.
+// is a type of its own so that the index's own method set stays what its
+// driver may call.
 type indexState index
 
 var _ model.CommandState = (*indexState)(nil)
@@ -826,4 +830,63 @@ func beatPublishedAs(pub *publisher, inst *model.Instance) *pubInst {
 		}
 	}
 	return nil
+}
+
+// beatPub returns the beat publisher of ip:port, or nil. Beat publishers are
+// indexed by IP (a string key takes the map's fast path) and chained by
+// port, since an IP rarely has more than one.
+func (ix *index) beatPub(ip string, port int) *publisher {
+	for p := ix.beats[ip]; p != nil; p = p.next {
+		if int(p.port) == port {
+			return p
+		}
+	}
+	return nil
+}
+
+// beatLoc is a lookup of the beat publisher of an ip:port under mu (pub,
+// nil when there was none) and ix.beatsGen then. Until beatsGen moves, the
+// lookup holds, after mu was released and taken again: a standalone
+// Register, which validates between its pre-check and its registration,
+// looks the publisher up once.
+type beatLoc struct {
+	ok  bool // the lookup was made
+	pub *publisher
+	gen uint64
+}
+
+// beatPubAt is beatPub of ip:port, loc's if it still holds (loc may be
+// nil).
+func (ix *index) beatPubAt(loc *beatLoc, ip string, port int) *publisher {
+	if loc != nil && loc.ok && loc.gen == ix.beatsGen {
+		return loc.pub
+	}
+	return ix.beatPub(ip, port)
+}
+
+// addBeatPub indexes a new beat publisher of ip.
+func (ix *index) addBeatPub(ip string, p *publisher) {
+	ix.beatsGen++
+	p.next = ix.beats[ip]
+	ix.beats[ip] = p
+}
+
+// removeBeatPub drops the beat publisher p of ip from the index.
+func (ix *index) removeBeatPub(ip string, p *publisher) {
+	ix.beatsGen++
+	head := ix.beats[ip]
+	if head == p {
+		if p.next == nil {
+			delete(ix.beats, ip)
+		} else {
+			ix.beats[ip] = p.next
+		}
+		return
+	}
+	for q := head; q != nil; q = q.next {
+		if q.next == p {
+			q.next = p.next
+			return
+		}
+	}
 }

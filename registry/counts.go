@@ -29,16 +29,4 @@ func (r *Registry) Counts() Counts {
 }
 
 // countsLocked is Counts; the caller holds mu (read or write).
-func (r *Registry) countsLocked() Counts {
-	c := Counts{
-		Services:   len(r.services),
-		Namespaces: make(map[string]int, len(r.quota.nsServices)),
-		Instances:  r.quota.instances,
-		Sessions:   len(r.sessions),
-		Watchers:   r.quota.watchers,
-	}
-	for ns, n := range r.quota.nsServices {
-		c.Namespaces[ns] = n
-	}
-	return c
-}
+func (r *Registry) countsLocked() Counts { return r.core.counts() }

@@ -37,7 +37,7 @@ import (
 // send, decode and apply, whatever the session's size.
 //
 // A peer groups a session's instance records under one remote publisher
-// (r.remote["s/"+sessionID+"/"]), whose ID is the session's, so that a
+// (r.core.remotePub("s/"+sessionID+"/")), whose ID is the session's, so that a
 // slot that several sessions publish shows the same one on every node. A
 // node of an earlier version, which knows only whole records, reads each
 // instance record as a session of one instance: it serves the same
@@ -376,7 +376,7 @@ func (ds distroStore) applyBatch(drs []distro.Record) {
 	for i := range irs {
 		ir := &irs[i]
 		gkey := ir.dr.Key[:len(ir.dr.Key)-len(ir.hash)] // sessionPrefix + ir.sid + "/", without building it
-		r.index.applyInstRecord(gkey, ir.sid, ir.hash, ir.dr.Owner, ir.inst, r.members != nil && !r.members[ir.dr.Owner], now)
+		r.core.applyInstRecord(gkey, ir.sid, ir.hash, ir.dr.Owner, ir.inst, r.members != nil && !r.members[ir.dr.Owner], now)
 	}
 	r.carryOut() // once for the batch: its records reach queries and watchers together
 }
@@ -424,7 +424,7 @@ type instLoc struct {
 // it if pub holds inst exactly, or nil. The caller holds mu (read or
 // write).
 func (r *Registry) locate(pub *publisher, inst *model.Instance, loc *instLoc) *pubInst {
-	s := r.services[inst.Service]
+	s := r.core.service(&inst.Service)
 	*loc = instLoc{ok: true, gen: r.svcGen.Load(), s: s}
 	if s == nil {
 		return nil
@@ -462,7 +462,7 @@ func (r *Registry) relocate(loc *instLoc, inst *model.Instance) (*service, int, 
 			return s, i, loc.found
 		}
 	}
-	s := r.services[inst.Service]
+	s := r.core.service(&inst.Service)
 	if s == nil {
 		return nil, 0, false
 	}
@@ -490,10 +490,7 @@ func (r *Registry) renewIfUnchanged(pub *publisher, inst *model.Instance) *pubIn
 	if pi == nil {
 		return nil
 	}
-	t := inst.BeatTimings()
-	now := r.now()
-	_ = r.beatLeases.Put(pi, now, beatTimeouts(t)) // the stored timings passed validation
-	r.wakeAt(now.Add(min(t.Unhealthy, t.Delete)))
+	r.wakeAt(r.core.renewBeat(pi, inst, r.now()))
 	return pi
 }
 
@@ -507,7 +504,7 @@ func (r *Registry) renewUnchangedBeat(inst *model.Instance, loc *beatLoc) bool {
 		r.mu.Unlock()
 		return false
 	}
-	*loc = beatLoc{ok: true, pub: r.beatPub(inst.IP, inst.Port), gen: r.beatsGen}
+	*loc = r.core.beatLocOf(inst.IP, inst.Port)
 	renewed := r.renewIfUnchanged(loc.pub, inst) != nil
 	r.mu.Unlock()
 	return renewed

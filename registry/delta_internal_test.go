@@ -57,10 +57,10 @@ func FuzzInstRecord(f *testing.F) {
 			t.Fatalf("accepted %q carrying instance %s", key, ir.inst.Key())
 		}
 		r.mu.Lock()
-		r.index.applyInstRecord(dr.Key[:len(dr.Key)-len(hash)], sid, hash, dr.Owner, ir.inst, false, r.leaseStart())
+		r.core.applyInstRecord(dr.Key[:len(dr.Key)-len(hash)], sid, hash, dr.Owner, ir.inst, false, r.leaseStart())
 		r.carryOut()
 		r.mu.Unlock()
-		if err := r.CheckConsistency(); err != nil {
+		if err := r.Internals().CheckConsistency(); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -179,8 +179,8 @@ func TestRelocate(t *testing.T) {
 				}
 			}
 			r.mu.Lock()
-			if s := r.services[key.Service]; s != nil && s.empty() {
-				r.removeService(s)
+			if s := r.core.services[key.Service]; s != nil && s.empty() {
+				r.core.removeService(s)
 			}
 			r.mu.Unlock()
 			for _, ip := range tc.before {
@@ -199,8 +199,8 @@ func TestRelocate(t *testing.T) {
 			}
 			if len(tc.remove) > 0 && tc.name == "service gone" {
 				r.mu.Lock()
-				if s := r.services[key.Service]; s != nil {
-					r.removeService(s)
+				if s := r.core.services[key.Service]; s != nil {
+					r.core.removeService(s)
 				}
 				r.mu.Unlock()
 			}
@@ -212,7 +212,7 @@ func TestRelocate(t *testing.T) {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			s, i, found := r.relocate(&loc, &key)
-			want := r.services[key.Service]
+			want := r.core.services[key.Service]
 			wi, wfound := 0, false
 			if want != nil {
 				wi, wfound = want.findSlot(key.Cluster, key.IP, key.Port)

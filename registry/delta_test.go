@@ -44,11 +44,9 @@ func weighted(svc string, i int, w float64) model.Instance {
 
 // noUpdate fails if w is handed an update before the registry's watchers
 // are flushed.
-func noUpdate(t *testing.T, r interface {
-	FlushWatchers(context.Context) error
-}, w *registry.Watcher) {
+func noUpdate(t *testing.T, r interface{ Internals() registry.Internals }, w *registry.Watcher) {
 	t.Helper()
-	if err := r.FlushWatchers(ctx); err != nil {
+	if err := r.Internals().FlushWatchers(ctx); err != nil {
 		t.Fatal(err)
 	}
 	c, cancel := context.WithTimeout(ctx, 0)

@@ -128,7 +128,8 @@
 //     a gap nor flips an instance twice.
 //   - Only transitions are written, through the store; a write that fails
 //     for lack of a leader is retried with backoff until stored or moot.
-//   - CheckStatus shows a node's view of an instance's checks.
+//   - Explain shows a node's view of an instance's checks
+//     (Explanation.Check), beside its history.
 //
 // # Data
 //
@@ -205,8 +206,9 @@
 // # Time and concurrency
 //
 //   - Every deadline follows the configured clock. On a fake clock, a test
-//     moves it and calls Settle, which returns once every deadline that
-//     passed has been handled (registrytest's Advance does both).
+//     moves it and calls Internals().Settle, which returns once every
+//     deadline that passed has been handled (registrytest's Advance does
+//     both).
 //   - Every method of Registry and Session is safe for concurrent use. A
 //     Watcher's Next must be called from one goroutine at a time. Methods
 //     that may block take a context first.
@@ -216,12 +218,37 @@
 //     Its engines run their own. Close stops all of them and waits.
 //   - The transport and the membership stay the caller's: close them after
 //     the registry.
-//   - Inside, the index is a core of plain code (core.go, core_replica.go):
-//     no goroutine, no clock, no I/O. Every change, a caller's write, a
-//     peer's record, a handed lease or a deadline, is one call into it
-//     under the registry's lock, with the time it starts from; the
-//     registry then carries out what the call reports (views to deliver,
-//     records to replicate, checks to re-target, the next deadline).
+//   - Inside, the index is a core of plain code (core.go, core_replica.go,
+//     core_driver.go): no goroutine, no clock, no I/O. The Registry holds
+//     it as a named field and reaches it only through its methods. Every
+//     change, a caller's write, a peer's record, a handed lease or a
+//     deadline, is a call into it under the registry's lock, with the time
+//     it starts from; the core then hands out what the change means as a
+//     value (views to deliver, records to replicate, checks to re-target,
+//     the next deadline), which the registry carries out before it
+//     releases the lock, as etcd-io/raft's RawNode.Ready and Advance do.
+//
+// # Internals
+//
+// Registry carries what a host calls: its lifecycle (Start, Close, Done,
+// Ready, WaitReady), writes (sessions, Register, Heartbeat, service
+// definitions, patches, SetHealth), reads and watches, and the probes an
+// operator's console or a health endpoint asks for (Stats, Counts,
+// Explain, Owner, NodeID, Sessions). What only tests and diagnostics need is
+// behind one accessor, Registry.Internals, so that it neither crowds the
+// type a host holds nor reads as part of the registry's contract:
+//
+//   - Settle and FlushWatchers, the barriers a test calls after moving a
+//     fake clock (registrytest's Advance and Settle call them);
+//   - CheckConsistency, the walk of the index's invariants that registrytest
+//     runs when a test ends;
+//   - Replicator and HealthChecks, the engines the registry drives, for
+//     their Stats (package registry/metrics) and for diagnostics (writing
+//     through them bypasses the registry);
+//   - CheckStatus, one instance's active-check status (Explain reports it
+//     too).
+//
+// A new need of tests or tools goes there, not onto Registry.
 //
 // # Errors
 //

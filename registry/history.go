@@ -211,7 +211,7 @@ func (r *Registry) Explain(key model.InstanceKey) Explanation {
 	key = key.WithDefaults()
 	out := Explanation{Key: key}
 	r.mu.RLock()
-	if s, sl := r.lookup(key); sl != nil && sl.live() {
+	if s, sl := r.core.lookup(key); sl != nil && sl.live() {
 		out.Present = true
 		out.Instance = sl.current().instance(s)
 		if sl.pers != nil {
@@ -223,7 +223,7 @@ func (r *Registry) Explain(key model.InstanceKey) Explanation {
 	}
 	out.Events = r.journal.find(key, 0)
 	r.mu.RUnlock()
-	if st, ok := r.CheckStatus(key); ok {
+	if st, ok := r.checkStatus(key); ok {
 		out.Check = &st
 	}
 	return out

@@ -1,27 +1,16 @@
 package registry
 
 import (
-	"errors"
-	"fmt"
 	"strings"
 )
 
-// CheckConsistency walks the whole index and returns an error describing
-// every broken internal invariant, or nil. It is meant for tests (the
-// registrytest harness calls it when a test ends): it holds the registry's
-// lock for the whole walk, O(instances).
-func (r *Registry) CheckConsistency() error {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-
-	if !r.index.fx.empty() {
-		bad("the index holds effects not carried out: %+v", r.index.fx)
+// checkCarriedOut reports, through bad, effects that were recorded but not
+// carried out: every change of the driver's is carried out before mu is
+// released.
+func (ix *index) checkCarriedOut(bad func(format string, args ...any)) {
+	if !ix.fx.empty() {
+		bad("the index holds effects not carried out: %+v", ix.fx)
 	}
-	r.index.checkInvariants(bad)
-	r.checkWatchers(bad)
-	return errors.Join(errs...)
 }
 
 // checkInvariants reports, through bad, every broken invariant of the
@@ -184,7 +173,7 @@ func (r *Registry) checkWatchers(bad func(string, ...any)) {
 			}
 		}
 	}
-	if watchers != r.quota.watchers {
-		bad("%d watchers counted for %d open", r.quota.watchers, watchers)
+	if n := r.core.watchers(); watchers != n {
+		bad("%d watchers counted for %d open", n, watchers)
 	}
 }

@@ -33,23 +33,23 @@ func TestCheckConsistencyCatches(t *testing.T) {
 		want    string
 	}{
 		"slots out of order": {func(r *Registry) {
-			s := r.services[model.ServiceKey{Name: "a"}.WithDefaults()]
+			s := r.core.services[model.ServiceKey{Name: "a"}.WithDefaults()]
 			s.slots[0], s.slots[1] = s.slots[1], s.slots[0]
 		}, "out of order"},
 		"lost lease": {func(r *Registry) {
-			for _, p := range r.beats {
-				r.beatLeases.Remove(p.insts[0])
+			for _, p := range r.core.beats {
+				r.core.beatLeases.Remove(p.insts[0])
 				return
 			}
 		}, "has no lease"},
 		"lost beat publisher": {func(r *Registry) {
-			for ip := range r.beats {
-				delete(r.beats, ip)
+			for ip := range r.core.beats {
+				delete(r.core.beats, ip)
 				return
 			}
 		}, "not in its publisher"},
 		"patch detached": {func(r *Registry) {
-			s := r.services[model.ServiceKey{Name: "a"}.WithDefaults()]
+			s := r.core.services[model.ServiceKey{Name: "a"}.WithDefaults()]
 			s.slots[0].patch = nil
 		}, "does not carry its patch"},
 	} {
@@ -66,13 +66,13 @@ func TestCheckConsistencyCatches(t *testing.T) {
 			if err := r.PatchInstance(ctx, model.InstancePatch{Key: model.NewInstance(model.ServiceKey{Name: "a"}, "10.0.0.1", 80).Key(), Weight: &w}); err != nil {
 				t.Fatal(err)
 			}
-			if err := r.CheckConsistency(); err != nil {
+			if err := r.Internals().CheckConsistency(); err != nil {
 				t.Fatalf("healthy index reported: %v", err)
 			}
 			r.mu.Lock()
 			tc.breakIt(r)
 			r.mu.Unlock()
-			err := r.CheckConsistency()
+			err := r.Internals().CheckConsistency()
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error about %q", err, tc.want)
 			}
@@ -100,7 +100,7 @@ func TestStaleOrphanRemovalKeepsANewCountdown(t *testing.T) {
 	s2.Close()               // countdown 2
 	r.mu.Lock()
 	_ = r.applyLocked(&model.Command{Op: model.OpRemovePatch, Key: key}, model.Origin{Expiry: true}) // the housekeeper's stale decision from countdown 1
-	_, kept := r.patches[key]
+	_, kept := r.core.patches[key]
 	r.mu.Unlock()
 	if !kept {
 		t.Fatal("the patch was dropped while a new countdown runs")

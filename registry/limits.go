@@ -203,33 +203,33 @@ func metadataSize(m model.Metadata, max int) int {
 // validInstance checks inst, which has its defaults, against the rules and
 // the metadata limits.
 func (r *Registry) validInstance(inst *model.Instance) error {
-	if err := r.lim.checkMetadata("instance.metadata", inst.Metadata); err != nil {
+	if err := r.cfg.Limits.checkMetadata("instance.metadata", inst.Metadata); err != nil {
 		return err
 	}
-	return inst.Validate(r.lim.model())
+	return inst.Validate(r.cfg.Limits.model())
 }
 
 // validService checks def, which has its defaults, against the rules and
 // the metadata limits.
 func (r *Registry) validService(def *model.Service) error {
-	if err := r.lim.checkMetadata("service.metadata", def.Metadata); err != nil {
+	if err := r.cfg.Limits.checkMetadata("service.metadata", def.Metadata); err != nil {
 		return err
 	}
 	for i := range def.Clusters {
-		if err := r.lim.checkMetadata("service.clusters["+strconv.Itoa(i)+"].metadata", def.Clusters[i].Metadata); err != nil {
+		if err := r.cfg.Limits.checkMetadata("service.clusters["+strconv.Itoa(i)+"].metadata", def.Clusters[i].Metadata); err != nil {
 			return err
 		}
 	}
-	return def.Validate(r.lim.model())
+	return def.Validate(r.cfg.Limits.model())
 }
 
 // validPatch checks p, whose key has its defaults, against the rules and
 // the metadata limits.
 func (r *Registry) validPatch(p *model.InstancePatch) error {
-	if err := r.lim.checkMetadata("patch.metadata", p.Metadata); err != nil {
+	if err := r.cfg.Limits.checkMetadata("patch.metadata", p.Metadata); err != nil {
 		return err
 	}
-	return p.Validate(r.lim.model())
+	return p.Validate(r.cfg.Limits.model())
 }
 
 // admitService reports whether a new service key may be created. The
@@ -358,5 +358,5 @@ func decodeInstances(payload []byte, max int, name string) ([]model.Instance, er
 
 // payloadCap returns the instance cap of a record of kind and its name.
 func (r *Registry) payloadCap(kind distro.Kind) (int, string) {
-	return r.pubCap(kind != distro.KindSession)
+	return r.core.pubCap(kind != distro.KindSession)
 }

@@ -30,7 +30,7 @@ func newLimitedRegistry(t *testing.T, n int) *Registry {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := r.CheckConsistency(); err != nil {
+		if err := r.Internals().CheckConsistency(); err != nil {
 			t.Errorf("inconsistent index: %v", err)
 		}
 		r.Close()
@@ -63,7 +63,7 @@ func held(r *Registry) int {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	n := 0
-	for _, s := range r.services {
+	for _, s := range r.core.services {
 		n += len(s.slots)
 	}
 	return n

@@ -26,65 +26,6 @@ type publisher struct {
 	repl    *replState // sessions in a cluster: per-instance replication (delta.go)
 }
 
-// beatPub returns the beat publisher of ip:port, or nil. Beat publishers are
-// indexed by IP (a string key takes the map's fast path) and chained by
-// port, since an IP rarely has more than one.
-func (ix *index) beatPub(ip string, port int) *publisher {
-	for p := ix.beats[ip]; p != nil; p = p.next {
-		if int(p.port) == port {
-			return p
-		}
-	}
-	return nil
-}
-
-// beatLoc is a lookup of the beat publisher of an ip:port under mu (pub,
-// nil when there was none) and ix.beatsGen then. Until beatsGen moves, the
-// lookup holds, after mu was released and taken again: a standalone
-// Register, which validates between its pre-check and its registration,
-// looks the publisher up once.
-type beatLoc struct {
-	ok  bool // the lookup was made
-	pub *publisher
-	gen uint64
-}
-
-// beatPubAt is beatPub of ip:port, loc's if it still holds (loc may be
-// nil).
-func (ix *index) beatPubAt(loc *beatLoc, ip string, port int) *publisher {
-	if loc != nil && loc.ok && loc.gen == ix.beatsGen {
-		return loc.pub
-	}
-	return ix.beatPub(ip, port)
-}
-
-// addBeatPub indexes a new beat publisher of ip.
-func (ix *index) addBeatPub(ip string, p *publisher) {
-	ix.beatsGen++
-	p.next = ix.beats[ip]
-	ix.beats[ip] = p
-}
-
-// removeBeatPub drops the beat publisher p of ip from the index.
-func (ix *index) removeBeatPub(ip string, p *publisher) {
-	ix.beatsGen++
-	head := ix.beats[ip]
-	if head == p {
-		if p.next == nil {
-			delete(ix.beats, ip)
-		} else {
-			ix.beats[ip] = p.next
-		}
-		return
-	}
-	for q := head; q != nil; q = q.next {
-		if q.next == p {
-			q.next = p.next
-			return
-		}
-	}
-}
-
 // pubID returns the publisher's ID: the session ID, or "ip:port" for a beat
 // publisher (its record key is a prefix and the ID: recordKey). A beat
 // publisher builds it on first use: most never need it, and a million of
@@ -197,14 +138,14 @@ func (r *Registry) registerOwned(ctx context.Context, inst model.Instance, loc *
 	if err := r.checkWrite(); err != nil {
 		return err
 	}
-	_, err := r.registerBeat(r.beatPubAt(loc, inst.IP, inst.Port), &inst)
+	_, err := r.registerBeat(r.core.beatPubAt(loc, inst.IP, inst.Port), &inst)
 	return err
 }
 
 // registerOwnedLocked publishes inst through the beat publisher of its
 // ip:port and (re)starts its lease. The caller holds mu.
 func (r *Registry) registerOwnedLocked(inst model.Instance) (*pubInst, error) {
-	return r.registerBeat(r.beatPub(inst.IP, inst.Port), &inst)
+	return r.registerBeat(r.core.beatPub(inst.IP, inst.Port), &inst)
 }
 
 // registerBeat is registerOwnedLocked with the beat publisher of inst's
@@ -216,12 +157,13 @@ func (r *Registry) registerBeat(pub *publisher, inst *model.Instance) (*pubInst,
 	}
 	if pub == nil && r.cluster {
 		// A copy of another node's publisher: this node owns it now.
-		if rp := r.remote[beatRecordKey(inst.IP, inst.Port)]; rp != nil {
+		if rp := r.core.remotePub(beatRecordKey(inst.IP, inst.Port)); rp != nil {
 			// Checked first: a refused write leaves the copy as it is.
-			if err := r.admitPublication(rp, inst); err != nil {
+			if err := r.core.admitPublication(rp, inst); err != nil {
 				return nil, err
 			}
-			r.promote(rp, r.now())
+			r.core.promote(rp, r.now())
+			r.carryOut()
 			pub = rp
 		}
 	}
@@ -234,23 +176,9 @@ func (r *Registry) registerBeat(pub *publisher, inst *model.Instance) (*pubInst,
 			pub.id = model.Endpoint(inst.IP, inst.Port)
 		}
 	}
-	pi, err := r.index.publish(pub, *inst, true)
-	if err != nil {
-		r.carryOut()
-		return nil, err
-	}
-	if fresh {
-		r.addBeatPub(inst.IP, pub)
-	}
-	r.index.pubChanged(pub)
-	t := inst.BeatTimings()
-	pi.interval = t.Interval
-	now := r.now()
-	// The timings passed Validate, so the lease accepts them.
-	_ = r.beatLeases.Put(pi, now, beatTimeouts(t))
-	r.index.fx.wakeBy(now.Add(min(t.Unhealthy, t.Delete)))
+	pi, err := r.core.publishBeat(pub, inst, fresh, r.now())
 	r.carryOut() // once for the publication, the new revision and the lease
-	return pi, nil
+	return pi, err
 }
 
 // Heartbeat renews the lease of the beat instance with key and returns the
@@ -297,13 +225,14 @@ func (r *Registry) heartbeatOwned(ctx context.Context, instKey model.InstanceKey
 	if err := r.checkWrite(); err != nil {
 		return 0, err
 	}
-	pi := r.beatPubInst(instKey.IP, instKey.Port, cluster, svc)
+	pi := r.core.beatPubInst(instKey.IP, instKey.Port, cluster, svc)
 	if pi == nil && r.cluster {
 		// A copy of another node's publisher that this node owns now, its
 		// adoption still on the way: take it over here.
-		if rp := r.remote[beatRecordKey(instKey.IP, instKey.Port)]; rp != nil {
-			r.promote(rp, r.now())
-			pi = r.beatPubInst(instKey.IP, instKey.Port, cluster, svc)
+		if rp := r.core.remotePub(beatRecordKey(instKey.IP, instKey.Port)); rp != nil {
+			r.core.promote(rp, r.now())
+			r.carryOut()
+			pi = r.core.beatPubInst(instKey.IP, instKey.Port, cluster, svc)
 		}
 	}
 	if pi == nil {
@@ -361,7 +290,7 @@ func (r *Registry) heartbeatInstanceOwned(ctx context.Context, inst model.Instan
 		r.mu.Unlock()
 		return BeatResult{}, err
 	}
-	if pi := r.beatPubInst(inst.IP, inst.Port, inst.Cluster, inst.Service); pi != nil {
+	if pi := r.core.beatPubInst(inst.IP, inst.Port, inst.Cluster, inst.Service); pi != nil {
 		r.touchBeat(pi)
 		interval := pi.interval
 		r.mu.Unlock()
@@ -385,7 +314,7 @@ func (r *Registry) heartbeatInstanceOwned(ctx context.Context, inst model.Instan
 	}
 	// Another beat may have registered it while the lock was released: then
 	// this one replaces it, and did not register it.
-	held := r.beatPubInst(inst.IP, inst.Port, inst.Cluster, inst.Service) != nil
+	held := r.core.beatPubInst(inst.IP, inst.Port, inst.Cluster, inst.Service) != nil
 	pi, err := r.registerOwnedLocked(inst)
 	if err != nil {
 		return BeatResult{}, err
@@ -394,12 +323,10 @@ func (r *Registry) heartbeatInstanceOwned(ctx context.Context, inst model.Instan
 }
 
 // touchBeat renews pi's lease, and makes the instance healthy again if it
-// was not. The caller holds mu.
+// was not (index.touchBeat). The caller holds mu.
 func (r *Registry) touchBeat(pi *pubInst) {
-	_, revived := r.beatLeases.Touch(pi, r.now())
-	if revived || !pi.inst.healthy {
-		r.note(pi.slot.key(), EventHealthy, pi.pub, "beat resumed")
-		r.replaceInst(pi, pi.inst.withHealth(true))
+	if r.core.touchBeat(pi, r.now()) {
+		r.carryOut()
 	}
 }
 
@@ -425,7 +352,7 @@ func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) (err e
 		r.mu.RUnlock()
 		return err
 	}
-	s := r.services[key.Service]
+	s := r.core.service(&key.Service)
 	ephemeral := s != nil && s.ephemeral
 	r.mu.RUnlock()
 	if s == nil {
@@ -468,14 +395,13 @@ func (r *Registry) deregisterOwned(ctx context.Context, instKey model.InstanceKe
 	if err := r.checkWrite(); err != nil {
 		return err
 	}
-	pi := r.beatPubInst(instKey.IP, instKey.Port, instKey.Cluster, instKey.Service)
-	r.noteDeregistered(instKey, pi)
+	pi := r.core.beatPubInst(instKey.IP, instKey.Port, instKey.Cluster, instKey.Service)
+	r.core.deregisterBeat(instKey, pi, r.leaseStart())
+	r.carryOut()
 	if pi != nil {
-		r.beatLeases.Remove(pi)
-		r.dropBeat(pi, "deregistered")
 		return nil
 	}
-	if _, sl := r.lookup(instKey); sl != nil && len(sl.pubs) > 0 {
+	if _, sl := r.core.lookup(instKey); sl != nil && len(sl.pubs) > 0 {
 		// Only sessions publish it: Deregister, which removes what beats
 		// keep alive, cannot remove it, and says so.
 		return fmt.Errorf("%w: %s: Deregister removes beat and persistent instances; remove it with Session.Deregister or by closing its session", ErrSessionInstance, instKey)

@@ -3,7 +3,6 @@ package registry
 import (
 	"context"
 	"fmt"
-	"maps"
 
 	"github.com/muster-io/muster/model"
 )
@@ -65,7 +64,7 @@ func (r *Registry) Query(ctx context.Context, q model.Query) (*model.ServiceView
 	if !fresh {
 		r.maybeSnapshot()
 	}
-	s := r.services[q.Service]
+	s := r.core.service(&q.Service)
 	if s != nil && len(q.Clusters) == 0 {
 		v := viewOf(s, &q) // the key is valid: it is in the index
 		r.mu.RUnlock()
@@ -81,7 +80,7 @@ func (r *Registry) Query(ctx context.Context, q model.Query) (*model.ServiceView
 	if err := r.checkRead(); err != nil {
 		return nil, err
 	}
-	if s = r.services[q.Service]; s == nil {
+	if s = r.core.service(&q.Service); s == nil {
 		return emptyView(q.Service), nil
 	}
 	return viewOf(s, &q), nil
@@ -92,11 +91,11 @@ func (r *Registry) Query(ctx context.Context, q model.Query) (*model.ServiceView
 // go in bulk, queries take the lock rather than copy the index each time.
 // The caller holds mu for reading, so the index and its generation agree.
 func (r *Registry) maybeSnapshot() {
-	if r.stale.Add(1) < max(int64(len(r.services))/4, 64) {
+	if r.stale.Add(1) < max(int64(r.core.serviceCount())/4, 64) {
 		return
 	}
 	r.stale.Store(0)
-	r.snap.Store(&serviceSnapshot{gen: r.svcGen.Load(), services: maps.Clone(r.services)})
+	r.snap.Store(&serviceSnapshot{gen: r.svcGen.Load(), services: r.core.cloneServices()})
 }
 
 // SelectOne picks one instance of q's view at random, weighted by Weight,
@@ -158,7 +157,7 @@ func (r *Registry) GetInstance(ctx context.Context, key model.InstanceKey) (mode
 	if err := r.checkRead(); err != nil {
 		return model.Instance{}, err
 	}
-	if s := r.services[key.Service]; s != nil {
+	if s := r.core.service(&key.Service); s != nil {
 		if i, ok := s.findSlot(key.Cluster, key.IP, key.Port); ok {
 			// Without a cluster filter and with disabled instances, the view
 			// keeps every instance in slot order: i indexes it.

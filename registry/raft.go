@@ -75,7 +75,7 @@ func (s *raftStore) prepare(cmd *model.Command, o model.Origin) (model.Command, 
 		// has no record in the state machine: the update creates it.
 		rc.Upsert = true
 	case model.OpDeleteService:
-		if svc := r.services[cmd.SvcKey]; svc != nil && svc.def == nil && svc.ephemeral {
+		if svc := r.core.service(&cmd.SvcKey); svc != nil && svc.def == nil && svc.ephemeral {
 			// Nothing stored: the implicit service goes when it is empty.
 			return rc, model.ErrNoop
 		}
@@ -120,7 +120,8 @@ func (l storeFeed) Applied(cmds []model.Command) {
 	}
 	for i := range cmds {
 		cmds[i].Normalize()
-		r.mirrorLocked(&cmds[i])
+		r.core.apply(&cmds[i], model.Origin{}, r.leaseStart())
+		r.carryOut()
 	}
 }
 
@@ -141,10 +142,15 @@ func (l storeFeed) Reset(st StoreState) {
 	for i := range st.Instances {
 		keepInst[st.Instances[i].Key().WithDefaults()] = true
 	}
+	// Each command is applied (index.apply) and carried out in turn.
+	mirror := func(cmd *model.Command) {
+		r.core.apply(cmd, model.Origin{}, r.leaseStart())
+		r.carryOut()
+	}
 	// Drop what the state no longer holds.
 	var gone []model.InstanceKey
 	var undefine []*service
-	for key, s := range r.services {
+	for key, s := range r.core.allServices() {
 		if s.def != nil && !keepSvc[key] {
 			undefine = append(undefine, s)
 		}
@@ -155,25 +161,27 @@ func (l storeFeed) Reset(st StoreState) {
 		}
 	}
 	for _, key := range gone {
-		r.mirrorLocked(&model.Command{Op: model.OpDeleteInstance, Key: key})
+		mirror(&model.Command{Op: model.OpDeleteInstance, Key: key})
 	}
 	for _, s := range undefine {
-		r.mirrorLocked(&model.Command{Op: model.OpDeleteService, SvcKey: s.key})
+		mirror(&model.Command{Op: model.OpDeleteService, SvcKey: s.key})
 	}
-	for key := range r.patches {
-		r.mirrorLocked(&model.Command{Op: model.OpRemovePatch, Key: key})
+	for key := range r.core.allPatches() {
+		mirror(&model.Command{Op: model.OpRemovePatch, Key: key})
 	}
 	// Install the state.
 	for i := range st.Services {
-		r.mirrorService(st.Services[i].WithDefaults())
+		r.core.putService(st.Services[i].WithDefaults())
+		r.carryOut()
 	}
 	for i := range st.Instances {
-		r.mirrorPutInstance(st.Instances[i].WithDefaults())
+		r.core.putInstance(st.Instances[i].WithDefaults())
+		r.carryOut()
 	}
 	for i := range st.Patches {
 		p := st.Patches[i]
 		p.Key = p.Key.WithDefaults()
-		r.mirrorLocked(&model.Command{Op: model.OpPatchInstance, Patch: p})
+		mirror(&model.Command{Op: model.OpPatchInstance, Patch: p})
 	}
 	r.log.Debug("persistent data loaded", "services", len(st.Services), "instances", len(st.Instances), "index", st.Index)
 }

@@ -135,7 +135,7 @@ func randomRun(t *testing.T, seed uint64) {
 			r.Advance(time.Duration(rng.IntN(12_000)) * time.Millisecond)
 			expire()
 		}
-		if err := r.CheckConsistency(); err != nil {
+		if err := r.Internals().CheckConsistency(); err != nil {
 			t.Fatalf("step %d (op %d): %v", step, op, err)
 		}
 		for _, name := range services {

@@ -86,7 +86,7 @@ func TestRealCluster(t *testing.T) {
 	}()
 	poll(t, 10*time.Second, "3 members, all ready", func() bool {
 		for _, n := range nodes {
-			if len(n.reg.Replicator().Members()) != 3 || !n.reg.Ready() {
+			if len(n.reg.Internals().Replicator().Members()) != 3 || !n.reg.Ready() {
 				return false
 			}
 		}
@@ -116,7 +116,7 @@ func TestRealCluster(t *testing.T) {
 	// Deregister on n3 of a beat instance n1 owns: forwarded.
 	var ownedBy1 model.Instance
 	for _, b := range beats {
-		if n3.reg.Replicator().Owner("b/"+model.Endpoint(b.IP, b.Port)) == "n1" {
+		if n3.reg.Internals().Replicator().Owner("b/"+model.Endpoint(b.IP, b.Port)) == "n1" {
 			ownedBy1 = b
 		}
 	}
@@ -154,7 +154,7 @@ func TestRealCluster(t *testing.T) {
 		}
 		done := true
 		for _, n := range survivors {
-			if len(n.reg.Replicator().Members()) != 2 || len(realIPs(n, "s")) != 0 || !slices.Equal(realIPs(n, "b"), wantB) {
+			if len(n.reg.Internals().Replicator().Members()) != 2 || len(realIPs(n, "s")) != 0 || !slices.Equal(realIPs(n, "b"), wantB) {
 				done = false
 			}
 		}

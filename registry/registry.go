@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,9 +65,12 @@ type Registry struct {
 
 	// mu guards everything below it, the index and its timers.
 	mu sync.RWMutex
-	// index is the core: services, slots, patches and their countdowns
-	// (core.go), embedded so that the driver reads its fields directly.
-	index
+	// core is the index: services, slots, patches and their countdowns
+	// (core.go, core_replica.go). The rest of the Registry reaches it
+	// only through its methods, and carries out what they report
+	// (drive.go); boundary_test.go checks that no other file reads its
+	// fields.
+	core    index
 	journal journal         // the latest instance events, for Explain (history.go)
 	members map[string]bool // the replicator's members as last told (MembersChanged), for the journal
 
@@ -102,7 +106,7 @@ func New(cfg Config) (*Registry, error) {
 		cfg:     cfg,
 		clock:   cfg.Clock,
 		log:     cfg.Logger,
-		index:   newIndex(cfg.Limits, cfg.EmptyServiceTTL, cfg.PatchTTL),
+		core:    newIndex(cfg.Limits, cfg.EmptyServiceTTL, cfg.PatchTTL),
 		ready:   make(chan struct{}),
 		stop:    make(chan struct{}),
 		settles: make(chan chan struct{}),
@@ -122,9 +126,8 @@ func New(cfg Config) (*Registry, error) {
 	r.stats = newStats()
 	if cfg.HistoryEvents > 0 {
 		r.journal = newJournal(cfg.HistoryEvents)
-		r.index.noting = true
 	}
-	env := Env{NodeID: cfg.NodeID, Clock: r.clock, Logger: r.log, Limits: r.lim.model()}
+	env := Env{NodeID: cfg.NodeID, Clock: r.clock, Logger: r.log, Limits: r.cfg.Limits.model()}
 	if cfg.Replicator != nil {
 		renv := env
 		renv.Rand = rand.NewPCG(r.rand.Uint64(), r.rand.Uint64())
@@ -137,8 +140,9 @@ func New(cfg Config) (*Registry, error) {
 		}
 		r.cluster, r.replicator, r.trans = true, d, cfg.Transport
 	}
-	r.index.history = cfg.watchHistory()
-	r.index.solo = !r.cluster // nothing replicates: the index records no replication effects
+	// Standalone nothing replicates: the index records no replication
+	// effects.
+	r.core.configure(cfg.watchHistory(), cfg.HistoryEvents > 0, !r.cluster)
 	if cfg.HealthChecks != nil {
 		hc := *cfg.HealthChecks
 		hrand := rand.NewPCG(r.rand.Uint64(), r.rand.Uint64())
@@ -315,10 +319,7 @@ func (r *Registry) Close() error {
 	if r.timer != nil {
 		r.timer.Stop()
 	}
-	sessions := make([]*publisher, 0, len(r.sessions))
-	for _, p := range r.sessions {
-		sessions = append(sessions, p)
-	}
+	sessions := slices.Collect(r.core.allSessions())
 	r.mu.Unlock()
 	if handling { // peers' writes and leases now get ErrNoHandler
 		r.trans.Handle(kindForward, nil)
@@ -357,9 +358,9 @@ func (r *Registry) handOver() {
 		return
 	}
 	n := 0
-	for _, p := range r.sessions {
-		r.sessionLeases.Remove(p)
-		r.closeSessionLocked(p, "session closed")
+	for p := range r.core.allSessions() {
+		r.core.endSession(p, "session closed", r.leaseStart())
+		r.carryOut()
 		n++
 	}
 	r.mu.Unlock()
@@ -445,14 +446,6 @@ func (r *Registry) randUint64() uint64 {
 	return r.rand.Uint64()
 }
 
-// putLease (re)starts a single-threshold lease of ttl on id and makes sure
-// the housekeeper wakes for it. The caller holds mu.
-func putLease[K comparable](r *Registry, l *health.Leases[K], id K, ttl time.Duration) {
-	start := r.leaseStart()
-	_ = l.Put(id, start, health.Timeouts{Expire: ttl}) // ttl > 0: checked by Config.Validate
-	r.wakeAt(start.Add(ttl))
-}
-
 // leaseStart is when a lease started now starts: now. (What an expiry
 // starts, the index core starts from the expired deadline itself, so that
 // a chain of deadlines, a beat lease's expiry and then its patch's
@@ -502,53 +495,14 @@ func (r *Registry) housekeep() {
 			r.log.Warn("dropping an orphaned patch failed; counting down again", "instance", key.String(), "err", err)
 		}
 		r.mu.Lock()
-		if _, sl := r.lookup(key); sl == nil && r.patches[key] != nil {
-			r.startPatchCountdown(key)
+		if _, sl := r.core.lookup(key); sl == nil && r.core.hasPatch(key) {
+			r.core.startPatchCountdown(key, r.leaseStart())
+			r.carryOut()
 		}
 		r.mu.Unlock()
 	}
 	r.checksLeaderChanged()
 	r.rearm()
-}
-
-// Settle makes the registry handle, now, every deadline that has passed on
-// its clock (beat leases, session keep-alives, clean-ups) and returns once
-// that is done, and once the messages it has started sending in the
-// background (leases handed to a key's new owner) have been answered: the
-// contract of every driver's Settle (health.Scheduler.Settle,
-// distro.Replicator.Settle). It never moves the clock. The registry does
-// this by itself as time passes; a test that moves a fake clock calls
-// Settle to see the effects at once (registrytest's Advance does). It
-// returns ctx's error, ErrClosed once closed and ErrNotReady before Start.
-func (r *Registry) Settle(ctx context.Context) error {
-	if err := r.checkWrite(); err != nil {
-		return err
-	}
-	done := make(chan struct{})
-	select {
-	case r.settles <- done:
-	case <-r.stop:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case <-done:
-	case <-r.stop:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if err := r.sends.wait(ctx, r.stop); err != nil {
-		return err
-	}
-	if r.checks != nil {
-		if err := r.checks.Settle(ctx); err != nil {
-			return err
-		}
-		_, _ = r.writeHealth(ctx)
-	}
-	return nil
 }
 
 // runDue processes every deadline that has passed. It returns the patches
@@ -560,7 +514,9 @@ func (r *Registry) runDue() []model.InstanceKey {
 		return nil
 	}
 	r.timerAt = time.Time{} // until rearm, writers leave the timer alone
-	return r.expireIndex(r.now())
+	orphans := r.core.expire(r.now())
+	r.carryOut()
+	return orphans
 }
 
 // rearm sets the timer to the earliest deadline, SweepInterval at most.
@@ -572,7 +528,7 @@ func (r *Registry) rearm() {
 	}
 	now := r.now()
 	next := now.Add(r.cfg.SweepInterval)
-	if t, ok := r.index.next(); ok && t.Before(next) {
+	if t, ok := r.core.next(); ok && t.Before(next) {
 		next = t
 	}
 	r.armTimer(next)

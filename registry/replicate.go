@@ -99,16 +99,6 @@ func (r *Registry) decodePayload(dr distro.Record) ([]model.Instance, error) {
 	return pl.Instances, nil
 }
 
-// Replicator returns the registry's replicator (Config.Replicator), or nil
-// for a standalone registry. It is meant for diagnostics and tests;
-// writing through it bypasses the registry.
-func (r *Registry) Replicator() Replicator {
-	if !r.cluster {
-		return nil
-	}
-	return r.replicator
-}
-
 // distroStore is the registry as distro sees it: the driver of the index
 // core's replica side (core_replica.go). Each method decodes and checks
 // what distro hands it, asks the replicator what only it knows (who owns a
@@ -154,7 +144,7 @@ func (ds distroStore) Apply(dr distro.Record) {
 		r.log.Warn("ignoring a session record written by a node other than the session's", "record", dr.Key, "owner", dr.Owner)
 		return
 	}
-	r.index.applyRecord(pr, dr.Kind == distro.KindBeat && r.ownsRecord(dr.Key), r.leaseStart())
+	r.core.applyRecord(pr, dr.Kind == distro.KindBeat && r.ownsRecord(dr.Key), r.leaseStart())
 	r.carryOut()
 }
 
@@ -175,7 +165,7 @@ func (ds distroStore) Adopt(dr distro.Record, lastRenewed time.Time) {
 	if r.state.Load() == stateClosed {
 		return
 	}
-	how := r.index.adopt(pr, lastRenewed, r.leaseStart())
+	how := r.core.adopt(pr, lastRenewed, r.leaseStart())
 	r.carryOut()
 	switch how {
 	case adoptedMerged:
@@ -200,18 +190,16 @@ func (ds distroStore) MembersChanged(members []string) {
 		r.members[m] = true
 	}
 	var moved []*publisher
-	for _, head := range r.beats {
-		for p := head; p != nil; p = p.next {
-			if !r.ownsRecord(p.recordKey()) {
-				moved = append(moved, p)
-			}
+	for p := range r.core.allBeatPubs() {
+		if !r.ownsRecord(p.recordKey()) {
+			moved = append(moved, p)
 		}
 	}
 	handed := map[string][]handedLease{}
 	now := r.now()
 	for _, p := range moved {
 		owner := r.replicator.Owner(p.recordKey())
-		handed[owner] = append(handed[owner], r.index.releaseBeat(p, owner, now)...)
+		handed[owner] = append(handed[owner], r.core.releaseBeat(p, owner, now)...)
 	}
 	r.carryOut()
 	r.sendLeases(handed)

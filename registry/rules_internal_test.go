@@ -27,11 +27,11 @@ func rulesIndex(t *testing.T) *Registry {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.mirrorLocked(&model.Command{Op: model.OpCreateService, Service: model.Service{Key: rulesSvc("none"),
+	mirror(r, &model.Command{Op: model.OpCreateService, Service: model.Service{Key: rulesSvc("none"),
 		Clusters: []model.Cluster{{Name: model.DefaultCluster, HealthCheck: model.HealthCheck{Type: model.CheckNone}}}}})
-	r.mirrorLocked(&model.Command{Op: model.OpCreateService, Service: model.Service{Key: rulesSvc("empty")}})
-	r.mirrorLocked(&model.Command{Op: model.OpPutInstance, Instance: rulesInst("none", 1, false)})
-	r.mirrorLocked(&model.Command{Op: model.OpPutInstance, Instance: rulesInst("tcp", 2, false)})
+	mirror(r, &model.Command{Op: model.OpCreateService, Service: model.Service{Key: rulesSvc("empty")}})
+	mirror(r, &model.Command{Op: model.OpPutInstance, Instance: rulesInst("none", 1, false)})
+	mirror(r, &model.Command{Op: model.OpPutInstance, Instance: rulesInst("tcp", 2, false)})
 	if _, err := r.registerOwnedLocked(rulesInst("eph", 3, true)); err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestRulesPatchExpiry(t *testing.T) {
 	key := rulesKey("none", 1)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.mirrorLocked(&model.Command{Op: model.OpPatchInstance, Patch: model.InstancePatch{Key: key}})
+	mirror(r, &model.Command{Op: model.OpPatchInstance, Patch: model.InstancePatch{Key: key}})
 	expiry, byExpiry := &model.Command{Op: model.OpRemovePatch, Key: key}, model.Origin{Expiry: true}
 	if err := r.admitLocked(expiry, byExpiry); err != model.ErrNoop {
 		t.Fatalf("expiry while the instance is held: %v, want ErrNoop", err)
@@ -125,12 +125,19 @@ func TestRulesPatchExpiry(t *testing.T) {
 	if err := r.admitLocked(&model.Command{Op: model.OpRemovePatch, Key: key}, model.Origin{}); err != nil {
 		t.Fatalf("an operator's removal: %v", err)
 	}
-	r.mirrorLocked(&model.Command{Op: model.OpDeleteInstance, Key: key}) // the patch's countdown starts
+	mirror(r, &model.Command{Op: model.OpDeleteInstance, Key: key}) // the patch's countdown starts
 	if err := r.admitLocked(expiry, byExpiry); err != model.ErrNoop {
 		t.Fatalf("expiry while a countdown runs: %v, want ErrNoop", err)
 	}
-	r.patchGone.Remove(key) // the countdown ran out
+	r.core.patchGone.Remove(key) // the countdown ran out
 	if err := r.admitLocked(expiry, byExpiry); err != nil {
 		t.Fatalf("expiry of an orphaned patch: %v", err)
 	}
+}
+
+// mirror applies cmd, which the rules accepted, to r's index as the
+// store's feed does (storeFeed.Applied). The caller holds r.mu.
+func mirror(r *Registry, cmd *model.Command) {
+	r.core.apply(cmd, model.Origin{}, r.leaseStart())
+	r.carryOut()
 }

@@ -71,7 +71,7 @@ func (r *Registry) GetService(ctx context.Context, key model.ServiceKey) (model.
 	if err := r.checkRead(); err != nil {
 		return model.Service{}, err
 	}
-	s := r.services[key]
+	s := r.core.service(&key)
 	if s == nil {
 		return model.Service{}, fmt.Errorf("%w: service %s", ErrNotFound, key)
 	}
@@ -141,7 +141,7 @@ func (r *Registry) ListServices(ctx context.Context, opts ListOptions) (ServiceL
 		return ServiceList{}, err
 	}
 	var all []ServiceSummary
-	for key, s := range r.services {
+	for key, s := range r.core.allServices() {
 		if key.Namespace != ns.Namespace || (opts.Group != "" && key.Group != opts.Group) ||
 			!strings.Contains(key.Name, opts.NameContains) || !strings.Contains(key.Group, opts.GroupContains) {
 			continue

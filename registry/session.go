@@ -57,10 +57,10 @@ func (r *Registry) OpenSession(ctx context.Context, opts SessionOptions) (_ *Ses
 		return nil, &model.ValidationError{Field: "session.ttl", Rule: "must not be negative", Value: opts.TTL.String()}
 	}
 	labels := model.NewMetadata(opts.Labels)
-	if err := r.lim.checkMetadata("session.labels", labels); err != nil {
+	if err := r.cfg.Limits.checkMetadata("session.labels", labels); err != nil {
 		return nil, err
 	}
-	if err := labels.Validate("session.labels", r.lim.model()); err != nil {
+	if err := labels.Validate("session.labels", r.cfg.Limits.model()); err != nil {
 		return nil, err
 	}
 	s := &Session{r: r, ttl: opts.TTL, labels: labels, done: make(chan struct{})}
@@ -71,18 +71,16 @@ func (r *Registry) OpenSession(ctx context.Context, opts SessionOptions) (_ *Ses
 	if err := r.checkWrite(); err != nil {
 		return nil, err
 	}
-	if n := len(r.sessions); n >= r.lim.MaxSessions {
-		return nil, limitError("MaxSessions", r.lim.MaxSessions, "%d sessions are open", n)
+	if err := r.core.admitSession(); err != nil {
+		return nil, err
 	}
 	s.pub.id = fmt.Sprintf("%s-%016x", r.cfg.NodeID, r.randUint64())
-	for n := 1; r.sessions[s.pub.id] != nil; n++ { // a random source may repeat itself
+	for n := 1; r.core.hasSession(s.pub.id); n++ { // a random source may repeat itself
 		s.pub.id = fmt.Sprintf("%s-%016x-%d", r.cfg.NodeID, r.randUint64(), n)
 	}
 	s.opened = r.now()
-	r.sessions[s.pub.id] = s.pub
-	if opts.TTL > 0 {
-		putLease(r, &r.sessionLeases, s.pub, opts.TTL)
-	}
+	r.core.openSession(s.pub, opts.TTL, r.leaseStart())
+	r.carryOut()
 	return s, nil
 }
 
@@ -129,9 +127,9 @@ func (s *Session) Register(ctx context.Context, inst model.Instance) (err error)
 		return err
 	}
 	sv, i, found := r.relocate(&loc, &inst)
-	_, err = r.index.publishAt(sv, i, found, s.pub, inst, true)
+	_, err = r.core.publishAt(sv, i, found, s.pub, inst, true)
 	if err == nil {
-		r.index.pubChanged(s.pub)
+		r.core.pubChanged(s.pub)
 	}
 	r.carryOut() // once for the publication and the new revision
 	return err
@@ -175,9 +173,9 @@ func (s *Session) ReplaceService(ctx context.Context, svc model.ServiceKey, inst
 		next[i], keep[inst.Key()] = inst, true
 	}
 	return s.whileOpen(func(r *Registry) error {
-		err := r.index.replaceService(s.pub, svc, next, keep, r.leaseStart())
+		err := r.core.replaceService(s.pub, svc, next, keep, r.leaseStart())
 		if err == nil {
-			r.index.pubChanged(s.pub)
+			r.core.pubChanged(s.pub)
 		}
 		r.carryOut()
 		return err
@@ -211,13 +209,8 @@ func (s *Session) Deregister(ctx context.Context, key model.InstanceKey) (err er
 		return err
 	}
 	return s.whileOpen(func(r *Registry) error {
-		if _, sl := r.lookup(key); sl != nil {
-			if pi := sl.publication(s.pub); pi != nil {
-				r.unpublish(pi, true, "deregistered")
-				r.changed(sl.svc)
-				r.pubChanged(s.pub)
-			}
-		}
+		r.core.unpublishSession(s.pub, key, "deregistered", r.leaseStart())
+		r.carryOut()
 		return nil
 	})
 }
@@ -230,7 +223,7 @@ func (s *Session) KeepAlive(ctx context.Context) error {
 	}
 	return s.whileOpen(func(r *Registry) error {
 		if s.ttl > 0 {
-			r.sessionLeases.Touch(s.pub, r.now())
+			r.core.keepAlive(s.pub, r.now())
 		}
 		return nil
 	})
@@ -242,8 +235,8 @@ func (s *Session) Close() error {
 	r := s.r
 	r.mu.Lock()
 	if !s.pub.closed && !s.pub.remote && r.state.Load() == stateRunning {
-		r.sessionLeases.Remove(s.pub)
-		r.closeSessionLocked(s.pub, "session closed")
+		r.core.endSession(s.pub, "session closed", r.leaseStart())
+		r.carryOut()
 	}
 	r.mu.Unlock()
 	s.end()
@@ -303,8 +296,8 @@ func (r *Registry) Sessions(ctx context.Context) ([]SessionInfo, error) {
 		r.mu.RUnlock()
 		return nil, ErrClosed
 	}
-	out := make([]SessionInfo, 0, len(r.sessions))
-	for _, p := range r.sessions {
+	out := make([]SessionInfo, 0, r.core.sessionCount())
+	for p := range r.core.allSessions() {
 		if p.closed || p.session == nil {
 			continue
 		}

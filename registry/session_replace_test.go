@@ -114,7 +114,7 @@ func TestSessionReplaceServiceLimits(t *testing.T) {
 	if len(s.Instances()) != 2 {
 		t.Fatalf("the session holds %d instances after a refused replacement", len(s.Instances()))
 	}
-	if err := r.CheckConsistency(); err != nil {
+	if err := r.Internals().CheckConsistency(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -174,7 +174,7 @@ func TestSessionIDsUniqueWithARepeatingSource(t *testing.T) {
 	if len(ids) != 5 {
 		t.Fatalf("ids %v", ids)
 	}
-	if err := reg.CheckConsistency(); err != nil {
+	if err := reg.Internals().CheckConsistency(); err != nil {
 		t.Fatal(err)
 	}
 	reg.Close()

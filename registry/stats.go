@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sync/atomic"
 
-	"github.com/muster-io/muster/health"
 	"github.com/muster-io/muster/internal/metric"
 	"github.com/muster-io/muster/model"
 )
@@ -189,7 +188,8 @@ func (r *Registry) Stats() Stats {
 	defer r.mu.RUnlock()
 	st.Counts = r.countsLocked()
 	st.Ops[OpHeartbeat].Calls = r.beatsServed
-	st.LeasesExpired, st.SessionsExpired = r.expired.leases, r.expired.sessions
+	ex := r.core.expiries()
+	st.LeasesExpired, st.SessionsExpired = ex.leases, ex.sessions
 	st.Namespaces = r.namespaceStatsLocked()
 	return st
 }
@@ -197,8 +197,8 @@ func (r *Registry) Stats() Stats {
 // namespaceStatsLocked walks the index for Stats.Namespaces. The caller
 // holds mu.
 func (r *Registry) namespaceStatsLocked() map[string]NamespaceStats {
-	out := make(map[string]NamespaceStats, len(r.quota.nsServices))
-	for key, s := range r.services {
+	out := make(map[string]NamespaceStats, r.core.namespaceCount())
+	for key, s := range r.core.allServices() {
 		ns := out[key.Namespace]
 		ns.Services++
 		for _, sl := range s.slots {
@@ -222,7 +222,7 @@ func (r *Registry) namespaceStatsLocked() map[string]NamespaceStats {
 		out[key.Namespace] = ns
 	}
 	var seen []string // a session's namespaces: nearly always one
-	for _, p := range r.sessions {
+	for p := range r.core.allSessions() {
 		seen = seen[:0]
 		for _, pi := range p.insts {
 			name := pi.slot.svc.key.Namespace
@@ -236,7 +236,3 @@ func (r *Registry) namespaceStatsLocked() map[string]NamespaceStats {
 	}
 	return out
 }
-
-// HealthChecks returns the scheduler of the active health checks, or nil
-// when they are off: for its Stats and CheckStatus.
-func (r *Registry) HealthChecks() *health.Scheduler { return r.checks }

@@ -137,7 +137,7 @@ func TestStatsWatchDelivery(t *testing.T) {
 	for _, w := range ws {
 		nextMatching(t, w, func(u registry.Update) bool { return len(u.Delta.Added) == 1 })
 	}
-	if err := r.FlushWatchers(ctx); err != nil {
+	if err := r.Internals().FlushWatchers(ctx); err != nil {
 		t.Fatal(err)
 	}
 	h := r.Stats().WatchDelivery

@@ -61,14 +61,15 @@ func (r *Registry) applyLocked(cmd *model.Command, o model.Origin) error {
 		}
 		return err
 	}
-	r.mirrorAs(cmd, o)
+	r.core.apply(cmd, o, r.leaseStart())
+	r.carryOut()
 	return nil
 }
 
 // admitLocked admits cmd from o (index.admit). The caller holds mu (read
 // or write).
 func (r *Registry) admitLocked(cmd *model.Command, o model.Origin) error {
-	return r.index.admit(cmd, o)
+	return r.core.admit(cmd, o)
 }
 
 func kindMismatch(s *service) error {

@@ -150,7 +150,7 @@ func (r *Registry) takeLeases(from string, body []byte) error {
 		l.last = now.Add(-ages[i])
 		owned = append(owned, l)
 	}
-	r.index.takeHandedLeases(owned, now)
+	r.core.takeHandedLeases(owned, now)
 	r.carryOut()
 	return nil
 }

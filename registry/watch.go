@@ -199,35 +199,6 @@ func (ws *watchState) init() {
 	ws.flush = make(chan chan struct{})
 }
 
-// FlushWatchers returns once every watcher has been handed the newest view
-// of its query as of the call: each one's next Next returns at once with
-// every change made before FlushWatchers was called (or the watcher has
-// closed). It is a barrier for tests, which need not poll Next after moving
-// a fake clock (registrytest's Settle and Advance call it); delivery does
-// not need it. It fails with ErrClosed once the registry is closed, or with
-// ctx's error. Before Start there is nothing to flush: it returns nil.
-func (r *Registry) FlushWatchers(ctx context.Context) error {
-	if r.state.Load() == stateNew {
-		return nil // no watcher before Start, and no notifier to ask
-	}
-	done := make(chan struct{})
-	select {
-	case r.watch.flush <- done:
-	case <-r.stop:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case <-done:
-		return nil
-	case <-r.stop:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // markDirty tells the notifier that key changed. The caller holds mu.
 func (r *Registry) markDirty(key model.ServiceKey) {
 	if _, ok := r.watch.groups[key]; !ok {
@@ -281,11 +252,10 @@ func (r *Registry) WatchFrom(ctx context.Context, q model.Query, cursor Cursor) 
 		r.mu.Unlock()
 		return nil, err
 	}
-	if n := r.quota.watchers; n >= r.lim.MaxWatchers {
+	if err := r.core.admitWatcher(); err != nil {
 		r.mu.Unlock()
-		return nil, limitError("MaxWatchers", r.lim.MaxWatchers, "%d watchers are open", n)
+		return nil, err
 	}
-	r.quota.watchers++
 	g := r.watch.groups[q.Service]
 	if g == nil {
 		g = &watchGroup{}
@@ -300,7 +270,7 @@ func (r *Registry) WatchFrom(ctx context.Context, q model.Query, cursor Cursor) 
 	if cursor.Run == r.run && cursor.Revision != 0 {
 		if cursor.Revision == v.Revision {
 			w.delivered = v // up to date: the first Next waits for a change
-		} else if s := r.services[q.Service]; s != nil {
+		} else if s := r.core.service(&q.Service); s != nil {
 			w.delivered = s.viewAt(cursor.Revision, &w.q) // nil when too old: a reset
 		}
 	}
@@ -321,7 +291,7 @@ func (r *Registry) WatchFrom(ctx context.Context, q model.Query, cursor Cursor) 
 
 // currentView returns the view of q for a watcher. The caller holds mu.
 func (r *Registry) currentView(key model.ServiceKey, g *watchGroup, q *model.Query) *model.ServiceView {
-	if s := r.services[key]; s != nil {
+	if s := r.core.service(&key); s != nil {
 		return viewOf(s, q)
 	}
 	if g.gone != nil {
@@ -434,7 +404,7 @@ func (e *watchEnd) end(r *Registry, err error, unlink func()) {
 		}
 		r.mu.Lock()
 		e.closed.Store(&err)
-		r.quota.watchers--
+		r.core.watcherClosed()
 		stop := e.stopCtx
 		unlink()
 		r.mu.Unlock()

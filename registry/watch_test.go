@@ -280,7 +280,7 @@ func TestFlushWatchersBeforeStart(t *testing.T) {
 	defer reg.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := reg.FlushWatchers(ctx); err != nil {
+	if err := reg.Internals().FlushWatchers(ctx); err != nil {
 		t.Fatalf("FlushWatchers before Start: %v", err)
 	}
 }

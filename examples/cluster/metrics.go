@@ -61,7 +61,7 @@ func (m *metricsServer) gatherer() prometheus.Gatherer {
 			Registry:  n.reg,
 			Transport: n.n.Transport(),
 			Distro:    n.n.Replicator(),
-			Health:    n.reg.HealthChecks(),
+			Health:    n.reg.Internals().HealthChecks(),
 			Raft:      n.n.Raft(),
 			Node:      n.id,
 		}))

@@ -289,8 +289,8 @@ func TestPartitionRealStack(t *testing.T) {
 	// Failure detection on both sides, then past the orphan timeout: each
 	// side removes the other's session instances.
 	waitFor(t, 10*time.Second, "each side sees the other dead", func() bool {
-		return len(c.node(0).reg.Replicator().Members()) == 1 &&
-			len(c.node(1).reg.Replicator().Members()) == 2 && len(c.node(2).reg.Replicator().Members()) == 2
+		return len(c.node(0).reg.Internals().Replicator().Members()) == 1 &&
+			len(c.node(1).reg.Internals().Replicator().Members()) == 2 && len(c.node(2).reg.Internals().Replicator().Members()) == 2
 	})
 	detected := time.Since(cutAt)
 	t.Logf("partition detected after %v", detected.Round(time.Millisecond))
@@ -339,7 +339,7 @@ func TestPartitionRealStack(t *testing.T) {
 	wantBeats := []string{"10.1.2.1", "10.1.2.2", "10.1.2.3"}
 	converged := func() bool {
 		for _, n := range c.live() {
-			if len(n.reg.Replicator().Members()) != 3 || !slices.Equal(servedIPs(n, svc), wantSvc) || !slices.Equal(servedIPs(n, beats), wantBeats) ||
+			if len(n.reg.Internals().Replicator().Members()) != 3 || !slices.Equal(servedIPs(n, svc), wantSvc) || !slices.Equal(servedIPs(n, beats), wantBeats) ||
 				!slices.Equal(servedIPs(n, persistent), []string{"10.1.3.2"}) {
 				return false
 			}
@@ -359,7 +359,7 @@ func TestPartitionRealStack(t *testing.T) {
 		t.Error("not converged two verify periods after the heal")
 	}
 	for _, n := range c.live() {
-		if err := n.reg.CheckConsistency(); err != nil {
+		if err := n.reg.Internals().CheckConsistency(); err != nil {
 			t.Errorf("%s: %v", n.id, err)
 		}
 	}

@@ -223,7 +223,7 @@ func TestCrashRestartUnderLoad(t *testing.T) {
 	}
 	waitFor(t, 3*tm.Verify+10*time.Second, "every node serves the same instances", agree)
 	for _, n := range c.live() {
-		if err := n.reg.CheckConsistency(); err != nil {
+		if err := n.reg.Internals().CheckConsistency(); err != nil {
 			t.Errorf("%s: %v", n.id, err)
 		}
 	}

@@ -214,7 +214,7 @@ func (d *demo) startNodes() (string, error) {
 func (c *cluster) settled() bool {
 	live := c.live()
 	for _, n := range live {
-		if !n.reg.Ready() || len(n.reg.Replicator().Members()) != len(live) {
+		if !n.reg.Ready() || len(n.reg.Internals().Replicator().Members()) != len(live) {
 			return false
 		}
 	}
@@ -533,7 +533,7 @@ func (d *demo) listenerStops() (string, error) {
 		n.id, database.Name, model.Endpoint(in.IP, in.Port), prober)
 	if _, err := d.until(10*time.Second, "every node serves it healthy after a passing check", func() bool {
 		p := d.c.node(d.c.index(prober))
-		st, ok := p.reg.CheckStatus(in.Key())
+		st, ok := p.reg.Internals().CheckStatus(in.Key())
 		return ok && st.Checks > 0 && st.Healthy && d.dbHealth(in.Port, true)
 	}); err != nil {
 		return "", err
@@ -609,7 +609,7 @@ func (d *demo) crash() (string, error) {
 	_, err := d.until(20*time.Second, "the survivors settle", func() bool {
 		noVictim, sessionGone, owned := true, true, true
 		for _, n := range survivors {
-			if slices.ContainsFunc(n.reg.Replicator().Members(), func(m string) bool { return m == victim }) {
+			if slices.ContainsFunc(n.reg.Internals().Replicator().Members(), func(m string) bool { return m == victim }) {
 				noVictim = false
 			}
 			inv, ord := served(n, inventory), served(n, orders)

@@ -686,7 +686,7 @@ func (s *Server) hLoaderCurrent(w http.ResponseWriter, r *http.Request) {
 // format: the registry's, and in a cluster the transport's, Distro's,
 // Raft's and the health checks'.
 func (s *Server) hPrometheus(w http.ResponseWriter, r *http.Request) {
-	src := mustermetrics.Sources{Registry: s.reg, Health: s.reg.HealthChecks()}
+	src := mustermetrics.Sources{Registry: s.reg, Health: s.reg.Internals().HealthChecks()}
 	if s.node != nil {
 		src.Transport, src.Distro, src.Raft = s.node.Transport(), s.node.Replicator(), s.node.Raft()
 	}

@@ -335,7 +335,7 @@ func (e nodes) cluster() []nodeState {
 	var out []nodeState
 	for _, n := range e.get() {
 		st := nodeState{ID: n.Registry.NodeID(), Ready: n.Registry.Ready(), Counts: n.Registry.Counts().Instances}
-		if rep := n.Registry.Replicator(); rep != nil {
+		if rep := n.Registry.Internals().Replicator(); rep != nil {
 			st.Members = slices.Sorted(slices.Values(rep.Members()))
 			if d, ok := rep.(distroSource); ok {
 				ds := d.Stats()
@@ -366,7 +366,7 @@ func (e nodes) compare(ctx context.Context, from, peer string) (compareResult, e
 		if n.Registry.NodeID() != from {
 			continue
 		}
-		d, ok := n.Registry.Replicator().(distroSource)
+		d, ok := n.Registry.Internals().Replicator().(distroSource)
 		if !ok {
 			return compareResult{}, errNoDistro
 		}

@@ -121,8 +121,8 @@ type Node struct {
 }
 
 // Replicator returns the node's replicator (nil while the node is
-// stopped). It shadows Registry.Replicator, to give tests the
-// *distro.Replicator itself: Get, Range, Settle.
+// stopped): the *distro.Replicator itself (Get, Range, Settle), where
+// Registry.Internals().Replicator gives the registry.Replicator interface.
 func (n *Node) Replicator() *distro.Replicator {
 	if n.Registry == nil {
 		return nil
@@ -446,8 +446,9 @@ func (c *Cluster) Advance(d time.Duration) {
 // Settle waits until the nodes have handled every deadline that passed and
 // nothing is left in flight: when it returns, nothing more happens on Net
 // until the clock moves, a held message is delivered or the test calls a
-// node. It works in rounds. A round runs every live node's Settle (its
-// deadlines, and what the registry sends in the background, answered) and
+// node. It works in rounds. A round runs every live node's
+// Internals().Settle (its deadlines, and what the registry sends in the
+// background, answered) and
 // its replicator's Settle (everything distro has due at the clock's time,
 // run, up to the messages it hands to the network), then waits until
 // nothing is in flight on Net: no handler running, however long it takes,
@@ -495,7 +496,7 @@ func (c *Cluster) Settle() {
 	for {
 		did := false
 		for _, n := range c.Live() {
-			if err := n.Settle(ctx); err != nil {
+			if err := n.Internals().Settle(ctx); err != nil {
 				c.t.Fatalf("registrytest: node %s did not settle: %v", n.ID, err)
 			}
 			d, err := n.Replicator().Settle(ctx)
@@ -505,7 +506,7 @@ func (c *Cluster) Settle() {
 			did = did || d
 		}
 		for _, n := range c.Live() {
-			if err := n.FlushWatchers(ctx); err != nil {
+			if err := n.Internals().FlushWatchers(ctx); err != nil {
 				c.t.Fatalf("registrytest: node %s did not hand its watchers their views: %v", n.ID, err)
 			}
 		}
@@ -650,7 +651,7 @@ func (c *Cluster) cleanup(leaks *leakCheck) {
 		t.Logf("registrytest: cluster ran with seed %d", c.Seed)
 	}
 	for _, n := range c.Live() {
-		if err := n.CheckConsistency(); err != nil {
+		if err := n.Internals().CheckConsistency(); err != nil {
 			t.Errorf("registrytest: node %s: inconsistent index: %v", n.ID, err)
 		}
 		if err := n.Registry.Close(); err != nil {

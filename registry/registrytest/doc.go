@@ -8,7 +8,8 @@
 //
 // Advance moves the clock and returns once the registry has handled every
 // deadline that passed and every watcher has been handed the newest view
-// (Settle: Registry.Settle, then Registry.FlushWatchers), so a test can assert
+// (Settle: the registry's Internals().Settle, then Internals().FlushWatchers),
+// so a test can assert
 // on the result at once, and a Watcher's Next returns the change without
 // waiting. Step advances by one Options.Step; Eventually advances in such
 // steps until a condition holds; WaitFor polls in real time, for what does not run on the fake
@@ -26,7 +27,7 @@
 // ServiceView.RealHealthy, or on ServiceView.Protected.
 //
 // When the test ends, the harness checks the registry's index
-// (Registry.CheckConsistency), closes it, and fails the test if a goroutine
+// (Internals().CheckConsistency), closes it, and fails the test if a goroutine
 // started since New is still running (as goleak does). A test that calls
 // t.Parallel sets Options.Parallel (ClusterOptions.Parallel): then only
 // goroutines descended from the test's own goroutine count, so that tests

@@ -56,7 +56,7 @@ type Registry struct {
 }
 
 // New returns a started registry. The test's cleanup checks the registry's
-// index (CheckConsistency), closes it, and fails the test if a goroutine
+// index (Internals().CheckConsistency), closes it, and fails the test if a goroutine
 // that the test started since New is still running (see the package doc:
 // other tests running in parallel do not count).
 func New(t testing.TB, opts Options) *Registry {
@@ -100,7 +100,7 @@ func New(t testing.TB, opts Options) *Registry {
 		if t.Failed() {
 			t.Logf("registrytest: node %s ran with seed %d", cfg.NodeID, seed)
 		}
-		if err := reg.CheckConsistency(); err != nil {
+		if err := reg.Internals().CheckConsistency(); err != nil {
 			t.Errorf("registrytest: inconsistent index: %v", err)
 		}
 		if err := reg.Close(); err != nil {
@@ -123,18 +123,18 @@ func (r *Registry) Advance(d time.Duration) {
 }
 
 // Settle waits until the registry has handled every deadline that has
-// passed on its clock (Registry.Settle) and every watcher has been handed the
-// newest view (Registry.FlushWatchers): a Watcher's Next then returns at
+// passed on its clock (Internals().Settle) and every watcher has been handed the
+// newest view (Internals().FlushWatchers): a Watcher's Next then returns at
 // once with what changed. It works whoever moved the clock, and whatever
 // else shares it.
 func (r *Registry) Settle() {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := r.Registry.Settle(ctx); err != nil {
+	if err := r.Internals().Settle(ctx); err != nil {
 		r.t.Fatalf("registrytest: the registry did not settle: %v", err)
 	}
-	if err := r.FlushWatchers(ctx); err != nil {
+	if err := r.Internals().FlushWatchers(ctx); err != nil {
 		r.t.Fatalf("registrytest: the watchers were not handed their views: %v", err)
 	}
 }

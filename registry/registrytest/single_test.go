@@ -161,7 +161,7 @@ func TestNewHasNoActiveChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg.Advance(30 * time.Second)
-	if st, ok := reg.CheckStatus(in.Key()); ok {
+	if st, ok := reg.Internals().CheckStatus(in.Key()); ok {
 		t.Fatalf("checks configured: %+v", st)
 	}
 	if n := dials.Load(); n != 0 {

@@ -318,7 +318,7 @@ func TestStalledClientHoldsOneResponse(t *testing.T) {
 	var lr *discovery.DiscoveryResponse
 	for i := 1; i <= changes; i++ {
 		register(t, sess, "orders", 1000+i, 1)
-		if err := reg.FlushWatchers(ctx); err != nil {
+		if err := reg.Internals().FlushWatchers(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -465,7 +465,7 @@ func TestStalledDeltaClientHoldsOneResponse(t *testing.T) {
 	const changes = 50
 	for i := 1; i <= changes; i++ {
 		register(t, sess, "orders", 1000+i, 1)
-		if err := reg.FlushWatchers(ctx); err != nil {
+		if err := reg.Internals().FlushWatchers(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
