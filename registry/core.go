@@ -22,6 +22,16 @@ import (
 // lists the reads and the driver's changes; boundary_test.go checks that
 // no other code reads its fields). The effects leave the core as a value
 // (ready) and come back once carried out (advance).
+//
+// Unlike etcd's Ready, whose contents the application may still be
+// processing after the state machine has moved on, the effects name index
+// objects by pointer (a service that left, a publication to replicate, a
+// session that ended). That is deliberate: they are carried out under the
+// same lock, before the next change, so no pointer can go stale, and
+// copying a publication's records on every write would cost Register and
+// Heartbeat an allocation each. The boundary the compiler keeps is the
+// index's own fields; the objects it hands out are read, not changed, by
+// the driver.
 
 // index is the registry's core. Its zero value is not usable: see
 // newIndex.
