@@ -30,8 +30,8 @@ import (
 // same lock, before the next change, so no pointer can go stale, and
 // copying a publication's records on every write would cost Register and
 // Heartbeat an allocation each. The boundary the compiler keeps is the
-// index's own fields; the objects it hands out are read, not changed, by
-// the driver.
+// index's own fields; of the objects it hands out, the driver changes only
+// a publisher's replication state (delta.go's repl), under the same lock.
 
 // index is the registry's core. Its zero value is not usable: see
 // newIndex.
