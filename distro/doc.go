@@ -160,6 +160,13 @@
 // past it. A node holding a beat record of a key HRW assigns to it, written by another node,
 // adopts it.
 //
+// An owner no longer holds a version of its own when it holds nothing of the key, or another
+// owner's tombstone or older version there: it tells the peer to drop its copy. It leaves the
+// copy to another owner only when it holds that owner's newer live record, which that owner
+// sends to the peer (a drop first would show the peer's Store the key deleted in between). It
+// never waits for the owner of a tombstone: that owner forgets it TombstoneTTL after writing
+// it, possibly long before the nodes that got it late forget their copies.
+//
 // When an owner tells a peer to drop a record it no longer holds, only live copies go.
 // Tombstones and orphan markers stay their TTL: they refuse stale copies, and they show an owner
 // that lost its state which version to move past. A tombstone forgotten after TombstoneTTL lets
