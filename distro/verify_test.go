@@ -256,3 +256,40 @@ func TestVerifyRepairsACopyItsWriterNoLongerHolds(t *testing.T) {
 		})
 	}
 }
+
+// A live beat record its writer still holds as its own, of a key HRW no longer assigns to it, at
+// a version older than a deletion the HRW owner holds of another owner's, is deleted everywhere:
+// the HRW owner, refusing it, takes the deletion over as its own tombstone.
+//
+// Seed 7700089 reached it: n2, alone behind a partition, adopted the beat and deleted it
+// (n2#e+2); after the heal n1, its HRW owner, moved past that (n1#e+3, which replaced n2's
+// tombstone on n2) and left; n3 adopted its older copy (n3#e+1); n1 restarted and loaded n2's
+// tombstone from n4, and HRW assigned the key to n1 again. n3 sent its record to n1 at every
+// verify round, and n1 refused it every time; nothing showed n3 the tombstone (its verify hears
+// only of its own records and of the keys HRW assigns to it), and n2, which no longer held its
+// tombstone, never sent it. The record stayed live on n3, and on n4 once n4's copy of the
+// tombstone expired, until the tombstone had expired everywhere.
+func TestHRWOwnerTakesOverADeletionALiveWriterMissed(t *testing.T) {
+	all := []string{"a", "b", "c"}
+	c := newCluster(t, nil, all...)
+	a, cn := c.nodes["a"], c.nodes["c"]
+	k := beatKeyOwnedBy(all, "a", 80)
+	r := rev(cn, 3)
+	plantOwn(cn, Record{Key: k, Kind: KindBeat, Owner: "c", Revision: r, Payload: []byte("c's")})
+	gone := Record{Key: k, Kind: KindBeat, Owner: "b", Revision: r + 1, Deleted: true} // b forgot it
+	plant(a, gone)
+	cfg := testConfig()
+	c.eventually(3*cfg.VerifyInterval, "the key deleted everywhere\n"+c.describe(), func() bool {
+		for _, id := range all {
+			if got, ok := c.nodes[id].r.Get(k); ok && !got.Deleted {
+				return false
+			}
+		}
+		return c.converged()
+	})
+	got, _ := cn.r.Get(k)
+	if got.Owner != "a" || !got.Deleted || !got.Newer(gone) {
+		t.Fatalf("c holds %v, want a's tombstone past %v", got, gone)
+	}
+	c.checkInvariants()
+}
