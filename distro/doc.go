@@ -158,7 +158,18 @@
 // The same rule settles beat keys written on both sides of a partition. A peer reports to a
 // key's HRW owner whatever version it holds of that key, whoever wrote it, and the owner moves
 // past it. A node holding a beat record of a key HRW assigns to it, written by another node,
-// adopts it.
+// adopts it. If it holds a newer deletion of the key instead (another owner's tombstone, or an
+// orphan marker), it refuses the record, and at its next verify tick takes the deletion over as
+// a tombstone of its own, above it: the deletion's owner may no longer hold it (its tombstone
+// expired first, or it restarted), and nothing else shows the record's writer, whose verify
+// hears only of its own records and of the keys HRW assigns to it, that it was deleted.
+//
+// An owner no longer holds a version of its own when it holds nothing of the key, or another
+// owner's tombstone or older version there: it tells the peer to drop its copy. It leaves the
+// copy to another owner only when it holds that owner's newer live record, which that owner
+// sends to the peer (a drop first would show the peer's Store the key deleted in between). It
+// never waits for the owner of a tombstone: that owner forgets it TombstoneTTL after writing
+// it, possibly long before the nodes that got it late forget their copies.
 //
 // When an owner tells a peer to drop a record it no longer holds, only live copies go.
 // Tombstones and orphan markers stay their TTL: they refuse stale copies, and they show an owner

@@ -109,7 +109,8 @@ func (r *Replicator) releaseFlushesLocked(now time.Time, sending bool) {
 // verifyTickLocked does the work of the verify tick, if it is due at now, and schedules the
 // next one: it returns the peers to start a verify round with (once ready, every live peer
 // without a round in flight), expires tombstones older than TombstoneTTL and adopts the beat
-// records noted since the last tick (adoptLater).
+// records noted since the last tick (adoptLater), and takes over the deletions noted since then
+// (deleteLater).
 func (r *Replicator) verifyTickLocked(now time.Time) (peers []string) {
 	if now.Before(r.nextVerify) {
 		return nil
@@ -125,6 +126,7 @@ func (r *Replicator) verifyTickLocked(now time.Time) (peers []string) {
 	}
 	r.tab.expire(now.Add(-r.cfg.TombstoneTTL))
 	r.adoptDeferredLocked()
+	r.deleteDeferredLocked()
 	return peers
 }
 

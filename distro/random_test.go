@@ -25,6 +25,8 @@ func TestRandomized(t *testing.T) {
 var regressionSeeds = []uint64{
 	901007,  // a restarted node kept a record its previous run had deleted (issue 11.2)
 	7300248, // a tombstone expired on its owner, which wrote its version again live (issue 27.1)
+	7401411, // a copy its writer no longer held stayed live: the writer left it to the owner of a tombstone that owner had forgotten
+	7700089, // a writer's live beat, deleted by another owner that forgot it, was refused by the HRW owner for a TombstoneTTL
 }
 
 func TestRandomizedRegressions(t *testing.T) {

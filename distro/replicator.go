@@ -60,6 +60,9 @@ type Replicator struct {
 	// nonMember counts messages refused because their sender was not a current member.
 	nonMember int
 	stats     counters // see Stats (stats.go)
+	// deleteLater are beat record keys HRW assigns here whose live record a live non-owner sent,
+	// refused because this node holds a newer deletion of another owner's (noteRefusedLocked).
+	deleteLater map[string]struct{}
 
 	kick chan struct{}
 	// amu guards act, what the goroutines are doing (see Settle). It is never held while taking
@@ -120,6 +123,7 @@ func New(cfg Config) (*Replicator, error) {
 	r.renewedAt = map[string]time.Time{}
 	r.verifying = map[string]bool{}
 	r.adoptLater = map[string]struct{}{}
+	r.deleteLater = map[string]struct{}{}
 	r.readyCh = make(chan struct{})
 	r.kick = make(chan struct{}, 1)
 	r.act.init()
@@ -603,8 +607,12 @@ func (r *Replicator) stale(ev storeEvent) bool {
 // offerLocked installs a record received from a peer if it is newer than what is held, and
 // queues the Store call. It reports whether it was installed.
 func (r *Replicator) offerLocked(rec Record, now time.Time) bool {
-	if rec.Owner == r.self || !r.tab.accepts(rec) {
+	if rec.Owner == r.self {
 		return false // this node's own records come only from its load (offerLoadedLocked)
+	}
+	if !r.tab.accepts(rec) {
+		r.noteRefusedLocked(rec)
+		return false
 	}
 	prev, had := r.tab.install(rec, now)
 	if !rec.Deleted || (had && prev.live()) {
@@ -627,6 +635,46 @@ func (r *Replicator) offerLocked(rec Record, now time.Time) bool {
 		}
 	}
 	return true
+}
+
+// noteRefusedLocked notes, for the next verify tick (deleteDeferredLocked), a live beat record
+// that a live node sent of a key HRW assigns here, refused because this node holds a newer
+// deletion of it by another owner: a tombstone, or an orphan marker. The sender owns its record
+// and keeps sending it (this node's digest lacks it), but nothing shows it the deletion: its
+// verify hears only of the versions of its own records and of the keys HRW assigns to it, and
+// the deletion's owner may have forgotten it (its tombstone expired first, or it restarted), or
+// left. Left so, the record would stay live on its writer, and on every node that takes it once
+// its own tombstone expired, until TombstoneTTL had passed everywhere; then it would come back
+// to life here too.
+func (r *Replicator) noteRefusedLocked(rec Record) {
+	if !r.ready || rec.Kind != KindBeat || rec.Deleted {
+		return
+	}
+	e := r.tab.get(rec.Key)
+	if e == nil || e.live() || e.rec.Owner == r.self {
+		return // a live record, or this node's own tombstone, which its own verify sends
+	}
+	if _, alive := r.memberSet[rec.Owner]; alive && hrwOwner(r.members, rec.Key) == r.self {
+		r.deleteLater[rec.Key] = struct{}{}
+	}
+}
+
+// deleteDeferredLocked takes over, as this node's own tombstone, the deletion of each key noted
+// by noteRefusedLocked, if HRW still assigns the key here and it still holds another owner's
+// deletion: at a revision above it, so that it replaces, everywhere, the live records it is
+// newer than (they were refused for that), and its own verify and syncs carry it to every node.
+// The Store is not told: it holds no live record of the key (the deletion replaced it).
+func (r *Replicator) deleteDeferredLocked() {
+	for k := range r.deleteLater {
+		e := r.tab.get(k)
+		if e == nil || e.live() || e.rec.Owner == r.self || hrwOwner(r.members, k) != r.self {
+			continue
+		}
+		rec := Record{Key: k, Kind: KindBeat, Owner: r.self, Deleted: true, Revision: r.nextRevLocked(e.rec.Revision + 1)}
+		r.installOwnLocked(rec)
+		r.log.Debug("distro: took over the deletion of a beat record a peer still holds live", "record", rec.String(), "was", e.rec.String())
+	}
+	clear(r.deleteLater)
 }
 
 // offerLoadedLocked installs a record from a peer's snapshot during the startup load if it is

@@ -118,12 +118,32 @@ func (r *Replicator) repairPlanLocked(peer string, vr verifyResp) (send []Record
 	}
 	for key, v := range theirs {
 		e := r.tab.get(key)
-		if e == nil || !e.held() {
-			drop = append(drop, v) // this node no longer holds it at all: the peer's copy is dead
+		own := v.Owner == "" || v.Owner == r.self // a peer that sends no owners reports only this node's
+		if e == nil || !e.held() || own && !supersededLive(e, v.Rev, r.self) {
+			// This node no longer holds the peer's version: the peer's copy is dead. It holds
+			// nothing of the key, or (a version of its own, which only it writes) another
+			// owner's tombstone or older version instead.
+			drop = append(drop, v)
 		}
-		// held but owned by another node now: that owner's verify repairs the peer
 	}
 	return send, drop, bumped
+}
+
+// supersededLive reports whether e, what this node holds of a key instead of version rev of its
+// own (self's), is a live record of another owner, newer than that version. Only then does the
+// node leave the peer's copy of its version to that record's owner, which holds it too: its
+// verify sends it to the peer, which takes it over the copy. A drop first would show the peer's
+// Store the key deleted between two live states. (If that owner left, this node turns the record
+// into an orphan marker after OrphanTimeout, and drops the copy at its next verify.)
+//
+// Anything else the node holds there, it drops the peer's copy itself. A tombstone of another
+// owner in particular: the owner forgets it a TombstoneTTL after writing it, but this node a
+// TombstoneTTL after receiving it, which may be much later (a verify repair after a partition
+// healed). Once the owner forgot it, its digest no longer shows that the peer lacks it, and left
+// to that owner the peer's copy stayed live until this node's tombstone expired too (seed
+// 7401411).
+func supersededLive(e *entry, rev uint64, self string) bool {
+	return e.live() && e.rec.Newer(Record{Revision: rev, Owner: self})
 }
 
 // sendRepair sends records and drops to peer in messages of bounded size.

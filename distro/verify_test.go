@@ -2,6 +2,7 @@ package distro
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -167,6 +168,128 @@ func TestVerifyRepairsOneVersionWithTwoPayloads(t *testing.T) {
 	}
 	if n := a.r.Stats().VersionConflicts; n != 1 {
 		t.Fatalf("a counted %d version conflicts, want 1", n)
+	}
+	c.checkInvariants()
+}
+
+// plantOwn installs rec on its owner n as if n had written it and its syncs had been lost.
+func plantOwn(n *node, rec Record) {
+	n.r.mu.Lock()
+	n.r.tab.install(rec, n.r.clk.Now())
+	n.r.tab.get(rec.Key).local = true
+	n.r.mu.Unlock()
+	n.store.noteOwn(rec, nil)
+}
+
+// A live copy of b's record on c, which b no longer holds because a's newer version replaced
+// it there, is repaired whoever is the key's HRW owner: by b, which drops it (it is the only
+// writer of its version), unless what replaced it is a live record its owner still holds.
+//
+// Seed 7401411 reached the first case: n2 (b) wrote the beat, n1 (a), alone behind a partition,
+// adopted and deleted it, and n4 (c) was cut off when n1's verify brought the tombstone to the
+// others after the heal, nine seconds later. n1's tombstone then expired on n1 (its TTL ran from
+// its write) long before the copies on n2 and n3 (theirs ran from their receipt). n2 left n4's
+// live copy to n1's verify ("held, but owned by another node"); n1, holding nothing, saw equal
+// digests; and n4's copy, owned by a live member, was never orphaned. It stayed live until n2's
+// copy of the tombstone expired too, a TombstoneTTL after the faults stopped.
+func TestVerifyRepairsACopyItsWriterNoLongerHolds(t *testing.T) {
+	all := []string{"a", "b", "c", "d"}
+	for i, tc := range []struct {
+		name string
+		hrw  string // the key's HRW owner
+		// b and d hold a's record of the key at b's version + delta, live or a tombstone; a
+		// holds it too, or forgot it (an expired tombstone)
+		delta  int
+		live   bool // then c ends with a's record, never having seen the key deleted
+		aHolds bool
+	}{
+		{name: "a's tombstone, forgotten by a, b the HRW owner (seed 7401411)", hrw: "b", delta: 1},
+		{name: "a's tombstone, forgotten by a, a the HRW owner", hrw: "a", delta: 1},
+		{name: "a's tombstone, forgotten by a, d the HRW owner", hrw: "d", delta: 1},
+		{name: "a's older tombstone, held by a, d the HRW owner", hrw: "d", delta: -1, aHolds: true},
+		{name: "a's newer live record, held by a, a the HRW owner", hrw: "a", delta: 1, live: true, aHolds: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, nil, all...)
+			a, b, cn := c.nodes["a"], c.nodes["b"], c.nodes["c"]
+			k := beatKeyOwnedBy(all, tc.hrw, 70+i)
+			r := rev(b, 6)
+			plant(cn, Record{Key: k, Kind: KindBeat, Owner: "b", Revision: r, Payload: []byte("b's")})
+			aRec := Record{Key: k, Kind: KindBeat, Owner: "a", Revision: uint64(int64(r) + int64(tc.delta)), Deleted: !tc.live}
+			if tc.live {
+				aRec.Payload = []byte("a's")
+			}
+			plant(b, aRec)
+			plant(c.nodes["d"], aRec)
+			if tc.aHolds {
+				plantOwn(a, aRec)
+			} else {
+				a.r.mu.Lock()
+				a.r.tab.forgot = max(a.r.tab.forgot, aRec.Revision) // its tombstone expired here
+				a.r.mu.Unlock()
+			}
+
+			cfg := testConfig()
+			c.eventually(2*cfg.VerifyInterval+cfg.RetryMax+cfg.SyncDelay, "c's copy of b's version repaired\n"+c.describe(), func() bool {
+				got, ok := cn.r.Get(k)
+				if tc.live {
+					return ok && got.sameVersion(aRec) && c.converged()
+				}
+				return (!ok || got.Deleted) && c.converged()
+			})
+			if got, _ := b.r.Get(k); !got.sameVersion(aRec) {
+				t.Fatalf("b holds %v, want a's %v still: the repair came from its expiry", got, aRec)
+			}
+			if tc.live {
+				// Left to a, which holds its record: c went from b's version to a's, with no
+				// deletion in between (a drop would have shown its Store the instance gone).
+				cn.store.mu.Lock()
+				applied := slices.Clone(cn.store.applied[k])
+				cn.store.mu.Unlock()
+				for _, rec := range applied {
+					if rec.Deleted {
+						t.Fatalf("c's Store saw %v deleted on its way to a's record: %v", k, applied)
+					}
+				}
+			}
+			c.checkInvariants()
+		})
+	}
+}
+
+// A live beat record its writer still holds as its own, of a key HRW no longer assigns to it, at
+// a version older than a deletion the HRW owner holds of another owner's, is deleted everywhere:
+// the HRW owner, refusing it, takes the deletion over as its own tombstone.
+//
+// Seed 7700089 reached it: n2, alone behind a partition, adopted the beat and deleted it
+// (n2#e+2); after the heal n1, its HRW owner, moved past that (n1#e+3, which replaced n2's
+// tombstone on n2) and left; n3 adopted its older copy (n3#e+1); n1 restarted and loaded n2's
+// tombstone from n4, and HRW assigned the key to n1 again. n3 sent its record to n1 at every
+// verify round, and n1 refused it every time; nothing showed n3 the tombstone (its verify hears
+// only of its own records and of the keys HRW assigns to it), and n2, which no longer held its
+// tombstone, never sent it. The record stayed live on n3, and on n4 once n4's copy of the
+// tombstone expired, until the tombstone had expired everywhere.
+func TestHRWOwnerTakesOverADeletionALiveWriterMissed(t *testing.T) {
+	all := []string{"a", "b", "c"}
+	c := newCluster(t, nil, all...)
+	a, cn := c.nodes["a"], c.nodes["c"]
+	k := beatKeyOwnedBy(all, "a", 80)
+	r := rev(cn, 3)
+	plantOwn(cn, Record{Key: k, Kind: KindBeat, Owner: "c", Revision: r, Payload: []byte("c's")})
+	gone := Record{Key: k, Kind: KindBeat, Owner: "b", Revision: r + 1, Deleted: true} // b forgot it
+	plant(a, gone)
+	cfg := testConfig()
+	c.eventually(3*cfg.VerifyInterval, "the key deleted everywhere\n"+c.describe(), func() bool {
+		for _, id := range all {
+			if got, ok := c.nodes[id].r.Get(k); ok && !got.Deleted {
+				return false
+			}
+		}
+		return c.converged()
+	})
+	got, _ := cn.r.Get(k)
+	if got.Owner != "a" || !got.Deleted || !got.Newer(gone) {
+		t.Fatalf("c holds %v, want a's tombstone past %v", got, gone)
 	}
 	c.checkInvariants()
 }
