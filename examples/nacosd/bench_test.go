@@ -56,6 +56,27 @@ func (n *benchNode) metrics() map[string]any {
 	return m
 }
 
+// cpuOf returns the CPU time (user and system) process pid has used, or
+// that of this process with pid 0, from /proc (Linux; USER_HZ 100).
+func cpuOf(pid int) time.Duration {
+	name := "/proc/self/stat"
+	if pid != 0 {
+		name = "/proc/" + strconv.Itoa(pid) + "/stat"
+	}
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return 0
+	}
+	_, rest, _ := strings.Cut(string(b), ") ") // past the command, which may hold spaces
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
 func benchmark(t *testing.T, nodes int) {
 	if os.Getenv("NACOSD_BENCH") == "" {
 		t.Skip("set NACOSD_BENCH=1 to run the benchmark")
@@ -152,7 +173,15 @@ func benchmark(t *testing.T, nodes int) {
 			_, _ = io.WriteString(n.ctl, name+"\n")
 		}
 	}
+	serverCPU := func() time.Duration {
+		var sum time.Duration
+		for _, n := range srv {
+			sum += cpuOf(n.cmd.Process.Pid)
+		}
+		return sum
+	}
 	phase("register")
+	srvCPU0, cliCPU0 := serverCPU(), cpuOf(0)
 	start = time.Now()
 	for i := range conns {
 		wg.Add(1)
@@ -173,6 +202,7 @@ func benchmark(t *testing.T, nodes int) {
 	wg.Wait()
 	regTime := time.Since(start)
 	regs := conns * perConn
+	srvRegCPU, cliRegCPU := serverCPU()-srvCPU0, cpuOf(0)-cliCPU0
 
 	phase("subscribe")
 	for i := range conns {
@@ -222,6 +252,7 @@ func benchmark(t *testing.T, nodes int) {
 	}
 	const changes = 50
 	expected := 0
+	srvCPU0, cliCPU0 = serverCPU(), cpuOf(0)
 	for k := range changes {
 		target := svc(k)
 		subs := 0
@@ -245,6 +276,7 @@ func benchmark(t *testing.T, nodes int) {
 			return len(lat[0])+len(lat[1]) >= want
 		})
 	}
+	srvPushCPU, cliPushCPU := serverCPU()-srvCPU0, cpuOf(0)-cliCPU0
 	mu.Lock()
 	pct := func(l []time.Duration) (time.Duration, time.Duration) {
 		slices.Sort(l)
@@ -267,6 +299,9 @@ func benchmark(t *testing.T, nodes int) {
 		nodes, conns, connected.Round(time.Millisecond), regs, conns*10, fullGoroutines)
 	t.Logf("registrations: %d in %v = %.0f/s (64 in flight)", regs, regTime.Round(time.Millisecond), float64(regs)/regTime.Seconds())
 	t.Logf("pushes: %d over %d changes; latency p50 %v, p99 %v%s", n, changes, p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond), cross)
+	t.Logf("CPU a registration: server %.0f µs, client %.0f µs; a push delivered: server %.0f µs, client %.0f µs",
+		float64(srvRegCPU.Microseconds())/float64(regs), float64(cliRegCPU.Microseconds())/float64(regs),
+		float64(srvPushCPU.Microseconds())/float64(n), float64(cliPushCPU.Microseconds())/float64(n))
 	t.Logf("server heap: %.1f MiB idle, %.1f MiB loaded: %.1f KiB per connection (with its 10 instances and 10 subscriptions)",
 		base/(1<<20), full/(1<<20), perConnBytes/1024)
 	phase("close") // the connections' instances leave: each a change pushed to its subscribers

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -467,11 +469,30 @@ type conn struct {
 	subs    map[subKey]*subscription
 	closed  bool
 
-	rate   *rate.Limiter                            // its requests a second (limits.go)
-	instMu sync.Mutex                               // orders its registrations, for insts and ninst
-	insts  map[model.ServiceKey][]model.InstanceKey // sorted, distinct
-	ninst  int                                      // the instances of insts, accounted to its source IP
+	rate   *rate.Limiter                   // its requests a second (limits.go)
+	instMu sync.Mutex                      // orders its registrations, for insts and ninst
+	insts  map[model.ServiceKey][]instAddr // sorted, distinct
+	ninst  int                             // the instances of insts, accounted to its source IP
 	wg     sync.WaitGroup
+}
+
+// instAddr is an instance key without its service: a connection's
+// instances are kept by service.
+type instAddr struct {
+	cluster, ip string
+	port        int
+}
+
+func addrOf(k model.InstanceKey) instAddr { return instAddr{k.Cluster, k.IP, k.Port} }
+
+func (a instAddr) compare(b instAddr) int {
+	if c := strings.Compare(a.cluster, b.cluster); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.ip, b.ip); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.port, b.port)
 }
 
 type subKey struct {
@@ -487,7 +508,7 @@ func newConn(g *grpcAPI, stream pb.BiRequestStream_RequestBiStreamServer, addr, 
 		log: g.log, stream: stream, sess: sess, ctx: ctx, cancel: cancel,
 		pending: map[string]chan answer{},
 		subs:    map[subKey]*subscription{},
-		rate:    g.s.limits.newConnRate(), insts: map[model.ServiceKey][]model.InstanceKey{},
+		rate:    g.s.limits.newConnRate(), insts: map[model.ServiceKey][]instAddr{},
 	}
 	c.touch()
 	return c
@@ -672,11 +693,11 @@ func (c *conn) batch(ctx context.Context, req *nRequest) *pb.Payload {
 // Its instances count against the per-client limits (limits.go).
 func (c *conn) replace(ctx context.Context, svc model.ServiceKey, insts []model.Instance) error {
 	svc = svc.WithDefaults()
-	next := make([]model.InstanceKey, 0, len(insts))
+	next := make([]instAddr, 0, len(insts))
 	for _, in := range insts {
-		next = append(next, in.WithDefaults().Key())
+		next = append(next, addrOf(in.WithDefaults().Key()))
 	}
-	slices.SortFunc(next, model.InstanceKey.Compare)
+	slices.SortFunc(next, instAddr.compare)
 	next = slices.Compact(next)
 	c.instMu.Lock()
 	defer c.instMu.Unlock()
@@ -708,7 +729,7 @@ func (c *conn) deregister(ctx context.Context, key model.InstanceKey) error {
 		return err
 	}
 	set := c.insts[key.Service]
-	if i, ok := slices.BinarySearchFunc(set, key, model.InstanceKey.Compare); ok {
+	if i, ok := slices.BinarySearchFunc(set, addrOf(key), instAddr.compare); ok {
 		set = slices.Delete(set, i, i+1)
 		c.ninst--
 		c.g.s.limits.addInstances(c.addr, -1)
