@@ -261,11 +261,21 @@ func (s *subscription) offer(m *pushMsg) {
 		return
 	}
 	s.next = m
-	if !s.running {
-		s.running = true
-		s.c.wg.Add(1) // before close's Wait: close marks s closed first
-		go s.deliver()
+	if s.running {
+		return
 	}
+	// A subscription joins its topic before its connection holds it: the
+	// connection may be closing, and its Wait must not miss this
+	// delivery. close sets c.closed before it waits.
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	s.running = true
+	c.wg.Add(1)
+	go s.deliver()
 }
 
 // close stops the subscription's pushes; a delivery under way ends at its
