@@ -520,7 +520,7 @@ func (c *conn) touch() { c.lastActive.Store(time.Now().UnixMilli()) }
 func (c *conn) kill() { c.cancel() }
 
 // close ends the subscriptions and, with endSession, the session (its
-// instances leave), and waits for the push loops.
+// instances leave), and waits for its deliveries (push.go).
 func (c *conn) close(endSession bool) {
 	c.cancel()
 	c.mu.Lock()

@@ -403,10 +403,9 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		grpc.MaxRecvMsgSize(10<<20),
 		// gRPC's read and write buffers (32 KiB) are pooled: a connection
 		// holds them only while it reads or writes, so an idle client no
-		// longer pays for them (it did before gRPC 1.6x: 175 KiB a
-		// connection with them, 93 KiB with 8 KiB ones; see README), and
-		// a push of a large service takes a few write calls, not one per
-		// 8 KiB.
+		// longer pays for them (with gRPC 1.56 it did: 175 KiB a
+		// connection with them, 8 KiB ones set here then), and a push of
+		// a large service takes a few write calls, not one per 8 KiB.
 		// Pushes share their encoded body among subscribers (push.go):
 		// the codec sends it as it is. Everything else is plain proto.
 		grpc.ForceServerCodecV2(newPushCodec()),
