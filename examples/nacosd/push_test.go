@@ -160,3 +160,87 @@ func TestTopicShared(t *testing.T) {
 	}
 	_ = s.Close()
 }
+
+// TestPushRetry: a push the client does not acknowledge is sent again,
+// PushRetries times in all, with the same lastRefTime and a new requestId
+// each time, and then given up; a change that comes while a push is being
+// retried supersedes it: the retries carry the newer view.
+func TestPushRetry(t *testing.T) {
+	s := startServer(t, func(c *Config) { c.PushTimeout, c.PushRetries = 300*time.Millisecond, 3 })
+	pub := dialWire(t, s.GRPCAddr(), true)
+	register := func(ip string) {
+		t.Helper()
+		var r response
+		pub.call("InstanceRequest", map[string]any{"serviceName": "rt", "type": "registerInstance", "instance": inst(ip, 80)}, &r)
+		if !r.Success {
+			t.Fatalf("register %s: %+v", ip, r)
+		}
+	}
+	register("10.0.0.1")
+	sub := dialWire(t, s.GRPCAddr(), true)
+	var sr subscribeServiceResponse
+	sub.call("SubscribeServiceRequest", map[string]any{"serviceName": "rt", "subscribe": true, "clusters": ""}, &sr)
+	if !sr.Success {
+		t.Fatalf("subscribe: %+v", sr)
+	}
+	sub.ack.Store(false)
+	type push struct {
+		RequestID   string       `json:"requestId"`
+		ServiceInfo nServiceInfo `json:"serviceInfo"`
+	}
+	// pushes collects the pushes that arrive until none has for quiet.
+	pushes := func(first *push, quiet time.Duration) []push {
+		t.Helper()
+		got := []push{}
+		if first != nil {
+			got = append(got, *first)
+		}
+		for {
+			select {
+			case p := <-sub.in:
+				var x push
+				if err := json.Unmarshal(p.GetBody().GetValue(), &x); err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, x)
+			case <-time.After(quiet):
+				return got
+			}
+		}
+	}
+	ip := func(p push) string {
+		if len(p.ServiceInfo.Hosts) != 1 {
+			return ""
+		}
+		return p.ServiceInfo.Hosts[0].IP
+	}
+
+	register("10.0.0.2")
+	got := pushes(nil, 2*time.Second)
+	if len(got) != 3 {
+		t.Fatalf("%d pushes of an unacknowledged change, want 3 (PushRetries): %+v", len(got), got)
+	}
+	for i, p := range got {
+		if ip(p) != "10.0.0.2" || p.ServiceInfo.LastRefTime != got[0].ServiceInfo.LastRefTime || (i > 0 && p.RequestID == got[i-1].RequestID) {
+			t.Fatalf("attempt %d: %+v (first %+v): want the same change and lastRefTime, a new requestId", i+1, p, got[0])
+		}
+	}
+
+	register("10.0.0.3")
+	var first push
+	if err := json.Unmarshal(sub.next("NotifySubscriberRequest", 5*time.Second).GetBody().GetValue(), &first); err != nil {
+		t.Fatal(err)
+	}
+	register("10.0.0.4") // while the push of 10.0.0.3 waits for its answer
+	got = pushes(&first, 2*time.Second)
+	if len(got) != 3 || ip(got[0]) != "10.0.0.3" || ip(got[1]) != "10.0.0.4" || ip(got[2]) != "10.0.0.4" ||
+		got[1].ServiceInfo.LastRefTime <= got[0].ServiceInfo.LastRefTime {
+		t.Fatalf("pushes %+v: want 10.0.0.3 once, then its retries superseded by 10.0.0.4 with a newer lastRefTime", got)
+	}
+
+	sub.ack.Store(true)
+	register("10.0.0.5")
+	if got = pushes(nil, time.Second); len(got) != 1 || ip(got[0]) != "10.0.0.5" {
+		t.Fatalf("an acknowledged push: %+v, want 10.0.0.5 once", got)
+	}
+}
