@@ -1,12 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -264,7 +267,7 @@ func (g *grpcAPI) RequestBiStream(stream pb.BiRequestStream_RequestBiStreamServe
 	if old != nil {
 		old.kill()
 	}
-	c.log.Info("connection set up", "clientIp", c.clientIP, "version", c.version, "labels", len(c.labels))
+	c.log.Info("connection set up", "clientIp", c.clientIP, "version", c.version, "labels", c.nlabels)
 
 	recvErr := make(chan error, 1)
 	go func() { // ends when the stream does: the handler's return ends its context
@@ -449,7 +452,7 @@ type conn struct {
 	addr     string
 	clientIP string
 	version  string
-	labels   map[string]string
+	nlabels  int // its session's labels, logged
 	log      *slog.Logger
 	stream   pb.BiRequestStream_RequestBiStreamServer
 	sess     *registry.Session
@@ -462,15 +465,34 @@ type conn struct {
 	reqSeq     atomic.Uint64
 
 	mu      sync.Mutex
-	pending map[string]chan *pb.Payload
+	pending map[string]chan answer
 	subs    map[subKey]*subscription
 	closed  bool
 
-	rate   *rate.Limiter // its requests a second (limits.go)
-	instMu sync.Mutex    // orders its registrations, for insts and ninst
-	insts  map[model.ServiceKey]map[model.InstanceKey]struct{}
-	ninst  int // the instances of insts, accounted to its source IP
+	rate   *rate.Limiter                   // its requests a second (limits.go)
+	instMu sync.Mutex                      // orders its registrations, for insts and ninst
+	insts  map[model.ServiceKey][]instAddr // sorted, distinct
+	ninst  int                             // the instances of insts, accounted to its source IP
 	wg     sync.WaitGroup
+}
+
+// instAddr is an instance key without its service: a connection's
+// instances are kept by service.
+type instAddr struct {
+	cluster, ip string
+	port        int
+}
+
+func addrOf(k model.InstanceKey) instAddr { return instAddr{k.Cluster, k.IP, k.Port} }
+
+func (a instAddr) compare(b instAddr) int {
+	if c := strings.Compare(a.cluster, b.cluster); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.ip, b.ip); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.port, b.port)
 }
 
 type subKey struct {
@@ -478,23 +500,15 @@ type subKey struct {
 	clusters string
 }
 
-type subscription struct {
-	key    subKey
-	name   string // as the client sent it
-	group  string
-	w      *registry.Watcher
-	cancel context.CancelFunc
-}
-
 func newConn(g *grpcAPI, stream pb.BiRequestStream_RequestBiStreamServer, addr, clientIP string, setup *setupRequest, sess *registry.Session) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &conn{
 		g: g, id: fmt.Sprintf("%d_%s_%d", time.Now().UnixMilli(), addr, g.seq.Add(1)), addr: addr,
-		clientIP: clip(clientIP), version: clip(setup.ClientVersion), labels: sess.Labels(),
+		clientIP: clip(clientIP), version: clip(setup.ClientVersion), nlabels: len(sess.Labels()),
 		log: g.log, stream: stream, sess: sess, ctx: ctx, cancel: cancel,
-		pending: map[string]chan *pb.Payload{},
+		pending: map[string]chan answer{},
 		subs:    map[subKey]*subscription{},
-		rate:    g.s.limits.newConnRate(), insts: map[model.ServiceKey]map[model.InstanceKey]struct{}{},
+		rate:    g.s.limits.newConnRate(), insts: map[model.ServiceKey][]instAddr{},
 	}
 	c.touch()
 	return c
@@ -506,17 +520,17 @@ func (c *conn) touch() { c.lastActive.Store(time.Now().UnixMilli()) }
 func (c *conn) kill() { c.cancel() }
 
 // close ends the subscriptions and, with endSession, the session (its
-// instances leave), and waits for the push loops.
+// instances leave), and waits for its deliveries (push.go).
 func (c *conn) close(endSession bool) {
 	c.cancel()
 	c.mu.Lock()
 	c.closed = true
-	for _, s := range c.subs {
-		s.cancel()
-		s.w.Close()
-	}
+	subs := c.subs
 	c.subs = map[subKey]*subscription{}
 	c.mu.Unlock()
+	for _, s := range subs {
+		c.unsubscribe(s)
+	}
 	if endSession {
 		_ = c.sess.Close()
 	}
@@ -527,20 +541,28 @@ func (c *conn) close(endSession bool) {
 	c.instMu.Unlock()
 }
 
-// send writes one payload to the stream (gRPC streams take one writer at a
-// time).
-func (c *conn) send(p *pb.Payload) error {
+// send writes one message, a *pb.Payload or a *rawPayload, to the stream
+// (gRPC streams take one writer at a time).
+func (c *conn) send(m any) error {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
-	return c.stream.Send(p)
+	return c.stream.SendMsg(m)
 }
 
 // call sends a server request on the stream and waits for the client's
 // response with the same requestId.
 func (c *conn) call(ctx context.Context, typ string, body map[string]any) (*pb.Payload, error) {
+	return c.callRaw(ctx, typ, func(id string) any {
+		body["requestId"] = id
+		return payload(typ, body)
+	})
+}
+
+// callRaw is call with the message (a *pb.Payload or a *rawPayload) built
+// by msg from the requestId.
+func (c *conn) callRaw(ctx context.Context, typ string, msg func(id string) any) (*pb.Payload, error) {
 	id := strconv.FormatUint(c.reqSeq.Add(1), 10)
-	body["requestId"] = id
-	ch := make(chan *pb.Payload, 1)
+	ch := make(chan answer, 1)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -553,19 +575,15 @@ func (c *conn) call(ctx context.Context, typ string, body map[string]any) (*pb.P
 		delete(c.pending, id)
 		c.mu.Unlock()
 	}()
-	if err := c.send(payload(typ, body)); err != nil {
+	if err := c.send(msg(id)); err != nil {
 		return nil, err
 	}
 	select {
-	case p := <-ch:
-		var r response
-		if err := json.Unmarshal(p.GetBody().GetValue(), &r); err != nil {
-			return nil, err
+	case a := <-ch:
+		if r := &a.r; r.ResultCode != codeOK && !r.Success {
+			return nil, fmt.Errorf("client answered %s with code %d: %s", a.p.GetMetadata().GetType(), r.ErrorCode, r.Message)
 		}
-		if r.ResultCode != codeOK && !r.Success {
-			return nil, fmt.Errorf("client answered %s with code %d: %s", p.GetMetadata().GetType(), r.ErrorCode, r.Message)
-		}
-		return p, nil
+		return a.p, nil
 	case <-ctx.Done():
 		return nil, fmt.Errorf("no answer to %s: %w", typ, ctx.Err())
 	case <-c.ctx.Done():
@@ -573,21 +591,26 @@ func (c *conn) call(ctx context.Context, typ string, body map[string]any) (*pb.P
 	}
 }
 
+// answer is a client's response to a server request, decoded once.
+type answer struct {
+	p *pb.Payload
+	r response
+}
+
 // onResponse routes a client's response to the call waiting for it.
 func (c *conn) onResponse(p *pb.Payload) {
-	var r struct {
-		RequestID string `json:"requestId"`
-	}
-	if err := json.Unmarshal(p.GetBody().GetValue(), &r); err != nil {
+	var a answer
+	if err := json.Unmarshal(p.GetBody().GetValue(), &a.r); err != nil {
 		c.log.Warn("malformed message on the stream", "type", p.GetMetadata().GetType(), "err", err)
 		return
 	}
+	a.p = p
 	c.mu.Lock()
-	ch := c.pending[r.RequestID]
+	ch := c.pending[a.r.RequestID]
 	c.mu.Unlock()
 	if ch != nil {
 		select {
-		case ch <- p:
+		case ch <- a:
 		default:
 		}
 	}
@@ -670,10 +693,12 @@ func (c *conn) batch(ctx context.Context, req *nRequest) *pb.Payload {
 // Its instances count against the per-client limits (limits.go).
 func (c *conn) replace(ctx context.Context, svc model.ServiceKey, insts []model.Instance) error {
 	svc = svc.WithDefaults()
-	next := make(map[model.InstanceKey]struct{}, len(insts))
+	next := make([]instAddr, 0, len(insts))
 	for _, in := range insts {
-		next[in.WithDefaults().Key()] = struct{}{}
+		next = append(next, addrOf(in.WithDefaults().Key()))
 	}
+	slices.SortFunc(next, instAddr.compare)
+	next = slices.Compact(next)
 	c.instMu.Lock()
 	defer c.instMu.Unlock()
 	if c.insts == nil {
@@ -703,14 +728,15 @@ func (c *conn) deregister(ctx context.Context, key model.InstanceKey) error {
 	if err := c.sess.Deregister(ctx, key); err != nil {
 		return err
 	}
-	if set := c.insts[key.Service]; set != nil {
-		if _, ok := set[key]; ok {
-			delete(set, key)
-			c.ninst--
-			c.g.s.limits.addInstances(c.addr, -1)
-			if len(set) == 0 {
-				delete(c.insts, key.Service)
-			}
+	set := c.insts[key.Service]
+	if i, ok := slices.BinarySearchFunc(set, addrOf(key), instAddr.compare); ok {
+		set = slices.Delete(set, i, i+1)
+		c.ninst--
+		c.g.s.limits.addInstances(c.addr, -1)
+		if len(set) == 0 {
+			delete(c.insts, key.Service)
+		} else {
+			c.insts[key.Service] = set
 		}
 	}
 	return nil
@@ -760,9 +786,10 @@ type subscribeServiceResponse struct {
 	ServiceInfo nServiceInfo `json:"serviceInfo"`
 }
 
-// subscribe serves SubscribeServiceRequest: a Watch whose every update is
-// pushed to the client (NotifySubscriberRequest). The answer carries the
-// watch's first view, so the first push is the first change.
+// subscribe serves SubscribeServiceRequest: the subscription joins its
+// topic (push.go), and every change is pushed to the client
+// (NotifySubscriberRequest). The answer carries the view the subscription
+// starts from, so the first push is the first change.
 func (c *conn) subscribe(ctx context.Context, req *nRequest) *pb.Payload {
 	svc := serviceKey(req.Namespace, req.GroupName, req.ServiceName).WithDefaults()
 	key := subKey{svc: svc, clusters: req.Clusters}
@@ -772,12 +799,12 @@ func (c *conn) subscribe(ctx context.Context, req *nRequest) *pb.Payload {
 	}
 	if !req.Subscribe {
 		c.mu.Lock()
-		if s := c.subs[key]; s != nil {
-			s.cancel()
-			s.w.Close()
-			delete(c.subs, key)
-		}
+		s := c.subs[key]
+		delete(c.subs, key)
 		c.mu.Unlock()
+		if s != nil {
+			c.unsubscribe(s)
+		}
 		return payload("SubscribeServiceResponse", subscribeServiceResponse{response: ok(req.RequestID)})
 	}
 	q := model.Query{Service: svc, Clusters: splitClusters(req.Clusters)}
@@ -786,6 +813,7 @@ func (c *conn) subscribe(ctx context.Context, req *nRequest) *pb.Payload {
 	}
 	c.mu.Lock()
 	existing := c.subs[key]
+	have := len(c.subs)
 	c.mu.Unlock()
 	if existing != nil {
 		v, err := c.g.s.reg.Query(ctx, q)
@@ -795,93 +823,51 @@ func (c *conn) subscribe(ctx context.Context, req *nRequest) *pb.Payload {
 		si := serviceInfo(v, req.ServiceName, svc.Group, req.Clusters, c.g.s.ref.next())
 		return payload("SubscribeServiceResponse", subscribeServiceResponse{ok(req.RequestID), si})
 	}
-	c.mu.Lock()
-	have := len(c.subs)
-	c.mu.Unlock()
 	if err := c.g.s.limits.checkSubs(c.addr, have); err != nil {
 		return fail(err)
 	}
 	if err := c.g.s.subs.acquire(); err != nil {
 		return fail(err)
 	}
-	wctx, cancel := context.WithCancel(c.ctx)
-	w, err := c.g.s.reg.Watch(wctx, q)
+	s := &subscription{c: c, key: key}
+	tk := topicKey{svc: svc, clusters: req.Clusters, name: req.ServiceName, namespace: req.Namespace}
+	v, ref, err := c.g.s.hub.join(ctx, tk, q, s)
 	if err != nil {
-		cancel()
 		c.g.s.subs.release()
 		return fail(err)
 	}
-	u, err := w.Next(ctx)
-	if err != nil {
-		cancel()
-		w.Close()
-		c.g.s.subs.release()
-		return fail(err)
-	}
-	s := &subscription{key: key, name: req.ServiceName, group: svc.Group, w: w, cancel: cancel}
 	c.mu.Lock()
 	if lim := c.g.s.cfg.Limits.SubsPerConn; lim > 0 && len(c.subs) >= lim && c.subs[key] == nil {
 		// Another subscription of this connection took the last place
 		// meanwhile.
 		c.mu.Unlock()
-		cancel()
-		w.Close()
-		c.g.s.subs.release()
+		c.unsubscribe(s)
 		return fail(c.g.s.limits.checkSubs(c.addr, lim))
 	}
 	if c.closed || c.subs[key] != nil {
 		c.mu.Unlock()
-		cancel()
-		w.Close()
-		c.g.s.subs.release()
+		c.unsubscribe(s)
 	} else {
 		c.subs[key] = s
-		c.wg.Add(1)
 		c.mu.Unlock()
-		go c.pushLoop(wctx, s, req.Namespace)
 	}
-	si := serviceInfo(u.View, req.ServiceName, svc.Group, req.Clusters, c.g.s.ref.next())
-	return payload("SubscribeServiceResponse", subscribeServiceResponse{ok(req.RequestID), si})
+	return subscribeAnswer(req.RequestID, v, req.ServiceName, svc.Group, req.Clusters, ref)
 }
 
-// pushLoop pushes every update of s's watch until the subscription or the
-// connection ends. A push is retried until the client acknowledges it; an
-// update that arrives meanwhile supersedes it.
-func (c *conn) pushLoop(ctx context.Context, s *subscription, namespace string) {
-	defer c.wg.Done()
-	defer c.g.s.subs.release()
-	defer s.w.Close()
-	for {
-		u, err := s.w.Next(ctx)
-		if err != nil {
-			return
-		}
-		for attempt := 0; ; attempt++ {
-			si := serviceInfo(u.View, s.name, s.group, s.key.clusters, c.g.s.ref.next())
-			start := time.Now()
-			pctx, cancel := context.WithTimeout(ctx, c.g.s.cfg.PushTimeout)
-			_, err := c.call(pctx, "NotifySubscriberRequest", map[string]any{
-				"module": "naming", "namespace": namespace, "serviceName": s.name, "groupName": s.group,
-				"serviceInfo": si,
-			})
-			cancel()
-			if err == nil {
-				c.g.s.metrics.push(time.Since(start))
-				break
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			c.g.s.metrics.pushFailed()
-			c.log.Warn("push not acknowledged; retrying", "service", s.key.svc, "attempt", attempt+1, "err", err)
-			if attempt+1 >= c.g.s.cfg.PushRetries {
-				break // the next update, or the client's own query, brings it up to date
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Duration(attempt+1) * 100 * time.Millisecond):
-			}
-		}
-	}
+// unsubscribe ends s, which is out of c.subs, and gives back its place.
+func (c *conn) unsubscribe(s *subscription) {
+	s.close()
+	c.g.s.hub.leave(s)
+	c.g.s.subs.release()
+}
+
+// subscribeAnswer is the SubscribeServiceResponse of a new subscription.
+func subscribeAnswer(reqID string, v *model.ServiceView, name, group, clusters string, ref int64) *pb.Payload {
+	b := make([]byte, 0, 256+len(v.Instances)*320)
+	b = append(b, `{"resultCode":200,"errorCode":0,"success":true,"requestId":`...)
+	b = appendJSONString(b, reqID)
+	b = append(b, `,"serviceInfo":`...)
+	b = appendServiceInfo(b, v, name, group, clusters, ref)
+	b = append(b, '}')
+	return &pb.Payload{Metadata: &pb.Metadata{Type: "SubscribeServiceResponse"}, Body: &anypb.Any{Value: b}}
 }

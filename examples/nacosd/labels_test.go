@@ -65,7 +65,7 @@ func TestSetupLabelsBounded(t *testing.T) {
 				t.Fatalf("%d connections, want 1", len(conns))
 			}
 			c := conns[0]
-			got := c.labels
+			got := c.sess.Labels() // the session keeps them; the connection only counts them
 			if tc.refused {
 				if len(got) != 0 {
 					t.Fatalf("labels %v kept, want none", keys(got))

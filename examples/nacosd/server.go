@@ -231,6 +231,7 @@ type Server struct {
 	grpcSrv *grpc.Server
 	httpSrv *http.Server
 	api     *grpcAPI
+	hub     *pushHub // the 2.x subscriptions' topics (push.go)
 	udp     *udpPusher
 	auth    *Auth
 	console *console.Console
@@ -382,6 +383,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		s.goFunc(s.bootstrapAuth)
 	}
 	s.api = newGRPCAPI(s)
+	s.hub = newPushHub(s)
 	if err = s.startConsole(s.ctx); err != nil {
 		return err
 	}
@@ -399,10 +401,14 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		// One limit for every message (batch registrations need room); a
 		// ConnectionSetupRequest's labels are read only up to maxSetupBody.
 		grpc.MaxRecvMsgSize(10<<20),
-		// gRPC's 32 KiB read and write buffers per connection are most of
-		// what an idle client costs (measured: 175 KiB a connection with
-		// them, see README); naming messages are small.
-		grpc.ReadBufferSize(8<<10), grpc.WriteBufferSize(8<<10),
+		// gRPC's read and write buffers (32 KiB) are pooled: a connection
+		// holds them only while it reads or writes, so an idle client no
+		// longer pays for them (with gRPC 1.56 it did: 175 KiB a
+		// connection with them, 8 KiB ones set here then), and a push of
+		// a large service takes a few write calls, not one per 8 KiB.
+		// Pushes share their encoded body among subscribers (push.go):
+		// the codec sends it as it is. Everything else is plain proto.
+		grpc.ForceServerCodecV2(newPushCodec()),
 	)...)
 	pb.RegisterRequestServer(s.grpcSrv, s.api)
 	pb.RegisterBiRequestStreamServer(s.grpcSrv, s.api)
