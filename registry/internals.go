@@ -41,20 +41,8 @@ func (in Internals) Settle(ctx context.Context) error {
 	if err := r.checkWrite(); err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	select {
-	case r.settles <- done:
-	case <-r.stop:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case <-done:
-	case <-r.stop:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := r.await(ctx, r.settles); err != nil {
+		return err
 	}
 	if err := r.sends.wait(ctx, r.stop); err != nil {
 		return err
@@ -80,9 +68,16 @@ func (in Internals) FlushWatchers(ctx context.Context) error {
 	if r.state.Load() == stateNew {
 		return nil // no watcher before Start, and no notifier to ask
 	}
+	return r.await(ctx, r.watch.flush)
+}
+
+// await hands a background goroutine (the housekeeper, the notifier) a
+// request on ch and waits until it has been served: ErrClosed once the
+// registry closes, ctx's error if it ends first.
+func (r *Registry) await(ctx context.Context, ch chan<- chan struct{}) error {
 	done := make(chan struct{})
 	select {
-	case r.watch.flush <- done:
+	case ch <- done:
 	case <-r.stop:
 		return ErrClosed
 	case <-ctx.Done():

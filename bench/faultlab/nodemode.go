@@ -209,8 +209,8 @@ func (p *nodeProc) crash(n *node.Node, info *powerLossInfo) error {
 func (p *nodeProc) dumpDir() string { return filepath.Join(filepath.Dir(p.spec.Dir), "powerloss") }
 
 // restoreRaftLog loads the Raft log a power loss left (crash) into the
-// strict file system, synced, and lifts the network cut; it reports
-// whether there was one.
+// strict file system, synced, and lifts the network cut; without one it
+// does nothing.
 func (p *nodeProc) restoreRaftLog() error {
 	dir := p.dumpDir()
 	data, err := os.ReadFile(filepath.Join(dir, "info.json"))
