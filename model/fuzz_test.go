@@ -3,6 +3,7 @@ package model
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"runtime"
@@ -29,6 +30,13 @@ func FuzzValidateInstance(f *testing.F) {
 			Metadata: NewMetadata(map[string]string{mk: mv}),
 		}
 		err := inst.Validate(Limits{})
+		// ValidateInService, for a caller that checked the service key
+		// already, answers as Validate does whenever the key is valid.
+		if inst.Service.Validate() == nil {
+			if inService := inst.ValidateInService(Limits{}); fmt.Sprint(inService) != fmt.Sprint(err) {
+				t.Fatalf("ValidateInService = %v, Validate = %v", inService, err)
+			}
+		}
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("error %v does not match ErrInvalid", err)

@@ -64,19 +64,36 @@ func (k InstanceKey) Validate() error {
 	if err := k.Service.Validate(); err != nil {
 		return err
 	}
-	if err := checkCluster("instance.cluster", k.Cluster); err != nil {
+	return checkEndpoint(k.Cluster, k.IP, k.Port)
+}
+
+// checkEndpoint checks an instance key's cluster, IP and port.
+func checkEndpoint(cluster, ip string, port int) error {
+	if err := checkCluster("instance.cluster", cluster); err != nil {
 		return err
 	}
-	if err := checkHost("instance.ip", k.IP); err != nil {
+	if err := checkHost("instance.ip", ip); err != nil {
 		return err
 	}
-	return checkPort("instance.port", k.Port, false)
+	return checkPort("instance.port", port, false)
 }
 
 // Validate checks every field of i against the rules and l.
 func (i Instance) Validate(l Limits) error {
-	k := i.Key()
-	if err := k.Validate(); err != nil {
+	if err := i.Service.Validate(); err != nil {
+		return err
+	}
+	return i.ValidateInService(l)
+}
+
+// ValidateInService is Validate without the check of i.Service, for a
+// caller that holds the service already and checked its key when it took it
+// (a registry's index holds only keys that passed Validate): every other
+// field is checked as Validate checks it, with the same errors. The
+// registry's registration path uses it to spare each new instance of a
+// known service a second pass over the service's names.
+func (i Instance) ValidateInService(l Limits) error {
+	if err := checkEndpoint(i.Cluster, i.IP, i.Port); err != nil {
 		return err
 	}
 	if i.ID != "" {

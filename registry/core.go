@@ -305,7 +305,11 @@ func (ix *index) slotFor(s *service, inst *rec) *slot {
 // insertSlot inserts a new slot (not yet live) at index i of s.slots, where
 // findSlot placed its key, and returns it.
 func (ix *index) insertSlot(s *service, i int) *slot {
-	sl := &slot{svc: s}
+	return ix.placeSlot(s, i, &slot{svc: s})
+}
+
+// placeSlot inserts sl, new and not yet live, at index i of s.slots.
+func (ix *index) placeSlot(s *service, i int, sl *slot) *slot {
 	ix.quota.instances++
 	s.slots = append(s.slots, nil)
 	copy(s.slots[i+1:], s.slots[i:])
@@ -313,15 +317,64 @@ func (ix *index) insertSlot(s *service, i int) *slot {
 	return sl
 }
 
+// slotBlock is a new slot born with its first publication: the slot, the
+// publication, its instance and the slot's list of publications in one
+// allocation rather than four. Registering a new instance is a hot path,
+// and the block keeps what a lookup reads in the slot's key (sl.pubs[0],
+// the publication, its rec) in the slot's own cache lines: findSlot's
+// binary search takes one miss a step for the block instead of four.
+//
+// Nothing reuses the block's parts: a publication removed, an instance
+// replaced (pubInst.inst points elsewhere) or a list of publications grown
+// past one leaves its part unused, and the garbage collector keeps the block
+// while anything points into it. The waste is bounded by one publication
+// and one rec per slot, and only for slots whose first publication changed.
+type slotBlock struct {
+	sl  slot
+	one [1]*pubInst
+	pi  pubInst
+	rec rec
+}
+
+// newSlotBlock returns a new slot of s (not yet placed) with pub's
+// publication of inst, which is valid and has its defaults.
+func newSlotBlock(s *service, pub *publisher, inst *model.Instance) (*slot, *pubInst) {
+	b := &slotBlock{
+		sl: slot{svc: s},
+		rec: rec{
+			id:      inst.ID,
+			cluster: inst.Cluster,
+			ip:      inst.IP,
+			md:      inst.Metadata,
+			weight:  inst.Weight,
+			port:    uint16(inst.Port),
+			healthy: inst.Healthy,
+			enabled: inst.Enabled,
+		},
+	}
+	b.pi = pubInst{pub: pub, slot: &b.sl, inst: &b.rec}
+	b.one[0] = &b.pi
+	b.sl.pubs = b.one[:]
+	return &b.sl, &b.pi
+}
+
 // slotBorn is called once a new slot has its first publication: it attaches
 // a waiting patch.
-func (ix *index) slotBorn(sl *slot) {
-	instKey := sl.key()
-	if p := ix.patches[instKey]; p != nil {
-		sl.patch = p
-		ix.patchGone.Remove(instKey)
+func (ix *index) slotBorn(sl *slot) { ix.slotBornIn(sl, true) }
+
+// slotBornIn is slotBorn knowing whether sl's service had no live slot
+// before (only then may its empty countdown run).
+func (ix *index) slotBornIn(sl *slot, wasEmpty bool) {
+	if len(ix.patches) > 0 {
+		instKey := sl.key()
+		if p := ix.patches[instKey]; p != nil {
+			sl.patch = p
+			ix.patchGone.Remove(instKey)
+		}
 	}
-	ix.emptySvcs.Remove(sl.svc.key)
+	if wasEmpty {
+		ix.emptySvcs.Remove(sl.svc.key)
+	}
 }
 
 // dropSlotIfDead removes sl from its service once nothing publishes it, and
@@ -686,13 +739,22 @@ func (ix *index) publishAt(s *service, i int, found bool, pub *publisher, inst m
 		s = &service{key: inst.Service, ephemeral: true}
 		ix.addService(s)
 	}
-	stored := newRec(&inst)
-	var sl *slot
-	if found {
-		sl = s.slots[i]
-	} else {
-		sl = ix.insertSlot(s, i)
+	if !found {
+		// The common case, a new instance: one allocation (slotBlock).
+		wasEmpty := s.empty()
+		sl, pi := newSlotBlock(s, pub, &inst)
+		ix.placeSlot(s, i, sl)
+		pub.insts = append(pub.insts, pi)
+		ix.slotBornIn(sl, wasEmpty)
+		if ix.noting {
+			ix.noteSlot(sl, EventRegistered, pub, "")
+		}
+		ix.changed(s)
+		ix.notePublication(pi, true)
+		return pi, nil
 	}
+	stored := newRec(&inst)
+	sl := s.slots[i]
 	born := !sl.live()
 	prev := sl.current() // issue 15: what the view shows before
 	pi := &pubInst{pub: pub, slot: sl, inst: stored}

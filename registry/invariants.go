@@ -27,6 +27,11 @@ func (ix *index) checkInvariants(bad func(format string, args ...any)) {
 				bad("empty implicit service %s has no clean-up countdown", key)
 			}
 		}
+		if !s.empty() {
+			if _, ok := ix.emptySvcs.Get(key); ok {
+				bad("service %s has instances and a clean-up countdown", key)
+			}
+		}
 		for i, sl := range s.slots {
 			if sl.svc != s {
 				bad("%s: slot %d points to service %v", key, i, sl.svc.key)

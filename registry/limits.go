@@ -203,8 +203,19 @@ func metadataSize(m model.Metadata, max int) int {
 // validInstance checks inst, which has its defaults, against the rules and
 // the metadata limits.
 func (r *Registry) validInstance(inst *model.Instance) error {
+	return r.validInstanceIn(inst, false)
+}
+
+// validInstanceIn is validInstance knowing whether inst's service key is
+// one that the index holds or held: such a key passed validation when its
+// service entered the index (validity is a function of the key alone), so
+// only the instance's own fields are checked (model's ValidateInService).
+func (r *Registry) validInstanceIn(inst *model.Instance, heldService bool) error {
 	if err := r.cfg.Limits.checkMetadata("instance.metadata", inst.Metadata); err != nil {
 		return err
+	}
+	if heldService {
+		return inst.ValidateInService(r.cfg.Limits.model())
 	}
 	return inst.Validate(r.cfg.Limits.model())
 }

@@ -116,7 +116,7 @@ func (s *Session) Register(ctx context.Context, inst model.Instance) (err error)
 	if s.unchanged(&inst, &loc) {
 		return nil
 	}
-	if err := s.r.validInstance(&inst); err != nil {
+	if err := s.r.validInstanceIn(&inst, loc.s != nil); err != nil {
 		return err
 	}
 	// whileOpen's section, without its closure: this is a hot path.
