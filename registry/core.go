@@ -336,10 +336,10 @@ type slotBlock struct {
 	rec rec
 }
 
-// newSlotBlock returns a new slot of s (not yet placed) with pub's
-// publication of inst, which is valid and has its defaults.
-func newSlotBlock(s *service, pub *publisher, inst *model.Instance) (*slot, *pubInst) {
-	b := &slotBlock{
+// init makes b a new slot of s (not yet placed) with pub's publication of
+// inst, which is valid and has its defaults, and returns them.
+func (b *slotBlock) init(s *service, pub *publisher, inst *model.Instance) (*slot, *pubInst) {
+	*b = slotBlock{
 		sl: slot{svc: s},
 		rec: rec{
 			id:      inst.ID,
@@ -356,6 +356,26 @@ func newSlotBlock(s *service, pub *publisher, inst *model.Instance) (*slot, *pub
 	b.one[0] = &b.pi
 	b.sl.pubs = b.one[:]
 	return &b.sl, &b.pi
+}
+
+// beatBlock is a new beat publisher allocated with the slot of its first
+// instance (standalone, the common case: a new ip:port registers a new
+// instance), with room for its first publication in its list: one
+// allocation where there were three. When the instance's slot exists
+// already, the slot part goes unused (the block is freed with the
+// publisher).
+type beatBlock struct {
+	pub   publisher
+	insts [1]*pubInst
+	slot  slotBlock
+}
+
+// newBeatPub returns a new beat publisher of port and, for its first
+// instance's slot, the block to make it in.
+func newBeatPub(port int) (*publisher, *slotBlock) {
+	b := &beatBlock{pub: publisher{kind: pubBeat, port: uint16(port)}}
+	b.pub.insts = b.insts[:0]
+	return &b.pub, &b.slot
 }
 
 // slotBorn is called once a new slot has its first publication: it attaches
@@ -702,14 +722,15 @@ func (ix *index) publish(pub *publisher, inst model.Instance, limited bool) (*pu
 	if s != nil {
 		i, found = s.findSlot(inst.Cluster, inst.IP, inst.Port)
 	}
-	return ix.publishAt(s, i, found, pub, inst, limited)
+	return ix.publishAt(s, i, found, pub, inst, limited, nil)
 }
 
 // publishAt is publish with inst's key looked up already: s is the
 // service of inst's key (or nil), i the index of the key's slot in s.slots
 // or where it would go, found whether it is there (see instLoc in
-// delta.go).
-func (ix *index) publishAt(s *service, i int, found bool, pub *publisher, inst model.Instance, limited bool) (*pubInst, error) {
+// delta.go). A new slot is made in blk when it is not nil (see beatBlock),
+// in a slotBlock of its own otherwise.
+func (ix *index) publishAt(s *service, i int, found bool, pub *publisher, inst model.Instance, limited bool, blk *slotBlock) (*pubInst, error) {
 	if s != nil && !s.ephemeral {
 		return nil, kindMismatch(s)
 	}
@@ -742,7 +763,10 @@ func (ix *index) publishAt(s *service, i int, found bool, pub *publisher, inst m
 	if !found {
 		// The common case, a new instance: one allocation (slotBlock).
 		wasEmpty := s.empty()
-		sl, pi := newSlotBlock(s, pub, &inst)
+		if blk == nil {
+			blk = new(slotBlock)
+		}
+		sl, pi := blk.init(s, pub, &inst)
 		ix.placeSlot(s, i, sl)
 		pub.insts = append(pub.insts, pi)
 		ix.slotBornIn(sl, wasEmpty)
@@ -916,6 +940,15 @@ func (ix *index) beatPub(ip string, port int) *publisher {
 	return nil
 }
 
+// slotAt is where an instance key is in the index, as publishAt takes it:
+// its service (nil when there is none), the index of its slot in s.slots
+// or where it would go, and whether it is there.
+type slotAt struct {
+	s     *service
+	i     int
+	found bool
+}
+
 // beatLoc is a lookup of the beat publisher of an ip:port under mu (pub,
 // nil when there was none) and ix.beatsGen then. Until beatsGen moves, the
 // lookup holds, after mu was released and taken again: a standalone
@@ -925,6 +958,7 @@ type beatLoc struct {
 	ok  bool // the lookup was made
 	pub *publisher
 	gen uint64
+	at  instLoc // the lookup of the instance's key, when made (relocate checks it)
 }
 
 // beatPubAt is beatPub of ip:port, loc's if it still holds (loc may be

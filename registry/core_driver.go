@@ -183,9 +183,10 @@ func (ix *index) endSession(p *publisher, why string, now time.Time) {
 // publishBeat publishes inst, valid and with its defaults, through the
 // beat publisher pub of its ip:port (fresh: a new one, indexed here once
 // the publication is admitted), and (re)starts its lease from now (see
-// publish). The driver has looked up, or promoted, pub.
-func (ix *index) publishBeat(pub *publisher, inst *model.Instance, fresh bool, now time.Time) (*pubInst, error) {
-	pi, err := ix.publish(pub, *inst, true)
+// publish). The driver has looked up, or promoted, pub, and looked up
+// where inst's key is (at); a new slot is made in blk, if not nil.
+func (ix *index) publishBeat(pub *publisher, at slotAt, inst *model.Instance, fresh bool, blk *slotBlock, now time.Time) (*pubInst, error) {
+	pi, err := ix.publishAt(at.s, at.i, at.found, pub, *inst, true, blk)
 	if err != nil {
 		return nil, err
 	}

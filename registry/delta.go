@@ -424,6 +424,19 @@ type instLoc struct {
 // it if pub holds inst exactly, or nil. The caller holds mu (read or
 // write).
 func (r *Registry) locate(pub *publisher, inst *model.Instance, loc *instLoc) *pubInst {
+	s := r.locateKey(inst, loc)
+	if s == nil || !loc.found || !s.ephemeral {
+		return nil
+	}
+	if pi := loc.at.publication(pub); pi != nil && pi.inst.sameInstance(inst) {
+		return pi
+	}
+	return nil
+}
+
+// locateKey looks inst's key up, fills loc and returns the key's service
+// (nil when there is none). The caller holds mu (read or write).
+func (r *Registry) locateKey(inst *model.Instance, loc *instLoc) *service {
 	s := r.core.service(&inst.Service)
 	*loc = instLoc{ok: true, gen: r.svcGen.Load(), s: s}
 	if s == nil {
@@ -437,13 +450,7 @@ func (r *Registry) locate(pub *publisher, inst *model.Instance, loc *instLoc) *p
 	if i > 0 {
 		loc.before = s.slots[i-1]
 	}
-	if !found || !s.ephemeral {
-		return nil
-	}
-	if pi := loc.at.publication(pub); pi != nil && pi.inst.sameInstance(inst) {
-		return pi
-	}
-	return nil
+	return s
 }
 
 // relocate returns inst's service, slot index and whether the slot is
@@ -497,7 +504,8 @@ func (r *Registry) renewIfUnchanged(pub *publisher, inst *model.Instance) *pubIn
 // renewUnchangedBeat is Register's answer, standalone, to a beat
 // registration of an instance held exactly: its lease is renewed, before
 // validation (what is stored was valid). It reports whether it was; when
-// not, loc holds the lookup of inst's beat publisher, for the registration.
+// not, loc holds the lookups of inst's beat publisher and of its key, for
+// the registration.
 func (r *Registry) renewUnchangedBeat(inst *model.Instance, loc *beatLoc) bool {
 	r.mu.Lock()
 	if r.checkWrite() != nil {
@@ -506,6 +514,9 @@ func (r *Registry) renewUnchangedBeat(inst *model.Instance, loc *beatLoc) bool {
 	}
 	*loc = r.core.beatLocOf(inst.IP, inst.Port)
 	renewed := r.renewIfUnchanged(loc.pub, inst) != nil
+	if !renewed {
+		r.locateKey(inst, &loc.at)
+	}
 	r.mu.Unlock()
 	return renewed
 }

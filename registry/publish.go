@@ -95,11 +95,11 @@ func (r *Registry) Register(ctx context.Context, inst model.Instance) (err error
 		return err
 	}
 	inst = inst.WithDefaults()
-	var loc beatLoc // the beat publisher's lookup, kept for the registration
+	var loc beatLoc // the beat publisher's and the key's lookups, kept for the registration
 	if inst.Ephemeral && !r.cluster && r.renewUnchangedBeat(&inst, &loc) {
 		return nil // issue 15: the same instance again only renews its lease (delta.go)
 	}
-	if err := r.validInstance(&inst); err != nil {
+	if err := r.validInstanceIn(&inst, loc.at.s != nil); err != nil {
 		return err
 	}
 	if !inst.Ephemeral {
@@ -138,20 +138,25 @@ func (r *Registry) registerOwned(ctx context.Context, inst model.Instance, loc *
 	if err := r.checkWrite(); err != nil {
 		return err
 	}
-	_, err := r.registerBeat(r.core.beatPubAt(loc, inst.IP, inst.Port), &inst)
+	var at *instLoc
+	if loc != nil {
+		at = &loc.at
+	}
+	_, err := r.registerBeat(r.core.beatPubAt(loc, inst.IP, inst.Port), &inst, at)
 	return err
 }
 
 // registerOwnedLocked publishes inst through the beat publisher of its
 // ip:port and (re)starts its lease. The caller holds mu.
 func (r *Registry) registerOwnedLocked(inst model.Instance) (*pubInst, error) {
-	return r.registerBeat(r.core.beatPub(inst.IP, inst.Port), &inst)
+	return r.registerBeat(r.core.beatPub(inst.IP, inst.Port), &inst, nil)
 }
 
 // registerBeat is registerOwnedLocked with the beat publisher of inst's
 // ip:port looked up already: pub, or nil when there is none. inst is only
-// read.
-func (r *Registry) registerBeat(pub *publisher, inst *model.Instance) (*pubInst, error) {
+// read. loc, if not nil, is a lookup of inst's key made earlier, which
+// relocate checks (see instLoc).
+func (r *Registry) registerBeat(pub *publisher, inst *model.Instance, loc *instLoc) (*pubInst, error) {
 	if pi := r.renewIfUnchanged(pub, inst); pi != nil {
 		return pi, nil // issue 15: the same instance again only renews its lease
 	}
@@ -167,16 +172,22 @@ func (r *Registry) registerBeat(pub *publisher, inst *model.Instance) (*pubInst,
 			pub = rp
 		}
 	}
+	var at slotAt
+	if loc == nil {
+		loc = &instLoc{} // not made: relocate looks the key up
+	}
+	at.s, at.i, at.found = r.relocate(loc, inst)
 	fresh := pub == nil
+	var blk *slotBlock
 	if fresh {
-		pub = &publisher{kind: pubBeat, port: uint16(inst.Port)}
+		pub, blk = newBeatPub(inst.Port)
 		if r.cluster {
 			// A replicated publisher needs its key after its last instance
 			// has gone (for the tombstone); a standalone one saves the string.
 			pub.id = model.Endpoint(inst.IP, inst.Port)
 		}
 	}
-	pi, err := r.core.publishBeat(pub, inst, fresh, r.now())
+	pi, err := r.core.publishBeat(pub, at, inst, fresh, blk, r.now())
 	r.carryOut() // once for the publication, the new revision and the lease
 	return pi, err
 }

@@ -127,7 +127,7 @@ func (s *Session) Register(ctx context.Context, inst model.Instance) (err error)
 		return err
 	}
 	sv, i, found := r.relocate(&loc, &inst)
-	_, err = r.core.publishAt(sv, i, found, s.pub, inst, true)
+	_, err = r.core.publishAt(sv, i, found, s.pub, inst, true, nil)
 	if err == nil {
 		r.core.pubChanged(s.pub)
 	}
