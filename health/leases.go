@@ -562,6 +562,15 @@ func (l *Leases[K]) maybeShrink() {
 // intern returns the index in l.timeouts of t, adding it if no lease has it, and counts one
 // more lease with it.
 func (l *Leases[K]) intern(t Timeouts) uint32 {
+	// Leases usually share a few values, among the first entries: a short
+	// scan finds them without hashing t. A live entry's value is unique, so
+	// it is the one the map would find.
+	for i := range min(len(l.timeouts), 4) {
+		if e := &l.timeouts[i]; e.refs > 0 && e.t == t {
+			e.refs++
+			return uint32(i)
+		}
+	}
 	if i, ok := l.timeoutIndex[t]; ok {
 		l.timeouts[i].refs++
 		return i

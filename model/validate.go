@@ -332,6 +332,9 @@ func checkHost(field, host string) error {
 	if len(host) > MaxHostLen {
 		return invalid(field, "must be at most "+strconv.Itoa(MaxHostLen)+" bytes", host)
 	}
+	if plainIPv4(host) {
+		return nil
+	}
 	if addr, err := netip.ParseAddr(host); err == nil {
 		if addr.IsUnspecified() {
 			return invalid(field, "must not be the unspecified address", host)
@@ -359,6 +362,38 @@ func checkHost(field, host string) error {
 		return invalid(field, rule, host)
 	}
 	return nil
+}
+
+// plainIPv4 reports, in one pass, whether host is a dotted-quad IPv4
+// address that netip.ParseAddr parses and that is not 0.0.0.0: four
+// decimal fields of one to three digits, each at most 255 and without a
+// leading zero. It accepts nothing that checkHost's rules reject, and
+// leaves every other form (IPv6, names, the unspecified address, errors)
+// to them; FuzzPlainIPv4 holds it to netip.ParseAddr. Instance addresses
+// are IPv4 almost always, and this is every registration's path.
+func plainIPv4(host string) bool {
+	if len(host) < len("1.1.1.1") || len(host) > len("255.255.255.255") {
+		return false
+	}
+	fields, v, digits, nonzero := 0, 0, 0, false
+	for i := 0; i <= len(host); i++ {
+		if i == len(host) || host[i] == '.' {
+			if digits == 0 || v > 255 {
+				return false
+			}
+			fields++
+			nonzero = nonzero || v != 0
+			v, digits = 0, 0
+			continue
+		}
+		c := host[i] - '0'
+		if c > 9 || digits == 3 || digits == 1 && v == 0 { // not a digit, a fourth digit, a leading zero
+			return false
+		}
+		v = v*10 + int(c)
+		digits++
+	}
+	return fields == 4 && nonzero
 }
 
 func checkPort(field string, port int, zeroOK bool) error {

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
@@ -95,6 +96,28 @@ func FuzzValidateFastPaths(f *testing.F) {
 		m := NewMetadata(map[string]string{k1: v1, k2: v2})
 		if got, want := errText(checkMetadata("instance.metadata", m, l)), errText(refCheckMetadata("instance.metadata", m, l)); got != want {
 			t.Fatalf("metadata %v (max %d): got %s, want %s", m, l.MaxMetadataSize, got, want)
+		}
+	})
+}
+
+// FuzzPlainIPv4: the one-pass IPv4 check accepts only what netip.ParseAddr
+// parses as an IPv4 address other than 0.0.0.0, and accepts every such
+// address in dotted-quad form.
+func FuzzPlainIPv4(f *testing.F) {
+	for _, s := range []string{"10.0.0.1", "0.0.0.0", "255.255.255.255", "256.1.1.1", "01.2.3.4", "1.2.3", "1.2.3.4.5",
+		"1..2.3", "1.2.3.4.", ".1.2.3", "0.0.0.1", "1.0.0.0", "::1", "::ffff:1.2.3.4", "1.2.3.-4", "1.2.3.4a", "0000.1.1.1", "1.2.3.04"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, host string) {
+		got := plainIPv4(host)
+		addr, err := netip.ParseAddr(host)
+		if want := err == nil && addr.Is4() && !addr.IsUnspecified(); got && !want {
+			t.Fatalf("plainIPv4(%q) = true; netip: %v, %v", host, addr, err)
+		} else if want && !got && addr.String() == host {
+			t.Fatalf("plainIPv4(%q) = false for a valid address", host)
+		}
+		if got && checkHost("instance.ip", host) != nil {
+			t.Fatalf("checkHost rejects %q, which plainIPv4 accepts", host)
 		}
 	})
 }
