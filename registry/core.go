@@ -932,7 +932,12 @@ func beatPublishedAs(pub *publisher, inst *model.Instance) *pubInst {
 // indexed by IP (a string key takes the map's fast path) and chained by
 // port, since an IP rarely has more than one.
 func (ix *index) beatPub(ip string, port int) *publisher {
-	for p := ix.beats[ip]; p != nil; p = p.next {
+	return beatPubIn(ix.beats[ip], port)
+}
+
+// beatPubIn returns the beat publisher of port in the list from head.
+func beatPubIn(head *publisher, port int) *publisher {
+	for p := head; p != nil; p = p.next {
 		if int(p.port) == port {
 			return p
 		}
@@ -955,10 +960,11 @@ type slotAt struct {
 // Register, which validates between its pre-check and its registration,
 // looks the publisher up once.
 type beatLoc struct {
-	ok  bool // the lookup was made
-	pub *publisher
-	gen uint64
-	at  instLoc // the lookup of the instance's key, when made (relocate checks it)
+	ok   bool // the lookup was made
+	pub  *publisher
+	head *publisher // the first beat publisher of the ip then (pub's list)
+	gen  uint64
+	at   instLoc // the lookup of the instance's key, when made (relocate checks it)
 }
 
 // beatPubAt is beatPub of ip:port, loc's if it still holds (loc may be
@@ -971,9 +977,18 @@ func (ix *index) beatPubAt(loc *beatLoc, ip string, port int) *publisher {
 }
 
 // addBeatPub indexes a new beat publisher of ip.
-func (ix *index) addBeatPub(ip string, p *publisher) {
+func (ix *index) addBeatPub(ip string, p *publisher) { ix.addBeatPubAt(nil, ip, p) }
+
+// addBeatPubAt is addBeatPub with the list of ip taken from loc, if it
+// still holds (loc may be nil): the registration of a new ip:port then
+// reads the map once, in its pre-check, and writes it once.
+func (ix *index) addBeatPubAt(loc *beatLoc, ip string, p *publisher) {
+	if loc != nil && loc.ok && loc.gen == ix.beatsGen {
+		p.next = loc.head
+	} else {
+		p.next = ix.beats[ip]
+	}
 	ix.beatsGen++
-	p.next = ix.beats[ip]
 	ix.beats[ip] = p
 }
 

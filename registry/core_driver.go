@@ -111,7 +111,8 @@ func (ix *index) allBeatPubs() iter.Seq[*publisher] {
 
 // beatLocOf looks up the beat publisher of ip:port, for beatPubAt.
 func (ix *index) beatLocOf(ip string, port int) beatLoc {
-	return beatLoc{ok: true, pub: ix.beatPub(ip, port), gen: ix.beatsGen}
+	head := ix.beats[ip]
+	return beatLoc{ok: true, pub: beatPubIn(head, port), head: head, gen: ix.beatsGen}
 }
 
 // counts returns the index's counts (Registry.Counts).
@@ -183,15 +184,16 @@ func (ix *index) endSession(p *publisher, why string, now time.Time) {
 // publishBeat publishes inst, valid and with its defaults, through the
 // beat publisher pub of its ip:port (fresh: a new one, indexed here once
 // the publication is admitted), and (re)starts its lease from now (see
-// publish). The driver has looked up, or promoted, pub, and looked up
-// where inst's key is (at); a new slot is made in blk, if not nil.
-func (ix *index) publishBeat(pub *publisher, at slotAt, inst *model.Instance, fresh bool, blk *slotBlock, now time.Time) (*pubInst, error) {
+// publish). The driver has looked up, or promoted, pub (loc, if not nil,
+// is the lookup), and looked up where inst's key is (at); a new slot is
+// made in blk, if not nil.
+func (ix *index) publishBeat(pub *publisher, loc *beatLoc, at slotAt, inst *model.Instance, fresh bool, blk *slotBlock, now time.Time) (*pubInst, error) {
 	pi, err := ix.publishAt(at.s, at.i, at.found, pub, *inst, true, blk)
 	if err != nil {
 		return nil, err
 	}
 	if fresh {
-		ix.addBeatPub(inst.IP, pub)
+		ix.addBeatPubAt(loc, inst.IP, pub)
 	}
 	ix.pubChanged(pub)
 	t := inst.BeatTimings()

@@ -138,11 +138,7 @@ func (r *Registry) registerOwned(ctx context.Context, inst model.Instance, loc *
 	if err := r.checkWrite(); err != nil {
 		return err
 	}
-	var at *instLoc
-	if loc != nil {
-		at = &loc.at
-	}
-	_, err := r.registerBeat(r.core.beatPubAt(loc, inst.IP, inst.Port), &inst, at)
+	_, err := r.registerBeat(r.core.beatPubAt(loc, inst.IP, inst.Port), &inst, loc)
 	return err
 }
 
@@ -154,9 +150,9 @@ func (r *Registry) registerOwnedLocked(inst model.Instance) (*pubInst, error) {
 
 // registerBeat is registerOwnedLocked with the beat publisher of inst's
 // ip:port looked up already: pub, or nil when there is none. inst is only
-// read. loc, if not nil, is a lookup of inst's key made earlier, which
-// relocate checks (see instLoc).
-func (r *Registry) registerBeat(pub *publisher, inst *model.Instance, loc *instLoc) (*pubInst, error) {
+// read. loc, if not nil, is the lookup that found pub, with the lookup of
+// inst's key, made earlier (beatLoc and instLoc say when they still hold).
+func (r *Registry) registerBeat(pub *publisher, inst *model.Instance, loc *beatLoc) (*pubInst, error) {
 	if pi := r.renewIfUnchanged(pub, inst); pi != nil {
 		return pi, nil // issue 15: the same instance again only renews its lease
 	}
@@ -173,10 +169,11 @@ func (r *Registry) registerBeat(pub *publisher, inst *model.Instance, loc *instL
 		}
 	}
 	var at slotAt
-	if loc == nil {
-		loc = &instLoc{} // not made: relocate looks the key up
+	keyLoc := &instLoc{} // not made: relocate looks the key up
+	if loc != nil {
+		keyLoc = &loc.at
 	}
-	at.s, at.i, at.found = r.relocate(loc, inst)
+	at.s, at.i, at.found = r.relocate(keyLoc, inst)
 	fresh := pub == nil
 	var blk *slotBlock
 	if fresh {
@@ -187,7 +184,7 @@ func (r *Registry) registerBeat(pub *publisher, inst *model.Instance, loc *instL
 			pub.id = model.Endpoint(inst.IP, inst.Port)
 		}
 	}
-	pi, err := r.core.publishBeat(pub, at, inst, fresh, blk, r.now())
+	pi, err := r.core.publishBeat(pub, loc, at, inst, fresh, blk, r.now())
 	r.carryOut() // once for the publication, the new revision and the lease
 	return pi, err
 }
