@@ -6,15 +6,19 @@ import "github.com/muster-io/muster/model"
 // slot already knows (the service key, the kind), packed. At a million
 // instances the saving is tens of megabytes. A rec is immutable once stored;
 // a change stores a new one.
+//
+// The key's fields come first: findSlot's binary search reads them (with
+// sl.pubs[0] and the publication, just before the rec in a slotBlock) at
+// every step, so they share the cache lines that those are in.
 type rec struct {
-	id      string
 	cluster string
 	ip      string
-	md      model.Metadata
-	weight  float64
 	port    uint16
 	healthy bool
 	enabled bool
+	weight  float64
+	id      string
+	md      model.Metadata
 }
 
 // newRec packs inst, which is valid and has its defaults.
