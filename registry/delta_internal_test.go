@@ -310,3 +310,75 @@ func TestHashMap(t *testing.T) {
 	clear(want)
 	check("reset")
 }
+
+// TestBeatLocStale: a standalone beat registration whose pre-check lookups
+// (the beat publishers of its ip, the slot of its key) went stale before it
+// took the lock again still links its new publisher into its ip's list
+// beside the ones added in between, and lands its slot in order.
+func TestBeatLocStale(t *testing.T) {
+	ctx := context.Background()
+	r, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	svc := model.ServiceKey{Name: "stale"}
+	mk := func(ip string, port int) model.Instance { return model.NewInstance(svc, ip, port).WithDefaults() }
+	for _, tc := range []struct {
+		name string
+		add  []model.Instance // registered between the pre-check and the registration
+	}{
+		{"nothing moved", nil},
+		{"same ip, other port", []model.Instance{mk("10.0.0.5", 81)}},
+		{"same ip, other ports, slots before", []model.Instance{mk("10.0.0.5", 79), mk("10.0.0.1", 80), mk("10.0.0.5", 78)}},
+		{"service created by another ip", []model.Instance{mk("10.0.0.9", 80)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, in := range mustQuery(t, r, svc) {
+				if err := r.Deregister(ctx, in.Key()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			inst := mk("10.0.0.5", 80)
+			var loc beatLoc
+			if r.renewUnchangedBeat(&inst, &loc) {
+				t.Fatal("a new instance was renewed")
+			}
+			for _, in := range tc.add {
+				if err := r.Register(ctx, in); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := r.registerOwned(ctx, inst, &loc); err != nil {
+				t.Fatal(err)
+			}
+			want := append([]model.Instance{inst}, tc.add...)
+			r.mu.Lock()
+			for _, in := range want {
+				if pi := r.core.beatPubInst(in.IP, in.Port, in.Cluster, in.Service); pi == nil {
+					t.Errorf("%s: its beat publisher is not indexed", in.Key())
+				}
+			}
+			r.mu.Unlock()
+			if got := len(mustQuery(t, r, svc)); got != len(want) {
+				t.Errorf("the service has %d instances, want %d", got, len(want))
+			}
+			if err := r.Internals().CheckConsistency(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// mustQuery returns the instances of svc.
+func mustQuery(t *testing.T, r *Registry, svc model.ServiceKey) []model.Instance {
+	t.Helper()
+	v, err := r.Query(context.Background(), model.Query{Service: svc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.Instances
+}
