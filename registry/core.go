@@ -320,9 +320,10 @@ func (ix *index) placeSlot(s *service, i int, sl *slot) *slot {
 // slotBlock is a new slot born with its first publication: the slot, the
 // publication, its instance and the slot's list of publications in one
 // allocation rather than four. Registering a new instance is a hot path,
-// and the block keeps what a lookup reads in the slot's key (sl.pubs[0],
-// the publication, its rec) in the slot's own cache lines: findSlot's
-// binary search takes one miss a step for the block instead of four.
+// and the block keeps what a lookup reads of the slot's key (sl.pubs[0],
+// the publication, the rec's key fields) in the slot's own cache lines:
+// a step of findSlot's binary search reads one block (and the IP's bytes)
+// where it read four objects.
 //
 // Nothing reuses the block's parts: a publication removed, an instance
 // replaced (pubInst.inst points elsewhere) or a list of publications grown
