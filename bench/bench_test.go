@@ -158,7 +158,7 @@ func BenchmarkRows(b *testing.B) {
 			b.Run(r.id+"/"+s.name, func(b *testing.B) {
 				var vals []float64
 				for i := 0; i < b.N; i++ {
-					res, err := runSide(context.Background(), sz, s.run)
+					res, err := runSide(context.Background(), sz, s.name, s.run)
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -44,7 +44,7 @@ func etcdRegister(ctx context.Context, dir string, members, writers, perWriter i
 			leases[w] = g.ID
 		}
 	}
-	start := time.Now() // real time
+	sys0, start := sampleSys(), time.Now() // real time
 	ops, _, err := closedLoop(writers, perWriter, dur, func(w, i int) error {
 		cl := c.clients[w%members]
 		id := w<<18 + i
@@ -73,7 +73,8 @@ func etcdRegister(ctx context.Context, dir string, members, writers, perWriter i
 		}
 	}
 	el := time.Since(start) // real time
-	return result{value: float64(ops) / el.Seconds(), note: fmt.Sprintf("%d ops in %v", ops, el.Round(time.Millisecond))}, nil
+	return result{value: float64(ops) / el.Seconds(), note: fmt.Sprintf("%d ops in %v", ops, el.Round(time.Millisecond)),
+		detail: sysNote(sys0, sampleSys(), ops, el)}, nil
 }
 
 // waitCount waits until every member holds want keys under prefix (a

@@ -152,13 +152,13 @@ func runRow(ctx context.Context, out io.Writer, r row, sz sizes, rounds int) ([]
 		var etcdRes result
 		mres := make([]result, len(r.muster))
 		runEtcd := func() error {
-			res, err := runSide(ctx, sz, r.etcd)
+			res, err := runSide(ctx, sz, "etcd", r.etcd)
 			etcdRes = res
 			return err
 		}
 		runMuster := func() error {
 			for i, v := range r.muster {
-				res, err := runSide(ctx, sz, v.run)
+				res, err := runSide(ctx, sz, "muster-"+v.name, v.run)
 				if err != nil {
 					return fmt.Errorf("muster %s: %w", v.name, err)
 				}
@@ -185,9 +185,15 @@ func runRow(ctx context.Context, out io.Writer, r row, sz sizes, rounds int) ([]
 			probe = p
 		}
 		fmt.Fprintf(out, "round %d: etcd %s (%s)\n", round+1, human(etcdRes.value, r.unit), etcdRes.note)
+		if r.disk {
+			printDetail(out, etcdRes.detail)
+		}
 		for i, v := range r.muster {
 			rt := mres[i].value / etcdRes.value
 			fmt.Fprintf(out, "         muster %-7s %s (%s)  ratio %s\n", v.name, human(mres[i].value, r.unit), mres[i].note, ratio(rt))
+			if r.disk {
+				printDetail(out, mres[i].detail)
+			}
 			sums[i].etcd = append(sums[i].etcd, etcdRes.value)
 			sums[i].muster = append(sums[i].muster, mres[i].value)
 			sums[i].ratios = append(sums[i].ratios, rt)
@@ -208,6 +214,15 @@ func runRow(ctx context.Context, out io.Writer, r row, sz sizes, rounds int) ([]
 		}
 	}
 	return sums, nil
+}
+
+// printDetail prints a side's detail lines, indented under the round's line.
+func printDetail(out io.Writer, detail string) {
+	for _, l := range strings.Split(detail, "\n") {
+		if l != "" {
+			fmt.Fprintf(out, "           %s\n", l)
+		}
+	}
 }
 
 // runProbe probes the disk in a fresh temporary directory, as the sides' directories are.
@@ -246,14 +261,20 @@ func percentList(fs []float64) string {
 	return strings.Join(parts, " ")
 }
 
-// runSide runs one side in a temporary directory it removes afterwards.
-func runSide(ctx context.Context, sz sizes, f side) (result, error) {
+// runSide runs one side in a temporary directory it removes afterwards. Its
+// goroutines, and those they start, carry the profiler label side=name, so a
+// profile of the run (-cpuprofile) splits by side: go tool pprof -tagfocus
+// side=muster-raft.
+func runSide(ctx context.Context, sz sizes, name string, f side) (res result, err error) {
 	dir, err := os.MkdirTemp("", "muster-bench-")
 	if err != nil {
 		return result{}, err
 	}
 	defer os.RemoveAll(dir)
-	return f(ctx, sz, dir)
+	pprof.Do(ctx, pprof.Labels("side", name), func(ctx context.Context) {
+		res, err = f(ctx, sz, dir)
+	})
+	return res, err
 }
 
 func ratioList(rs []float64) string {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/raftstore"
 	"github.com/muster-io/muster/registry"
 )
 
@@ -89,12 +91,14 @@ func waitInstances(ctx context.Context, regs []*registry.Registry, want int) err
 // on) on a 3-node cluster, writer w on node w mod 3; the round ends when
 // every node holds every instance.
 func musterPersistent(ctx context.Context, dir string, writers, perWriter int) (result, error) {
-	regs, closeAll, err := musterNodes(ctx, dir, 3, true, nil)
+	c, err := startMuster(ctx, 3, dir, true)
 	if err != nil {
 		return result{}, err
 	}
-	defer closeAll()
-	start := time.Now() // real time
+	defer c.Close()
+	regs := c.regs
+	raft0 := c.raftStats()
+	sys0, start := sampleSys(), time.Now() // real time
 	ops, _, err := closedLoop(writers, perWriter, 0, func(w, i int) error {
 		id := w<<18 + i
 		in := instance(svcOf(id, 100), id)
@@ -108,7 +112,50 @@ func musterPersistent(ctx context.Context, dir string, writers, perWriter int) (
 		return result{}, err
 	}
 	el := time.Since(start) // real time
-	return result{value: float64(ops) / el.Seconds(), note: fmt.Sprintf("%d ops in %v", ops, el.Round(time.Millisecond))}, nil
+	detail := sysNote(sys0, sampleSys(), ops, el)
+	if d := raftNote(raft0, c.raftStats()); d != "" {
+		detail += "\n" + d
+	}
+	return result{value: float64(ops) / el.Seconds(), note: fmt.Sprintf("%d ops in %v", ops, el.Round(time.Millisecond)), detail: detail}, nil
+}
+
+// raftStats returns every node's raftstore counters.
+func (c *musterCluster) raftStats() []raftstore.Stats {
+	st := make([]raftstore.Stats, len(c.nodes))
+	for i, nd := range c.nodes {
+		if r := nd.Raft(); r != nil {
+			st[i] = r.Stats()
+		}
+	}
+	return st
+}
+
+// raftNote says, from the nodes' counters before (a) and after (b) a round,
+// where its commands went: per node, the commands proposed there, the
+// entries they went in and the Raft log's synchronous writes, the leader,
+// and what could have disturbed the round (leader changes, snapshots).
+func raftNote(a, b []raftstore.Stats) string {
+	var cmds, writes, changes, snaps uint64
+	var per []string
+	for i := range b {
+		p := b[i].Proposals - a[i].Proposals
+		e := b[i].Entries - a[i].Entries
+		w := b[i].LogWrites - a[i].LogWrites
+		cmds, writes = cmds+p, writes+w
+		changes += b[i].LeaderChanges - a[i].LeaderChanges
+		snaps += b[i].SnapshotsCreated - a[i].SnapshotsCreated
+		lead := ""
+		if b[i].IsLeader {
+			lead = " (leader)"
+		}
+		per = append(per, fmt.Sprintf("n%d%s %d cmds in %d entries (%.1f per entry, %d waits expired), %d log writes",
+			i+1, lead, p, e, float64(p)/float64(max(e, 1)), b[i].BatchWaitsExpired-a[i].BatchWaitsExpired, w))
+	}
+	if len(per) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("raft: %s; %.1f commands per log write; %d leader changes, %d snapshots", strings.Join(per, "; "),
+		float64(cmds)/float64(max(writes, 1)), changes, snaps)
 }
 
 // musterKeepAlive: keys beat instances renewed by Heartbeat (beat), or keys

@@ -13,6 +13,9 @@ import (
 type result struct {
 	value float64
 	note  string
+	// detail, if set, is printed under the round's line in rows marked disk: where the
+	// side's CPU and flushes went (sysNote), and for Muster its Raft counters.
+	detail string
 }
 
 // latencyResult reports percentile p of lat in milliseconds, with p50 and

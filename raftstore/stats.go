@@ -40,6 +40,12 @@ type Stats struct {
 	// synchronous write saved (a held state that a snapshot record or Close later writes
 	// on its own saves none).
 	CommitWritesDeferred uint64
+	// LogWrites counts the synchronous writes of the Raft log (each one fsync of its WAL):
+	// entries, hard states, snapshot records, and held states written before a snapshot
+	// record or on Close. Proposals / LogWrites summed over the replicas is the commands
+	// the cluster made durable per fsync. Counted by the commit-index wrapper: 0 when
+	// LazyCommit is false.
+	LogWrites uint64
 	// LazyCommit reports whether the commit-index wrapper of the Raft log is on (see "The
 	// commit index" in doc.go): false with Config.SyncCommitIndex, before Start, or when
 	// this binary's Dragonboat is not the version the wrapper's go:linkname was checked
@@ -80,7 +86,7 @@ type stats struct {
 	proposals, proposalsFailed, proposalsRejected atomic.Uint64
 	entries, entriesFailed                        atomic.Uint64
 	batchWaitsFilled, batchWaitsExpired           atomic.Uint64
-	commitDeferred                                atomic.Uint64
+	commitDeferred, logWrites                     atomic.Uint64
 	lazyCommit                                    atomic.Bool
 	latency                                       *metric.Histogram
 
@@ -177,6 +183,7 @@ func (n *Node) Stats() Stats {
 		BatchWaitsFilled:     s.batchWaitsFilled.Load(),
 		BatchWaitsExpired:    s.batchWaitsExpired.Load(),
 		CommitWritesDeferred: s.commitDeferred.Load(),
+		LogWrites:            s.logWrites.Load(),
 		LazyCommit:           s.lazyCommit.Load(),
 		LeaderChanges:        s.leaderChanges.Load(),
 		LeaderID:             s.leader.Load(),
