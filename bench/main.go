@@ -39,6 +39,7 @@ func run(args []string, out io.Writer) error {
 	list := fs.Bool("list", false, "list the rows and exit")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (both sides) to this file")
 	traceFile := fs.String("trace", "", "write an execution trace of the whole run to this file")
+	memProfile := fs.String("memprofile", "", "write an allocation profile of the whole run (both sides) to this file at the end")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -63,6 +64,14 @@ func run(args []string, out io.Writer) error {
 			return err
 		}
 		defer trace.Stop()
+	}
+	if *memProfile != "" {
+		defer func() {
+			if f, err := os.Create(*memProfile); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
 	}
 	all := rows()
 	if *list {
@@ -169,6 +178,14 @@ func runRow(ctx context.Context, out io.Writer, r row, sz sizes, rounds int) ([]
 		first, second := runEtcd, runMuster
 		if round%2 == 1 {
 			first, second = runMuster, runEtcd
+		}
+		if r.paired != nil {
+			first = func() error {
+				var err error
+				etcdRes, mres[0], err = r.paired(ctx, sz, round%2 == 0)
+				return err
+			}
+			second = func() error { return nil }
 		}
 		if err := first(); err != nil {
 			return nil, err

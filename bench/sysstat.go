@@ -29,3 +29,8 @@ func sysNote(a, b sysSample, ops int, el time.Duration) string {
 	}
 	return s
 }
+
+// add returns s plus what happened between a and b.
+func (s sysSample) add(a, b sysSample) sysSample {
+	return sysSample{procCPU: s.procCPU + b.procCPU - a.procCPU, machineCPU: s.machineCPU + b.machineCPU - a.machineCPU, flushes: s.flushes + b.flushes - a.flushes}
+}
