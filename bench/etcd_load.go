@@ -72,9 +72,9 @@ func etcdRegister(ctx context.Context, dir string, members, writers, perWriter i
 			return result{}, err
 		}
 	}
-	el := time.Since(start) // real time
+	el, sys1 := time.Since(start), sampleSys() // real time
 	return result{value: float64(ops) / el.Seconds(), note: fmt.Sprintf("%d ops in %v", ops, el.Round(time.Millisecond)),
-		detail: sysNote(sys0, sampleSys(), ops, el)}, nil
+		detail: sysNote(sys0, sys1, ops, el), cpuPerOp: cpuPerOp(sys0, sys1, ops)}, nil
 }
 
 // waitCount waits until every member holds want keys under prefix (a

@@ -144,6 +144,7 @@ type summary struct {
 	title, variant, unit string
 	etcd, muster, ratios []float64
 	disk                 []diskProbe // rows with disk set: each round's probe
+	cpuRatios            []float64   // rows with disk set: each round's etcd CPU per op / Muster's
 	writers              int
 }
 
@@ -210,6 +211,10 @@ func runRow(ctx context.Context, out io.Writer, r row, sz sizes, rounds int) ([]
 			fmt.Fprintf(out, "         muster %-7s %s (%s)  ratio %s\n", v.name, human(mres[i].value, r.unit), mres[i].note, ratio(rt))
 			if r.disk {
 				printDetail(out, mres[i].detail)
+				if c := etcdRes.cpuPerOp / mres[i].cpuPerOp; etcdRes.cpuPerOp > 0 && mres[i].cpuPerOp > 0 {
+					fmt.Fprintf(out, "         cpu ratio %s (etcd's CPU per op / Muster's: what the ratio is when both are CPU-bound)\n", ratio(c))
+					sums[i].cpuRatios = append(sums[i].cpuRatios, c)
+				}
 			}
 			sums[i].etcd = append(sums[i].etcd, etcdRes.value)
 			sums[i].muster = append(sums[i].muster, mres[i].value)
@@ -224,6 +229,9 @@ func runRow(ctx context.Context, out io.Writer, r row, sz sizes, rounds int) ([]
 	for _, s := range sums {
 		fmt.Fprintf(out, "median: etcd %s, muster %s %s, ratio %s (rounds: %s)\n",
 			human(median(s.etcd), s.unit), s.variant, human(median(s.muster), s.unit), ratio(median(s.ratios)), ratioList(s.ratios))
+		if len(s.cpuRatios) > 0 {
+			fmt.Fprintf(out, "median: cpu ratio %s (rounds: %s)\n", ratio(median(s.cpuRatios)), ratioList(s.cpuRatios))
+		}
 		if len(s.disk) > 0 {
 			per, frac := s.bound()
 			fmt.Fprintf(out, "median: disk fdatasync p50 %.2f ms; muster %s %.1f commands per fsync, %.0f %% of %d writers × one fsync per commit round (rounds: %s)\n",
@@ -309,6 +317,10 @@ func printTable(out io.Writer, sums []summary) {
 	for _, s := range sums {
 		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s |\n", s.title, s.variant,
 			human(median(s.etcd), s.unit), human(median(s.muster), s.unit), ratio(median(s.ratios)), ratioList(s.ratios))
+		if len(s.cpuRatios) > 0 {
+			fmt.Fprintf(out, "| ↳ CPU per op, etcd's / Muster's (this process, same rounds) | %s | – | – | %s | %s |\n",
+				s.variant, ratio(median(s.cpuRatios)), ratioList(s.cpuRatios))
+		}
 		if len(s.disk) > 0 {
 			per, frac := s.bound()
 			fmt.Fprintf(out, "| ↳ bound: disk fdatasync of 4 KiB, p50 (same run) | – | – | %.2f ms | – | – |\n", ms(s.fsyncMedian()))

@@ -111,12 +111,13 @@ func musterPersistent(ctx context.Context, dir string, writers, perWriter int) (
 	if err := waitInstances(ctx, regs, ops); err != nil {
 		return result{}, err
 	}
-	el := time.Since(start) // real time
-	detail := sysNote(sys0, sampleSys(), ops, el)
+	el, sys1 := time.Since(start), sampleSys() // real time
+	detail := sysNote(sys0, sys1, ops, el)
 	if d := raftNote(raft0, c.raftStats()); d != "" {
 		detail += "\n" + d
 	}
-	return result{value: float64(ops) / el.Seconds(), note: fmt.Sprintf("%d ops in %v", ops, el.Round(time.Millisecond)), detail: detail}, nil
+	return result{value: float64(ops) / el.Seconds(), note: fmt.Sprintf("%d ops in %v", ops, el.Round(time.Millisecond)),
+		detail: detail, cpuPerOp: cpuPerOp(sys0, sys1, ops)}, nil
 }
 
 // raftStats returns every node's raftstore counters.
@@ -135,7 +136,7 @@ func (c *musterCluster) raftStats() []raftstore.Stats {
 // entries they went in and the Raft log's synchronous writes, the leader,
 // and what could have disturbed the round (leader changes, snapshots).
 func raftNote(a, b []raftstore.Stats) string {
-	var cmds, writes, changes, snaps uint64
+	var cmds, writes, changes, snaps, retries, timeouts uint64
 	var per []string
 	for i := range b {
 		p := b[i].Proposals - a[i].Proposals
@@ -144,6 +145,8 @@ func raftNote(a, b []raftstore.Stats) string {
 		cmds, writes = cmds+p, writes+w
 		changes += b[i].LeaderChanges - a[i].LeaderChanges
 		snaps += b[i].SnapshotsCreated - a[i].SnapshotsCreated
+		retries += b[i].EntryRetries - a[i].EntryRetries
+		timeouts += b[i].EntryAttemptsTimedOut - a[i].EntryAttemptsTimedOut
 		lead := ""
 		if b[i].IsLeader {
 			lead = " (leader)"
@@ -154,8 +157,8 @@ func raftNote(a, b []raftstore.Stats) string {
 	if len(per) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("raft: %s; %.1f commands per log write; %d leader changes, %d snapshots", strings.Join(per, "; "),
-		float64(cmds)/float64(max(writes, 1)), changes, snaps)
+	return fmt.Sprintf("raft: %s; %.1f commands per log write; %d leader changes, %d snapshots, %d entry retries (%d timed out)", strings.Join(per, "; "),
+		float64(cmds)/float64(max(writes, 1)), changes, snaps, retries, timeouts)
 }
 
 // musterKeepAlive: keys beat instances renewed by Heartbeat (beat), or keys

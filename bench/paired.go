@@ -113,7 +113,7 @@ func runPaired(ctx context.Context, sz sizes, etcdFirst bool,
 		}
 		res[k] = result{value: float64(ops[k]) / took[k].Seconds(),
 			note:   fmt.Sprintf("%d ops in %v, %d segments", ops[k], took[k].Round(time.Millisecond), segs),
-			detail: detail}
+			detail: detail, cpuPerOp: cpuPerOp(sysSample{}, cpu[k], ops[k])}
 	}
 	return res[0], res[1], nil
 }

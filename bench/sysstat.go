@@ -34,3 +34,9 @@ func sysNote(a, b sysSample, ops int, el time.Duration) string {
 func (s sysSample) add(a, b sysSample) sysSample {
 	return sysSample{procCPU: s.procCPU + b.procCPU - a.procCPU, machineCPU: s.machineCPU + b.machineCPU - a.machineCPU, flushes: s.flushes + b.flushes - a.flushes}
 }
+
+// cpuPerOp is this process's CPU time per operation between a and b, in microseconds (0
+// when it cannot be read).
+func cpuPerOp(a, b sysSample, ops int) float64 {
+	return float64((b.procCPU - a.procCPU).Nanoseconds()) / 1e3 / float64(max(ops, 1))
+}
