@@ -143,6 +143,8 @@ func startPairedPersistent(ctx context.Context, dir string, etcd bool) (*pairedS
 		return nil, err
 	}
 	raft0 := c.raftStats()
+	var tr0 [2]uint64
+	tr0[0], tr0[1] = c.transportShed()
 	return &pairedSide{
 		name: "muster-raft",
 		op: func(w, i int) error {
@@ -151,8 +153,12 @@ func startPairedPersistent(ctx context.Context, dir string, etcd bool) (*pairedS
 			in.Ephemeral = false
 			return c.regs[w%len(c.regs)].Register(ctx, in)
 		},
-		wait:   func(ctx context.Context, ops int) error { return waitInstances(ctx, c.regs, ops) },
-		detail: func() string { return raftNote(raft0, c.raftStats()) },
-		close:  c.Close,
+		wait: func(ctx context.Context, ops int) error { return waitInstances(ctx, c.regs, ops) },
+		detail: func() string {
+			var tr1 [2]uint64
+			tr1[0], tr1[1] = c.transportShed()
+			return raftNote(raft0, c.raftStats()) + "\n" + transportNote(tr0, tr1)
+		},
+		close: c.Close,
 	}, nil
 }
