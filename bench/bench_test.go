@@ -5,7 +5,9 @@ import (
 	"context"
 	"math"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -92,7 +94,8 @@ func TestSelectRows(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, r := range all {
-		if seen[r.id] || r.etcd == nil || len(r.muster) == 0 {
+		if seen[r.id] || len(r.muster) == 0 || (r.etcd == nil || r.muster[0].run == nil) && r.paired == nil ||
+			r.paired != nil && len(r.muster) != 1 {
 			t.Errorf("row %q: duplicate id, or a side missing", r.id)
 		}
 		seen[r.id] = true
@@ -150,6 +153,21 @@ func BenchmarkRows(b *testing.B) {
 	}
 	unit := map[string]string{"/s": "ops/s", "ms": "ms", "B": "B/instance"}
 	for _, r := range rows() {
+		if r.paired != nil {
+			b.Run(r.id, func(b *testing.B) {
+				var ev, mv []float64
+				for i := 0; i < b.N; i++ {
+					e, m, err := r.paired(context.Background(), sz, i%2 == 0)
+					if err != nil {
+						b.Fatal(err)
+					}
+					ev, mv = append(ev, e.value), append(mv, m.value)
+				}
+				b.ReportMetric(median(ev), "etcd-"+unit[r.unit])
+				b.ReportMetric(median(mv), "muster-"+unit[r.unit])
+			})
+			continue
+		}
 		sides := []variant{{"etcd", r.etcd}}
 		for _, v := range r.muster {
 			sides = append(sides, variant{"muster-" + v.name, v.run})
@@ -158,7 +176,7 @@ func BenchmarkRows(b *testing.B) {
 			b.Run(r.id+"/"+s.name, func(b *testing.B) {
 				var vals []float64
 				for i := 0; i < b.N; i++ {
-					res, err := runSide(context.Background(), sz, s.run)
+					res, err := runSide(context.Background(), sz, s.name, s.run)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -193,5 +211,90 @@ func TestProbeDisk(t *testing.T) {
 	st, err := os.Stat(dir + "/fsync-probe")
 	if err != nil || st.Size() != 15*4096 {
 		t.Fatalf("probe file: %v, %v (want 15 appends of 4 KiB)", st, err)
+	}
+}
+
+// TestRunPaired: the paired driver starts both sides (in the round's order), runs every
+// writer's writes exactly once and in order on each side, alternates the sides from one
+// segment to the next (each side first in half of them), waits for each side's writes,
+// and closes both.
+func TestRunPaired(t *testing.T) {
+	sz := smokeSizes()
+	sz.writers, sz.persistentPerWriter = 4, 16
+	for _, etcdFirst := range []bool{true, false} {
+		var mu sync.Mutex
+		var started, trace []string
+		done := map[string][][]int{}
+		closed, waited := map[string]bool{}, map[string]int{}
+		start := func(_ context.Context, dir string, etcd bool) (*pairedSide, error) {
+			name := "muster-raft"
+			if etcd {
+				name = "etcd"
+			}
+			started = append(started, name)
+			done[name] = make([][]int, sz.writers)
+			return &pairedSide{
+				name: name,
+				op: func(w, i int) error {
+					mu.Lock()
+					defer mu.Unlock()
+					if n := len(trace); n == 0 || trace[n-1] != name {
+						trace = append(trace, name)
+					}
+					done[name][w] = append(done[name][w], i)
+					return nil
+				},
+				wait: func(_ context.Context, ops int) error { waited[name] = ops; return nil },
+				close: func() {
+					// The directory is still there: a store writes to it while it closes.
+					if _, err := os.Stat(dir); err != nil {
+						t.Errorf("%s closed after its directory was removed: %v", name, err)
+					}
+					closed[name] = true
+				},
+			}, nil
+		}
+		e, m, err := runPaired(context.Background(), sz, etcdFirst, start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, second := "etcd", "muster-raft"
+		if !etcdFirst {
+			first, second = second, first
+		}
+		if !slices.Equal(started, []string{first, second}) {
+			t.Errorf("etcdFirst %v: started %v", etcdFirst, started)
+		}
+		// first, second, second, first, first, …: a change of side after every segment
+		// but the pairs' middle.
+		var want []string
+		for seg := range pairedSegments {
+			a, b := first, second
+			if seg%2 == 1 {
+				a, b = b, a
+			}
+			if n := len(want); n == 0 || want[n-1] != a {
+				want = append(want, a)
+			}
+			want = append(want, b)
+		}
+		if !slices.Equal(trace, want) {
+			t.Errorf("etcdFirst %v: sides ran %v, want %v", etcdFirst, trace, want)
+		}
+		for name, ws := range done {
+			for w, is := range ws {
+				for i := range sz.persistentPerWriter {
+					if i >= len(is) || is[i] != i {
+						t.Fatalf("%s writer %d did %v, want 0…%d once each, in order", name, w, is, sz.persistentPerWriter-1)
+					}
+				}
+			}
+			if total := sz.writers * sz.persistentPerWriter; waited[name] != total || !closed[name] {
+				t.Errorf("%s: waited for %d (want %d), closed %v", name, waited[name], total, closed[name])
+			}
+		}
+		if e.value <= 0 || m.value <= 0 || !strings.Contains(e.note, "64 ops") || !strings.Contains(m.note, "8 segments") {
+			t.Errorf("results %+v, %+v", e, m)
+		}
 	}
 }

@@ -44,7 +44,7 @@ func etcdRegister(ctx context.Context, dir string, members, writers, perWriter i
 			leases[w] = g.ID
 		}
 	}
-	start := time.Now() // real time
+	sys0, start := sampleSys(), time.Now() // real time
 	ops, _, err := closedLoop(writers, perWriter, dur, func(w, i int) error {
 		cl := c.clients[w%members]
 		id := w<<18 + i
@@ -72,8 +72,9 @@ func etcdRegister(ctx context.Context, dir string, members, writers, perWriter i
 			return result{}, err
 		}
 	}
-	el := time.Since(start) // real time
-	return result{value: float64(ops) / el.Seconds(), note: fmt.Sprintf("%d ops in %v", ops, el.Round(time.Millisecond))}, nil
+	el, sys1 := time.Since(start), sampleSys() // real time
+	return result{value: float64(ops) / el.Seconds(), note: fmt.Sprintf("%d ops in %v", ops, el.Round(time.Millisecond)),
+		detail: sysNote(sys0, sys1, ops, el), cpuPerOp: cpuPerOp(sys0, sys1, ops)}, nil
 }
 
 // waitCount waits until every member holds want keys under prefix (a

@@ -39,6 +39,7 @@ func run(args []string, out io.Writer) error {
 	list := fs.Bool("list", false, "list the rows and exit")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (both sides) to this file")
 	traceFile := fs.String("trace", "", "write an execution trace of the whole run to this file")
+	memProfile := fs.String("memprofile", "", "write an allocation profile of the whole run (both sides) to this file at the end")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -63,6 +64,14 @@ func run(args []string, out io.Writer) error {
 			return err
 		}
 		defer trace.Stop()
+	}
+	if *memProfile != "" {
+		defer func() {
+			if f, err := os.Create(*memProfile); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
 	}
 	all := rows()
 	if *list {
@@ -135,6 +144,7 @@ type summary struct {
 	title, variant, unit string
 	etcd, muster, ratios []float64
 	disk                 []diskProbe // rows with disk set: each round's probe
+	cpuRatios            []float64   // rows with disk set: each round's etcd CPU per op / Muster's
 	writers              int
 }
 
@@ -152,13 +162,13 @@ func runRow(ctx context.Context, out io.Writer, r row, sz sizes, rounds int) ([]
 		var etcdRes result
 		mres := make([]result, len(r.muster))
 		runEtcd := func() error {
-			res, err := runSide(ctx, sz, r.etcd)
+			res, err := runSide(ctx, sz, "etcd", r.etcd)
 			etcdRes = res
 			return err
 		}
 		runMuster := func() error {
 			for i, v := range r.muster {
-				res, err := runSide(ctx, sz, v.run)
+				res, err := runSide(ctx, sz, "muster-"+v.name, v.run)
 				if err != nil {
 					return fmt.Errorf("muster %s: %w", v.name, err)
 				}
@@ -169,6 +179,14 @@ func runRow(ctx context.Context, out io.Writer, r row, sz sizes, rounds int) ([]
 		first, second := runEtcd, runMuster
 		if round%2 == 1 {
 			first, second = runMuster, runEtcd
+		}
+		if r.paired != nil {
+			first = func() error {
+				var err error
+				etcdRes, mres[0], err = r.paired(ctx, sz, round%2 == 0)
+				return err
+			}
+			second = func() error { return nil }
 		}
 		if err := first(); err != nil {
 			return nil, err
@@ -185,9 +203,19 @@ func runRow(ctx context.Context, out io.Writer, r row, sz sizes, rounds int) ([]
 			probe = p
 		}
 		fmt.Fprintf(out, "round %d: etcd %s (%s)\n", round+1, human(etcdRes.value, r.unit), etcdRes.note)
+		if r.disk {
+			printDetail(out, etcdRes.detail)
+		}
 		for i, v := range r.muster {
 			rt := mres[i].value / etcdRes.value
 			fmt.Fprintf(out, "         muster %-7s %s (%s)  ratio %s\n", v.name, human(mres[i].value, r.unit), mres[i].note, ratio(rt))
+			if r.disk {
+				printDetail(out, mres[i].detail)
+				if c := etcdRes.cpuPerOp / mres[i].cpuPerOp; etcdRes.cpuPerOp > 0 && mres[i].cpuPerOp > 0 {
+					fmt.Fprintf(out, "         cpu ratio %s (etcd's CPU per op / Muster's: what the ratio is when both are CPU-bound)\n", ratio(c))
+					sums[i].cpuRatios = append(sums[i].cpuRatios, c)
+				}
+			}
 			sums[i].etcd = append(sums[i].etcd, etcdRes.value)
 			sums[i].muster = append(sums[i].muster, mres[i].value)
 			sums[i].ratios = append(sums[i].ratios, rt)
@@ -201,6 +229,9 @@ func runRow(ctx context.Context, out io.Writer, r row, sz sizes, rounds int) ([]
 	for _, s := range sums {
 		fmt.Fprintf(out, "median: etcd %s, muster %s %s, ratio %s (rounds: %s)\n",
 			human(median(s.etcd), s.unit), s.variant, human(median(s.muster), s.unit), ratio(median(s.ratios)), ratioList(s.ratios))
+		if len(s.cpuRatios) > 0 {
+			fmt.Fprintf(out, "median: cpu ratio %s (rounds: %s)\n", ratio(median(s.cpuRatios)), ratioList(s.cpuRatios))
+		}
 		if len(s.disk) > 0 {
 			per, frac := s.bound()
 			fmt.Fprintf(out, "median: disk fdatasync p50 %.2f ms; muster %s %.1f commands per fsync, %.0f %% of %d writers × one fsync per commit round (rounds: %s)\n",
@@ -208,6 +239,15 @@ func runRow(ctx context.Context, out io.Writer, r row, sz sizes, rounds int) ([]
 		}
 	}
 	return sums, nil
+}
+
+// printDetail prints a side's detail lines, indented under the round's line.
+func printDetail(out io.Writer, detail string) {
+	for _, l := range strings.Split(detail, "\n") {
+		if l != "" {
+			fmt.Fprintf(out, "           %s\n", l)
+		}
+	}
 }
 
 // runProbe probes the disk in a fresh temporary directory, as the sides' directories are.
@@ -246,14 +286,20 @@ func percentList(fs []float64) string {
 	return strings.Join(parts, " ")
 }
 
-// runSide runs one side in a temporary directory it removes afterwards.
-func runSide(ctx context.Context, sz sizes, f side) (result, error) {
+// runSide runs one side in a temporary directory it removes afterwards. Its
+// goroutines, and those they start, carry the profiler label side=name, so a
+// profile of the run (-cpuprofile) splits by side: go tool pprof -tagfocus
+// side=muster-raft.
+func runSide(ctx context.Context, sz sizes, name string, f side) (res result, err error) {
 	dir, err := os.MkdirTemp("", "muster-bench-")
 	if err != nil {
 		return result{}, err
 	}
 	defer os.RemoveAll(dir)
-	return f(ctx, sz, dir)
+	pprof.Do(ctx, pprof.Labels("side", name), func(ctx context.Context) {
+		res, err = f(ctx, sz, dir)
+	})
+	return res, err
 }
 
 func ratioList(rs []float64) string {
@@ -271,6 +317,10 @@ func printTable(out io.Writer, sums []summary) {
 	for _, s := range sums {
 		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s |\n", s.title, s.variant,
 			human(median(s.etcd), s.unit), human(median(s.muster), s.unit), ratio(median(s.ratios)), ratioList(s.ratios))
+		if len(s.cpuRatios) > 0 {
+			fmt.Fprintf(out, "| ↳ CPU per op, etcd's / Muster's (this process, same rounds) | %s | – | – | %s | %s |\n",
+				s.variant, ratio(median(s.cpuRatios)), ratioList(s.cpuRatios))
+		}
 		if len(s.disk) > 0 {
 			per, frac := s.bound()
 			fmt.Fprintf(out, "| ↳ bound: disk fdatasync of 4 KiB, p50 (same run) | – | – | %.2f ms | – | – |\n", ms(s.fsyncMedian()))

@@ -4,11 +4,16 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/muster-io/muster/distro"
 	"github.com/muster-io/muster/registry"
 	"github.com/muster-io/muster/registry/node"
 )
+
+// raftTick is the Muster side's Raft tick: 10 ticks (raftstore's ElectionRTT) make the
+// election timeout etcd's (etcdElection).
+const raftTick = etcdElection / 10 * time.Millisecond
 
 // startStandalone starts a standalone registry (no Distro, no Raft) on the
 // real clock, as an embedder runs it in one process. Active health checks
@@ -62,6 +67,11 @@ func startMuster(ctx context.Context, n int, dir string, raft bool) (*musterClus
 		cfg.Registry.HealthChecks = nil
 		if raft {
 			cfg.RaftMembers, cfg.DeploymentID = members, 0x62656e6368
+			// etcd's election timeout (etcdElection): Dragonboat elects after
+			// ElectionRTT (10) ticks, so with node.Fast's 10 ms tick a replica
+			// starved for 100 ms on a loaded machine started elections (rounds
+			// with leader changes, and one that failed without a quorum).
+			cfg.Timings.RaftRTT = raftTick
 		}
 		if i > 0 {
 			cfg.Seeds = []string{c.nodes[0].GossipAddr()}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/raftstore"
 	"github.com/muster-io/muster/registry"
 )
 
@@ -89,12 +91,16 @@ func waitInstances(ctx context.Context, regs []*registry.Registry, want int) err
 // on) on a 3-node cluster, writer w on node w mod 3; the round ends when
 // every node holds every instance.
 func musterPersistent(ctx context.Context, dir string, writers, perWriter int) (result, error) {
-	regs, closeAll, err := musterNodes(ctx, dir, 3, true, nil)
+	c, err := startMuster(ctx, 3, dir, true)
 	if err != nil {
 		return result{}, err
 	}
-	defer closeAll()
-	start := time.Now() // real time
+	defer c.Close()
+	regs := c.regs
+	raft0 := c.raftStats()
+	var tr0 [2]uint64
+	tr0[0], tr0[1] = c.transportShed()
+	sys0, start := sampleSys(), time.Now() // real time
 	ops, _, err := closedLoop(writers, perWriter, 0, func(w, i int) error {
 		id := w<<18 + i
 		in := instance(svcOf(id, 100), id)
@@ -107,8 +113,76 @@ func musterPersistent(ctx context.Context, dir string, writers, perWriter int) (
 	if err := waitInstances(ctx, regs, ops); err != nil {
 		return result{}, err
 	}
-	el := time.Since(start) // real time
-	return result{value: float64(ops) / el.Seconds(), note: fmt.Sprintf("%d ops in %v", ops, el.Round(time.Millisecond))}, nil
+	el, sys1 := time.Since(start), sampleSys() // real time
+	detail := sysNote(sys0, sys1, ops, el)
+	if d := raftNote(raft0, c.raftStats()); d != "" {
+		detail += "\n" + d
+	}
+	var tr1 [2]uint64
+	tr1[0], tr1[1] = c.transportShed()
+	detail += "\n" + transportNote(tr0, tr1)
+	return result{value: float64(ops) / el.Seconds(), note: fmt.Sprintf("%d ops in %v", ops, el.Round(time.Millisecond)),
+		detail: detail, cpuPerOp: cpuPerOp(sys0, sys1, ops)}, nil
+}
+
+// raftStats returns every node's raftstore counters.
+func (c *musterCluster) raftStats() []raftstore.Stats {
+	st := make([]raftstore.Stats, len(c.nodes))
+	for i, nd := range c.nodes {
+		if r := nd.Raft(); r != nil {
+			st[i] = r.Stats()
+		}
+	}
+	return st
+}
+
+// transportShed returns the inbound messages the nodes' transports shed (their handler
+// queue was full: a one-way message, such as a batch of Raft messages, is then dropped) and
+// the connections they dialled.
+func (c *musterCluster) transportShed() (shed, dials uint64) {
+	for _, nd := range c.nodes {
+		if t := nd.Transport(); t != nil {
+			st := t.Stats()
+			shed, dials = shed+st.Shed, dials+st.Dials
+		}
+	}
+	return shed, dials
+}
+
+// transportNote formats what transportShed counted between a round's start (a) and its end (b).
+func transportNote(a, b [2]uint64) string {
+	return fmt.Sprintf("transport: %d inbound messages shed (handler queue full), %d dials", b[0]-a[0], b[1]-a[1])
+}
+
+// raftNote says, from the nodes' counters before (a) and after (b) a round,
+// where its commands went: per node, the commands proposed there, the
+// entries they went in and the Raft log's synchronous writes, the leader,
+// and what could have disturbed the round (leader changes, snapshots).
+func raftNote(a, b []raftstore.Stats) string {
+	var cmds, writes, changes, snaps, retries, timeouts, dropped uint64
+	var per []string
+	for i := range b {
+		p := b[i].Proposals - a[i].Proposals
+		e := b[i].Entries - a[i].Entries
+		w := b[i].LogWrites - a[i].LogWrites
+		cmds, writes = cmds+p, writes+w
+		changes += b[i].LeaderChanges - a[i].LeaderChanges
+		snaps += b[i].SnapshotsCreated - a[i].SnapshotsCreated
+		retries += b[i].EntryRetries - a[i].EntryRetries
+		timeouts += b[i].EntryAttemptsTimedOut - a[i].EntryAttemptsTimedOut
+		dropped += b[i].Inbound.Dropped - a[i].Inbound.Dropped
+		lead := ""
+		if b[i].IsLeader {
+			lead = " (leader)"
+		}
+		per = append(per, fmt.Sprintf("n%d%s %d cmds in %d entries (%.1f per entry, %d waits expired), %d log writes",
+			i+1, lead, p, e, float64(p)/float64(max(e, 1)), b[i].BatchWaitsExpired-a[i].BatchWaitsExpired, w))
+	}
+	if len(per) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("raft: %s; %.1f commands per log write; %d leader changes, %d snapshots, %d entry retries (%d timed out), %d inbound batches dropped",
+		strings.Join(per, "; "), float64(cmds)/float64(max(writes, 1)), changes, snaps, retries, timeouts, dropped)
 }
 
 // musterKeepAlive: keys beat instances renewed by Heartbeat (beat), or keys

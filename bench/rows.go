@@ -76,6 +76,10 @@ type row struct {
 	// disk: the row is bound by fsync latency; each round probes the disk (probeDisk) and
 	// reads the Muster throughput against it (fsyncBound).
 	disk bool
+	// paired, if set, runs a round instead of etcd and muster (which then only name the
+	// sides): both systems at once, driven in alternating segments (runPaired). Only
+	// rows with one Muster variant.
+	paired func(ctx context.Context, s sizes, etcdFirst bool) (etcd, muster result, err error)
 }
 
 func rows() []row {
@@ -174,6 +178,14 @@ func rows() []row {
 			muster: []variant{{"raft", func(ctx context.Context, s sizes, dir string) (result, error) {
 				return musterPersistent(ctx, dir, s.writers, s.persistentPerWriter)
 			}}},
+			disk: true,
+		},
+		{
+			id: "persistent-register-paired", title: "persistent register, 3 replicas, fsync, 64 writers, sides in alternating segments", unit: "/s", higher: true,
+			muster: []variant{{name: "raft"}},
+			paired: func(ctx context.Context, s sizes, etcdFirst bool) (result, result, error) {
+				return runPaired(ctx, s, etcdFirst, startPairedPersistent)
+			},
 			disk: true,
 		},
 		{

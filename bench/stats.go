@@ -13,6 +13,12 @@ import (
 type result struct {
 	value float64
 	note  string
+	// detail, if set, is printed under the round's line in rows marked disk: where the
+	// side's CPU and flushes went (sysNote), and for Muster its Raft counters.
+	detail string
+	// cpuPerOp is the process's CPU time per operation while the side ran, in µs (0: not
+	// measured). The other side did not run meanwhile, so it is this side's.
+	cpuPerOp float64
 }
 
 // latencyResult reports percentile p of lat in milliseconds, with p50 and

@@ -140,6 +140,11 @@ func TestNoQuorum(t *testing.T) {
 	if el := time.Since(start); el > 5*time.Second {
 		t.Fatalf("bounded wait took %v", el)
 	}
+	// The entry was tried again within the bound (one tick between attempts), and
+	// the stats count it.
+	if st := n.Stats(); st.EntryRetries == 0 || st.EntryAttemptsTimedOut > st.EntryRetries {
+		t.Fatalf("after a proposal without quorum: EntryRetries %d, EntryAttemptsTimedOut %d", st.EntryRetries, st.EntryAttemptsTimedOut)
+	}
 	if err := n.Barrier(ctx); !errors.Is(err, ErrNoLeader) {
 		t.Fatalf("barrier without quorum: %v", err)
 	}

@@ -39,6 +39,7 @@ import (
 type lazyCommitLogDB struct {
 	raftio.ILogDB
 	deferred *atomic.Uint64 // counts the updates held back (Stats.CommitWritesDeferred)
+	writes   *atomic.Uint64 // counts the synchronous writes passed on (Stats.LogWrites)
 
 	mu       sync.Mutex
 	replicas map[replicaKey]*commitState
@@ -123,7 +124,7 @@ func (f lazyCommitFactory) Create(cfg config.NodeHostConfig, cb config.LogDBCall
 			return nil, errors.Join(err, db.Close())
 		}
 	}
-	l := newLazyCommitLogDB(db, &f.node.stats.commitDeferred)
+	l := newLazyCommitLogDB(db, &f.node.stats.commitDeferred, &f.node.stats.logWrites)
 	f.node.logdb = l
 	f.node.stats.lazyCommit.Store(true)
 	return l, nil
@@ -131,8 +132,8 @@ func (f lazyCommitFactory) Create(cfg config.NodeHostConfig, cb config.LogDBCall
 
 func (lazyCommitFactory) Name() string { return "sharded-pebble" }
 
-func newLazyCommitLogDB(db raftio.ILogDB, deferred *atomic.Uint64) *lazyCommitLogDB {
-	return &lazyCommitLogDB{ILogDB: db, deferred: deferred, replicas: make(map[replicaKey]*commitState)}
+func newLazyCommitLogDB(db raftio.ILogDB, deferred, writes *atomic.Uint64) *lazyCommitLogDB {
+	return &lazyCommitLogDB{ILogDB: db, deferred: deferred, writes: writes, replicas: make(map[replicaKey]*commitState)}
 }
 
 // SaveRaftState saves updates, holding back those that change only the
@@ -143,6 +144,7 @@ func (l *lazyCommitLogDB) SaveRaftState(updates []pb.Update, worker uint64) erro
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []pb.Update // a copy, once an update is held back or changed
+	write := false      // something goes to disk: the LogDB commits it with a sync
 	fork := func(i int) {
 		if out == nil {
 			out = append(make([]pb.Update, 0, len(updates)), updates[:i]...)
@@ -160,6 +162,7 @@ func (l *lazyCommitLogDB) SaveRaftState(updates []pb.Update, worker uint64) erro
 			fork(i)
 			continue
 		default:
+			write = true
 			if pb.IsEmptyState(ud.State) && !pb.IsEmptyState(st.held) {
 				fork(i)
 				ud.State = st.held
@@ -175,6 +178,9 @@ func (l *lazyCommitLogDB) SaveRaftState(updates []pb.Update, worker uint64) erro
 	}
 	if out == nil {
 		out = updates
+	}
+	if write {
+		l.writes.Add(1)
 	}
 	return l.ILogDB.SaveRaftState(out, worker)
 }
@@ -212,6 +218,7 @@ func (l *lazyCommitLogDB) flush(shard, replica, atLeast uint64) error {
 		return nil
 	}
 	s.Commit = max(s.Commit, atLeast)
+	l.writes.Add(1)
 	if err := l.ILogDB.SaveRaftState([]pb.Update{{ShardID: shard, ReplicaID: replica, State: s}}, st.worker); err != nil {
 		return err
 	}

@@ -137,7 +137,8 @@ func entries(from, to uint64) []pb.Entry {
 func TestLazyCommitHoldsCommitOnly(t *testing.T) {
 	rec := &recLogDB{disk: map[uint64]pb.State{}}
 	var deferred atomic.Uint64
-	l := newLazyCommitLogDB(rec, &deferred)
+	var writes atomic.Uint64
+	l := newLazyCommitLogDB(rec, &deferred, &writes)
 	up := func(replica uint64, st pb.State, ents []pb.Entry) pb.Update {
 		return pb.Update{ShardID: 1, ReplicaID: replica, State: st, EntriesToSave: ents}
 	}
@@ -190,6 +191,13 @@ func TestLazyCommitHoldsCommitOnly(t *testing.T) {
 	wantSave(save(1, up(1, hard(3, 2, 10), nil)), hard(3, 2, 10))
 	if deferred.Load() != 3 {
 		t.Fatalf("deferred %d, want 3", deferred.Load())
+	}
+	// Five of the saves above wrote something (the first, the entries
+	// without a state, the entries with a state, the term change, the vote
+	// change); the three held ones and the one with nothing to write did
+	// not.
+	if writes.Load() != 5 {
+		t.Fatalf("writes %d, want 5", writes.Load())
 	}
 
 	// A held state is dropped when a term or vote change is written: the

@@ -281,5 +281,6 @@ func (n *Node) proposeEntry(entry []byte) (uint64, []byte, error) {
 		if !n.backoff(ctx) {
 			return 0, nil, n.boundedErr(n.ctx, last)
 		}
+		n.stats.attemptFailed(errors.Is(err, dragonboat.ErrTimeout))
 	}
 }

@@ -34,12 +34,24 @@ type Stats struct {
 	// commands. A wait that Close ended proposes nothing and counts in neither.
 	BatchWaitsFilled  uint64
 	BatchWaitsExpired uint64
+	// EntryRetries counts the attempts to commit an entry that failed with a temporary
+	// error and were tried again (no leader yet, busy, dropped, timed out);
+	// EntryAttemptsTimedOut of them had waited out the whole attempt (two election
+	// timeouts) without an answer: a stall of the entry's callers.
+	EntryRetries          uint64
+	EntryAttemptsTimedOut uint64
 	// CommitWritesDeferred counts the updates of the Raft log that changed only the commit
 	// index and were held back for the replica's next write (Config.SyncCommitIndex off),
 	// about one per entry on each replica, the leader included: nearly each is a
 	// synchronous write saved (a held state that a snapshot record or Close later writes
 	// on its own saves none).
 	CommitWritesDeferred uint64
+	// LogWrites counts the synchronous writes of the Raft log (each one fsync of its WAL):
+	// entries, hard states, snapshot records, and held states written before a snapshot
+	// record or on Close. Proposals / LogWrites summed over the replicas is the commands
+	// the cluster made durable per fsync. Counted by the commit-index wrapper: 0 when
+	// LazyCommit is false.
+	LogWrites uint64
 	// LazyCommit reports whether the commit-index wrapper of the Raft log is on (see "The
 	// commit index" in doc.go): false with Config.SyncCommitIndex, before Start, or when
 	// this binary's Dragonboat is not the version the wrapper's go:linkname was checked
@@ -80,7 +92,8 @@ type stats struct {
 	proposals, proposalsFailed, proposalsRejected atomic.Uint64
 	entries, entriesFailed                        atomic.Uint64
 	batchWaitsFilled, batchWaitsExpired           atomic.Uint64
-	commitDeferred                                atomic.Uint64
+	entryRetries, entryTimeouts                   atomic.Uint64
+	commitDeferred, logWrites                     atomic.Uint64
 	lazyCommit                                    atomic.Bool
 	latency                                       *metric.Histogram
 
@@ -114,6 +127,15 @@ func (s *stats) batchWaited(expired bool) {
 		s.batchWaitsExpired.Add(1)
 	} else {
 		s.batchWaitsFilled.Add(1)
+	}
+}
+
+// attemptFailed counts an attempt of an entry that failed with a temporary error (timedOut:
+// it waited out its bound) and is tried again.
+func (s *stats) attemptFailed(timedOut bool) {
+	s.entryRetries.Add(1)
+	if timedOut {
+		s.entryTimeouts.Add(1)
 	}
 }
 
@@ -169,24 +191,27 @@ func (e statsEvents) SendSnapshotAborted(i raftio.SnapshotInfo) {
 func (n *Node) Stats() Stats {
 	s := n.stats
 	st := Stats{
-		Proposals:            s.proposals.Load(),
-		ProposalsFailed:      s.proposalsFailed.Load(),
-		ProposalsRejected:    s.proposalsRejected.Load(),
-		Entries:              s.entries.Load(),
-		EntriesFailed:        s.entriesFailed.Load(),
-		BatchWaitsFilled:     s.batchWaitsFilled.Load(),
-		BatchWaitsExpired:    s.batchWaitsExpired.Load(),
-		CommitWritesDeferred: s.commitDeferred.Load(),
-		LazyCommit:           s.lazyCommit.Load(),
-		LeaderChanges:        s.leaderChanges.Load(),
-		LeaderID:             s.leader.Load(),
-		Term:                 s.term.Load(),
-		SnapshotsCreated:     s.snapCreated.Load(),
-		SnapshotsSent:        s.snapSent.Load(),
-		SnapshotsAborted:     s.snapAborted.Load(),
-		SnapshotsReceived:    s.snapReceived.Load(),
-		SnapshotsRecovered:   s.snapRecovered.Load(),
-		Inbound:              n.InboundStats(),
+		Proposals:             s.proposals.Load(),
+		ProposalsFailed:       s.proposalsFailed.Load(),
+		ProposalsRejected:     s.proposalsRejected.Load(),
+		Entries:               s.entries.Load(),
+		EntriesFailed:         s.entriesFailed.Load(),
+		BatchWaitsFilled:      s.batchWaitsFilled.Load(),
+		BatchWaitsExpired:     s.batchWaitsExpired.Load(),
+		EntryRetries:          s.entryRetries.Load(),
+		EntryAttemptsTimedOut: s.entryTimeouts.Load(),
+		CommitWritesDeferred:  s.commitDeferred.Load(),
+		LogWrites:             s.logWrites.Load(),
+		LazyCommit:            s.lazyCommit.Load(),
+		LeaderChanges:         s.leaderChanges.Load(),
+		LeaderID:              s.leader.Load(),
+		Term:                  s.term.Load(),
+		SnapshotsCreated:      s.snapCreated.Load(),
+		SnapshotsSent:         s.snapSent.Load(),
+		SnapshotsAborted:      s.snapAborted.Load(),
+		SnapshotsReceived:     s.snapReceived.Load(),
+		SnapshotsRecovered:    s.snapRecovered.Load(),
+		Inbound:               n.InboundStats(),
 	}
 	if s.latency != nil {
 		st.ProposeLatency = s.latency.Snapshot()
