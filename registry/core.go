@@ -291,23 +291,6 @@ func (ix *index) lookup(instKey model.InstanceKey) (*service, *slot) {
 	return s, s.lookupSlot(instKey)
 }
 
-// slotFor returns the slot of inst's key, creating it (not yet live) when
-// absent. A new slot must be given a publication or a persistent instance
-// before the change ends.
-func (ix *index) slotFor(s *service, inst *rec) *slot {
-	i, ok := s.findSlot(inst.cluster, inst.ip, int(inst.port))
-	if ok {
-		return s.slots[i]
-	}
-	return ix.insertSlot(s, i)
-}
-
-// insertSlot inserts a new slot (not yet live) at index i of s.slots, where
-// findSlot placed its key, and returns it.
-func (ix *index) insertSlot(s *service, i int) *slot {
-	return ix.placeSlot(s, i, &slot{svc: s})
-}
-
 // placeSlot inserts sl, new and not yet live, at index i of s.slots.
 func (ix *index) placeSlot(s *service, i int, sl *slot) *slot {
 	ix.quota.instances++
@@ -340,23 +323,21 @@ type slotBlock struct {
 // init makes b a new slot of s (not yet placed) with pub's publication of
 // inst, which is valid and has its defaults, and returns them.
 func (b *slotBlock) init(s *service, pub *publisher, inst *model.Instance) (*slot, *pubInst) {
-	*b = slotBlock{
-		sl: slot{svc: s},
-		rec: rec{
-			id:      inst.ID,
-			cluster: inst.Cluster,
-			ip:      inst.IP,
-			md:      inst.Metadata,
-			weight:  inst.Weight,
-			port:    uint16(inst.Port),
-			healthy: inst.Healthy,
-			enabled: inst.Enabled,
-		},
-	}
+	*b = slotBlock{sl: slot{svc: s}, rec: recOf(inst)}
 	b.pi = pubInst{pub: pub, slot: &b.sl, inst: &b.rec}
 	b.one[0] = &b.pi
 	b.sl.pubs = b.one[:]
 	return &b.sl, &b.pi
+}
+
+// persBlock is a new slot of a persistent service with its instance: one
+// allocation where there were two, and what findSlot reads of the slot's
+// key (sl.pers, the rec's key fields) in the slot's own cache lines. An
+// update replaces sl.pers and leaves the block's rec unused while the slot
+// lives.
+type persBlock struct {
+	sl  slot
+	rec rec
 }
 
 // beatBlock is a new beat publisher allocated with the slot of its first
@@ -591,18 +572,25 @@ func (ix *index) putInstance(inst model.Instance) {
 		ix.fx.conflicts = append(ix.fx.conflicts, conflict{what: conflictInstance, name: inst.Key().String(), ephemeral: true, err: err})
 		return
 	}
-	stored := newRec(&inst)
-	sl := ix.slotFor(s, stored)
-	born := !sl.live()
-	if sl.pers != nil && sl.pers.equal(stored) {
-		return
-	}
-	sl.pers = stored
-	if born {
-		ix.slotBorn(sl)
-		ix.noteSlot(sl, EventRegistered, nil, "")
-	} else {
+	i, found := s.findSlot(inst.Cluster, inst.IP, inst.Port)
+	var sl *slot
+	if found {
+		sl = s.slots[i]
+		stored := newRec(&inst)
+		if sl.pers != nil && sl.pers.equal(stored) {
+			return
+		}
+		sl.pers = stored
 		ix.noteSlot(sl, EventUpdated, nil, "")
+	} else {
+		// A new instance: its slot and rec in one allocation, as a
+		// slotBlock is for an ephemeral one.
+		wasEmpty := s.empty()
+		b := &persBlock{sl: slot{svc: s}, rec: recOf(&inst)}
+		sl = ix.placeSlot(s, i, &b.sl)
+		sl.pers = &b.rec
+		ix.slotBornIn(sl, wasEmpty)
+		ix.noteSlot(sl, EventRegistered, nil, "")
 	}
 	ix.changed(s)
 	ix.fx.targets = append(ix.fx.targets, target{svc: s, sl: sl})

@@ -23,7 +23,13 @@ type rec struct {
 
 // newRec packs inst, which is valid and has its defaults.
 func newRec(inst *model.Instance) *rec {
-	return &rec{
+	r := recOf(inst)
+	return &r
+}
+
+// recOf is newRec's rec as a value, for a block that holds it.
+func recOf(inst *model.Instance) rec {
+	return rec{
 		id:      inst.ID,
 		cluster: inst.Cluster,
 		ip:      inst.IP,
