@@ -25,6 +25,7 @@ type descs struct {
 	hTargets, hProbed, hRunning, hChecks, hFlips, hDampings, hDamped *prometheus.Desc
 
 	rProposals, rEntries, rEntriesFailed, rBatchWaits, rCommitDeferred, rProposeLatency, rLeaderChanges *prometheus.Desc
+	rLogWrites, rEntryRetries                                                                           *prometheus.Desc
 	rHasLeader, rIsLeader, rTerm, rApplied, rLastIndex, rApplyLag, rLazyCommit                          *prometheus.Desc
 	rSnapshots, rInBatches, rInChunks, rInDropped                                                       *prometheus.Desc
 }
@@ -111,6 +112,8 @@ func newDescs(constLabels prometheus.Labels) *descs {
 	d.rEntries = mk("muster_raft_entries_total", "Raft entries proposed (commands are packed into entries: group commit).")
 	d.rEntriesFailed = mk("muster_raft_entries_failed_total", "Raft entries whose proposal failed.")
 	d.rCommitDeferred = mk("muster_raft_commit_writes_deferred_total", "Raft-log writes of a change of the commit index alone held back for the replica's next write (raftstore.Config.SyncCommitIndex off): synchronous writes saved.")
+	d.rLogWrites = mk("muster_raft_log_writes_total", "Synchronous writes of the Raft log (one fsync of its WAL each): entries, hard states, snapshot records. Commands made durable per fsync = proposals over log writes summed over the replicas. 0 while muster_raft_lazy_commit is 0 (they are counted by its wrapper).")
+	d.rEntryRetries = mk("muster_raft_entry_retries_total", "Attempts to commit an entry that failed with a temporary error (no leader yet, busy, dropped, timed out) and were tried again; timed_out: those that waited out the whole attempt (two election timeouts) with no answer, a stall of the entry's callers.", "outcome")
 	d.rBatchWaits = mk("muster_raft_batch_waits_total", "Raft entries whose batcher waited for the callers it had just answered (BatchWait): filled when the wait ended in time (they came, the entry filled up), expired when the window closed first.", "outcome")
 	d.rProposeLatency = mk("muster_raft_proposal_duration_seconds", "Time from a proposal to its outcome (commit and local apply, or failure).")
 	d.rLeaderChanges = mk("muster_raft_leader_changes_total", "Leader changes this replica observed (to another replica, or to none).")

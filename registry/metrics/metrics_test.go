@@ -524,7 +524,8 @@ func (f fixedRaft) Stats() raftstore.Stats { return raftstore.Stats(f) }
 // The batcher's waits are exported by outcome, each from its own counter.
 func TestScrapeRaftBatchWaits(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(metrics.New(metrics.Sources{Raft: fixedRaft{Entries: 12, BatchWaitsFilled: 7, BatchWaitsExpired: 3, CommitWritesDeferred: 11}}))
+	reg.MustRegister(metrics.New(metrics.Sources{Raft: fixedRaft{Entries: 12, BatchWaitsFilled: 7, BatchWaitsExpired: 3, CommitWritesDeferred: 11,
+		LogWrites: 40, EntryRetries: 5, EntryAttemptsTimedOut: 2}}))
 	mfs := scrape(t, reg)
 	for outcome, want := range map[string]float64{"filled": 7, "expired": 3} {
 		if v := value(t, mfs, "muster_raft_batch_waits_total", "outcome", outcome); v != want {
@@ -536,6 +537,14 @@ func TestScrapeRaftBatchWaits(t *testing.T) {
 	}
 	if v := value(t, mfs, "muster_raft_commit_writes_deferred_total"); v != 11 {
 		t.Errorf("commit writes deferred = %v, want 11", v)
+	}
+	if v := value(t, mfs, "muster_raft_log_writes_total"); v != 40 {
+		t.Errorf("log writes = %v, want 40", v)
+	}
+	for outcome, want := range map[string]float64{"timed_out": 2, "failed": 3} {
+		if v := value(t, mfs, "muster_raft_entry_retries_total", "outcome", outcome); v != want {
+			t.Errorf("entry retries %s = %v, want %v", outcome, v, want)
+		}
 	}
 	if v := value(t, mfs, "muster_raft_lazy_commit"); v != 0 {
 		t.Errorf("lazy commit = %v with Stats.LazyCommit false, want 0", v)
