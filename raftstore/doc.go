@@ -297,10 +297,10 @@
 //
 // Node.Stats returns the counters and gauges: proposals by outcome and a latency histogram
 // (Stats.ProposeLatency, on Config.Clock), entries and their retried attempts, the Raft
-// log's synchronous writes (Stats.LogWrites: commands per fsync), leader changes, the applied and last log
-// index and their difference (apply lag), snapshots created, sent, received and recovered,
-// and InboundStats. Package registry/metrics exports them to Prometheus (not yet LogWrites,
-// EntryRetries and EntryAttemptsTimedOut).
+// log's synchronous writes (Stats.LogWrites: commands per fsync), leader changes, the
+// applied and last log index and their difference (apply lag), snapshots created, sent,
+// received and recovered, and InboundStats. Package registry/metrics exports them to
+// Prometheus.
 //
 // # Time
 //
