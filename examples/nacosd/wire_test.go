@@ -144,6 +144,16 @@ func (w *wireClient) call(typ string, body map[string]any, out any) string {
 // accessToken).
 func (w *wireClient) callWith(headers map[string]string, typ string, body map[string]any, out any) string {
 	w.t.Helper()
+	p := w.request(headers, typ, body)
+	if err := json.Unmarshal(p.GetBody().GetValue(), out); err != nil {
+		w.t.Fatalf("%s answer: %v", typ, err)
+	}
+	return p.GetMetadata().GetType()
+}
+
+// request makes a unary request and returns the answer.
+func (w *wireClient) request(headers map[string]string, typ string, body map[string]any) *pb.Payload {
+	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	pl := wirePayload(typ, body)
@@ -152,10 +162,7 @@ func (w *wireClient) callWith(headers map[string]string, typ string, body map[st
 	if err != nil {
 		w.t.Fatalf("%s: %v", typ, err)
 	}
-	if err := json.Unmarshal(p.GetBody().GetValue(), out); err != nil {
-		w.t.Fatalf("%s answer: %v", typ, err)
-	}
-	return p.GetMetadata().GetType()
+	return p
 }
 
 func (w *wireClient) close() {
