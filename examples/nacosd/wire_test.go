@@ -59,6 +59,10 @@ func dialWireOpts(t testing.TB, grpcAddr string, setupBody map[string]any, opts 
 func tryDialWire(t testing.TB, grpcAddr string, setupBody map[string]any, opts ...grpc.DialOption) (*wireClient, error) {
 	t.Helper()
 	setup := setupBody != nil
+	// The flow-control windows of nacos-sdk-go v2 (10 MiB, static: its
+	// defaults, common/remote/rpc/grpc_client.go): a static window sends no
+	// BDP pings, as grpc-go's dynamic one does whenever data arrives.
+	opts = append([]grpc.DialOption{grpc.WithInitialWindowSize(10 << 20), grpc.WithInitialConnWindowSize(10 << 20)}, opts...)
 	cc, err := grpc.Dial(grpcAddr, opts...)
 	if err != nil {
 		return nil, err
