@@ -76,6 +76,16 @@ func payload(typ string, body any) *pb.Payload {
 	return &pb.Payload{Metadata: &pb.Metadata{Type: typ}, Body: &anypb.Any{Value: b}}
 }
 
+// okPayload is payload(typ, ok(id)), its JSON written by hand: the answer
+// to every registration.
+func okPayload(typ, id string) *pb.Payload {
+	b := make([]byte, 0, 64+len(id))
+	b = append(b, `{"resultCode":200,"errorCode":0,"success":true,"requestId":`...)
+	b = appendJSONString(b, id)
+	b = append(b, '}')
+	return &pb.Payload{Metadata: &pb.Metadata{Type: typ}, Body: &anypb.Any{Value: b}}
+}
+
 func errorPayload(id string, code int, msg string) *pb.Payload {
 	return payload("ErrorResponse", failed(id, code, msg))
 }
@@ -140,7 +150,7 @@ func (g *grpcAPI) Request(ctx context.Context, p *pb.Payload) (*pb.Payload, erro
 			// still answers, and stays if it does.
 			return nil, status.Error(codes.Unavailable, "nacosd is shutting down")
 		}
-		return payload("HealthCheckResponse", ok(req.RequestID)), nil
+		return okPayload("HealthCheckResponse", req.RequestID), nil
 	case "InstanceRequest":
 		return c.instance(ctx, &req, p.GetMetadata().GetClientIp(), true), nil
 	case "PersistentInstanceRequest":
@@ -552,15 +562,17 @@ func (c *conn) send(m any) error {
 // call sends a server request on the stream and waits for the client's
 // response with the same requestId.
 func (c *conn) call(ctx context.Context, typ string, body map[string]any) (*pb.Payload, error) {
-	return c.callRaw(ctx, typ, func(id string) any {
+	return c.callRaw(ctx, nil, typ, func(id string) any {
 		body["requestId"] = id
 		return payload(typ, body)
 	})
 }
 
 // callRaw is call with the message (a *pb.Payload or a *rawPayload) built
-// by msg from the requestId.
-func (c *conn) callRaw(ctx context.Context, typ string, msg func(id string) any) (*pb.Payload, error) {
+// by msg from the requestId; it also gives up when expired delivers (a
+// timer a delivery reuses for each push, where a context with a deadline
+// would cost a timer, a context and its registration with c.ctx each).
+func (c *conn) callRaw(ctx context.Context, expired <-chan time.Time, typ string, msg func(id string) any) (*pb.Payload, error) {
 	id := strconv.FormatUint(c.reqSeq.Add(1), 10)
 	ch := make(chan answer, 1)
 	c.mu.Lock()
@@ -586,6 +598,8 @@ func (c *conn) callRaw(ctx context.Context, typ string, msg func(id string) any)
 		return a.p, nil
 	case <-ctx.Done():
 		return nil, fmt.Errorf("no answer to %s: %w", typ, ctx.Err())
+	case <-expired:
+		return nil, fmt.Errorf("no answer to %s: %w", typ, context.DeadlineExceeded)
 	case <-c.ctx.Done():
 		return nil, errors.New("connection closed")
 	}
@@ -648,7 +662,7 @@ func (c *conn) instance(ctx context.Context, req *nRequest, clientIP string, eph
 		c.log.Info("instance request refused", "type", req.Type, "service", svc, "err", err)
 		return errorPayload(req.RequestID, code, msg)
 	}
-	return payload(typ, ok(req.RequestID))
+	return okPayload(typ, req.RequestID)
 }
 
 // batch serves BatchInstanceRequest: the connection's instances of the
@@ -684,7 +698,7 @@ func (c *conn) batch(ctx context.Context, req *nRequest) *pb.Payload {
 		c.log.Info("batch request refused", "service", svc, "err", err)
 		return errorPayload(req.RequestID, code, msg)
 	}
-	return payload("BatchInstanceResponse", ok(req.RequestID))
+	return okPayload("BatchInstanceResponse", req.RequestID)
 }
 
 // replace makes insts the connection's instances of svc, as Nacos 2.x
@@ -863,7 +877,7 @@ func (c *conn) unsubscribe(s *subscription) {
 
 // subscribeAnswer is the SubscribeServiceResponse of a new subscription.
 func subscribeAnswer(reqID string, v *model.ServiceView, name, group, clusters string, ref int64) *pb.Payload {
-	b := make([]byte, 0, 256+len(v.Instances)*320)
+	b := make([]byte, 0, 256+len(v.Instances)*instanceJSONSize)
 	b = append(b, `{"resultCode":200,"errorCode":0,"success":true,"requestId":`...)
 	b = appendJSONString(b, reqID)
 	b = append(b, `,"serviceInfo":`...)

@@ -409,6 +409,15 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		// Pushes share their encoded body among subscribers (push.go):
 		// the codec sends it as it is. Everything else is plain proto.
 		grpc.ForceServerCodecV2(newPushCodec()),
+		// Static flow-control windows of 1 MiB (grpc-java's default, which
+		// Nacos's own server runs on). grpc-go's dynamic window sends a BDP
+		// ping whenever data arrives with none outstanding: nearly every
+		// request of a connection with one request at a time, a ping frame
+		// written and its ack read each, and it lets a connection's window
+		// grow to 16 MiB, where this one bounds what a client may have
+		// unread on the server at 1 MiB.
+		grpc.StaticStreamWindowSize(1<<20),
+		grpc.StaticConnWindowSize(1<<20),
 	)...)
 	pb.RegisterRequestServer(s.grpcSrv, s.api)
 	pb.RegisterBiRequestStreamServer(s.grpcSrv, s.api)
