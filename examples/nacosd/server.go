@@ -419,7 +419,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		grpc.StaticStreamWindowSize(1<<20),
 		grpc.StaticConnWindowSize(1<<20),
 	)...)
-	pb.RegisterRequestServer(s.grpcSrv, s.api)
+	s.grpcSrv.RegisterService(&requestDesc, s.api) // pb.RegisterRequestServer, with the handler of grpc.go
 	pb.RegisterBiRequestStreamServer(s.grpcSrv, s.api)
 
 	if s.udp, err = newUDPPusher(s); err != nil {
@@ -436,6 +436,9 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.goFunc(func() { _ = s.grpcSrv.Serve(s.grpcLn) })
 	s.goFunc(func() { _ = serveHTTP() })
 	s.goFunc(func() { s.api.detect(s.ctx, s.cfg.IdleTimeout, s.cfg.DetectTimeout) })
+	for range requestWorkers {
+		s.goFunc(func() { s.api.serveRequests(s.ctx) })
+	}
 	s.goFunc(func() { s.udp.run(s.ctx) })
 	s.goFunc(s.udp.readAcks)
 	s.log.Info("nacosd started", "http", s.httpLn.Addr().String(), "grpc", s.grpcLn.Addr().String(),
