@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -400,15 +401,21 @@ func skipJSONValue(b []byte, i int) (int, bool) {
 	}
 	switch b[i] {
 	case '"':
-		for i++; i < len(b); i++ {
-			switch b[i] {
-			case '\\':
-				i++
-			case '"':
+		for i++; ; {
+			q := bytes.IndexByte(b[i:], '"')
+			if q < 0 {
+				return 0, false
+			}
+			i += q
+			esc := 0 // the backslashes before it: an odd number escapes it
+			for k := i - 1; b[k] == '\\'; k-- {
+				esc++
+			}
+			if esc%2 == 0 {
 				return i + 1, true
 			}
+			i++
 		}
-		return 0, false
 	case '{', '[':
 		depth := 0
 		for ; i < len(b); i++ {
