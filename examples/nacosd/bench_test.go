@@ -28,7 +28,9 @@ import (
 // its own. It runs only with NACOSD_BENCH=1 (NACOSD_BENCH_CONNS sets N,
 // default 1000); see README.md for the figures. NACOSD_BENCH_CPU and
 // NACOSD_BENCH_HEAP name files for the server's CPU profile (of the whole
-// run) and heap profile (once loaded, before the pushes).
+// run) and heap profile (once loaded, before the pushes). The client is the
+// hand-written wireClient, lean where it can be without changing what the
+// server receives (README.md, "Benchmark").
 func TestBenchmark(t *testing.T) { benchmark(t, 1) }
 
 // TestBenchmarkCluster is TestBenchmark on a 3-node cluster, each node a
