@@ -11,6 +11,7 @@ import (
 	"time"
 
 	anypb "github.com/golang/protobuf/ptypes/any"
+	"github.com/muster-io/muster/model"
 	pb "github.com/nacos-group/nacos-sdk-go/v2/api/grpc"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -473,4 +474,37 @@ func TestTopLevelValue(t *testing.T) {
 			t.Errorf("%q: found %q", bad, v)
 		}
 	}
+}
+
+// BenchmarkTopLevelValue: the load client's requestId lookup in a push of
+// 100 instances (the benchmark's), against json.Unmarshal's.
+func BenchmarkTopLevelValue(b *testing.B) {
+	svc := model.ServiceKey{Namespace: "public", Group: model.DefaultGroup, Name: "bench-1"}
+	v := &model.ServiceView{Revision: 7}
+	for i := range 100 {
+		in := model.NewInstance(svc, fmt.Sprintf("10.0.%d.%d", i/256, i%256), 8000)
+		in.Weight, in.Healthy, in.Enabled, in.Ephemeral = 1, true, true, true
+		v.Instances = append(v.Instances, in)
+	}
+	body := appendServiceInfo([]byte(`{"module":"naming","serviceInfo":`), v, "bench-1", model.DefaultGroup, "", 1)
+	body = append(body, `,"requestId":"12345"}`...)
+	b.Run("topLevelValue", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			if r, ok := topLevelValue(body, "requestId"); !ok || string(r) != `"12345"` {
+				b.Fatal(string(r))
+			}
+		}
+	})
+	b.Run("json.Unmarshal", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			var r struct {
+				RequestID string `json:"requestId"`
+			}
+			if err := json.Unmarshal(body, &r); err != nil || r.RequestID != "12345" {
+				b.Fatal(err)
+			}
+		}
+	})
 }
