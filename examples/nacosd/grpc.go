@@ -20,6 +20,7 @@ import (
 	"github.com/muster-io/muster/registry"
 	pb "github.com/nacos-group/nacos-sdk-go/v2/api/grpc"
 	"golang.org/x/time/rate"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -76,6 +77,16 @@ func payload(typ string, body any) *pb.Payload {
 	return &pb.Payload{Metadata: &pb.Metadata{Type: typ}, Body: &anypb.Any{Value: b}}
 }
 
+// okPayload is payload(typ, ok(id)), its JSON written by hand: the answer
+// to every registration.
+func okPayload(typ, id string) *pb.Payload {
+	b := make([]byte, 0, 64+len(id))
+	b = append(b, `{"resultCode":200,"errorCode":0,"success":true,"requestId":`...)
+	b = appendJSONString(b, id)
+	b = append(b, '}')
+	return &pb.Payload{Metadata: &pb.Metadata{Type: typ}, Body: &anypb.Any{Value: b}}
+}
+
 func errorPayload(id string, code int, msg string) *pb.Payload {
 	return payload("ErrorResponse", failed(id, code, msg))
 }
@@ -97,14 +108,106 @@ type grpcAPI struct {
 	checked map[string]string // peer address → connection ID handed out by ServerCheck
 	closing bool
 	seq     atomic.Uint64
+
+	jobs chan unaryJob // to the request workers
 }
 
+// unaryJob is a unary request handed to a request worker: dec reads its
+// Payload.
+type unaryJob struct {
+	ctx  context.Context
+	dec  func(any) error
+	done chan<- unaryResult
+}
+
+type unaryResult struct {
+	p   any // *pb.Payload or *rawPayload
+	err error
+}
+
+// requestWorkers is how many goroutines serve unary requests (see
+// requestDesc).
+const requestWorkers = 16
+
 func newGRPCAPI(s *Server) *grpcAPI {
-	return &grpcAPI{s: s, log: s.log.With("api", "grpc"), conns: map[string]*conn{}, checked: map[string]string{}}
+	return &grpcAPI{s: s, log: s.log.With("api", "grpc"), conns: map[string]*conn{}, checked: map[string]string{}, jobs: make(chan unaryJob)}
+}
+
+// requestDesc is the unary service (the SDK's Request service, method
+// "request") with its own handler. gRPC runs each request on a new
+// goroutine, whose small stack reading the message and serving it (the
+// JSON decoding, the registry's update) grow by copying, twice or more:
+// 10-15 % of the server's CPU for a registration. The handler hands the
+// request, its reading included, to one of the long-lived request workers
+// instead, whose stacks have grown already; when none is free, it serves
+// it on its own goroutine, as gRPC's generated handler does.
+var requestDesc = grpc.ServiceDesc{
+	ServiceName: "Request",
+	HandlerType: (*pb.RequestServer)(nil),
+	Methods:     []grpc.MethodDesc{{MethodName: "request", Handler: handleRequest}},
+	Streams:     []grpc.StreamDesc{},
+	Metadata:    "nacos_grpc_service.proto",
+}
+
+func handleRequest(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	g := srv.(*grpcAPI)
+	if interceptor != nil { // none is installed; as the generated handler does
+		in := new(pb.Payload)
+		if err := dec(in); err != nil {
+			return nil, err
+		}
+		info := &grpc.UnaryServerInfo{Server: srv, FullMethod: "/Request/request"}
+		return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) { return g.Request(ctx, req.(*pb.Payload)) })
+	}
+	done := make(chan unaryResult, 1)
+	select {
+	case g.jobs <- unaryJob{ctx, dec, done}:
+		r := <-done
+		return r.p, r.err
+	default:
+		return decodeAndServe(g, ctx, dec)
+	}
+}
+
+// decodeAndServe reads a request with dec and serves it. The answer
+// comes back in its wire encoding (a rawPayload, which the codec sends as
+// it is), encoded here rather than on gRPC's goroutine.
+func decodeAndServe(g *grpcAPI, ctx context.Context, dec func(any) error) (any, error) {
+	in := new(pb.Payload)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	out, err := g.Request(ctx, in)
+	if err != nil || out == nil {
+		return nil, err
+	}
+	if m, b := out.GetMetadata(), out.GetBody(); m.GetClientIp() == "" && len(m.GetHeaders()) == 0 && b.GetTypeUrl() == "" {
+		return newRawPayload(m.GetType(), b.GetValue(), nil), nil // what every answer holds
+	}
+	return out, nil
+}
+
+// serveRequests is a request worker: it serves the requests handed to it
+// until ctx ends.
+func (g *grpcAPI) serveRequests(ctx context.Context) {
+	for {
+		select {
+		case j := <-g.jobs:
+			p, err := decodeAndServe(g, j.ctx, j.dec)
+			j.done <- unaryResult{p, err}
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // Request serves the unary service.
 func (g *grpcAPI) Request(ctx context.Context, p *pb.Payload) (*pb.Payload, error) {
+	return g.request(ctx, p)
+}
+
+// request serves one unary request.
+func (g *grpcAPI) request(ctx context.Context, p *pb.Payload) (*pb.Payload, error) {
 	typ := p.GetMetadata().GetType()
 	var req nRequest
 	if err := json.Unmarshal(p.GetBody().GetValue(), &req); err != nil {
@@ -140,7 +243,7 @@ func (g *grpcAPI) Request(ctx context.Context, p *pb.Payload) (*pb.Payload, erro
 			// still answers, and stays if it does.
 			return nil, status.Error(codes.Unavailable, "nacosd is shutting down")
 		}
-		return payload("HealthCheckResponse", ok(req.RequestID)), nil
+		return okPayload("HealthCheckResponse", req.RequestID), nil
 	case "InstanceRequest":
 		return c.instance(ctx, &req, p.GetMetadata().GetClientIp(), true), nil
 	case "PersistentInstanceRequest":
@@ -552,15 +655,17 @@ func (c *conn) send(m any) error {
 // call sends a server request on the stream and waits for the client's
 // response with the same requestId.
 func (c *conn) call(ctx context.Context, typ string, body map[string]any) (*pb.Payload, error) {
-	return c.callRaw(ctx, typ, func(id string) any {
+	return c.callRaw(ctx, nil, typ, func(id string) any {
 		body["requestId"] = id
 		return payload(typ, body)
 	})
 }
 
 // callRaw is call with the message (a *pb.Payload or a *rawPayload) built
-// by msg from the requestId.
-func (c *conn) callRaw(ctx context.Context, typ string, msg func(id string) any) (*pb.Payload, error) {
+// by msg from the requestId; it also gives up when expired delivers (a
+// timer a delivery reuses for each push, where a context with a deadline
+// would cost a timer, a context and its registration with c.ctx each).
+func (c *conn) callRaw(ctx context.Context, expired <-chan time.Time, typ string, msg func(id string) any) (*pb.Payload, error) {
 	id := strconv.FormatUint(c.reqSeq.Add(1), 10)
 	ch := make(chan answer, 1)
 	c.mu.Lock()
@@ -586,6 +691,8 @@ func (c *conn) callRaw(ctx context.Context, typ string, msg func(id string) any)
 		return a.p, nil
 	case <-ctx.Done():
 		return nil, fmt.Errorf("no answer to %s: %w", typ, ctx.Err())
+	case <-expired:
+		return nil, fmt.Errorf("no answer to %s: %w", typ, context.DeadlineExceeded)
 	case <-c.ctx.Done():
 		return nil, errors.New("connection closed")
 	}
@@ -648,7 +755,7 @@ func (c *conn) instance(ctx context.Context, req *nRequest, clientIP string, eph
 		c.log.Info("instance request refused", "type", req.Type, "service", svc, "err", err)
 		return errorPayload(req.RequestID, code, msg)
 	}
-	return payload(typ, ok(req.RequestID))
+	return okPayload(typ, req.RequestID)
 }
 
 // batch serves BatchInstanceRequest: the connection's instances of the
@@ -684,7 +791,7 @@ func (c *conn) batch(ctx context.Context, req *nRequest) *pb.Payload {
 		c.log.Info("batch request refused", "service", svc, "err", err)
 		return errorPayload(req.RequestID, code, msg)
 	}
-	return payload("BatchInstanceResponse", ok(req.RequestID))
+	return okPayload("BatchInstanceResponse", req.RequestID)
 }
 
 // replace makes insts the connection's instances of svc, as Nacos 2.x
@@ -863,7 +970,7 @@ func (c *conn) unsubscribe(s *subscription) {
 
 // subscribeAnswer is the SubscribeServiceResponse of a new subscription.
 func subscribeAnswer(reqID string, v *model.ServiceView, name, group, clusters string, ref int64) *pb.Payload {
-	b := make([]byte, 0, 256+len(v.Instances)*320)
+	b := make([]byte, 0, 256+len(v.Instances)*instanceJSONSize)
 	b = append(b, `{"resultCode":200,"errorCode":0,"success":true,"requestId":`...)
 	b = appendJSONString(b, reqID)
 	b = append(b, `,"serviceInfo":`...)

@@ -51,6 +51,16 @@ func TestPushEncoding(t *testing.T) {
 	}
 }
 
+// TestOKPayload: the hand-built answer to a registration is json.Marshal's.
+func TestOKPayload(t *testing.T) {
+	for _, id := range []string{"", "17", "a\"b<\\>\u2028é\x01"} {
+		want, _ := json.Marshal(ok(id))
+		if p := okPayload("InstanceResponse", id); p.GetMetadata().GetType() != "InstanceResponse" || !bytes.Equal(p.GetBody().GetValue(), want) {
+			t.Errorf("%q:\n got %s %s\nwant %s", id, p.GetMetadata().GetType(), p.GetBody().GetValue(), want)
+		}
+	}
+}
+
 // TestRawPayload: a push sent in parts is the wire encoding of the
 // Payload it stands for, and the codec sends it unchanged.
 func TestRawPayload(t *testing.T) {

@@ -409,8 +409,17 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		// Pushes share their encoded body among subscribers (push.go):
 		// the codec sends it as it is. Everything else is plain proto.
 		grpc.ForceServerCodecV2(newPushCodec()),
+		// Static flow-control windows of 1 MiB (grpc-java's default, which
+		// Nacos's own server runs on). grpc-go's dynamic window sends a BDP
+		// ping whenever data arrives with none outstanding: nearly every
+		// request of a connection with one request at a time, a ping frame
+		// written and its ack read each, and it lets a connection's window
+		// grow to 16 MiB, where this one bounds what a client may have
+		// unread on the server at 1 MiB.
+		grpc.StaticStreamWindowSize(1<<20),
+		grpc.StaticConnWindowSize(1<<20),
 	)...)
-	pb.RegisterRequestServer(s.grpcSrv, s.api)
+	s.grpcSrv.RegisterService(&requestDesc, s.api) // pb.RegisterRequestServer, with the handler of grpc.go
 	pb.RegisterBiRequestStreamServer(s.grpcSrv, s.api)
 
 	if s.udp, err = newUDPPusher(s); err != nil {
@@ -427,6 +436,9 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.goFunc(func() { _ = s.grpcSrv.Serve(s.grpcLn) })
 	s.goFunc(func() { _ = serveHTTP() })
 	s.goFunc(func() { s.api.detect(s.ctx, s.cfg.IdleTimeout, s.cfg.DetectTimeout) })
+	for range requestWorkers {
+		s.goFunc(func() { s.api.serveRequests(s.ctx) })
+	}
 	s.goFunc(func() { s.udp.run(s.ctx) })
 	s.goFunc(s.udp.readAcks)
 	s.log.Info("nacosd started", "http", s.httpLn.Addr().String(), "grpc", s.grpcLn.Addr().String(),

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	anypb "github.com/golang/protobuf/ptypes/any"
+	"github.com/muster-io/muster/model"
 	pb "github.com/nacos-group/nacos-sdk-go/v2/api/grpc"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -59,6 +61,10 @@ func dialWireOpts(t testing.TB, grpcAddr string, setupBody map[string]any, opts 
 func tryDialWire(t testing.TB, grpcAddr string, setupBody map[string]any, opts ...grpc.DialOption) (*wireClient, error) {
 	t.Helper()
 	setup := setupBody != nil
+	// The flow-control windows of nacos-sdk-go v2 (10 MiB, static: its
+	// defaults, common/remote/rpc/grpc_client.go): a static window sends no
+	// BDP pings, as grpc-go's dynamic one does whenever data arrives.
+	opts = append([]grpc.DialOption{grpc.WithInitialWindowSize(10 << 20), grpc.WithInitialConnWindowSize(10 << 20)}, opts...)
 	cc, err := grpc.Dial(grpcAddr, opts...)
 	if err != nil {
 		return nil, err
@@ -106,7 +112,12 @@ func tryDialWire(t testing.TB, grpcAddr string, setupBody map[string]any, opts .
 				var r struct {
 					RequestID string `json:"requestId"`
 				}
-				_ = json.Unmarshal(p.GetBody().GetValue(), &r)
+				// Only the requestId is read (a push carries a whole
+				// ServiceInfo, which this client has no use for): the
+				// acknowledgement is what a decoding client sends.
+				if raw, ok := topLevelValue(p.GetBody().GetValue(), "requestId"); !ok || json.Unmarshal(raw, &r.RequestID) != nil {
+					_ = json.Unmarshal(p.GetBody().GetValue(), &r)
+				}
 				typ := map[string]string{"NotifySubscriberRequest": "NotifySubscriberResponse", "ClientDetectionRequest": "ClientDetectionResponse",
 					"ConnectResetRequest": "ConnectResetResponse"}[p.GetMetadata().GetType()]
 				_ = w.stream.Send(wirePayload(typ, response{ResultCode: 200, Success: true, RequestID: r.RequestID}))
@@ -139,6 +150,16 @@ func (w *wireClient) call(typ string, body map[string]any, out any) string {
 // accessToken).
 func (w *wireClient) callWith(headers map[string]string, typ string, body map[string]any, out any) string {
 	w.t.Helper()
+	p := w.request(headers, typ, body)
+	if err := json.Unmarshal(p.GetBody().GetValue(), out); err != nil {
+		w.t.Fatalf("%s answer: %v", typ, err)
+	}
+	return p.GetMetadata().GetType()
+}
+
+// request makes a unary request and returns the answer.
+func (w *wireClient) request(headers map[string]string, typ string, body map[string]any) *pb.Payload {
+	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	pl := wirePayload(typ, body)
@@ -147,10 +168,7 @@ func (w *wireClient) callWith(headers map[string]string, typ string, body map[st
 	if err != nil {
 		w.t.Fatalf("%s: %v", typ, err)
 	}
-	if err := json.Unmarshal(p.GetBody().GetValue(), out); err != nil {
-		w.t.Fatalf("%s answer: %v", typ, err)
-	}
-	return p.GetMetadata().GetType()
+	return p
 }
 
 func (w *wireClient) close() {
@@ -325,4 +343,168 @@ func TestClusterWire(t *testing.T) {
 		go func() { defer wg.Done(); _ = s.Close() }()
 	}
 	wg.Wait()
+}
+
+// topLevelValue returns the raw JSON value of key in the object b, found by
+// walking the object's top level: nested objects and arrays are skipped by
+// their brackets (strings inside them respected), not decoded. It reports
+// false when b is not an object or the key is not at its top level (a key
+// written with escapes is not recognised). The load-generating client
+// reads a push's requestId with it: json.Unmarshal would scan and decode
+// the whole ServiceInfo (about 30 KB in the benchmark) to find it.
+func topLevelValue(b []byte, key string) ([]byte, bool) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return nil, false
+	}
+	i++
+	for {
+		i = skipSpace(b, i)
+		if i >= len(b) || b[i] != '"' {
+			return nil, false
+		}
+		end, ok := skipJSONValue(b, i)
+		if !ok {
+			return nil, false
+		}
+		k := b[i+1 : end-1]
+		i = skipSpace(b, end)
+		if i >= len(b) || b[i] != ':' {
+			return nil, false
+		}
+		i = skipSpace(b, i+1)
+		end, ok = skipJSONValue(b, i)
+		if !ok {
+			return nil, false
+		}
+		if string(k) == key {
+			return b[i:end], true
+		}
+		i = skipSpace(b, end)
+		if i >= len(b) || b[i] != ',' {
+			return nil, false
+		}
+		i++
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipJSONValue returns the end of the value starting at b[i].
+func skipJSONValue(b []byte, i int) (int, bool) {
+	if i >= len(b) {
+		return 0, false
+	}
+	switch b[i] {
+	case '"':
+		for i++; ; {
+			q := bytes.IndexByte(b[i:], '"')
+			if q < 0 {
+				return 0, false
+			}
+			i += q
+			esc := 0 // the backslashes before it: an odd number escapes it
+			for k := i - 1; b[k] == '\\'; k-- {
+				esc++
+			}
+			if esc%2 == 0 {
+				return i + 1, true
+			}
+			i++
+		}
+	case '{', '[':
+		depth := 0
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1, true
+				}
+			case '"':
+				end, ok := skipJSONValue(b, i)
+				if !ok {
+					return 0, false
+				}
+				i = end - 1
+			}
+		}
+		return 0, false
+	default: // a number, true, false or null
+		start := i
+		for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\t' && b[i] != '\n' && b[i] != '\r' {
+			i++
+		}
+		return i, i > start
+	}
+}
+
+// TestTopLevelValue checks the load client's key lookup against
+// encoding/json: nested keys of the same name, brackets and escaped quotes
+// inside strings, and the value of every top-level key.
+func TestTopLevelValue(t *testing.T) {
+	for _, in := range []string{
+		`{"requestId":"7"}`,
+		` { "a" : {"requestId":"nested","b":["]","}",{"requestId":"x"}]} , "s":"q\"{[","n":-1.5e3,"t":true,"z":null,"requestId" : "12" } `,
+		`{"module":"naming","serviceInfo":{"hosts":[{"metadata":{"k":"v\"}]}\\"}}],"name":"requestId"},"requestId":"99"}`,
+		`{"requestId":"a\u0041b"}`,
+	} {
+		var want map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(in), &want); err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		for k, v := range want {
+			got, ok := topLevelValue([]byte(in), k)
+			if !ok || string(got) != string(v) {
+				t.Errorf("%s: %q is %q, %v; want %q", in, k, got, ok, v)
+			}
+		}
+		if _, ok := topLevelValue([]byte(in), "absent"); ok {
+			t.Errorf("%s: an absent key found", in)
+		}
+	}
+	for _, bad := range []string{``, `[]`, `{"a":`, `{"a":"x`, `{"a":{"b":1`, `{"a" "b"}`, `{"b":1 "a":2}`} {
+		if v, ok := topLevelValue([]byte(bad), "a"); ok {
+			t.Errorf("%q: found %q", bad, v)
+		}
+	}
+}
+
+// BenchmarkTopLevelValue: the load client's requestId lookup in a push of
+// 100 instances (the benchmark's), against json.Unmarshal's.
+func BenchmarkTopLevelValue(b *testing.B) {
+	svc := model.ServiceKey{Namespace: "public", Group: model.DefaultGroup, Name: "bench-1"}
+	v := &model.ServiceView{Revision: 7}
+	for i := range 100 {
+		in := model.NewInstance(svc, fmt.Sprintf("10.0.%d.%d", i/256, i%256), 8000)
+		in.Weight, in.Healthy, in.Enabled, in.Ephemeral = 1, true, true, true
+		v.Instances = append(v.Instances, in)
+	}
+	body := appendServiceInfo([]byte(`{"module":"naming","serviceInfo":`), v, "bench-1", model.DefaultGroup, "", 1)
+	body = append(body, `,"requestId":"12345"}`...)
+	b.Run("topLevelValue", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			if r, ok := topLevelValue(body, "requestId"); !ok || string(r) != `"12345"` {
+				b.Fatal(string(r))
+			}
+		}
+	})
+	b.Run("json.Unmarshal", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			var r struct {
+				RequestID string `json:"requestId"`
+			}
+			if err := json.Unmarshal(body, &r); err != nil || r.RequestID != "12345" {
+				b.Fatal(err)
+			}
+		}
+	})
 }
