@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"slices"
 	"strings"
 	"time"
 
@@ -356,35 +355,56 @@ func (ix *index) noteDeregistered(instKey model.InstanceKey, ttl time.Duration, 
 // step is undone and the error returned, so that pub publishes what it
 // did. The countdowns of the slots it empties start at now. On success
 // the caller records pub's new revision.
-func (ix *index) replaceService(pub *publisher, svc model.ServiceKey, next []model.Instance, keep map[model.InstanceKey]bool, now time.Time) error {
-	if sv := ix.services[svc]; sv != nil && !sv.ephemeral {
+func (ix *index) replaceService(pub *publisher, svc model.ServiceKey, next []model.Instance, now time.Time) error {
+	sv := ix.services[svc]
+	if sv != nil && !sv.ephemeral {
 		return kindMismatch(sv)
+	}
+	// The publications that leave, found first: usually none (a
+	// registration of a new service, or of the same key again), and then
+	// nothing is copied. A publication's slot is in its service's object as
+	// the index holds it (a service leaves the index only once empty).
+	var leaving []*pubInst
+	if sv != nil {
+		kept := keptKeys(next)
+		for _, pi := range pub.insts {
+			if pi.slot.svc == sv && !kept.has(pi.inst) {
+				leaving = append(leaving, pi)
+			}
+		}
 	}
 	type gone struct {
 		inst *rec
 		svc  *service
 	}
 	var left []gone
-	for _, pi := range slices.Clone(pub.insts) {
-		if pi.slot.svc.key == svc && !keep[pi.slot.key()] {
-			left = append(left, gone{pi.inst, pi.slot.svc})
-			ix.unpublish(pi, true, "replaced", now)
-			ix.changed(pi.slot.svc)
-		}
+	for _, pi := range leaving {
+		left = append(left, gone{pi.inst, pi.slot.svc})
+		ix.unpublish(pi, true, "replaced", now)
+		ix.changed(pi.slot.svc)
 	}
 	type undo struct {
 		pi   *pubInst
 		prev *rec // nil: the publication is new
 	}
 	var done []undo
+	s := sv // svc's service, once a publication created it
 	for i := range next {
+		// One lookup of the key serves the undo record and the publish.
 		var prev *rec
-		if _, sl := ix.lookup(next[i].Key()); sl != nil {
-			if pi := sl.publication(pub); pi != nil {
-				prev = pi.inst
+		at, found := 0, false
+		if s != nil {
+			at, found = s.findSlot(next[i].Cluster, next[i].IP, next[i].Port)
+			if found {
+				if pi := s.slots[at].publication(pub); pi != nil {
+					prev = pi.inst
+				}
 			}
 		}
-		pi, err := ix.publish(pub, next[i], true)
+		pi, err := ix.publishAt(s, at, found, pub, next[i], true, nil)
+		if err == nil {
+			s = pi.slot.svc
+		}
 		if err != nil {
 			for j := len(done) - 1; j >= 0; j-- {
 				if u := done[j]; u.prev != nil {
@@ -404,6 +424,48 @@ func (ix *index) replaceService(pub *publisher, svc model.ServiceKey, next []mod
 		done = append(done, undo{pi, prev})
 	}
 	return nil
+}
+
+// keptSet is the keys (cluster, ip, port) of the instances that a
+// replaceService keeps, all of one service: a scan of them for the usual
+// few (a Nacos 2.x client registers one instance of a service per
+// connection), a map for many.
+type keptSet struct {
+	next []model.Instance
+	keys map[keptKey]bool // nil: scan next
+}
+
+type keptKey struct {
+	cluster, ip string
+	port        int
+}
+
+// keptScan is the most instances a keptSet scans.
+const keptScan = 8
+
+func keptKeys(next []model.Instance) keptSet {
+	k := keptSet{next: next}
+	if len(next) > keptScan {
+		k.keys = make(map[keptKey]bool, len(next))
+		for i := range next {
+			k.keys[keptKey{next[i].Cluster, next[i].IP, next[i].Port}] = true
+		}
+	}
+	return k
+}
+
+// has reports whether the key of r (an instance of the same service) is
+// among the kept ones.
+func (k keptSet) has(r *rec) bool {
+	if k.keys != nil {
+		return k.keys[keptKey{r.cluster, r.ip, int(r.port)}]
+	}
+	for i := range k.next {
+		if n := &k.next[i]; n.Port == int(r.port) && n.IP == r.ip && n.Cluster == r.cluster {
+			return true
+		}
+	}
+	return false
 }
 
 // newRemotePub returns an empty publisher for pr, a record of another

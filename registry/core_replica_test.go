@@ -542,11 +542,7 @@ func TestCoreReplaceService(t *testing.T) {
 				ix.lim.MaxInstancesPerSession = tc.maxPer
 			}
 			ix.fx.reset()
-			keep := map[model.InstanceKey]bool{}
-			for _, in := range tc.next {
-				keep[in.Key()] = true
-			}
-			err := ix.replaceService(p, tc.svc, tc.next, keep, coreT0)
+			err := ix.replaceService(p, tc.svc, tc.next, coreT0)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
 					t.Fatalf("err = %v, want %v", err, tc.wantErr)

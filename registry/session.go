@@ -158,7 +158,6 @@ func (s *Session) ReplaceService(ctx context.Context, svc model.ServiceKey, inst
 		return err
 	}
 	next := make([]model.Instance, len(insts))
-	keep := make(map[model.InstanceKey]bool, len(insts))
 	for i, inst := range insts {
 		inst = inst.WithDefaults()
 		if !inst.Ephemeral {
@@ -167,13 +166,14 @@ func (s *Session) ReplaceService(ctx context.Context, svc model.ServiceKey, inst
 		if inst.Service != svc {
 			return &model.ValidationError{Field: "instance.service", Rule: "must be the replaced service " + svc.String(), Value: inst.Service.String()}
 		}
-		if err := s.r.validInstance(&inst); err != nil {
+		// svc, which inst.Service is, passed Validate above.
+		if err := s.r.validInstanceIn(&inst, true); err != nil {
 			return err
 		}
-		next[i], keep[inst.Key()] = inst, true
+		next[i] = inst
 	}
 	return s.whileOpen(func(r *Registry) error {
-		err := r.core.replaceService(s.pub, svc, next, keep, r.leaseStart())
+		err := r.core.replaceService(s.pub, svc, next, r.leaseStart())
 		if err == nil {
 			r.core.pubChanged(s.pub)
 		}

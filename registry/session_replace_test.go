@@ -118,3 +118,40 @@ func TestSessionReplaceServiceLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSessionReplaceServiceKeeps: whether the replacing set is scanned (a
+// few instances) or indexed (many), the session keeps exactly the
+// instances of the new set, in the service replaced, and only there.
+func TestSessionReplaceServiceKeeps(t *testing.T) {
+	for _, n := range []int{3, 12} { // below and above the scan's bound
+		r := newReg(t)
+		s, err := r.OpenSession(ctx, registry.SessionOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var first, second []model.Instance
+		for i := range n {
+			first = append(first, inst("a", i))
+			second = append(second, inst("a", i+2)) // two leave, two come, n-2 stay
+		}
+		mustRegister(t, s, inst("b", 0))
+		if err := s.ReplaceService(ctx, svcKey("a"), first); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ReplaceService(ctx, svcKey("a"), second); err != nil {
+			t.Fatal(err)
+		}
+		v, err := r.Query(ctx, model.Query{Service: svcKey("a")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := ips(&model.ServiceView{Instances: second})
+		slices.Sort(want) // a view's order
+		if got := ips(v); !slices.Equal(got, want) {
+			t.Fatalf("%d instances: the service holds %v, want %v", n, got, want)
+		}
+		if got := len(s.Instances()); got != n+1 {
+			t.Fatalf("%d instances: the session publishes %d, want %d", n, got, n+1)
+		}
+	}
+}
