@@ -320,11 +320,13 @@ type slotBlock struct {
 	rec rec
 }
 
-// init makes b a new slot of s (not yet placed) with pub's publication of
-// inst, which is valid and has its defaults, and returns them.
+// init makes b, fresh from new (all zero), a new slot of s (not yet
+// placed) with pub's publication of inst, which is valid and has its
+// defaults, and returns them. It writes only the fields that are not zero.
 func (b *slotBlock) init(s *service, pub *publisher, inst *model.Instance) (*slot, *pubInst) {
-	*b = slotBlock{sl: slot{svc: s}, rec: recOf(inst)}
-	b.pi = pubInst{pub: pub, slot: &b.sl, inst: &b.rec}
+	b.sl.svc = s
+	b.rec = recOf(inst)
+	b.pi.pub, b.pi.slot, b.pi.inst = pub, &b.sl, &b.rec
 	b.one[0] = &b.pi
 	b.sl.pubs = b.one[:]
 	return &b.sl, &b.pi

@@ -23,6 +23,15 @@ import (
 // calls advance, and does not keep it after that.
 func (ix *index) ready() effects { return ix.fx }
 
+// pending returns the two effects that a common write has, the services
+// whose views changed and the earliest new deadline, and whether there are
+// others (effects.rare), for which the driver calls ready: the common
+// write's carryOut then copies three words, not the whole effects. The
+// list shares its storage with the core, as ready's do.
+func (ix *index) pending() (dirty []model.ServiceKey, wake time.Time, rare bool) {
+	return ix.fx.dirty, ix.fx.wake, ix.fx.rare()
+}
+
 // advance clears the effects that ready handed out, keeping their storage
 // for the next change; rare says whether any but dirty and wake were there
 // (effects.rare), so that a common write clears two lists, not twelve.

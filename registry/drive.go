@@ -6,18 +6,18 @@ package registry
 // before it releases mu.
 
 // carryOut carries out the effects of the core's changes so far, which
-// the core hands out as a value (index.ready), and hands them back
-// (index.advance): watchers told, the query snapshot invalidated, health
+// the core hands out as a value (index.pending, and index.ready when
+// there are rarer ones), and hands them back (index.advance): watchers told, the query snapshot invalidated, health
 // checks re-targeted, records replicated, the journal written, sessions
 // ended, conflicts logged, the housekeeper woken for a new deadline. The
 // caller holds mu, and calls it after every change of the core.
 func (r *Registry) carryOut() {
-	fx := r.core.ready()
-	for _, key := range fx.dirty {
+	dirty, wake, rare := r.core.pending()
+	for _, key := range dirty {
 		r.markDirty(key)
 	}
-	rare := fx.rare()
 	if rare {
+		fx := r.core.ready()
 		// The rarer effects are carried out of line (carryOutGone,
 		// retarget, carryOutEnds), in the same order: this runs on the
 		// apply path of peers' records, a goroutine per message whose
@@ -49,8 +49,8 @@ func (r *Registry) carryOut() {
 			r.carryOutEnds(&fx)
 		}
 	}
-	if !fx.wake.IsZero() {
-		r.wakeAt(fx.wake)
+	if !wake.IsZero() {
+		r.wakeAt(wake)
 	}
 	r.core.advance(rare)
 }
