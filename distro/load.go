@@ -169,18 +169,19 @@ func (l *loadRef) finish(sums []byte, ok bool, nb int) {
 // then take only the buckets whose sums differ from the primary's (loadRef); if it failed, they
 // take everything.
 func (r *Replicator) loadFrom(peer string, ref *loadRef) error {
+	o := new(owners) // the IDs of the peer's records' owners, one string each
 	if sums := ref.reference(); sums != nil {
-		return r.loadPages(peer, 0, sums, nil)
+		return r.loadPages(peer, 0, sums, nil, o)
 	}
 	var acc pageSums
-	next, done, err := r.loadPage(peer, 0, nil, &acc)
+	next, done, err := r.loadPage(peer, 0, nil, &acc, o)
 	if err != nil {
 		return err
 	}
 	wait, primary := ref.claim(peer)
 	if primary {
 		if !done {
-			err = r.loadPages(peer, next, nil, &acc)
+			err = r.loadPages(peer, next, nil, &acc, o)
 		}
 		ref.finish(acc.sums, err == nil && acc.ok, r.cfg.Buckets)
 		return err
@@ -195,7 +196,7 @@ func (r *Replicator) loadFrom(peer string, ref *loadRef) error {
 			return r.ctx.Err()
 		}
 	}
-	return r.loadPages(peer, next, ref.reference(), nil)
+	return r.loadPages(peer, next, ref.reference(), nil, o)
 }
 
 // pageSums gathers the bucket sums of the pages of a whole snapshot, in bucket order.
@@ -207,8 +208,8 @@ type pageSums struct {
 // loadPages takes pages from bucket from on until the last. It asks for each next page while
 // it installs the current one (the peer encodes, the network carries and this node decodes the
 // next page meanwhile), so a page's round trip is not added to its installation.
-func (r *Replicator) loadPages(peer string, from uint32, ref []byte, acc *pageSums) error {
-	p := r.fetchPage(peer, from, ref)
+func (r *Replicator) loadPages(peer string, from uint32, ref []byte, acc *pageSums, o *owners) error {
+	p := r.fetchPage(peer, from, ref, o)
 	for {
 		if p.err != nil {
 			return p.err
@@ -218,7 +219,7 @@ func (r *Replicator) loadPages(peer string, from uint32, ref []byte, acc *pageSu
 		if !done {
 			ahead = make(chan fetchedPage, 1)
 			r.goBusy(func() {
-				q := r.fetchPage(peer, next, ref)
+				q := r.fetchPage(peer, next, ref, o) // the only decode under way: o is not shared
 				// Counted for the loader before it wakes (see Settle): it does not count while
 				// it waits below.
 				r.busyAdd(1)
@@ -243,8 +244,8 @@ type fetchedPage struct {
 
 // loadPage requests one page from bucket from (with ref, only the buckets that differ from
 // it), offers its records and, if acc is set, gathers its sums. done is set after the last page.
-func (r *Replicator) loadPage(peer string, from uint32, ref []byte, acc *pageSums) (next uint32, done bool, err error) {
-	p := r.fetchPage(peer, from, ref)
+func (r *Replicator) loadPage(peer string, from uint32, ref []byte, acc *pageSums, o *owners) (next uint32, done bool, err error) {
+	p := r.fetchPage(peer, from, ref, o)
 	if p.err != nil {
 		return 0, false, p.err
 	}
@@ -252,8 +253,8 @@ func (r *Replicator) loadPage(peer string, from uint32, ref []byte, acc *pageSum
 	return p.m.Next, p.m.Done || p.m.Next <= from, nil
 }
 
-// fetchPage requests and decodes the page from bucket from.
-func (r *Replicator) fetchPage(peer string, from uint32, ref []byte) fetchedPage {
+// fetchPage requests and decodes the page from bucket from, its owner IDs taken from o.
+func (r *Replicator) fetchPage(peer string, from uint32, ref []byte, o *owners) fetchedPage {
 	body, err := model.Marshal(snapReq{From: from, Max: snapshotPage, Sums: ref})
 	if err != nil {
 		return fetchedPage{err: err}
@@ -271,7 +272,7 @@ func (r *Replicator) fetchPage(peer string, from uint32, ref []byte) fetchedPage
 	if err != nil {
 		return fetchedPage{err: err}
 	}
-	recs, m, err := decodeSnapResp(resp)
+	recs, m, err := decodePage(resp, o)
 	return fetchedPage{recs: recs, m: m, err: err}
 }
 
