@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -15,6 +14,10 @@ import (
 
 // snapshotPage is the record budget of one snapshot page.
 const snapshotPage = 4096
+
+// loadApplyBatch is about how many loaded records finishLoad hands the Store at once (whole
+// buckets: a list may be longer by one bucket's records).
+const loadApplyBatch = 4096
 
 // load pulls snapshots from every reachable peer, merging them by version, then makes the node
 // ready. It retries unreachable peers until one answers or LoadTimeout passes; with none it
@@ -238,6 +241,7 @@ func (r *Replicator) loadPages(peer string, from uint32, ref []byte, acc *pageSu
 // fetchedPage is a snapshot page as a peer sent it, decoded, or why there is none.
 type fetchedPage struct {
 	recs []Record
+	khs  []uint64 // keyHash of each record's key, computed with the decoding (ahead of the install)
 	m    snapResp
 	err  error
 }
@@ -273,7 +277,14 @@ func (r *Replicator) fetchPage(peer string, from uint32, ref []byte, o *owners) 
 		return fetchedPage{err: err}
 	}
 	recs, m, err := decodePage(resp, o)
-	return fetchedPage{recs: recs, m: m, err: err}
+	if err != nil {
+		return fetchedPage{err: err}
+	}
+	khs := make([]uint64, len(recs))
+	for i := range recs {
+		khs[i] = keyHash(recs[i].Key)
+	}
+	return fetchedPage{recs: recs, khs: khs, m: m}
 }
 
 // installPage offers the records of page p, which began at bucket from, and, if acc is set,
@@ -293,8 +304,18 @@ func (r *Replicator) installPage(peer string, from uint32, p fetchedPage, acc *p
 	}
 	r.mu.Lock()
 	now := r.clk.Now()
-	for _, rec := range recs {
-		r.offerLoadedLocked(rec, now)
+	// A peer sends a bucket's records together: a run of records of one bucket that the table
+	// holds nothing of yet (the load fills an empty table) is the size of that bucket's map.
+	for i := 0; i < len(recs); {
+		b, j := bucketOf(p.khs[i], r.cfg.Buckets), i+1
+		for j < len(recs) && bucketOf(p.khs[j], r.cfg.Buckets) == b {
+			j++
+		}
+		r.tab.reserve(b, j-i)
+		i = j
+	}
+	for i, rec := range recs {
+		r.offerLoadedLocked(rec, p.khs[i], now)
 	}
 	if acc != nil && acc.ok {
 		// The sums become the reference the other peers leave buckets out
@@ -319,25 +340,42 @@ func (r *Replicator) installPage(peer string, from uint32, p fetchedPage, acc *p
 func (r *Replicator) finishLoad(peers int, cold bool, took time.Duration) {
 	// First the Store gets the merged result of the snapshots (each loaded foreign record, once,
 	// at its final version), before the node is ready: a ready node's Store holds what it loaded.
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return
-	}
-	// One event per loaded record: grown once, not by doubling (a million events of ~140 bytes,
-	// copied with write barriers while the load's garbage is being marked).
-	r.events = slices.Grow(r.events, r.tab.len())
-	r.tab.all(func(e *entry) bool {
-		if e.loaded {
-			e.loaded = false
-			if e.live() && e.rec.Owner != r.self { // this node's own: settled below
-				r.emitLocked(storeEvent{op: evApply, rec: e.rec})
-			}
+	// In lists of about loadApplyBatch records, each one event (one ApplyBatch), delivered
+	// before the next is gathered: not a million events at once (~140 bytes each, in a queue
+	// copied as it grows), and one list, handed back by drain, for them all. Between two lists
+	// the lock is free: a record received meanwhile replaces its loaded version, is not loaded
+	// any more, and reaches the Store as any received record does (after the loaded version if
+	// that was in an earlier list: its event comes later in the queue).
+	for b := 0; b < r.cfg.Buckets; {
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			return
 		}
-		return true
-	})
-	r.mu.Unlock()
-	r.drain()
+		recs := r.loadBuf
+		r.loadBuf = nil
+		if recs == nil {
+			recs = make([]Record, 0, loadApplyBatch)
+		}
+		for ; b < r.cfg.Buckets && len(recs) < loadApplyBatch; b++ {
+			r.tab.each(b, func(e *entry) bool {
+				if e.loaded {
+					e.loaded = false
+					if e.live() && e.rec.Owner != r.self { // this node's own: settled below
+						recs = append(recs, e.rec)
+					}
+				}
+				return true
+			})
+		}
+		if len(recs) > 0 {
+			r.emitLocked(storeEvent{op: evApplyLoaded, recs: recs})
+		} else {
+			r.loadBuf = recs
+		}
+		r.mu.Unlock()
+		r.drain()
+	}
 
 	r.mu.Lock()
 	if r.closed {
@@ -414,7 +452,7 @@ func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte)
 		r.mu.Unlock()
 		return nil, ErrNotReady
 	}
-	var recs []Record
+	var recs []Record // from r.pageBufs once the page has a record
 	var sums []byte
 	b, size := int(req.From), 0
 	for b < r.cfg.Buckets && len(recs) < budget && size < maxBatchBytes {
@@ -427,7 +465,7 @@ func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte)
 		r.tab.each(b, func(e *entry) bool {
 			if e.held() {
 				if recs == nil {
-					recs = make([]Record, 0, budget)
+					recs = r.pageBuf()
 				}
 				recs = append(recs, e.rec)
 				size += len(e.rec.Payload)
@@ -451,5 +489,19 @@ func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte)
 	r.mu.Unlock()
 	r.stats.snapshotPages.Add(1)
 	// Encoded outside the lock, by hand (snapenc.go): the records are copies.
-	return encodeSnapshotPage(recs, uint32(b), b >= r.cfg.Buckets, sums), nil
+	out := encodeSnapshotPage(recs, uint32(b), b >= r.cfg.Buckets, sums)
+	if recs != nil {
+		clear(recs[:cap(recs)]) // no records kept with the list (those cut off past the page too)
+		r.pageBufs.Put(&recs)
+	}
+	return out, nil
+}
+
+// pageBuf returns an empty list for a snapshot page's records (a page's copies are dropped as
+// soon as it is encoded: the list is used again, for the loader's next page).
+func (r *Replicator) pageBuf() []Record {
+	if p, ok := r.pageBufs.Get().(*[]Record); ok {
+		return (*p)[:0]
+	}
+	return make([]Record, 0, snapshotPage)
 }
