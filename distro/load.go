@@ -369,7 +369,7 @@ func (r *Replicator) finishLoad(peers int, cold bool, took time.Duration) {
 			})
 		}
 		if len(recs) > 0 {
-			r.emitLocked(storeEvent{op: evApplyLoaded, recs: recs})
+			r.emitLocked(storeEvent{op: evApplyLoaded, loaded: &loadedList{recs: recs, gen: r.tab.changes}})
 		} else {
 			r.loadBuf = recs
 		}

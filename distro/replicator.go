@@ -56,9 +56,9 @@ type Replicator struct {
 	readyCh    chan struct{}
 	events     []storeEvent
 	draining   bool
-	loadBuf    []Record // finishLoad's list for its next evApplyLoaded (drain hands it back)
+	loadBuf    []Record  // finishLoad's list for its next evApplyLoaded (drain hands it back)
 	pageBufs   sync.Pool // of *[]Record: handleSnapshot's lists of a page's records
-	refused    int // records refused because the sender was not their owner (tests assert 0)
+	refused    int       // records refused because the sender was not their owner (tests assert 0)
 	// nonMember counts messages refused because their sender was not a current member.
 	nonMember int
 	stats     counters // see Stats (stats.go)
@@ -84,7 +84,14 @@ type storeEvent struct {
 	rec     Record
 	renewed time.Time
 	members []string
-	recs    []Record // evApplyLoaded
+	loaded  *loadedList // evApplyLoaded
+}
+
+// loadedList is what an evApplyLoaded delivers: records of the table's as they were when the
+// table's change count was gen.
+type loadedList struct {
+	recs []Record
+	gen  uint64
 }
 
 const (
@@ -568,20 +575,21 @@ func (r *Replicator) drain() {
 		var spare []Record // an evApplyLoaded's list, delivered: finishLoad's next
 		for i, ev := range evs {
 			if ev.op == evApplyLoaded {
+				recs := ev.loaded.recs
 				if batched {
 					flush()
-					if recs := r.fresh(ev.recs); len(recs) > 0 {
+					if recs := r.fresh(ev.loaded); len(recs) > 0 {
 						bs.ApplyBatch(recs)
 					}
 				} else {
-					for _, rec := range ev.recs {
+					for _, rec := range recs {
 						if !r.stale(storeEvent{op: evApply, rec: rec}) {
 							r.cfg.Store.Apply(rec)
 						}
 					}
 				}
-				clear(ev.recs[:cap(ev.recs)]) // the list is kept: no records with it
-				spare = ev.recs[:0]
+				clear(recs[:cap(recs)]) // the list is kept: no records with it
+				spare = recs[:0]
 				continue
 			}
 			if (ev.op == evApply || ev.op == evAdopt) && r.stale(ev) {
@@ -619,12 +627,16 @@ func (r *Replicator) drain() {
 }
 
 // fresh drops, in place, the records of an evApplyLoaded that are stale (see stale), under one
-// hold of the lock; what is left is delivered together, as a run of Apply events is.
-func (r *Replicator) fresh(recs []Record) []Record {
+// hold of the lock; what is left is delivered together, as a run of Apply events is. If the
+// table has not changed since the list was taken, none is.
+func (r *Replicator) fresh(l *loadedList) []Record {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := recs[:0]
-	for _, rec := range recs {
+	if r.tab.changes == l.gen {
+		return l.recs
+	}
+	out := l.recs[:0]
+	for _, rec := range l.recs {
 		if !r.staleLocked(evApply, rec) {
 			out = append(out, rec)
 		}

@@ -18,6 +18,10 @@ type table struct {
 	// version written again would name two states there.
 	self   string
 	forgot uint64
+	// changes counts the entries installed and removed: the only changes of what the table
+	// holds for a key (an orphan marker keeps its record's version), so that a list of versions
+	// taken from it is current while the count is the same.
+	changes uint64
 }
 
 // entry is what the table knows about a key.
@@ -153,6 +157,7 @@ func (t *table) install(rec Record, now time.Time) (prev entry, had bool) {
 func (t *table) installOver(rec Record, kh uint64, old *entry, now time.Time) (e *entry, prev entry, had bool) {
 	e = &entry{rec: rec, kh: kh, recvAt: now, sum: payloadSum(rec.Payload)}
 	t.buckets[bucketOf(kh, t.nb)][rec.Key] = e
+	t.changes++
 	// The new version counts before the old one leaves: an owner replacing its only record
 	// keeps its aggregates (account prunes an owner whose count reaches 0).
 	t.account(e, +1)
@@ -186,6 +191,7 @@ func (t *table) remove(key string) *entry {
 	if e != nil {
 		t.account(e, -1)
 		delete(b, key)
+		t.changes++
 	}
 	return e
 }
