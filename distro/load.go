@@ -384,8 +384,15 @@ func (r *Replicator) finishLoad(peers int, cold bool, took time.Duration) {
 	}
 	now := r.clk.Now()
 	var stale []Record
+	// One pass over the table: this node's records of a previous incarnation, and the foreign
+	// beats HRW assigns to this node (adoptScanLocked's work, which no step below changes: the
+	// tombstones below are of this node's own sessions, leftAt is not read by it).
 	r.tab.all(func(e *entry) bool {
-		if !e.live() || e.rec.Owner != r.self || e.local {
+		if e.rec.Owner != r.self {
+			r.adoptEntryLocked(e)
+			return true
+		}
+		if !e.live() || e.local {
 			return true // only records of a previous incarnation, loaded from peers
 		}
 		if e.rec.Kind == KindSession {
@@ -408,7 +415,6 @@ func (r *Replicator) finishLoad(peers int, cold bool, took time.Duration) {
 			}
 		}
 	}
-	r.adoptScanLocked()
 	r.stats.loaded(took, peers, cold)
 	r.ready = true
 	close(r.readyCh)
