@@ -382,6 +382,7 @@ func (r *Replicator) finishLoad(peers int, cold bool, took time.Duration) {
 		r.mu.Unlock()
 		return
 	}
+	r.loadBuf = nil // the lists are delivered, or will be by the goroutine draining (it keeps none once ready)
 	now := r.clk.Now()
 	var stale []Record
 	// One pass over the table: this node's records of a previous incarnation, and the foreign

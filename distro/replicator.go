@@ -618,7 +618,7 @@ func (r *Replicator) drain() {
 			flush()
 		}
 		r.mu.Lock()
-		if spare != nil {
+		if spare != nil && !r.ready { // (finishLoad drops it before ready)
 			r.loadBuf = spare
 		}
 	}
