@@ -17,12 +17,13 @@ import (
 //
 // It reads what msgpack's Decoder read for a snapResp (the reference is the reflective path,
 // model.Unmarshal into a snapResp; FuzzSnapshotPageDecoding compares them): a map of fields by
-// name, unknown fields skipped, any integer or string encoding, nil as the zero value. It is
-// stricter in three ways, none of which a correct peer trips: an integer beyond its field's type
-// (msgpack truncated it) and a negative one are refused; a record list declaring more records
-// than its bytes can hold is refused at its header; and a field's length is checked against its
-// limit (MaxKeyLen, MaxOwnerLen, MaxPayloadLen) before anything is allocated for it. Every
-// error wraps ErrInvalidRecord and names the field.
+// name, unknown fields skipped, any integer or string encoding, nil as a field's zero value. It
+// is stricter where no correct peer goes: an integer beyond its field's type (msgpack truncated
+// it) and a negative one are refused; a record list declaring more records than its bytes can
+// hold is refused at its header; a field's length is checked against its limit (MaxKeyLen,
+// MaxOwnerLen, MaxPayloadLen) before anything is allocated for it; and a page that is msgpack nil
+// rather than a map is refused (msgpack read it as an empty page). Every error wraps
+// ErrInvalidRecord and names the field.
 
 // minPageRecordLen is the fewest bytes a valid record takes in a page: a fixmap of Key, Kind,
 // Owner and Revision, each of them at least one byte (TestMinPageRecordLen); a list declaring n
