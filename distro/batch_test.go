@@ -125,3 +125,74 @@ func TestWriteTogether(t *testing.T) {
 	}
 	c.checkInvariants()
 }
+
+// TestLoadHandsLoadedRecordsOverInLists: a joining node hands a BatchStore what it loaded in
+// lists of about loadApplyBatch records (whole buckets), each record once, all before ready.
+func TestLoadHandsLoadedRecordsOverInLists(t *testing.T) {
+	const n = 10000
+	c := newCluster(t, nil)
+	na := c.add("a")
+	c.setMembers("a")
+	c.startNode("a")
+	c.waitReady("a")
+	for i := range n {
+		if _, err := na.r.Put(KindSession, fmt.Sprintf("s/k%d", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nb := c.add("b")
+	bs := &batchStore{testStore: nb.store}
+	nb.r.cfg.Store = bs
+	c.setMembers("a", "b")
+	c.startNode("b")
+	c.waitReady("b")
+	sizes := bs.sizes() // as of ready
+	nb.r.mu.Lock()
+	bucket := 0 // the most records of one bucket
+	for _, m := range nb.r.tab.buckets {
+		bucket = max(bucket, len(m))
+	}
+	nb.r.mu.Unlock()
+	total := 0
+	for _, s := range sizes {
+		total += s
+		if s >= loadApplyBatch+bucket { // a list ends with the bucket that reaches loadApplyBatch
+			t.Errorf("a list of %d loaded records, want fewer than %d + %d", s, loadApplyBatch, bucket)
+		}
+	}
+	if total != n || len(sizes) < n/loadApplyBatch {
+		t.Fatalf("lists %v: %d records in all at ready, want %d in at least %d lists", sizes, total, n, n/loadApplyBatch)
+	}
+	if m := c.storeMismatch(nb); m != "" {
+		t.Fatal(m)
+	}
+	c.checkInvariants()
+}
+
+// TestFreshDropsOvertakenLoadedRecords: a list of loaded records is delivered whole if the
+// table has not changed since it was taken, without the records another version replaced since
+// if it has.
+func TestFreshDropsOvertakenLoadedRecords(t *testing.T) {
+	c := newCluster(t, nil)
+	r := c.add("a").r
+	now := c.clk.Now()
+	x := Record{Key: "x", Kind: KindSession, Owner: "b", Revision: 1, Payload: []byte("1")}
+	y := Record{Key: "y", Kind: KindSession, Owner: "b", Revision: 1, Payload: []byte("1")}
+	r.mu.Lock()
+	r.tab.install(x, now)
+	r.tab.install(y, now)
+	l := &loadedList{recs: []Record{x, y}, gen: r.tab.changes}
+	r.mu.Unlock()
+	if got := r.fresh(l); len(got) != 2 {
+		t.Fatalf("%d of 2 records fresh, the table unchanged", len(got))
+	}
+	r.mu.Lock()
+	x2 := x
+	x2.Revision = 2
+	r.tab.install(x2, now)
+	r.mu.Unlock()
+	got := r.fresh(&loadedList{recs: []Record{x, y}, gen: l.gen})
+	if len(got) != 1 || got[0].Key != "y" {
+		t.Fatalf("fresh after x changed: %v, want y alone", got)
+	}
+}

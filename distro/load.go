@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -15,6 +14,10 @@ import (
 
 // snapshotPage is the record budget of one snapshot page.
 const snapshotPage = 4096
+
+// loadApplyBatch is about how many loaded records finishLoad hands the Store at once (whole
+// buckets: a list may be longer by one bucket's records).
+const loadApplyBatch = 4096
 
 // load pulls snapshots from every reachable peer, merging them by version, then makes the node
 // ready. It retries unreachable peers until one answers or LoadTimeout passes; with none it
@@ -169,18 +172,19 @@ func (l *loadRef) finish(sums []byte, ok bool, nb int) {
 // then take only the buckets whose sums differ from the primary's (loadRef); if it failed, they
 // take everything.
 func (r *Replicator) loadFrom(peer string, ref *loadRef) error {
+	o := new(owners) // the IDs of the peer's records' owners, one string each
 	if sums := ref.reference(); sums != nil {
-		return r.loadPages(peer, 0, sums, nil)
+		return r.loadPages(peer, 0, sums, nil, o)
 	}
 	var acc pageSums
-	next, done, err := r.loadPage(peer, 0, nil, &acc)
+	next, done, err := r.loadPage(peer, 0, nil, &acc, o)
 	if err != nil {
 		return err
 	}
 	wait, primary := ref.claim(peer)
 	if primary {
 		if !done {
-			err = r.loadPages(peer, next, nil, &acc)
+			err = r.loadPages(peer, next, nil, &acc, o)
 		}
 		ref.finish(acc.sums, err == nil && acc.ok, r.cfg.Buckets)
 		return err
@@ -195,7 +199,7 @@ func (r *Replicator) loadFrom(peer string, ref *loadRef) error {
 			return r.ctx.Err()
 		}
 	}
-	return r.loadPages(peer, next, ref.reference(), nil)
+	return r.loadPages(peer, next, ref.reference(), nil, o)
 }
 
 // pageSums gathers the bucket sums of the pages of a whole snapshot, in bucket order.
@@ -207,8 +211,8 @@ type pageSums struct {
 // loadPages takes pages from bucket from on until the last. It asks for each next page while
 // it installs the current one (the peer encodes, the network carries and this node decodes the
 // next page meanwhile), so a page's round trip is not added to its installation.
-func (r *Replicator) loadPages(peer string, from uint32, ref []byte, acc *pageSums) error {
-	p := r.fetchPage(peer, from, ref)
+func (r *Replicator) loadPages(peer string, from uint32, ref []byte, acc *pageSums, o *owners) error {
+	p := r.fetchPage(peer, from, ref, o)
 	for {
 		if p.err != nil {
 			return p.err
@@ -218,7 +222,7 @@ func (r *Replicator) loadPages(peer string, from uint32, ref []byte, acc *pageSu
 		if !done {
 			ahead = make(chan fetchedPage, 1)
 			r.goBusy(func() {
-				q := r.fetchPage(peer, next, ref)
+				q := r.fetchPage(peer, next, ref, o) // the only decode under way: o is not shared
 				// Counted for the loader before it wakes (see Settle): it does not count while
 				// it waits below.
 				r.busyAdd(1)
@@ -237,14 +241,15 @@ func (r *Replicator) loadPages(peer string, from uint32, ref []byte, acc *pageSu
 // fetchedPage is a snapshot page as a peer sent it, decoded, or why there is none.
 type fetchedPage struct {
 	recs []Record
+	khs  []uint64 // keyHash of each record's key, computed with the decoding (ahead of the install)
 	m    snapResp
 	err  error
 }
 
 // loadPage requests one page from bucket from (with ref, only the buckets that differ from
 // it), offers its records and, if acc is set, gathers its sums. done is set after the last page.
-func (r *Replicator) loadPage(peer string, from uint32, ref []byte, acc *pageSums) (next uint32, done bool, err error) {
-	p := r.fetchPage(peer, from, ref)
+func (r *Replicator) loadPage(peer string, from uint32, ref []byte, acc *pageSums, o *owners) (next uint32, done bool, err error) {
+	p := r.fetchPage(peer, from, ref, o)
 	if p.err != nil {
 		return 0, false, p.err
 	}
@@ -252,8 +257,8 @@ func (r *Replicator) loadPage(peer string, from uint32, ref []byte, acc *pageSum
 	return p.m.Next, p.m.Done || p.m.Next <= from, nil
 }
 
-// fetchPage requests and decodes the page from bucket from.
-func (r *Replicator) fetchPage(peer string, from uint32, ref []byte) fetchedPage {
+// fetchPage requests and decodes the page from bucket from, its owner IDs taken from o.
+func (r *Replicator) fetchPage(peer string, from uint32, ref []byte, o *owners) fetchedPage {
 	body, err := model.Marshal(snapReq{From: from, Max: snapshotPage, Sums: ref})
 	if err != nil {
 		return fetchedPage{err: err}
@@ -271,8 +276,15 @@ func (r *Replicator) fetchPage(peer string, from uint32, ref []byte) fetchedPage
 	if err != nil {
 		return fetchedPage{err: err}
 	}
-	recs, m, err := decodeSnapResp(resp)
-	return fetchedPage{recs: recs, m: m, err: err}
+	recs, m, err := decodePage(resp, o)
+	if err != nil {
+		return fetchedPage{err: err}
+	}
+	khs := make([]uint64, len(recs))
+	for i := range recs {
+		khs[i] = keyHash(recs[i].Key)
+	}
+	return fetchedPage{recs: recs, khs: khs, m: m}
 }
 
 // installPage offers the records of page p, which began at bucket from, and, if acc is set,
@@ -292,8 +304,18 @@ func (r *Replicator) installPage(peer string, from uint32, p fetchedPage, acc *p
 	}
 	r.mu.Lock()
 	now := r.clk.Now()
-	for _, rec := range recs {
-		r.offerLoadedLocked(rec, now)
+	// A peer sends a bucket's records together: a run of records of one bucket that the table
+	// holds nothing of yet (the load fills an empty table) is the size of that bucket's map.
+	for i := 0; i < len(recs); {
+		b, j := bucketOf(p.khs[i], r.cfg.Buckets), i+1
+		for j < len(recs) && bucketOf(p.khs[j], r.cfg.Buckets) == b {
+			j++
+		}
+		r.tab.reserve(b, j-i)
+		i = j
+	}
+	for i, rec := range recs {
+		r.offerLoadedLocked(rec, p.khs[i], now)
 	}
 	if acc != nil && acc.ok {
 		// The sums become the reference the other peers leave buckets out
@@ -318,35 +340,60 @@ func (r *Replicator) installPage(peer string, from uint32, p fetchedPage, acc *p
 func (r *Replicator) finishLoad(peers int, cold bool, took time.Duration) {
 	// First the Store gets the merged result of the snapshots (each loaded foreign record, once,
 	// at its final version), before the node is ready: a ready node's Store holds what it loaded.
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return
-	}
-	// One event per loaded record: grown once, not by doubling (a million events of ~140 bytes,
-	// copied with write barriers while the load's garbage is being marked).
-	r.events = slices.Grow(r.events, r.tab.len())
-	r.tab.all(func(e *entry) bool {
-		if e.loaded {
-			e.loaded = false
-			if e.live() && e.rec.Owner != r.self { // this node's own: settled below
-				r.emitLocked(storeEvent{op: evApply, rec: e.rec})
-			}
+	// In lists of about loadApplyBatch records, each one event (one ApplyBatch), delivered
+	// before the next is gathered: not a million events at once (~140 bytes each, in a queue
+	// copied as it grows), and one list, handed back by drain, for them all. Between two lists
+	// the lock is free: a record received meanwhile replaces its loaded version, is not loaded
+	// any more, and reaches the Store as any received record does (after the loaded version if
+	// that was in an earlier list: its event comes later in the queue).
+	for b := 0; b < r.cfg.Buckets; {
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			return
 		}
-		return true
-	})
-	r.mu.Unlock()
-	r.drain()
+		recs := r.loadBuf
+		r.loadBuf = nil
+		if recs == nil {
+			recs = make([]Record, 0, loadApplyBatch)
+		}
+		for ; b < r.cfg.Buckets && len(recs) < loadApplyBatch; b++ {
+			r.tab.each(b, func(e *entry) bool {
+				if e.loaded {
+					e.loaded = false
+					if e.live() && e.rec.Owner != r.self { // this node's own: settled below
+						recs = append(recs, e.rec)
+					}
+				}
+				return true
+			})
+		}
+		if len(recs) > 0 {
+			r.emitLocked(storeEvent{op: evApplyLoaded, loaded: &loadedList{recs: recs, gen: r.tab.changes}})
+		} else {
+			r.loadBuf = recs
+		}
+		r.mu.Unlock()
+		r.drain()
+	}
 
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
 		return
 	}
+	r.loadBuf = nil // the lists are delivered, or will be by the goroutine draining (it keeps none once ready)
 	now := r.clk.Now()
 	var stale []Record
+	// One pass over the table: this node's records of a previous incarnation, and the foreign
+	// beats HRW assigns to this node (adoptScanLocked's work, which no step below changes: the
+	// tombstones below are of this node's own sessions, leftAt is not read by it).
 	r.tab.all(func(e *entry) bool {
-		if !e.live() || e.rec.Owner != r.self || e.local {
+		if e.rec.Owner != r.self {
+			r.adoptEntryLocked(e)
+			return true
+		}
+		if !e.live() || e.local {
 			return true // only records of a previous incarnation, loaded from peers
 		}
 		if e.rec.Kind == KindSession {
@@ -369,7 +416,6 @@ func (r *Replicator) finishLoad(peers int, cold bool, took time.Duration) {
 			}
 		}
 	}
-	r.adoptScanLocked()
 	r.stats.loaded(took, peers, cold)
 	r.ready = true
 	close(r.readyCh)
@@ -413,7 +459,7 @@ func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte)
 		r.mu.Unlock()
 		return nil, ErrNotReady
 	}
-	var recs []Record
+	var recs []Record // from r.pageBufs once the page has a record
 	var sums []byte
 	b, size := int(req.From), 0
 	for b < r.cfg.Buckets && len(recs) < budget && size < maxBatchBytes {
@@ -426,7 +472,7 @@ func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte)
 		r.tab.each(b, func(e *entry) bool {
 			if e.held() {
 				if recs == nil {
-					recs = make([]Record, 0, budget)
+					recs = r.pageBuf()
 				}
 				recs = append(recs, e.rec)
 				size += len(e.rec.Payload)
@@ -450,5 +496,19 @@ func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte)
 	r.mu.Unlock()
 	r.stats.snapshotPages.Add(1)
 	// Encoded outside the lock, by hand (snapenc.go): the records are copies.
-	return encodeSnapshotPage(recs, uint32(b), b >= r.cfg.Buckets, sums), nil
+	out := encodeSnapshotPage(recs, uint32(b), b >= r.cfg.Buckets, sums)
+	if recs != nil {
+		clear(recs[:cap(recs)]) // no records kept with the list (those cut off past the page too)
+		r.pageBufs.Put(&recs)
+	}
+	return out, nil
+}
+
+// pageBuf returns an empty list for a snapshot page's records (a page's copies are dropped as
+// soon as it is encoded: the list is used again, for the loader's next page).
+func (r *Replicator) pageBuf() []Record {
+	if p, ok := r.pageBufs.Get().(*[]Record); ok {
+		return (*p)[:0]
+	}
+	return make([]Record, 0, snapshotPage)
 }

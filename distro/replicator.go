@@ -56,7 +56,9 @@ type Replicator struct {
 	readyCh    chan struct{}
 	events     []storeEvent
 	draining   bool
-	refused    int // records refused because the sender was not their owner (tests assert 0)
+	loadBuf    []Record  // finishLoad's list for its next evApplyLoaded (drain hands it back)
+	pageBufs   sync.Pool // of *[]Record: handleSnapshot's lists of a page's records
+	refused    int       // records refused because the sender was not their owner (tests assert 0)
 	// nonMember counts messages refused because their sender was not a current member.
 	nonMember int
 	stats     counters // see Stats (stats.go)
@@ -78,10 +80,18 @@ type Replicator struct {
 }
 
 type storeEvent struct {
-	op      uint8 // evApply, evAdopt, evMembers, evRemove
+	op      uint8 // evApply, evAdopt, evMembers, evRemove, evApplyLoaded
 	rec     Record
 	renewed time.Time
 	members []string
+	loaded  *loadedList // evApplyLoaded
+}
+
+// loadedList is what an evApplyLoaded delivers: records of the table's as they were when the
+// table's change count was gen.
+type loadedList struct {
+	recs []Record
+	gen  uint64
 }
 
 const (
@@ -93,6 +103,9 @@ const (
 	// node's own from a previous incarnation). It is never stale: whatever replaced the removed
 	// version, the Store must not keep it.
 	evRemove
+	// evApplyLoaded is an Apply of each of recs, loaded records handed over by finishLoad: one
+	// event for a few thousand, delivered as one ApplyBatch to a BatchStore.
+	evApplyLoaded
 )
 
 // New validates cfg and returns a Replicator. It starts nothing.
@@ -559,11 +572,33 @@ func (r *Replicator) drain() {
 				run = run[:0]
 			}
 		}
-		for _, ev := range evs {
+		var spare []Record // an evApplyLoaded's list, delivered: finishLoad's next
+		for i, ev := range evs {
+			if ev.op == evApplyLoaded {
+				recs := ev.loaded.recs
+				if batched {
+					flush()
+					if recs := r.fresh(ev.loaded); len(recs) > 0 {
+						bs.ApplyBatch(recs)
+					}
+				} else {
+					for _, rec := range recs {
+						if !r.stale(storeEvent{op: evApply, rec: rec}) {
+							r.cfg.Store.Apply(rec)
+						}
+					}
+				}
+				clear(recs[:cap(recs)]) // the list is kept: no records with it
+				spare = recs[:0]
+				continue
+			}
 			if (ev.op == evApply || ev.op == evAdopt) && r.stale(ev) {
 				continue
 			}
 			if batched && (ev.op == evApply || ev.op == evRemove) {
+				if run == nil {
+					run = make([]Record, 0, len(evs)-i) // grown once, not by doubling
+				}
 				run = append(run, ev.rec)
 				continue
 			}
@@ -583,9 +618,30 @@ func (r *Replicator) drain() {
 			flush()
 		}
 		r.mu.Lock()
+		if spare != nil && !r.ready { // (finishLoad drops it before ready)
+			r.loadBuf = spare
+		}
 	}
 	r.draining = false
 	r.mu.Unlock()
+}
+
+// fresh drops, in place, the records of an evApplyLoaded that are stale (see stale), under one
+// hold of the lock; what is left is delivered together, as a run of Apply events is. If the
+// table has not changed since the list was taken, none is.
+func (r *Replicator) fresh(l *loadedList) []Record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.tab.changes == l.gen {
+		return l.recs
+	}
+	out := l.recs[:0]
+	for _, rec := range l.recs {
+		if !r.staleLocked(evApply, rec) {
+			out = append(out, rec)
+		}
+	}
+	return out
 }
 
 // stale reports whether a queued Apply or Adopt was overtaken, before its delivery, by a newer
@@ -594,14 +650,18 @@ func (r *Replicator) drain() {
 func (r *Replicator) stale(ev storeEvent) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	e := r.tab.get(ev.rec.Key)
+	return r.staleLocked(ev.op, ev.rec)
+}
+
+func (r *Replicator) staleLocked(op uint8, rec Record) bool {
+	e := r.tab.get(rec.Key)
 	if e == nil {
-		return ev.op == evAdopt // an expired tombstone: a deletion is still worth delivering
+		return op == evAdopt // an expired tombstone: a deletion is still worth delivering
 	}
-	if !e.rec.sameVersion(ev.rec) {
+	if !e.rec.sameVersion(rec) {
 		return true
 	}
-	return ev.op == evAdopt && !e.live()
+	return op == evAdopt && !e.live()
 }
 
 // offerLocked installs a record received from a peer if it is newer than what is held, and
@@ -684,19 +744,20 @@ func (r *Replicator) deleteDeferredLocked() {
 // the Store was already given (applied from a sync during the load) is removed from it if the
 // loaded one will not replace it there (a tombstone, or a record of this node's own). A record
 // this incarnation already wrote (a Put before ready) is the Store's own newest state: it stays
-// and moves past the loaded version, so it wins everywhere.
-func (r *Replicator) offerLoadedLocked(rec Record, now time.Time) {
-	if !r.tab.accepts(rec) {
+// and moves past the loaded version, so it wins everywhere. kh is keyHash(rec.Key).
+func (r *Replicator) offerLoadedLocked(rec Record, kh uint64, now time.Time) {
+	e := r.tab.getHashed(rec.Key, kh)
+	if !acceptsOver(e, rec) {
 		return
 	}
-	if e := r.tab.get(rec.Key); e != nil && e.local {
+	if e != nil && e.local {
 		nr := e.rec
 		nr.Revision = r.nextRevLocked(rec.Revision + 1)
 		r.installOwnLocked(nr)
 		return
 	}
-	prev, had := r.tab.install(rec, now)
-	r.tab.get(rec.Key).loaded = true
+	ne, prev, had := r.tab.installOver(rec, kh, e, now)
+	ne.loaded = true
 	told := had && !prev.loaded && prev.live() && prev.rec.Owner != r.self
 	if told && (rec.Deleted || rec.Owner == r.self) {
 		gone := prev.rec

@@ -41,15 +41,27 @@ func encodeSnapshotPage(recs []Record, next uint32, done bool, sums []byte) []by
 
 // appendRecord appends r as its wireRecord: a map of six fields by name, in declaration order,
 // with the fixed-width integers msgpack's reflective encoder writes for uint8 and uint64.
+//
+// The bytes between the values are constants: the map header and each field's name, with the
+// code of the fixed-width integers (TestRecordPrefixes checks them against appendStr).
 func appendRecord(b []byte, r *Record) []byte {
-	b = append(b, msgpcode.FixedMapLow|6)
-	b = appendStr(appendStr(b, "Key"), r.Key)
-	b = append(appendStr(b, "Kind"), msgpcode.Uint8, byte(r.Kind))
-	b = appendStr(appendStr(b, "Owner"), r.Owner)
-	b = binary.BigEndian.AppendUint64(append(appendStr(b, "Revision"), msgpcode.Uint64), r.Revision)
-	b = appendBool(appendStr(b, "Deleted"), r.Deleted)
-	return appendBin(appendStr(b, "Payload"), r.Payload)
+	b = appendStr(append(b, prefixKey...), r.Key)
+	b = append(append(b, prefixKind...), byte(r.Kind))
+	b = appendStr(append(b, prefixOwner...), r.Owner)
+	b = binary.BigEndian.AppendUint64(append(b, prefixRevision...), r.Revision)
+	b = appendBool(append(b, prefixDeleted...), r.Deleted)
+	return appendBin(append(b, prefixPayload...), r.Payload)
 }
+
+// The constant bytes of a record's encoding, before each value.
+const (
+	prefixKey      = "\x86\xa3Key"      // fixmap of 6, fixstr "Key"
+	prefixKind     = "\xa4Kind\xcc"     // fixstr "Kind", uint8
+	prefixOwner    = "\xa5Owner"        // fixstr "Owner"
+	prefixRevision = "\xa8Revision\xcf" // fixstr "Revision", uint64
+	prefixDeleted  = "\xa7Deleted"      // fixstr "Deleted"
+	prefixPayload  = "\xa7Payload"      // fixstr "Payload"
+)
 
 // recordLen is the length of appendRecord's encoding of r.
 func recordLen(r *Record) int {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
+
 	"github.com/muster-io/muster/model"
 )
 
@@ -115,4 +117,21 @@ func FuzzSnapshotPageEncoding(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The constant bytes appendRecord writes are the map header, the field names as appendStr
+// writes them, and the codes of the fixed-width integers.
+func TestRecordPrefixes(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{prefixKey, string(appendStr([]byte{msgpcode.FixedMapLow | 6}, "Key"))},
+		{prefixKind, string(append(appendStr(nil, "Kind"), msgpcode.Uint8))},
+		{prefixOwner, string(appendStr(nil, "Owner"))},
+		{prefixRevision, string(append(appendStr(nil, "Revision"), msgpcode.Uint64))},
+		{prefixDeleted, string(appendStr(nil, "Deleted"))},
+		{prefixPayload, string(appendStr(nil, "Payload"))},
+	} {
+		if c.got != c.want {
+			t.Errorf("prefix %q, want %q", c.got, c.want)
+		}
+	}
 }

@@ -18,6 +18,10 @@ type table struct {
 	// version written again would name two states there.
 	self   string
 	forgot uint64
+	// changes counts the entries installed and removed: the only changes of what the table
+	// holds for a key (an orphan marker keeps its record's version), so that a list of versions
+	// taken from it is current while the count is the same.
+	changes uint64
 }
 
 // entry is what the table knows about a key.
@@ -74,6 +78,19 @@ func (t *table) get(key string) *entry {
 	return t.buckets[bucketOf(keyHash(key), t.nb)][key]
 }
 
+// getHashed is get of a key whose hash (keyHash) is kh.
+func (t *table) getHashed(key string, kh uint64) *entry {
+	return t.buckets[bucketOf(kh, t.nb)][key]
+}
+
+// reserve makes room for n entries in bucket b, if it holds none (a load fills buckets from
+// empty: its map then does not grow step by step).
+func (t *table) reserve(b, n int) {
+	if len(t.buckets[b]) == 0 {
+		t.buckets[b] = make(map[string]*entry, n)
+	}
+}
+
 func (t *table) owner(id string) *ownerState {
 	o := t.owners[id]
 	if o == nil {
@@ -114,8 +131,10 @@ func (t *table) account(e *entry, sign int) {
 // accepts reports whether rec may replace what the table holds for its key: it must be newer,
 // or, over an orphan marker, at least as new (the real owner's record wins over a local orphan
 // removal of the same version).
-func (t *table) accepts(rec Record) bool {
-	e := t.get(rec.Key)
+func (t *table) accepts(rec Record) bool { return acceptsOver(t.get(rec.Key), rec) }
+
+// acceptsOver is accepts, e being the entry of rec's key (nil: none).
+func acceptsOver(e *entry, rec Record) bool {
 	if e == nil {
 		return true
 	}
@@ -129,10 +148,16 @@ func (t *table) accepts(rec Record) bool {
 // state (a copy) and whether there was one.
 func (t *table) install(rec Record, now time.Time) (prev entry, had bool) {
 	kh := keyHash(rec.Key)
-	b := t.buckets[bucketOf(kh, t.nb)]
-	old := b[rec.Key]
-	e := &entry{rec: rec, kh: kh, recvAt: now, sum: payloadSum(rec.Payload)}
-	b[rec.Key] = e
+	_, prev, had = t.installOver(rec, kh, t.getHashed(rec.Key, kh), now)
+	return prev, had
+}
+
+// installOver is install of rec, whose key's hash is kh and whose key's entry is old (nil:
+// none), as the caller found them under the same hold of its lock. It also returns the new entry.
+func (t *table) installOver(rec Record, kh uint64, old *entry, now time.Time) (e *entry, prev entry, had bool) {
+	e = &entry{rec: rec, kh: kh, recvAt: now, sum: payloadSum(rec.Payload)}
+	t.buckets[bucketOf(kh, t.nb)][rec.Key] = e
+	t.changes++
 	// The new version counts before the old one leaves: an owner replacing its only record
 	// keeps its aggregates (account prunes an owner whose count reaches 0).
 	t.account(e, +1)
@@ -143,7 +168,7 @@ func (t *table) install(rec Record, now time.Time) (prev entry, had bool) {
 	if rec.Deleted {
 		t.gcq = append(t.gcq, gcItem{key: rec.Key, rev: rec.Revision, at: now})
 	}
-	return prev, had
+	return e, prev, had
 }
 
 // orphan turns a held live record into an orphan marker and returns the tombstone to hand to the
@@ -166,6 +191,7 @@ func (t *table) remove(key string) *entry {
 	if e != nil {
 		t.account(e, -1)
 		delete(b, key)
+		t.changes++
 	}
 	return e
 }

@@ -517,14 +517,7 @@ func decodeSnapReq(b []byte) (snapReq, error) {
 	return m, err
 }
 
-func decodeSnapResp(b []byte) ([]Record, snapResp, error) {
-	var m snapResp
-	if err := decode(b, &m); err != nil {
-		return nil, m, err
-	}
-	recs, err := records(m.Records)
-	return recs, m, err
-}
+// decodeSnapResp is in snapdec.go.
 
 // The wire types bound their own allocations: each list checks its declared
 // length against its cap before allocating, and grows by doubling

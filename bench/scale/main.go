@@ -73,15 +73,16 @@ func run(args []string, out, logw io.Writer) error {
 	return nil
 }
 
-const header = "| nodes | instances | heap / node | B / record | change: B (cluster) | B / peer | CPU (cluster) | alloc (cluster) | batched: B / change | CPU / change | alloc / change | verify idle: B / peer / round (max) | verify churn: B / peer / round (max) | join: ready | join: CPU | join: pulled | joiner heap |\n" +
-	"|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+const header = "| nodes | instances | heap / node | B / record | change: B (cluster) | B / peer | CPU (cluster) | alloc (cluster) | batched: B / change | CPU / change | alloc / change | verify idle: B / peer / round (max) | verify churn: B / peer / round (max) | join: ready | join: CPU | join: alloc (GC cycles) | join: pulled | joiner heap |\n" +
+	"|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
 
 func (r result) row() string {
-	return fmt.Sprintf("| %d | %s | %s | %.0f | %.0f | %.0f | %s | %s | %.0f | %s | %s | %.0f (%.0f) | %.0f (%.0f) | %s | %s | %s from %d | %s |",
+	return fmt.Sprintf("| %d | %s | %s | %.0f | %.0f | %.0f | %s | %s | %.0f | %s | %s | %.0f (%.0f) | %.0f (%.0f) | %s | %s | %s (%d) | %s from %d | %s |",
 		r.Nodes, count(r.Instances), mb(r.HeapPerNode), r.HeapPerRecord,
 		r.ChangeBytes, r.ChangePeerBytes, us(r.ChangeCPU), kb(r.ChangeAlloc), r.BatchBytes, us(r.BatchCPU), kb(r.BatchAlloc),
 		r.VerifyIdle, r.VerifyIdleMax, r.VerifyChurn, r.VerifyChurnMax,
-		r.JoinReady.Round(10*time.Millisecond), r.JoinCPU.Round(10*time.Millisecond), mb(r.JoinBytes), r.JoinPeers, mb(r.JoinerHeap))
+		r.JoinReady.Round(10*time.Millisecond), r.JoinCPU.Round(10*time.Millisecond),
+		mb(float64(r.JoinAlloc)), r.JoinGCs, mb(r.JoinBytes), r.JoinPeers, mb(r.JoinerHeap))
 }
 
 func us(d time.Duration) string { return fmt.Sprintf("%.1f µs", float64(d)/1e3) }

@@ -25,7 +25,7 @@ type params struct {
 	Batch     int    // changes per step in the batched measurement (Changes/Batch steps)
 	InFlight  int    // changes per owner waiting in their merge window when a verify round runs (churn)
 	Chunk     int    // records written per owner between two sync rounds while loading the cluster
-	Profile   string // if set, CPU profiles of the single changes and of the join are written to Profile + "[.join].<nodes>x<instances>"
+	Profile   string // if set, CPU profiles of the single changes and of the join are written to Profile + "[.join].<nodes>x<instances>", and allocation profiles before and after the join to Profile + ".allocs.{before,after}.<nodes>x<instances>"
 }
 
 // result is what one configuration measured.
@@ -50,7 +50,10 @@ type result struct {
 	ChurnRepairRecs float64 // records sent in verify repairs per peer per round, churning
 	JoinReady       time.Duration
 	JoinCPU         time.Duration
-	JoinBytes       float64 // snapshot bytes the joiner pulled
+	JoinGC          time.Duration // the GC's CPU over the join (runtime/metrics estimate: it counts idle mark workers' time, and can exceed JoinCPU)
+	JoinAlloc       uint64        // bytes allocated in the process during the join
+	JoinGCs         uint64        // GC cycles that ended during the join
+	JoinBytes       float64       // snapshot bytes the joiner pulled
 	JoinPeers       int
 	Setup           time.Duration
 }
@@ -84,6 +87,28 @@ func (u usage) add(o usage) usage { return usage{u.cpu + o.cpu, u.gc + o.gc, u.a
 func (u usage) per(n int, base usage) usage {
 	d := time.Duration(n)
 	return usage{cpu: max(u.cpu/d-base.cpu, 0), gc: max(u.gc/d-base.gc, 0), alloc: max(u.alloc/uint64(n), base.alloc) - base.alloc}
+}
+
+// gcCycles is the number of GC cycles completed so far.
+func gcCycles() uint64 {
+	ms := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(ms)
+	return ms[0].Value.Uint64()
+}
+
+// writeAllocs writes the allocation profile so far to path (pprof -base subtracts one from
+// another), after a collection: the profile is as of the last one.
+func writeAllocs(path string) error {
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // heap returns HeapAlloc after two collections.
@@ -380,6 +405,9 @@ func measure(p params, log logf) (res result, err error) {
 	}
 	hj := heap()
 	if p.Profile != "" {
+		if err := writeAllocs(fmt.Sprintf("%s.allocs.before.%dx%d", p.Profile, p.Nodes, p.Instances)); err != nil {
+			return res, err
+		}
 		f, err := os.Create(fmt.Sprintf("%s.join.%dx%d", p.Profile, p.Nodes, p.Instances))
 		if err != nil {
 			return res, err
@@ -390,7 +418,7 @@ func measure(p params, log logf) (res result, err error) {
 		defer func() { _ = f.Close() }()
 		defer pprof.StopCPUProfile() // (a no-op once stopped at ready)
 	}
-	js0, t0 := j.st.snap(), cpuTime()
+	js0, t0, u0, g0 := j.st.snap(), cpuTime(), usageNow(), gcCycles()
 	began := time.Now() // real time
 	if err := j.rep.Start(ctx); err != nil {
 		return res, err
@@ -402,8 +430,13 @@ func measure(p params, log logf) (res result, err error) {
 	}
 	res.JoinReady = time.Since(began) // real time
 	res.JoinCPU = cpuTime() - t0
+	u1 := usageNow().sub(u0)
+	res.JoinGC, res.JoinAlloc, res.JoinGCs = u1.gc, u1.alloc, gcCycles()-g0
 	if p.Profile != "" {
 		pprof.StopCPUProfile() // the join only, not the collections that measure the heap after it
+		if err := writeAllocs(fmt.Sprintf("%s.allocs.after.%dx%d", p.Profile, p.Nodes, p.Instances)); err != nil {
+			return res, err
+		}
 	}
 	js := j.st.snap().sub(js0)
 	res.JoinBytes = float64(js.bytes[kindSnapshot])
@@ -415,8 +448,9 @@ func measure(p params, log logf) (res result, err error) {
 		return res, fmt.Errorf("the joiner holds %d records, want %d", s.Records, p.Instances)
 	}
 	res.JoinerHeap = float64(heap()) - float64(hj)
-	log("  join: ready in %v (CPU %v), pulled %.1f MB from %d peers, heap %.0f MB",
-		res.JoinReady.Round(time.Millisecond), res.JoinCPU.Round(time.Millisecond), res.JoinBytes/1e6, res.JoinPeers, res.JoinerHeap/1e6)
+	log("  join: ready in %v (CPU %v, GC estimate %v; %.0f MB allocated, %d GC cycles), pulled %.1f MB from %d peers, heap %.0f MB",
+		res.JoinReady.Round(time.Millisecond), res.JoinCPU.Round(time.Millisecond), res.JoinGC.Round(time.Millisecond),
+		float64(res.JoinAlloc)/1e6, res.JoinGCs, res.JoinBytes/1e6, res.JoinPeers, res.JoinerHeap/1e6)
 	res.Setup = time.Since(start) // real time
 	return res, nil
 }
