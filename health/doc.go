@@ -61,10 +61,7 @@
 //
 // Because of the early elements, [Leases.Next] may return a time at which there is nothing to
 // report; calling Expire then is cheap and just re-arms. How a lease's state is laid out in
-// memory, and why, is described at the [Leases] type. Ids are hashed with a seeded
-// [hash/maphash]; a caller that hands out its ids itself, as small numbers kept dense, may hash
-// them by identity instead ([Leases.SetHash]), so that a new lease's cell is one that is in the
-// caches (the registry keys its beat leases so).
+// memory, and why, is described at the [Leases] type.
 //
 // # Concurrency
 //
