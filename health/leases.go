@@ -95,7 +95,7 @@ type Leases[K comparable] struct {
 	cells []cell[K]
 	n     int            // used cells: the number of leases
 	seed  maphash.Seed   // made with the table, on the first Put
-	hash  func(K) uint64 // SetHash's, or tests' to force collisions; nil: maphash
+	hash  func(K) uint64 // tests only: replaces maphash, to force collisions; nil otherwise
 
 	// Slots name leases in the heap: a lease keeps its slot for life, while its cell moves
 	// when the table grows or shrinks and when a deletion shifts it back.
@@ -147,17 +147,6 @@ const (
 	// the load was chosen.
 	maxLoadNum, maxLoadDen = 3, 4
 )
-
-// SetHash makes h the table's hash in place of [hash/maphash] under a seed
-// of the table's own. Call it before the first Put. It is for ids that the
-// caller hands out itself, such as small integers kept dense by a free
-// list: the identity then gives each id a cell of its own (no probing
-// while the ids stay below the table's size), and the cells of ids freed
-// and handed out again lately, or handed out in a row, stay together in
-// the caches, where random cells would each be a likely cache miss in a
-// large table. With ids from outside, a hash without a secret seed lets
-// whoever picks the ids make them collide: keep the default.
-func (l *Leases[K]) SetHash(h func(K) uint64) { l.hash = h }
 
 // hashOf returns the hash of id under the table's seed.
 func (l *Leases[K]) hashOf(id K) uint64 {

@@ -6,7 +6,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -718,13 +717,6 @@ func collide(id string) uint64 {
 	return math.MaxUint64 - h%3
 }
 
-// identity hashes "idN" to N, as SetHash's dense numbers hash: every id
-// below the table's size has a cell of its own, the rest wrap around it.
-func identity(id string) uint64 {
-	n, _ := strconv.ParseUint(strings.TrimPrefix(id, "id"), 10, 64)
-	return n
-}
-
 // TestLeasesAgainstModel runs random operations against the model: on 6 ids, as the fuzz test
 // does, and on 200 ids in a phase of mostly Puts and then one of mostly Removes, so that the
 // table grows and shrinks; each with maphash and with colliding hashes, which make every
@@ -748,7 +740,6 @@ func leasesAgainstModel(t *testing.T, seed uint64) {
 		{"6 ids colliding", collide, 6, runs, false},
 		{"200 ids", nil, 200, runs / 6, true},
 		{"200 ids colliding", collide, 200, runs / 30, true},
-		{"200 ids by identity", identity, 200, runs / 6, true}, // SetHash's use: dense numbers
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var seen opsSeen

@@ -51,7 +51,7 @@ type index struct {
 	sessions map[string]*publisher // session publishers by ID
 	remote   map[string]*publisher // replicas of other nodes' publishers, by record key (core_replica.go)
 
-	beatLeases         beatLeaseSet              // beat publications: unhealthy, then dropped
+	beatLeases         health.Leases[*pubInst]   // beat publications: unhealthy, then dropped
 	sessionLeases      health.Leases[*publisher] // sessions' keep-alives: closed at expiry
 	emptyTTL, patchTTL time.Duration
 	emptySvcs          health.Leases[model.ServiceKey]  // emptied implicit services, dropped at expiry

@@ -206,7 +206,7 @@ func (ix *index) publishBeat(pub *publisher, loc *beatLoc, at slotAt, inst *mode
 	}
 	ix.pubChanged(pub)
 	t := inst.BeatTimings()
-	pi.interval = toMillis(t.Interval)
+	pi.interval = t.Interval
 	// The timings passed Validate, so the lease accepts them.
 	_ = ix.beatLeases.Put(pi, now, beatTimeouts(t))
 	ix.fx.wakeBy(now.Add(min(t.Unhealthy, t.Delete)))

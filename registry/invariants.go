@@ -131,7 +131,6 @@ func (ix *index) checkInvariants(bad func(format string, args ...any)) {
 	for pi := range pubsSeen {
 		bad("publication of %s by %s is in the index but not in its publisher", pi.slot.key(), pi.pub.peekID())
 	}
-	ix.beatLeases.check(bad)
 	if n := ix.beatLeases.Len(); n != beatInsts {
 		bad("%d beat leases for %d beat instances", n, beatInsts)
 	}

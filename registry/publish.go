@@ -59,20 +59,9 @@ const (
 type pubInst struct {
 	pub      *publisher
 	slot     *slot
-	inst     *rec   // replaced on change
-	interval millis // beat interval handed back to beats
-	lease    uint32 // the beat lease's number (beatLeaseSet), 0 when it has none
+	inst     *rec          // replaced on change
+	interval time.Duration // beat interval handed back to beats
 }
-
-// millis is a duration in whole milliseconds, as beat timings are
-// (model: 1 ms to 24 h), kept in 4 bytes.
-type millis uint32
-
-// toMillis returns d in whole milliseconds (beat timings are whole).
-func toMillis(d time.Duration) millis { return millis(d / time.Millisecond) }
-
-// duration returns m as a time.Duration.
-func (m millis) duration() time.Duration { return time.Duration(m) * time.Millisecond }
 
 // publication returns pub's publication in sl, or nil.
 func (sl *slot) publication(pub *publisher) *pubInst {
@@ -264,7 +253,7 @@ func (r *Registry) heartbeatOwned(ctx context.Context, instKey model.InstanceKey
 		return 0, fmt.Errorf("%w: beat instance %s", ErrNotFound, instKey.WithDefaults())
 	}
 	r.touchBeat(pi)
-	return pi.interval.duration(), nil
+	return pi.interval, nil
 }
 
 // BeatResult is HeartbeatInstance's answer.
@@ -311,7 +300,7 @@ func (r *Registry) heartbeatInstanceOwned(ctx context.Context, inst model.Instan
 	}
 	if pi := r.core.beatPubInst(inst.IP, inst.Port, inst.Cluster, inst.Service); pi != nil {
 		r.touchBeat(pi)
-		interval := pi.interval.duration()
+		interval := pi.interval
 		r.mu.Unlock()
 		return BeatResult{Interval: interval}, nil
 	}
@@ -338,7 +327,7 @@ func (r *Registry) heartbeatInstanceOwned(ctx context.Context, inst model.Instan
 	if err != nil {
 		return BeatResult{}, err
 	}
-	return BeatResult{Interval: pi.interval.duration(), Registered: !held}, nil
+	return BeatResult{Interval: pi.interval, Registered: !held}, nil
 }
 
 // touchBeat renews pi's lease, and makes the instance healthy again if it
