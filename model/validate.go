@@ -87,11 +87,14 @@ func (i Instance) Validate(l Limits) error {
 }
 
 // ValidateInService is Validate without the check of i.Service, for a
-// caller that holds the service already and checked its key when it took it
-// (a registry's index holds only keys that passed Validate): every other
-// field is checked as Validate checks it, with the same errors. The
-// registry's registration path uses it to spare each new instance of a
-// known service a second pass over the service's names.
+// caller that holds the service already and checked its key when it took it:
+// every other field is checked as Validate checks it, with the same errors.
+// The registry's registration path uses it for a service its index holds,
+// sparing each new instance a second pass over the service's names. Such a
+// key passed Validate when the service entered the index, on this node or,
+// for a replicated one, on the node that proposed or sent it; after an
+// upgrade that tightens the rules for names, a service that exists takes
+// instances without its key being checked again by the new rules.
 func (i Instance) ValidateInService(l Limits) error {
 	if err := checkEndpoint(i.Cluster, i.IP, i.Port); err != nil {
 		return err

@@ -311,8 +311,12 @@ func (ix *index) placeSlot(s *service, i int, sl *slot) *slot {
 // Nothing reuses the block's parts: a publication removed, an instance
 // replaced (pubInst.inst points elsewhere) or a list of publications grown
 // past one leaves its part unused, and the garbage collector keeps the block
-// while anything points into it. The waste is bounded by one publication
-// and one rec per slot, and only for slots whose first publication changed.
+// while anything points into it. So a slot that outlives its first
+// publication keeps, besides the block's unused rec, that publication's
+// publisher: a closed session's publisher and Session (its list of
+// publications is dropped at close), or a gone beat publisher, a few
+// hundred bytes, one per slot at most, and only for slots whose first
+// publication left while another publisher held the key.
 type slotBlock struct {
 	sl  slot
 	one [1]*pubInst
@@ -347,7 +351,10 @@ type persBlock struct {
 // instance), with room for its first publication in its list: one
 // allocation where there were three. When the instance's slot exists
 // already, the slot part goes unused (the block is freed with the
-// publisher).
+// publisher). A live publisher keeps its block's slot, and that slot's
+// service, after the slot or the service has left the index (an ip:port
+// that moved to another service): one service object at most per beat
+// publisher, until the publisher goes.
 type beatBlock struct {
 	pub   publisher
 	insts [1]*pubInst
@@ -993,11 +1000,13 @@ func (ix *index) removeBeatPub(ip string, p *publisher) {
 		} else {
 			ix.beats[ip] = p.next
 		}
+		p.next = nil // a publisher kept alive (a beatBlock whose slot lives on) keeps no other
 		return
 	}
 	for q := head; q != nil; q = q.next {
 		if q.next == p {
 			q.next = p.next
+			p.next = nil
 			return
 		}
 	}

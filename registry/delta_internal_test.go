@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"testing"
 
@@ -325,37 +326,41 @@ func TestBeatLocStale(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	svc := model.ServiceKey{Name: "stale"}
+	var svc model.ServiceKey
 	mk := func(ip string, port int) model.Instance { return model.NewInstance(svc, ip, port).WithDefaults() }
-	for _, tc := range []struct {
+	type ep struct {
+		ip   string
+		port int
+	}
+	for i, tc := range []struct {
 		name string
-		add  []model.Instance // registered between the pre-check and the registration
+		add  []ep // registered between the pre-check and the registration
 	}{
 		{"nothing moved", nil},
-		{"same ip, other port", []model.Instance{mk("10.0.0.5", 81)}},
-		{"same ip, other ports, slots before", []model.Instance{mk("10.0.0.5", 79), mk("10.0.0.1", 80), mk("10.0.0.5", 78)}},
-		{"service created by another ip", []model.Instance{mk("10.0.0.9", 80)}},
+		{"same ip, other port", []ep{{"10.0.0.5", 81}}},
+		{"same ip, other ports, slots before", []ep{{"10.0.0.5", 79}, {"10.0.0.1", 80}, {"10.0.0.5", 78}}},
+		{"service created by another ip", []ep{{"10.0.0.9", 80}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, in := range mustQuery(t, r, svc) {
-				if err := r.Deregister(ctx, in.Key()); err != nil {
-					t.Fatal(err)
-				}
-			}
+			// A service of its own for each case, absent until it registers.
+			svc = model.ServiceKey{Name: fmt.Sprint("stale-", i)}
 			inst := mk("10.0.0.5", 80)
 			var loc beatLoc
 			if r.renewUnchangedBeat(&inst, &loc) {
 				t.Fatal("a new instance was renewed")
 			}
-			for _, in := range tc.add {
+			var added []model.Instance
+			for _, e := range tc.add {
+				in := mk(e.ip, e.port)
 				if err := r.Register(ctx, in); err != nil {
 					t.Fatal(err)
 				}
+				added = append(added, in)
 			}
 			if err := r.registerOwned(ctx, inst, &loc); err != nil {
 				t.Fatal(err)
 			}
-			want := append([]model.Instance{inst}, tc.add...)
+			want := append([]model.Instance{inst}, added...)
 			r.mu.Lock()
 			for _, in := range want {
 				if pi := r.core.beatPubInst(in.IP, in.Port, in.Cluster, in.Service); pi == nil {
@@ -368,6 +373,11 @@ func TestBeatLocStale(t *testing.T) {
 			}
 			if err := r.Internals().CheckConsistency(); err != nil {
 				t.Fatal(err)
+			}
+			for _, in := range want { // the next case starts with no beat publisher of these
+				if err := r.Deregister(ctx, in.Key()); err != nil {
+					t.Fatal(err)
+				}
 			}
 		})
 	}

@@ -208,8 +208,9 @@ func (r *Registry) validInstance(inst *model.Instance) error {
 
 // validInstanceIn is validInstance knowing whether inst's service key is
 // one that the index holds or held: such a key passed validation when its
-// service entered the index (validity is a function of the key alone), so
-// only the instance's own fields are checked (model's ValidateInService).
+// service entered the index (validity is a function of the key alone, under
+// the rules of the node that checked it: see model's ValidateInService), so
+// only the instance's own fields are checked.
 func (r *Registry) validInstanceIn(inst *model.Instance, heldService bool) error {
 	if err := r.cfg.Limits.checkMetadata("instance.metadata", inst.Metadata); err != nil {
 		return err
