@@ -341,7 +341,8 @@ func (r *Replicator) finishLoad(peers int, cold bool, took time.Duration) {
 	// First the Store gets the merged result of the snapshots (each loaded foreign record, once,
 	// at its final version), before the node is ready: a ready node's Store holds what it loaded.
 	// In lists of about loadApplyBatch records, each one event (one ApplyBatch), delivered
-	// before the next is gathered: not a million events at once (~140 bytes each, in a queue
+	// before the next is gathered (drainUntilLocked: by this goroutine, or by the one draining
+	// when a message's handler is): not a million events at once (~140 bytes each, in a queue
 	// copied as it grows), and one list, handed back by drain, for them all. Between two lists
 	// the lock is free: a record received meanwhile replaces its loaded version, is not loaded
 	// any more, and reaches the Store as any received record does (after the loaded version if
@@ -373,8 +374,8 @@ func (r *Replicator) finishLoad(peers int, cold bool, took time.Duration) {
 		} else {
 			r.loadBuf = recs
 		}
+		r.drainUntilLocked()
 		r.mu.Unlock()
-		r.drain()
 	}
 
 	r.mu.Lock()

@@ -56,9 +56,14 @@ type Replicator struct {
 	readyCh    chan struct{}
 	events     []storeEvent
 	draining   bool
-	loadBuf    []Record  // finishLoad's list for its next evApplyLoaded (drain hands it back)
-	pageBufs   sync.Pool // of *[]Record: handleSnapshot's lists of a page's records
-	refused    int       // records refused because the sender was not their owner (tests assert 0)
+	// emitted and delivered count the Store calls queued and those drain has carried out
+	// (or dropped after Close), in queue order; delivery is broadcast on drained (on mu), so
+	// that a goroutine can wait for its own events when another goroutine is the one draining.
+	emitted, delivered uint64
+	drained            sync.Cond
+	loadBuf            []Record  // finishLoad's list for its next evApplyLoaded (drain hands it back)
+	pageBufs           sync.Pool // of *[]Record: handleSnapshot's lists of a page's records
+	refused            int       // records refused because the sender was not their owner (tests assert 0)
 	// nonMember counts messages refused because their sender was not a current member.
 	nonMember int
 	stats     counters // see Stats (stats.go)
@@ -138,6 +143,7 @@ func New(cfg Config) (*Replicator, error) {
 	r.adoptLater = map[string]struct{}{}
 	r.deleteLater = map[string]struct{}{}
 	r.readyCh = make(chan struct{})
+	r.drained.L = &r.mu
 	r.kick = make(chan struct{}, 1)
 	r.act.init()
 	return r, nil
@@ -209,6 +215,7 @@ func (r *Replicator) Close() error {
 		return nil
 	}
 	r.closed = true
+	r.drained.Broadcast() // a finishLoad waiting for delivery gives up
 	if r.started {
 		r.setHandlers(false)
 	}
@@ -549,7 +556,28 @@ func (r *Replicator) poke() {
 }
 
 // emitLocked queues a Store call; drain delivers it.
-func (r *Replicator) emitLocked(ev storeEvent) { r.events = append(r.events, ev) }
+func (r *Replicator) emitLocked(ev storeEvent) {
+	r.events = append(r.events, ev)
+	r.emitted++
+}
+
+// drainUntilLocked delivers the Store calls queued so far, or waits for the goroutine that is
+// draining to deliver them, and returns once they are (or the Replicator is closed). The
+// caller holds mu; it is released while waiting. finishLoad relies on it: drain returns at
+// once when another goroutine drains, and the node must not be ready before its Store holds
+// what it loaded.
+func (r *Replicator) drainUntilLocked() {
+	want := r.emitted
+	for r.delivered < want && !r.closed {
+		if !r.draining {
+			r.mu.Unlock()
+			r.drain()
+			r.mu.Lock()
+			continue
+		}
+		r.drained.Wait()
+	}
+}
 
 // drain delivers queued Store calls, one at a time and in queue order, without holding r.mu. If
 // another goroutine is draining, it delivers ours too. After Close no new call starts.
@@ -621,8 +649,15 @@ func (r *Replicator) drain() {
 		if spare != nil && !r.ready { // (finishLoad drops it before ready)
 			r.loadBuf = spare
 		}
+		r.delivered += uint64(len(evs))
+		r.drained.Broadcast()
+	}
+	if r.closed { // what is left is never delivered: nobody waits for it
+		r.delivered += uint64(len(r.events))
+		r.events = nil
 	}
 	r.draining = false
+	r.drained.Broadcast()
 	r.mu.Unlock()
 }
 
