@@ -490,6 +490,11 @@ func (g *grpcAPI) killAll() {
 // HardMaxMetadataSize 64 Ki at most).
 const maxSetupBody = 64 << 10
 
+// maxStreamsPerConn is the most gRPC streams a connection may have open at
+// once (see Server.Start): with MaxRecvMsgSize, it bounds the request bytes
+// one connection can make the server hold.
+const maxStreamsPerConn = 128
+
 // setupRequest is what nacosd reads of a ConnectionSetupRequest: the
 // other fields a client may put in the body are skipped, not kept.
 type setupRequest struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"golang.org/x/net/http2"
 	"io"
 	"net"
 	"net/http"
@@ -429,4 +430,40 @@ func TestFloodFigures(t *testing.T) {
 		mib(afterConns.heap), (afterConns.heap-base.heap)/256/1024, afterConns.goroutines, afterConns.rss, duringConns.Round(time.Millisecond))
 	t.Logf("5,000 subscriptions on one connection: 4,096 served, 904 refused by the cap and %d tries by the request rate (errorCode 503); heap %.1f MiB (+%.1f KiB a subscription), %v goroutines, RSS %s; the legitimate client took %v",
 		rateRefused, mib(afterSubs.heap), (afterSubs.heap-afterConns.heap)/4096/1024, afterSubs.goroutines, afterSubs.rss, duringSubs.Round(time.Millisecond))
+}
+
+// TestGRPCStreamsPerConnectionBounded: the gRPC server's SETTINGS frame,
+// the first thing a connection reads, allows at most maxStreamsPerConn
+// streams at once: with MaxRecvMsgSize, what bounds the request bytes one
+// unauthenticated connection can make the server hold.
+func TestGRPCStreamsPerConnectionBounded(t *testing.T) {
+	s := startServer(t, nil)
+	conn, err := net.DialTimeout("tcp", s.grpcLn.Addr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(conn, conn)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("no SETTINGS frame from the server: %v", err)
+		}
+		sf, ok := f.(*http2.SettingsFrame)
+		if !ok || sf.IsAck() {
+			continue
+		}
+		v, ok := sf.Value(http2.SettingMaxConcurrentStreams)
+		if !ok || v != maxStreamsPerConn {
+			t.Fatalf("SETTINGS_MAX_CONCURRENT_STREAMS = %d (set: %v), want %d", v, ok, maxStreamsPerConn)
+		}
+		return
+	}
 }

@@ -401,6 +401,13 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		// One limit for every message (batch registrations need room); a
 		// ConnectionSetupRequest's labels are read only up to maxSetupBody.
 		grpc.MaxRecvMsgSize(10<<20),
+		// At most 128 streams at once on a connection (a Nacos client has
+		// its bi-stream and a few requests in flight): gRPC reads a unary
+		// request whole as it arrives, up to MaxRecvMsgSize, so this is
+		// what bounds the request bytes one connection can make the server
+		// hold, before any authentication. A client past it waits for a
+		// stream to end (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS).
+		grpc.MaxConcurrentStreams(maxStreamsPerConn),
 		// gRPC's read and write buffers (32 KiB) are pooled: a connection
 		// holds them only while it reads or writes, so an idle client no
 		// longer pays for them (with gRPC 1.56 it did: 175 KiB a
@@ -414,8 +421,9 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		// ping whenever data arrives with none outstanding: nearly every
 		// request of a connection with one request at a time, a ping frame
 		// written and its ack read each, and it lets a connection's window
-		// grow to 16 MiB, where this one bounds what a client may have
-		// unread on the server at 1 MiB.
+		// grow to 16 MiB. (gRPC reads data as it arrives and updates the
+		// connection's window then, so the window paces a sender; it does
+		// not bound the server's memory: MaxConcurrentStreams above does.)
 		grpc.StaticStreamWindowSize(1<<20),
 		grpc.StaticConnWindowSize(1<<20),
 	)...)
