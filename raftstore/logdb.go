@@ -179,10 +179,11 @@ func (l *lazyCommitLogDB) SaveRaftState(updates []pb.Update, worker uint64) erro
 	if out == nil {
 		out = updates
 	}
-	if write {
+	err := l.ILogDB.SaveRaftState(out, worker)
+	if write && err == nil {
 		l.writes.Add(1)
 	}
-	return l.ILogDB.SaveRaftState(out, worker)
+	return err
 }
 
 // commitOnly reports whether ud changes nothing but the commit index of a
@@ -218,10 +219,10 @@ func (l *lazyCommitLogDB) flush(shard, replica, atLeast uint64) error {
 		return nil
 	}
 	s.Commit = max(s.Commit, atLeast)
-	l.writes.Add(1)
 	if err := l.ILogDB.SaveRaftState([]pb.Update{{ShardID: shard, ReplicaID: replica, State: s}}, st.worker); err != nil {
 		return err
 	}
+	l.writes.Add(1)
 	st.written, st.held = s, pb.State{}
 	return nil
 }
@@ -242,7 +243,11 @@ func (l *lazyCommitLogDB) SaveSnapshots(updates []pb.Update) error {
 		}
 	}
 	l.mu.Unlock()
-	return l.ILogDB.SaveSnapshots(updates)
+	err := l.ILogDB.SaveSnapshots(updates)
+	if err == nil {
+		l.writes.Add(1) // the snapshot records, one synchronous write
+	}
+	return err
 }
 
 // ReadRaftState is the LogDB's, remembered for the tests.

@@ -240,11 +240,15 @@ func TestLazyCommitHoldsCommitOnly(t *testing.T) {
 		t.Fatalf("calls %+v, want the commit index raised to the snapshot's 14", calls)
 	}
 	// Nothing held and the stored commit at or above the snapshot: only the record.
+	before := writes.Load()
 	if err := l.SaveSnapshots([]pb.Update{{ShardID: 1, ReplicaID: 1, Snapshot: pb.Snapshot{Index: 14}}}); err != nil {
 		t.Fatal(err)
 	}
 	if calls := rec.take(); len(calls) != 1 || calls[0].op != "snapshots" {
 		t.Fatalf("calls %+v, want the snapshot record alone", calls)
+	}
+	if n := writes.Load() - before; n != 1 {
+		t.Fatalf("a snapshot record counted %d writes, want 1", n)
 	}
 
 	// A replaced replica's held state is dropped, not written over the new data.
