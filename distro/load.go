@@ -498,7 +498,7 @@ func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte)
 	r.stats.snapshotPages.Add(1)
 	// Encoded outside the lock, by hand (snapenc.go): the records are copies.
 	out := encodeSnapshotPage(recs, uint32(b), b >= r.cfg.Buckets, sums)
-	if recs != nil {
+	if recs != nil && cap(recs) <= 2*snapshotPage { // a list grown for one huge bucket is not kept
 		clear(recs[:cap(recs)]) // no records kept with the list (those cut off past the page too)
 		r.pageBufs.Put(&recs)
 	}
