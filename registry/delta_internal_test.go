@@ -141,7 +141,7 @@ func TestInstRecordKeyCheck(t *testing.T) {
 // lookup puts the key, whatever moved in between.
 func TestRelocate(t *testing.T) {
 	ctx := context.Background()
-	r := startedRegistry(t)
+	r := newFakeClockRegistry(t)
 	sess, err := r.OpenSession(ctx, SessionOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -311,7 +311,7 @@ func TestHashMap(t *testing.T) {
 // beside the ones added in between, and lands its slot in order.
 func TestBeatLocStale(t *testing.T) {
 	ctx := context.Background()
-	r := startedRegistry(t)
+	r := newFakeClockRegistry(t)
 	var svc model.ServiceKey
 	mk := func(ip string, port int) model.Instance { return model.NewInstance(svc, ip, port).WithDefaults() }
 	type ep struct {
@@ -377,19 +377,4 @@ func mustQuery(t *testing.T, r *Registry, svc model.ServiceKey) []model.Instance
 		t.Fatal(err)
 	}
 	return v.Instances
-}
-
-// startedRegistry returns a started standalone registry with the default
-// config, closed when the test ends.
-func startedRegistry(t *testing.T) *Registry {
-	t.Helper()
-	r, err := New(DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
-	return r
 }
