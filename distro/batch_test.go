@@ -42,15 +42,21 @@ func (s *batchStore) sizes() []int {
 	return out
 }
 
+// addBatchNode adds node id to c, its Store a batchStore, and returns that.
+func addBatchNode(c *cluster, id string) *batchStore {
+	n := c.add(id)
+	bs := &batchStore{testStore: n.store}
+	n.r.cfg.Store = bs
+	return bs
+}
+
 // withBatchStore starts nodes a and b, b's store a batchStore, and returns
 // a's replicator and b's store.
 func withBatchStore(t *testing.T) (*cluster, *Replicator, *batchStore) {
 	t.Helper()
 	c := newCluster(t, nil)
 	c.add("a")
-	nb := c.add("b")
-	bs := &batchStore{testStore: nb.store}
-	nb.r.cfg.Store = bs
+	bs := addBatchNode(c, "b")
 	c.setMembers("a", "b")
 	c.startNode("a")
 	c.startNode("b")
@@ -140,9 +146,8 @@ func TestLoadHandsLoadedRecordsOverInLists(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	nb := c.add("b")
-	bs := &batchStore{testStore: nb.store}
-	nb.r.cfg.Store = bs
+	bs := addBatchNode(c, "b")
+	nb := c.nodes["b"]
 	c.setMembers("a", "b")
 	c.startNode("b")
 	c.waitReady("b")
