@@ -201,13 +201,8 @@ func (g *grpcAPI) serveRequests(ctx context.Context) {
 	}
 }
 
-// Request serves the unary service.
+// Request serves one request of the unary service.
 func (g *grpcAPI) Request(ctx context.Context, p *pb.Payload) (*pb.Payload, error) {
-	return g.request(ctx, p)
-}
-
-// request serves one unary request.
-func (g *grpcAPI) request(ctx context.Context, p *pb.Payload) (*pb.Payload, error) {
 	typ := p.GetMetadata().GetType()
 	var req nRequest
 	if err := json.Unmarshal(p.GetBody().GetValue(), &req); err != nil {
