@@ -5,9 +5,11 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,6 +121,38 @@ func badgerOptions(dir string, log *slog.Logger) badger.Options {
 		WithSyncWrites(false) // Sync() calls db.Sync(); the Raft log is fsynced by Dragonboat
 }
 
+// openBadger opens the state machine's Badger directory, first removing
+// the empty memtable and value-log files a crash can leave behind.
+//
+// Badger creates such a file and sizes it in two steps (open with
+// O_CREATE, then truncate to its full size and write its header); a
+// process killed between the two leaves a 0-byte .mem or .vlog file, and
+// every later badger.Open fails on it ("while opening memtables ...:
+// Create a new file": it takes the file for a new one and treats that as
+// an error; dgraph-io/badger#2207, open as of v4.9.6). A 0-byte file holds
+// no entry, not even the header every write comes after, so removing it
+// loses nothing. TestKilledReplicaCatchesUp met it after a SIGKILL;
+// TestOpenBadgerAfterCrashLeftEmptyFiles makes the state directly.
+func openBadger(dir string, log *slog.Logger) (*badger.DB, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !e.Type().IsRegular() || !(strings.HasSuffix(name, ".mem") || strings.HasSuffix(name, ".vlog")) {
+			continue
+		}
+		if info, err := e.Info(); err == nil && info.Size() == 0 {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil {
+				return nil, err
+			}
+			log.Warn("raftstore: removed an empty Badger file a crash left", "file", name)
+		}
+	}
+	return badger.Open(badgerOptions(dir, log))
+}
+
 // nodeHostConfig sizes Dragonboat for a small machine. Engine and LogDB
 // shard counts are hard settings frozen into the data directory: never
 // change them.
@@ -200,7 +234,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err := os.MkdirAll(n.cfg.Dir, 0o755); err != nil {
 		return fmt.Errorf("raftstore: %w", err)
 	}
-	db, err := badger.Open(badgerOptions(filepath.Join(n.cfg.Dir, "badger"), n.log))
+	db, err := openBadger(filepath.Join(n.cfg.Dir, "badger"), n.log)
 	if err != nil {
 		return fmt.Errorf("raftstore: open badger: %w", err)
 	}

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lni/dragonboat/v4/logger"
+
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/transport"
 )
@@ -162,6 +164,7 @@ func killRounds(t *testing.T, rounds int, entries, overhead uint64) {
 		// what the issue asks of an unloaded machine.
 		d, seen := waitReady(id, 6*readyBound)
 		if d < 0 {
+			t.Logf("replica %d's log, last lines:\n%s", id, tailFile(filepath.Join(root, fmt.Sprintf("child-%d.log", id)), 80))
 			t.Fatalf("round %d: replica %d not ready %v after its restart under writes: %v", r, id, 6*readyBound, seen)
 		}
 		t.Logf("round %d: replica %d ready %v after its restart (%s)", r, id, d, streams(seen))
@@ -173,6 +176,33 @@ func killRounds(t *testing.T, rounds int, entries, overhead uint64) {
 		}
 	}
 	t.Logf("%d rounds: slowest restart ready in %v; %d of %d ready within %v", rounds, worst, rounds-slow, rounds, readyBound)
+}
+
+// stderrLogger writes a child's Dragonboat messages (INFO and up) to its
+// log file, which a failed round shows.
+type stderrLogger struct{ pkg string }
+
+func (stderrLogger) SetLevel(logger.LogLevel) {}
+func (stderrLogger) Debugf(string, ...any)    {}
+func (l stderrLogger) Infof(f string, a ...any) {
+	fmt.Fprintf(os.Stderr, "%s I %s: %s\n", time.Now().Format("15:04:05.000"), l.pkg, fmt.Sprintf(f, a...))
+}
+func (l stderrLogger) Warningf(f string, a ...any) {
+	fmt.Fprintf(os.Stderr, "%s W %s: %s\n", time.Now().Format("15:04:05.000"), l.pkg, fmt.Sprintf(f, a...))
+}
+func (l stderrLogger) Errorf(f string, a ...any) {
+	fmt.Fprintf(os.Stderr, "%s E %s: %s\n", time.Now().Format("15:04:05.000"), l.pkg, fmt.Sprintf(f, a...))
+}
+func (stderrLogger) Panicf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
+
+// tailFile returns the last n lines of the file at path, or why not.
+func tailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // streams says how many snapshot streams a child received and installed,
@@ -235,6 +265,7 @@ func TestReplicaChild(t *testing.T) {
 	cfg.Insecure = false
 	cfg.SnapshotEntries, cfg.CompactionOverhead = entries, overhead
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})) // the child's log file
+	logger.SetLoggerFactory(func(pkg string) logger.ILogger { return stderrLogger{pkg} })              // Dragonboat's too, before New's discarding one
 	n, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
