@@ -3,11 +3,14 @@ package raftstore
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,7 +42,8 @@ const readyBound = 10 * time.Second
 // replica after another, the leader among them, and restarts it on its
 // directory while the others keep writing: it must be ready (WaitReady)
 // every round. RAFTSTORE_RESTART_ROUNDS sets the rounds of each case
-// (default 3); the log says how long each took.
+// (default 3); the log says how long each took. RAFTSTORE_KEEP_DIR keeps
+// the children's directories and logs there.
 func TestKilledReplicaCatchesUp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts child processes")
@@ -67,12 +71,23 @@ type child struct {
 
 func killRounds(t *testing.T, rounds int, entries, overhead uint64) {
 	root := t.TempDir()
+	if keep := os.Getenv("RAFTSTORE_KEEP_DIR"); keep != "" { // the children's logs and data, kept
+		var err error
+		if root, err = os.MkdirTemp(keep, "killed-"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var spec []string
 	for id := 1; id <= 3; id++ {
 		spec = append(spec, fmt.Sprintf("%d=r%d@%s", id, id, freePort(t)))
 	}
+	// A secret of this run's own: a replica of another run of the test on
+	// the machine that gets a port of this run's (one a killed replica
+	// left) is refused, not taken for a member.
+	secret := make([]byte, 32)
+	_, _ = rand.Read(secret)
 	env := func(id int) string {
-		return fmt.Sprintf("%s=%s;%d;%s;%d;%d", replicaEnv, root, id, strings.Join(spec, ","), entries, overhead)
+		return fmt.Sprintf("%s=%s;%d;%s;%d;%d;%x", replicaEnv, root, id, strings.Join(spec, ","), entries, overhead, secret)
 	}
 	children := map[int]*child{}
 	start := func(id int) *child {
@@ -164,7 +179,9 @@ func killRounds(t *testing.T, rounds int, entries, overhead uint64) {
 		// what the issue asks of an unloaded machine.
 		d, seen := waitReady(id, 6*readyBound)
 		if d < 0 {
-			t.Logf("replica %d's log, last lines:\n%s", id, tailFile(filepath.Join(root, fmt.Sprintf("child-%d.log", id)), 80))
+			log := filepath.Join(root, fmt.Sprintf("child-%d.log", id))
+			t.Logf("replica %d's log, last lines:\n%s", id, tailFile(log, 60))
+			t.Logf("replica %d's goroutines in Raft, snapshots and the state machine:\n%s", id, stuckStacks(log))
 			t.Fatalf("round %d: replica %d not ready %v after its restart under writes: %v", r, id, 6*readyBound, seen)
 		}
 		t.Logf("round %d: replica %d ready %v after its restart (%s)", r, id, d, streams(seen))
@@ -194,6 +211,30 @@ func (l stderrLogger) Errorf(f string, a ...any) {
 	fmt.Fprintf(os.Stderr, "%s E %s: %s\n", time.Now().Format("15:04:05.000"), l.pkg, fmt.Sprintf(f, a...))
 }
 func (stderrLogger) Panicf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
+
+// stuckStacks returns the goroutines of a child's dump (in its log at
+// path) that are in the state machine, Dragonboat's node, snapshot or
+// recovery code, or Badger.
+func stuckStacks(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	_, dump, ok := strings.Cut(string(b), "not ready after 40 s; goroutines:")
+	if !ok {
+		return "(no dump)"
+	}
+	var keep []string
+	for _, g := range strings.Split(dump, "\n\n") {
+		for _, w := range []string{"raftstore.(*stateMachine)", "dragonboat/v4.(*node)", "internal/rsm", "snapshotWorker", "badger/v4.(*DB)"} {
+			if strings.Contains(g, w) {
+				keep = append(keep, g)
+				break
+			}
+		}
+	}
+	return strings.Join(keep, "\n\n")
+}
 
 // tailFile returns the last n lines of the file at path, or why not.
 func tailFile(path string, n int) string {
@@ -229,13 +270,17 @@ func TestReplicaChild(t *testing.T) {
 	}
 	began := time.Now()
 	f := strings.Split(env, ";")
-	if len(f) != 5 {
+	if len(f) != 6 {
 		t.Fatalf("bad %s: %q", replicaEnv, env)
 	}
 	root := f[0]
 	self, _ := strconv.ParseUint(f[1], 10, 64)
 	entries, _ := strconv.ParseUint(f[3], 10, 64)
 	overhead, _ := strconv.ParseUint(f[4], 10, 64)
+	secret, err := hex.DecodeString(f[5])
+	if err != nil {
+		t.Fatal(err)
+	}
 	members := map[uint64]string{}
 	addrs := map[string]string{}
 	for _, m := range strings.Split(f[2], ",") {
@@ -245,7 +290,7 @@ func TestReplicaChild(t *testing.T) {
 		members[id], addrs[node] = node, addr
 	}
 	tc := transport.DefaultTCPConfig()
-	tc.NodeID, tc.ListenAddr, tc.Secret = members[self], addrs[members[self]], testSecret
+	tc.NodeID, tc.ListenAddr, tc.Secret = members[self], addrs[members[self]], secret
 	tc.ReconnectMin, tc.ReconnectMax = 20*time.Millisecond, 500*time.Millisecond
 	tc.Resolve = func(node string) (string, error) {
 		if a, ok := addrs[node]; ok {
@@ -306,10 +351,16 @@ func TestReplicaChild(t *testing.T) {
 		for {
 			time.Sleep(500 * time.Millisecond) // real time: a progress line
 			st := n.Stats()
-			fmt.Printf("%d first %d stats writes %d applied %d last %d lag %d leader %d sent %d aborted %d received %d recovered %d created %d\n", time.Since(began).Milliseconds(), first(),
-				writes.Load(), st.Applied, st.LastIndex, st.ApplyLag, st.LeaderID, st.SnapshotsSent, st.SnapshotsAborted, st.SnapshotsReceived, st.SnapshotsRecovered, st.SnapshotsCreated)
+			fmt.Printf("%d first %d stats writes %d applied %d last %d lag %d leader %d sent %d aborted %d received %d recovered %d created %d inbound %+v\n", time.Since(began).Milliseconds(), first(),
+				writes.Load(), st.Applied, st.LastIndex, st.ApplyLag, st.LeaderID, st.SnapshotsSent, st.SnapshotsAborted, st.SnapshotsReceived, st.SnapshotsRecovered, st.SnapshotsCreated, st.Inbound)
 		}
 	}()
+	// Not ready after 40 s: the goroutines' stacks go to the log, for the
+	// parent to show the state machine's and snapshot workers' (stuckStacks).
+	stuck := time.AfterFunc(40*time.Second, func() {
+		fmt.Fprintln(os.Stderr, "not ready after 40 s; goroutines:")
+		_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
+	})
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		err := n.WaitReady(ctx)
@@ -319,6 +370,7 @@ func TestReplicaChild(t *testing.T) {
 		}
 		fmt.Printf("not ready: %v\n", err)
 	}
+	stuck.Stop()
 	fmt.Printf("ready %d\n", time.Since(began).Milliseconds())
 	select {} // until killed
 }
