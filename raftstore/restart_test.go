@@ -182,6 +182,11 @@ func killRounds(t *testing.T, rounds int, entries, overhead uint64) {
 			log := filepath.Join(root, fmt.Sprintf("child-%d.log", id))
 			t.Logf("replica %d's log, last lines:\n%s", id, tailFile(log, 60))
 			t.Logf("replica %d's goroutines in Raft, snapshots and the state machine:\n%s", id, stuckStacks(log))
+			for other := range children {
+				if other != id {
+					t.Logf("replica %d's log, last lines:\n%s", other, tailFile(filepath.Join(root, fmt.Sprintf("child-%d.log", other)), 30))
+				}
+			}
 			t.Fatalf("round %d: replica %d not ready %v after its restart under writes: %v", r, id, 6*readyBound, seen)
 		}
 		t.Logf("round %d: replica %d ready %v after its restart (%s)", r, id, d, streams(seen))
@@ -351,8 +356,10 @@ func TestReplicaChild(t *testing.T) {
 		for {
 			time.Sleep(500 * time.Millisecond) // real time: a progress line
 			st := n.Stats()
-			fmt.Printf("%d first %d stats writes %d applied %d last %d lag %d leader %d sent %d aborted %d received %d recovered %d created %d inbound %+v\n", time.Since(began).Milliseconds(), first(),
+			line := fmt.Sprintf("%d first %d stats writes %d applied %d last %d lag %d leader %d sent %d aborted %d received %d recovered %d created %d inbound %+v\n", time.Since(began).Milliseconds(), first(),
 				writes.Load(), st.Applied, st.LastIndex, st.ApplyLag, st.LeaderID, st.SnapshotsSent, st.SnapshotsAborted, st.SnapshotsReceived, st.SnapshotsRecovered, st.SnapshotsCreated, st.Inbound)
+			fmt.Print(line)
+			fmt.Fprint(os.Stderr, line) // the log too, beside Dragonboat's messages
 		}
 	}()
 	// Not ready after 40 s: the goroutines' stacks go to the log, for the
