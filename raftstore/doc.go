@@ -190,7 +190,10 @@
 // with SyncWrites off: Sync (which Dragonboat calls before snapshots and
 // periodically) calls db.Sync, and the Raft log itself
 // is fsynced by Dragonboat, so a crash loses at most a suffix that is
-// replayed. PrepareSnapshot holds a read-only Badger transaction
+// replayed. A crash between Badger's creating a memtable or value-log file
+// and sizing it leaves an empty file that badger.Open refuses
+// (dgraph-io/badger#2207); Start removes such files first (they hold no
+// entry). PrepareSnapshot holds a read-only Badger transaction
 // (a point-in-time view); SaveSnapshot streams its pairs as length-prefixed
 // msgpack records (deterministic: Badger iterates in key order);
 // RecoverFromSnapshot first checks every record while it copies the
