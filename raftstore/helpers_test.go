@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -294,14 +296,33 @@ func (c *cluster) waitLeader() uint64 {
 // eventually polls cond until it holds or the deadline passes.
 func (c *cluster) eventually(d time.Duration, what string, cond func() bool) {
 	c.t.Helper()
-	eventually(c.t, d, what, cond)
+	waitFor(c.t, d, what, cond, func() {
+		for id, n := range c.nodes {
+			if n != nil {
+				c.t.Logf("replica %d: %+v", id, n.Stats())
+			}
+		}
+	})
 }
 
 func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	waitFor(t, d, what, cond, nil)
+}
+
+// waitFor polls cond until it holds; past d it logs the engine's
+// goroutines and what explain says, and fails.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool, explain func()) {
+	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
+			if explain != nil {
+				explain()
+			}
+			var dump strings.Builder
+			_ = pprof.Lookup("goroutine").WriteTo(&dump, 2)
+			t.Logf("goroutines in Raft, snapshots and the state machine:\n%s", engineStacks(dump.String()))
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -387,4 +408,20 @@ func mustPropose(t testing.TB, n *Node, cmd Command) Result {
 		t.Fatalf("propose %s: %v", cmd.Op, err)
 	}
 	return res
+}
+
+// engineStacks returns the goroutines of a dump (runtime/pprof's, debug=2)
+// that are in the state machine, Dragonboat's node, snapshot or recovery
+// code, or Badger: what a stuck test wants to see.
+func engineStacks(dump string) string {
+	var keep []string
+	for _, g := range strings.Split(dump, "\n\n") {
+		for _, w := range []string{"raftstore.(*stateMachine)", "raftstore.(*Node)", "dragonboat/v4.(*node)", "internal/rsm", "snapshotWorker", "badger/v4.(*DB)", "badger/v4.(*levelsController)"} {
+			if strings.Contains(g, w) {
+				keep = append(keep, g)
+				break
+			}
+		}
+	}
+	return strings.Join(keep, "\n\n")
 }

@@ -215,13 +215,24 @@ func (g *guard) checkSender(from uint64, peer string) error {
 // networkTypes are the message types Dragonboat sends between nodes; the
 // others are local (ticks, elections, unreachable and snapshot status
 // notices, and InstallSnapshot, which a received snapshot becomes only
-// after its chunks have been checked and saved).
+// after its chunks have been checked and saved), or Quiesce, which only
+// a shard with quiescence (never enabled here) sends.
+//
+// NoOP is a replica's answer to a leader's message of a lower term: it
+// carries the replica's term back, so that the stale leader steps down.
+// With CheckQuorum and PreVote that is how a replica that became a
+// candidate at a higher term while the others kept their leader gets back
+// in: they ignore its votes (they are in the leader's lease) and it
+// ignores the leader's messages (a lower term). Dropped here, it never got
+// back: it stayed out of the cluster, alive and behind, until the leader
+// changed for another reason (TestStaleLeaderHearsHigherTerm; a CI run of
+// TestKilledReplicaCatchesUp showed a replica stuck so).
 var networkTypes = func() (ok [pb.LogQuery + 1]bool) {
 	for _, t := range []pb.MessageType{
 		pb.Propose, pb.Replicate, pb.ReplicateResp, pb.RequestVote, pb.RequestVoteResp,
 		pb.Heartbeat, pb.HeartbeatResp, pb.ReadIndex, pb.ReadIndexResp,
 		pb.SnapshotReceived, pb.LeaderTransfer, pb.TimeoutNow, pb.RateLimit,
-		pb.RequestPreVote, pb.RequestPreVoteResp,
+		pb.RequestPreVote, pb.RequestPreVoteResp, pb.NoOP,
 	} {
 		ok[t] = true
 	}

@@ -229,16 +229,7 @@ func stuckStacks(path string) string {
 	if !ok {
 		return "(no dump)"
 	}
-	var keep []string
-	for _, g := range strings.Split(dump, "\n\n") {
-		for _, w := range []string{"raftstore.(*stateMachine)", "dragonboat/v4.(*node)", "internal/rsm", "snapshotWorker", "badger/v4.(*DB)"} {
-			if strings.Contains(g, w) {
-				keep = append(keep, g)
-				break
-			}
-		}
-	}
-	return strings.Join(keep, "\n\n")
+	return engineStacks(dump)
 }
 
 // tailFile returns the last n lines of the file at path, or why not.

@@ -624,3 +624,40 @@ func TestGuardJoinerRefusesPosedLeader(t *testing.T) {
 		t.Fatalf("JoinMembers without Join: %v, want ErrInvalidConfig naming JoinMembers", err)
 	}
 }
+
+// A replica's NoOP, its answer to a leader message of a lower term,
+// reaches Raft through the inbound checks and carries its term: the stale
+// leader steps down. With CheckQuorum and PreVote that is the only way
+// back for a replica that became a candidate at a higher term while the
+// others kept their leader (they ignore its votes, it ignores the
+// leader's messages). The guard used to drop NoOP as a local type, and
+// such a replica stayed out, alive and behind; here a member sends the
+// NoOP as Raft would, at the leader's term + 5.
+func TestStaleLeaderHearsHigherTerm(t *testing.T) {
+	c, _, trs := musterTCPCluster(t)
+	leader := c.waitLeader()
+	follower := leader%3 + 1
+	term := c.nodes[leader].Stats().Term
+	before := c.nodes[leader].InboundStats()
+	b := raftBatch(fmt.Sprintf("r%d", follower), follower, pb.NoOP)
+	b.Requests[0].To, b.Requests[0].Term = leader, term+5
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	_, err := trs[fmt.Sprintf("r%d", follower)].Request(ctx, fmt.Sprintf("r%d", leader), KindRaftMessages, mustMarshal(t, &b))
+	cancel()
+	if err != nil {
+		t.Fatalf("the NoOP of replica %d to the leader: %v (inbound %+v)", follower, err, c.nodes[leader].InboundStats())
+	}
+	if after := c.nodes[leader].InboundStats(); after.Dropped != before.Dropped {
+		t.Fatalf("the NoOP was dropped: before %+v, after %+v", before, after)
+	}
+	c.eventually(10*time.Second, "the leader to take the higher term", func() bool {
+		return c.nodes[leader].Stats().Term >= term+5
+	})
+	// A new leader at the higher term, and the cluster serves.
+	for p := range 5 {
+		mustPropose(t, c.nodes[uint64(p%3+1)], Command{Op: OpPutInstance, Instance: persistent("noop", "10.0.0.2", p+1)})
+	}
+	if st := c.converged(c.waitLeader()); len(st.Instances) != 5 {
+		t.Fatalf("%d instances after the new election, want 5", len(st.Instances))
+	}
+}
