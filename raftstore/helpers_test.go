@@ -416,7 +416,7 @@ func mustPropose(t testing.TB, n *Node, cmd Command) Result {
 func engineStacks(dump string) string {
 	var keep []string
 	for _, g := range strings.Split(dump, "\n\n") {
-		for _, w := range []string{"raftstore.(*stateMachine)", "raftstore.(*Node)", "dragonboat/v4.(*node)", "internal/rsm", "snapshotWorker", "badger/v4.(*DB)", "badger/v4.(*levelsController)"} {
+		for _, w := range []string{"raftstore.(*stateMachine)", "raftstore.(*Node)", "dragonboat/v4.(*node)", "internal/rsm", "snapshotWorker", "dgraph-io/badger/v4.", "cockroachdb/pebble"} {
 			if strings.Contains(g, w) {
 				keep = append(keep, g)
 				break
