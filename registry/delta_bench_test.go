@@ -60,6 +60,44 @@ func benchNode(b *testing.B, net *transport.MemNetwork, id string, ids ...string
 	return reg, func() { reg.Close(); tr.Close() }
 }
 
+// benchSettle returns once regs and net are idle: no message in flight, and
+// nothing left to do on any node (as registrytest's Cluster.Settle), or
+// fails after 60 s.
+func benchSettle(b *testing.B, net *transport.MemNetwork, regs ...*registry.Registry) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	last := uint64(1<<64 - 1)
+	for {
+		if err := net.WaitIdle(ctx); err != nil {
+			b.Fatal(err)
+		}
+		did := false
+		for _, r := range regs {
+			if err := r.Internals().Settle(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if s, ok := r.Internals().Replicator().(interface {
+				Settle(context.Context) (bool, error)
+			}); ok {
+				d, err := s.Settle(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				did = did || d
+			}
+		}
+		if err := net.WaitIdle(ctx); err != nil {
+			b.Fatal(err)
+		}
+		now := uint64(net.TotalStats().Messages)
+		if !did && now == last {
+			return
+		}
+		last = now
+	}
+}
+
 // benchReady waits for every registry of regs to be ready.
 func benchReady(b *testing.B, regs ...*registry.Registry) {
 	b.Helper()
@@ -282,6 +320,7 @@ func BenchmarkClusterMemoryPerInstance(b *testing.B) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+		benchSettle(b, net, a, peer) // the owner's syncs acknowledged, its scheduler idle
 		both := heap()
 		if *clusterHeapProfile != "" {
 			f, err := os.Create(*clusterHeapProfile)
