@@ -219,22 +219,22 @@ func (r *Replicator) compareLocked(rep *ConsistencyReport, resp consistencyResp)
 			if !e.held() {
 				return true
 			}
-			here := RecordVersion{Owner: e.rec.Owner, Revision: e.rec.Revision, Deleted: e.rec.Deleted}
-			v, ok := there[e.rec.Key]
-			delete(there, e.rec.Key)
+			here := RecordVersion{Owner: e.owner.id, Revision: e.rev, Deleted: e.deleted}
+			v, ok := there[e.key]
+			delete(there, e.key)
 			if !ok {
-				rep.add(KeyDiff{Key: e.rec.Key, Diff: DiffMissingThere, Here: here})
+				rep.add(KeyDiff{Key: e.key, Diff: DiffMissingThere, Here: here})
 				return true
 			}
 			tv := RecordVersion{Owner: v.Owner, Revision: v.Rev, Deleted: v.Deleted}
 			peer := Record{Owner: v.Owner, Revision: v.Rev}
 			switch {
-			case e.rec.Newer(peer):
-				rep.add(KeyDiff{Key: e.rec.Key, Diff: DiffNewer, Here: here, There: tv})
-			case peer.Newer(e.rec):
-				rep.add(KeyDiff{Key: e.rec.Key, Diff: DiffOlder, Here: here, There: tv})
-			case v.Deleted != e.rec.Deleted || !v.Deleted && v.Sum != 0 && v.Sum != e.sum:
-				rep.add(KeyDiff{Key: e.rec.Key, Diff: DiffConflict, Here: here, There: tv})
+			case e.version().Newer(peer):
+				rep.add(KeyDiff{Key: e.key, Diff: DiffNewer, Here: here, There: tv})
+			case peer.Newer(e.record()):
+				rep.add(KeyDiff{Key: e.key, Diff: DiffOlder, Here: here, There: tv})
+			case v.Deleted != e.deleted || !v.Deleted && v.Sum != 0 && v.Sum != e.sum:
+				rep.add(KeyDiff{Key: e.key, Diff: DiffConflict, Here: here, There: tv})
 			}
 			return true
 		})
@@ -292,7 +292,7 @@ func (r *Replicator) handleConsistency(_ context.Context, from string, body []by
 		first := len(resp.Versions)
 		r.tab.each(b, func(e *entry) bool {
 			if e.held() {
-				resp.Versions = append(resp.Versions, version{Key: e.rec.Key, Rev: e.rec.Revision, Deleted: e.rec.Deleted, Owner: e.rec.Owner, Sum: e.sum})
+				resp.Versions = append(resp.Versions, version{Key: e.key, Rev: e.rev, Deleted: e.deleted, Owner: e.owner.id, Sum: e.sum})
 			}
 			return true
 		})

@@ -70,7 +70,7 @@ func TestDigestIncremental(t *testing.T) {
 		e := a.get(key)
 		rev := uint64(1)
 		if e != nil {
-			rev = e.rec.Revision + 1
+			rev = e.rev + 1
 		}
 		rec := Record{Key: key, Kind: KindBeat, Owner: "n1", Revision: rev, Deleted: rnd.IntN(4) == 0}
 		a.install(rec, t0)
@@ -91,7 +91,8 @@ func TestDigestIncremental(t *testing.T) {
 	}
 	fresh := make([]uint64, 16)
 	a.all(func(e *entry) bool {
-		fresh[bucketOf(e.kh, 16)] += versionHash(e.kh, e.rec.Revision, e.rec.Deleted, payloadSum(e.rec.Payload))
+		kh := keyHash(e.key)
+		fresh[bucketOf(kh, 16)] += versionHash(kh, e.rev, e.deleted, payloadSum(e.payload()))
 		return true
 	})
 	for i := range fresh {
@@ -103,7 +104,7 @@ func TestDigestIncremental(t *testing.T) {
 	k := "k7"
 	e := a.get(k)
 	before := append([]uint64(nil), da...)
-	a.install(Record{Key: k, Kind: KindBeat, Owner: "n1", Revision: e.rec.Revision + 1}, t0)
+	a.install(Record{Key: k, Kind: KindBeat, Owner: "n1", Revision: e.rev + 1}, t0)
 	diff := 0
 	for i, s := range a.digest("n1") {
 		if s != before[i] {

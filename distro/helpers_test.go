@@ -117,8 +117,8 @@ func (s *testStore) installedAt(rec Record) time.Time {
 	if r := s.r.Load(); r != nil {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if e := r.tab.get(rec.Key); e != nil && e.rec.sameVersion(rec) {
-			return e.recvAt
+		if e := r.tab.get(rec.Key); e != nil && e.version().sameVersion(rec) {
+			return r.tab.recvAt(e)
 		}
 	}
 	return s.now()

@@ -362,8 +362,8 @@ func (r *Replicator) finishLoad(peers int, cold bool, took time.Duration) {
 			r.tab.each(b, func(e *entry) bool {
 				if e.loaded {
 					e.loaded = false
-					if e.live() && e.rec.Owner != r.self { // this node's own: settled below
-						recs = append(recs, e.rec)
+					if e.live() && e.owner.id != r.self { // this node's own: settled below
+						recs = append(recs, e.record())
 					}
 				}
 				return true
@@ -390,18 +390,18 @@ func (r *Replicator) finishLoad(peers int, cold bool, took time.Duration) {
 	// beats HRW assigns to this node (adoptScanLocked's work, which no step below changes: the
 	// tombstones below are of this node's own sessions, leftAt is not read by it).
 	r.tab.all(func(e *entry) bool {
-		if e.rec.Owner != r.self {
+		if e.owner.id != r.self {
 			r.adoptEntryLocked(e)
 			return true
 		}
 		if !e.live() || e.local {
 			return true // only records of a previous incarnation, loaded from peers
 		}
-		if e.rec.Kind == KindSession {
-			stale = append(stale, e.rec)
-		} else if hrwOwner(r.members, e.rec.Key) == r.self && !e.adopting {
+		if e.kind == KindSession {
+			stale = append(stale, e.record())
+		} else if hrwOwner(r.members, e.key) == r.self && !e.adopting {
 			e.adopting = true
-			r.emitLocked(storeEvent{op: evAdopt, rec: e.rec, renewed: e.recvAt})
+			r.emitLocked(storeEvent{op: evAdopt, rec: e.record(), renewed: r.tab.recvAt(e)})
 		}
 		return true
 	})
@@ -475,8 +475,8 @@ func (r *Replicator) handleSnapshot(_ context.Context, from string, body []byte)
 				if recs == nil {
 					recs = r.pageBuf()
 				}
-				recs = append(recs, e.rec)
-				size += len(e.rec.Payload)
+				recs = append(recs, e.record())
+				size += len(e.payload())
 			}
 			return true
 		})

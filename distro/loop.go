@@ -73,17 +73,17 @@ func (r *Replicator) takeSyncsLocked(now time.Time) []syncBatch {
 		size := 0
 		for i, k := range keys {
 			e := r.tab.get(k)
-			if e == nil || !e.held() || e.rec.Owner != r.self {
+			if e == nil || !e.held() || e.owner.id != r.self {
 				continue // no longer ours: whoever owns it now syncs it (no echo)
 			}
-			if size += len(e.rec.Payload); size > maxBatchBytes && len(b.recs) > 0 {
+			if size += len(e.payload()); size > maxBatchBytes && len(b.recs) > 0 {
 				for _, rest := range keys[i:] { // the rest goes in the next batch
 					r.sched.addAt(peer, rest, now)
 				}
 				break
 			}
 			b.keys = append(b.keys, k)
-			b.recs = append(b.recs, e.rec)
+			b.recs = append(b.recs, e.record())
 		}
 		if len(b.recs) == 0 {
 			r.sched.done(peer, nil, true, now, r.rnd)
@@ -192,7 +192,7 @@ func (r *Replicator) orphansLocked(now time.Time) (next time.Time, ok bool) {
 		// any newer version.
 		n := 0
 		r.tab.all(func(e *entry) bool {
-			if e.live() && e.rec.Owner == owner {
+			if e.live() && e.owner.id == owner {
 				r.emitLocked(storeEvent{op: evApply, rec: r.tab.orphan(e, now)})
 				n++
 			}

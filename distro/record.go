@@ -51,7 +51,9 @@ const (
 // orders its changes (Revision, then Owner).
 //
 // Records are values; the Payload slice is shared and must never be modified after it was
-// handed to Put or received from the Replicator.
+// handed to Put or received from the Replicator. A payload received from a peer is an
+// allocation of its own (not a window on a message), which the table keeps as long as it holds
+// that version: a Store may keep windows on it (the registry's strings do).
 //
 // The one-byte fields come last, so that they share one word: a node
 // holds an entry per record, one per instance of a session (72 bytes, not

@@ -340,7 +340,7 @@ func (r *Replicator) Delete(key string) (Record, error) {
 		r.mu.Unlock()
 		return Record{}, fmt.Errorf("%w: %q", ErrNotFound, key)
 	}
-	rec := Record{Key: key, Kind: e.rec.Kind, Owner: r.self, Revision: 1, Deleted: true}
+	rec := Record{Key: key, Kind: e.kind, Owner: r.self, Revision: 1, Deleted: true}
 	r.mu.Unlock()
 	return r.write(rec)
 }
@@ -378,14 +378,14 @@ func (r *Replicator) versionOwnLocked(rec Record) (Record, error) {
 			return Record{}, fmt.Errorf("%w: %q is owned by %s", ErrNotOwner, rec.Key, o)
 		}
 	case KindSession:
-		if e != nil && e.live() && e.rec.Owner != r.self {
-			if _, alive := r.memberSet[e.rec.Owner]; alive {
-				return Record{}, fmt.Errorf("%w: %q is owned by %s", ErrNotOwner, rec.Key, e.rec.Owner)
+		if e != nil && e.live() && e.owner.id != r.self {
+			if _, alive := r.memberSet[e.owner.id]; alive {
+				return Record{}, fmt.Errorf("%w: %q is owned by %s", ErrNotOwner, rec.Key, e.owner.id)
 			}
 		}
 	}
 	if e != nil {
-		rec.Revision = e.rec.Revision + 1
+		rec.Revision = e.rev + 1
 	}
 	rec.Revision = r.nextRevLocked(rec.Revision)
 	return rec, nil
@@ -473,7 +473,7 @@ func (r *Replicator) Write(changes []Change) (errs []error) {
 				fail(i, fmt.Errorf("%w: %q", ErrNotFound, c.Key))
 				continue
 			}
-			recs[i].Kind = e.rec.Kind
+			recs[i].Kind = e.kind
 		}
 		rec, err := r.versionOwnLocked(recs[i])
 		if err != nil {
@@ -522,7 +522,7 @@ func (r *Replicator) Get(key string) (Record, bool) {
 	if e == nil || !e.held() {
 		return Record{}, false
 	}
-	return e.rec, true
+	return e.record(), true
 }
 
 // Range calls fn for every held record, tombstones included, until fn returns false. It works on
@@ -532,7 +532,7 @@ func (r *Replicator) Range(fn func(Record) bool) {
 	recs := make([]Record, 0, r.tab.len())
 	r.tab.all(func(e *entry) bool {
 		if e.held() {
-			recs = append(recs, e.rec)
+			recs = append(recs, e.record())
 		}
 		return true
 	})
@@ -693,7 +693,7 @@ func (r *Replicator) staleLocked(op uint8, rec Record) bool {
 	if e == nil {
 		return op == evAdopt // an expired tombstone: a deletion is still worth delivering
 	}
-	if !e.rec.sameVersion(rec) {
+	if !e.version().sameVersion(rec) {
 		return true
 	}
 	return op == evAdopt && !e.live()
@@ -746,7 +746,7 @@ func (r *Replicator) noteRefusedLocked(rec Record) {
 		return
 	}
 	e := r.tab.get(rec.Key)
-	if e == nil || e.live() || e.rec.Owner == r.self {
+	if e == nil || e.live() || e.owner.id == r.self {
 		return // a live record, or this node's own tombstone, which its own verify sends
 	}
 	if _, alive := r.memberSet[rec.Owner]; alive && hrwOwner(r.members, rec.Key) == r.self {
@@ -762,12 +762,12 @@ func (r *Replicator) noteRefusedLocked(rec Record) {
 func (r *Replicator) deleteDeferredLocked() {
 	for k := range r.deleteLater {
 		e := r.tab.get(k)
-		if e == nil || e.live() || e.rec.Owner == r.self || hrwOwner(r.members, k) != r.self {
+		if e == nil || e.live() || e.owner.id == r.self || hrwOwner(r.members, k) != r.self {
 			continue
 		}
-		rec := Record{Key: k, Kind: KindBeat, Owner: r.self, Deleted: true, Revision: r.nextRevLocked(e.rec.Revision + 1)}
+		rec := Record{Key: k, Kind: KindBeat, Owner: r.self, Deleted: true, Revision: r.nextRevLocked(e.rev + 1)}
 		r.installOwnLocked(rec)
-		r.log.Debug("distro: took over the deletion of a beat record a peer still holds live", "record", rec.String(), "was", e.rec.String())
+		r.log.Debug("distro: took over the deletion of a beat record a peer still holds live", "record", rec.String(), "was", e.record().String())
 	}
 	clear(r.deleteLater)
 }
@@ -786,16 +786,16 @@ func (r *Replicator) offerLoadedLocked(rec Record, kh uint64, now time.Time) {
 		return
 	}
 	if e != nil && e.local {
-		nr := e.rec
+		nr := e.record()
 		nr.Revision = r.nextRevLocked(rec.Revision + 1)
 		r.installOwnLocked(nr)
 		return
 	}
 	ne, prev, had := r.tab.installOver(rec, kh, e, now)
 	ne.loaded = true
-	told := had && !prev.loaded && prev.live() && prev.rec.Owner != r.self
+	told := had && !prev.loaded && prev.live() && prev.owner.id != r.self
 	if told && (rec.Deleted || rec.Owner == r.self) {
-		gone := prev.rec
+		gone := prev.record()
 		gone.Deleted, gone.Payload = true, nil
 		r.emitLocked(storeEvent{op: evRemove, rec: gone})
 	}
@@ -803,8 +803,8 @@ func (r *Replicator) offerLoadedLocked(rec Record, kh uint64, now time.Time) {
 
 // renewedLocked is the last time this node knew e alive: its receipt or the owner's last verify.
 func (r *Replicator) renewedLocked(e *entry) time.Time {
-	t := e.recvAt
-	if v := r.renewedAt[e.rec.Owner]; v.After(t) {
+	t := r.tab.recvAt(e)
+	if v := r.renewedAt[e.owner.id]; v.After(t) {
 		t = v
 	}
 	return t
@@ -826,10 +826,10 @@ func (r *Replicator) adoptScanKeyLocked(key string) {
 }
 
 func (r *Replicator) adoptEntryLocked(e *entry) {
-	if !e.live() || e.rec.Kind != KindBeat || e.rec.Owner == r.self {
+	if !e.live() || e.kind != KindBeat || e.owner.id == r.self {
 		return
 	}
-	if hrwOwner(r.members, e.rec.Key) != r.self {
+	if hrwOwner(r.members, e.key) != r.self {
 		e.adopting = false // if the key comes back here before a new version, adopt it again
 		return
 	}
@@ -838,7 +838,7 @@ func (r *Replicator) adoptEntryLocked(e *entry) {
 	}
 	e.adopting = true
 	r.stats.adoptions.Add(1)
-	r.emitLocked(storeEvent{op: evAdopt, rec: e.rec, renewed: r.renewedLocked(e)})
+	r.emitLocked(storeEvent{op: evAdopt, rec: e.record(), renewed: r.renewedLocked(e)})
 }
 
 // onMembers is the membership callback.

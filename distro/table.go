@@ -1,6 +1,9 @@
 package distro
 
-import "time"
+import (
+	"time"
+	"unsafe"
+)
 
 // table is the pure core's record store: every record this node holds, bucketed by key hash,
 // with per-owner bucket hashes kept current on every change (O(1)), and a time-ordered queue of
@@ -10,8 +13,13 @@ type table struct {
 	nb      int
 	buckets []map[string]*entry
 	owners  map[string]*ownerState
-	gcq     []gcItem // tombstones and orphan markers, in the order (and time) they were made
-	gchead  int
+	// names holds the owner IDs the entries name, one string each, counted (entry.owner).
+	names map[string]*ownerName
+	// epoch is the time of the first install: entries keep their time as an offset from it.
+	epoch    time.Time
+	epochSet bool
+	gcq      []gcItem // tombstones and orphan markers, in the order (and time) they were made
+	gchead   int
 	// self is the node's ID; forgot is the highest revision of a record of self's that expire
 	// removed. A node writes every revision above it (Replicator.nextRevLocked): a peer may still
 	// hold the forgotten version (it received or loaded it later, so its TTL runs later), and a
@@ -24,11 +32,24 @@ type table struct {
 	changes uint64
 }
 
-// entry is what the table knows about a key.
+// entry is what the table knows about a key: a Record, packed (issue 30.2: a node holds one
+// per record, a million of them at a million instances). The Record's fields are the key,
+// owner, rev, kind, deleted and the payload (payload, record); the owner's ID is one string
+// for all the entries of that owner (names), and the payload a pointer and a length (its bytes
+// are never modified: see Record). 64 bytes, against 112 for a Record and the rest.
 type entry struct {
-	rec    Record
-	kh     uint64
-	recvAt time.Time // when this version was installed here (local clock)
+	key   string
+	owner *ownerName
+	// pl and plen are the payload's bytes; pl is nil for a nil payload (a tombstone), and
+	// points to the zero-size allocation for an empty one (the two encode differently).
+	pl   *byte
+	rev  uint64
+	at   int64  // when this version was installed here: ns after the table's epoch (recvAt)
+	plen uint32 // ≤ MaxPayloadLen
+	// sum is payloadSum(payload), computed once at install.
+	sum     uint32
+	kind    Kind
+	deleted bool // tombstone
 	// orphan marks a record removed locally after its owner left: it is no longer held (not in
 	// digests, Get or snapshots) but its version still refuses older updates, and yields to the
 	// same or a newer version from its owner (see offer).
@@ -42,16 +63,38 @@ type entry struct {
 	// Store is told of them once, when the load has merged every peer's snapshot (finishLoad),
 	// never of an intermediate version another snapshot replaces.
 	loaded bool
-	// sum is payloadSum(rec.Payload), computed once at install (after the four bools, it takes
-	// no room: the entry stays 112 bytes).
-	sum uint32
 }
+
+// ownerName is an owner's ID as the entries name it, with the number of entries naming it.
+type ownerName struct {
+	id   string
+	refs int
+}
+
+// ownerID returns the ID of the entry's owner.
+func (e *entry) ownerID() string { return e.owner.id }
+
+// payload returns the entry's payload (shared: never modified).
+func (e *entry) payload() []byte {
+	if e.pl == nil {
+		return nil
+	}
+	return unsafe.Slice(e.pl, e.plen)
+}
+
+// record returns the entry's record.
+func (e *entry) record() Record {
+	return Record{Key: e.key, Owner: e.owner.id, Revision: e.rev, Payload: e.payload(), Kind: e.kind, Deleted: e.deleted}
+}
+
+// version returns the entry's version (a Record of its Owner and Revision, for Newer).
+func (e *entry) version() Record { return Record{Owner: e.owner.id, Revision: e.rev} }
 
 // held reports whether the entry is a record this node holds (live or tombstone).
 func (e *entry) held() bool { return !e.orphan }
 
 // live reports whether the entry is a held, non-deleted record.
-func (e *entry) live() bool { return !e.orphan && !e.rec.Deleted }
+func (e *entry) live() bool { return !e.orphan && !e.deleted }
 
 // ownerState aggregates the held records of one owner.
 type ownerState struct {
@@ -67,7 +110,7 @@ type gcItem struct {
 }
 
 func newTable(nb int) *table {
-	t := &table{nb: nb, buckets: make([]map[string]*entry, nb), owners: map[string]*ownerState{}}
+	t := &table{nb: nb, buckets: make([]map[string]*entry, nb), owners: map[string]*ownerState{}, names: map[string]*ownerName{}}
 	for i := range t.buckets {
 		t.buckets[i] = map[string]*entry{}
 	}
@@ -100,18 +143,47 @@ func (t *table) owner(id string) *ownerState {
 	return o
 }
 
-// account adds (sign +1) or removes (sign -1) e's contribution to its owner's aggregates.
-// Tombstones count in the bucket hashes: a peer that missed a deletion by another owner than the
-// one it holds the key under is found only through them.
-func (t *table) account(e *entry, sign int) {
+// name returns the ownerName of id, counting one more entry that names it.
+func (t *table) name(id string) *ownerName {
+	n := t.names[id]
+	if n == nil {
+		n = &ownerName{id: id}
+		t.names[id] = n
+	}
+	n.refs++
+	return n
+}
+
+// unname counts one entry fewer that names n, forgetting it at none (node IDs come and go).
+func (t *table) unname(n *ownerName) {
+	if n.refs--; n.refs == 0 && t.names[n.id] == n {
+		delete(t.names, n.id)
+	}
+}
+
+// stamp returns now as an entry's time (entry.at).
+func (t *table) stamp(now time.Time) int64 {
+	if !t.epochSet {
+		t.epoch, t.epochSet = now, true
+	}
+	return int64(now.Sub(t.epoch))
+}
+
+// recvAt returns when e's version was installed here (local clock): e.at as a time.
+func (t *table) recvAt(e *entry) time.Time { return t.epoch.Add(time.Duration(e.at)) }
+
+// account adds (sign +1) or removes (sign -1) e's contribution to its owner's aggregates; kh is
+// the hash of e's key. Tombstones count in the bucket hashes: a peer that missed a deletion by
+// another owner than the one it holds the key under is found only through them.
+func (t *table) account(e *entry, kh uint64, sign int) {
 	if !e.held() {
 		return
 	}
-	o := t.owner(e.rec.Owner)
-	h := versionHash(e.kh, e.rec.Revision, e.rec.Deleted, e.sum)
-	b := bucketOf(e.kh, t.nb)
+	o := t.owner(e.owner.id)
+	h := versionHash(kh, e.rev, e.deleted, e.sum)
+	b := bucketOf(kh, t.nb)
 	live := 0
-	if !e.rec.Deleted {
+	if !e.deleted {
 		live = 1
 	}
 	if sign > 0 {
@@ -124,7 +196,7 @@ func (t *table) account(e *entry, sign int) {
 	o.held--
 	o.live -= live
 	if o.held == 0 {
-		delete(t.owners, e.rec.Owner) // node IDs come and go with hosts
+		delete(t.owners, e.owner.id) // node IDs come and go with hosts
 	}
 }
 
@@ -139,9 +211,9 @@ func acceptsOver(e *entry, rec Record) bool {
 		return true
 	}
 	if e.orphan {
-		return !e.rec.Newer(rec)
+		return !e.version().Newer(rec)
 	}
-	return rec.Newer(e.rec)
+	return rec.Newer(e.version())
 }
 
 // install stores rec (the caller checked accepts or owns the key) and returns the previous entry
@@ -155,15 +227,19 @@ func (t *table) install(rec Record, now time.Time) (prev entry, had bool) {
 // installOver is install of rec, whose key's hash is kh and whose key's entry is old (nil:
 // none), as the caller found them under the same hold of its lock. It also returns the new entry.
 func (t *table) installOver(rec Record, kh uint64, old *entry, now time.Time) (e *entry, prev entry, had bool) {
-	e = &entry{rec: rec, kh: kh, recvAt: now, sum: payloadSum(rec.Payload)}
+	e = &entry{
+		key: rec.Key, owner: t.name(rec.Owner), pl: unsafe.SliceData(rec.Payload), rev: rec.Revision,
+		at: t.stamp(now), plen: uint32(len(rec.Payload)), sum: payloadSum(rec.Payload), kind: rec.Kind, deleted: rec.Deleted,
+	}
 	t.buckets[bucketOf(kh, t.nb)][rec.Key] = e
 	t.changes++
 	// The new version counts before the old one leaves: an owner replacing its only record
 	// keeps its aggregates (account prunes an owner whose count reaches 0).
-	t.account(e, +1)
+	t.account(e, kh, +1)
 	if old != nil {
 		prev, had = *old, true
-		t.account(old, -1)
+		t.account(old, kh, -1)
+		t.unname(old.owner)
 	}
 	if rec.Deleted {
 		t.gcq = append(t.gcq, gcItem{key: rec.Key, rev: rec.Revision, at: now})
@@ -174,11 +250,11 @@ func (t *table) installOver(rec Record, kh uint64, old *entry, now time.Time) (e
 // orphan turns a held live record into an orphan marker and returns the tombstone to hand to the
 // Store.
 func (t *table) orphan(e *entry, now time.Time) Record {
-	t.account(e, -1)
+	t.account(e, keyHash(e.key), -1)
 	e.orphan = true
-	e.recvAt = now
-	t.gcq = append(t.gcq, gcItem{key: e.rec.Key, rev: e.rec.Revision, at: now})
-	rec := e.rec
+	e.at = t.stamp(now)
+	t.gcq = append(t.gcq, gcItem{key: e.key, rev: e.rev, at: now})
+	rec := e.record()
 	rec.Deleted, rec.Payload = true, nil
 	return rec
 }
@@ -189,7 +265,8 @@ func (t *table) remove(key string) *entry {
 	b := t.buckets[bucketOf(kh, t.nb)]
 	e := b[key]
 	if e != nil {
-		t.account(e, -1)
+		t.account(e, kh, -1)
+		t.unname(e.owner)
 		delete(b, key)
 		t.changes++
 	}
@@ -212,9 +289,9 @@ func (t *table) expire(cutoff time.Time) int {
 		it := t.gcq[t.gchead]
 		t.gcq[t.gchead] = gcItem{}
 		t.gchead++
-		if e := t.get(it.key); e != nil && e.rec.Revision == it.rev && (e.rec.Deleted || e.orphan) && !e.recvAt.After(it.at) {
-			if e.rec.Owner == t.self {
-				t.forgot = max(t.forgot, e.rec.Revision)
+		if e := t.get(it.key); e != nil && e.rev == it.rev && (e.deleted || e.orphan) && !t.recvAt(e).After(it.at) {
+			if e.owner.id == t.self {
+				t.forgot = max(t.forgot, e.rev)
 			}
 			t.remove(it.key)
 			n++

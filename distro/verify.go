@@ -74,29 +74,29 @@ func (r *Replicator) repairPlanLocked(peer string, vr verifyResp) (send []Record
 	var bumps []Record
 	for b := range inB {
 		r.tab.each(b, func(e *entry) bool {
-			if !e.held() || e.rec.Owner != r.self {
+			if !e.held() || e.owner.id != r.self {
 				return true
 			}
-			v, ok := theirs[e.rec.Key]
-			delete(theirs, e.rec.Key)
+			v, ok := theirs[e.key]
+			delete(theirs, e.key)
 			held := Record{Revision: v.Rev, Owner: v.Owner}
 			if v.Owner == "" {
 				held.Owner = r.self // a peer that does not send owners reports only this node's records
 			}
 			switch {
-			case (!ok || e.rec.Newer(held)) && r.sched.fresh(peer, e.rec.Key):
+			case (!ok || e.version().Newer(held)) && r.sched.fresh(peer, e.key):
 				// Written after the digest, its first sync on its way: the sync carries it with
 				// the other records of its write. Sent here, it would reach the peer alone (a
 				// ReplaceService's deletion of the old instance without the new one, whose
 				// bucket compared equal), and the peer would hold neither in between.
 			case !ok:
-				send = append(send, e.rec)
-			case e.rec.Newer(held):
-				send = append(send, e.rec)
-			case held.Newer(e.rec) || v.Deleted != e.rec.Deleted || !v.Deleted && v.Sum != 0 && v.Sum != e.sum:
-				if !held.Newer(e.rec) && !v.Deleted && !e.rec.Deleted && v.Sum != e.sum {
+				send = append(send, e.record())
+			case e.version().Newer(held):
+				send = append(send, e.record())
+			case held.Newer(e.record()) || v.Deleted != e.deleted || !v.Deleted && v.Sum != 0 && v.Sum != e.sum:
+				if !held.Newer(e.record()) && !v.Deleted && !e.deleted && v.Sum != e.sum {
 					r.stats.versionConflicts.Add(1)
-					r.log.Warn("distro: a peer holds this node's version of a record with another payload; moving past it", "peer", peer, "record", e.rec.String())
+					r.log.Warn("distro: a peer holds this node's version of a record with another payload; moving past it", "peer", peer, "record", e.record().String())
 				}
 				// The peer holds a version of this key newer than this node's own: written by a
 				// previous incarnation that this one never loaded, or by another node that owned
@@ -104,7 +104,7 @@ func (r *Replicator) repairPlanLocked(peer string, vr verifyResp) (send []Record
 				// another state (deleted, or another payload: its checksum differs): a previous
 				// incarnation wrote it too (see nextRevLocked). This node owns the key now; it
 				// moves past that version so its current state wins everywhere.
-				nr := e.rec
+				nr := e.record()
 				nr.Revision = r.nextRevLocked(v.Rev + 1)
 				bumps = append(bumps, nr)
 			}
@@ -143,7 +143,7 @@ func (r *Replicator) repairPlanLocked(peer string, vr verifyResp) (send []Record
 // to that owner the peer's copy stayed live until this node's tombstone expired too (seed
 // 7401411).
 func supersededLive(e *entry, rev uint64, self string) bool {
-	return e.live() && e.rec.Newer(Record{Revision: rev, Owner: self})
+	return e.live() && e.version().Newer(Record{Revision: rev, Owner: self})
 }
 
 // sendRepair sends records and drops to peer in messages of bounded size.
@@ -220,8 +220,8 @@ func (r *Replicator) handleVerify(_ context.Context, from string, body []byte) (
 			// A beat record written by another node while views differed (a partition) but
 			// hashed to `from` now is reported too: if it is newer than the owner's, the owner
 			// must move past it, or the two would refuse each other's versions for ever.
-			if e.rec.Owner == from || e.rec.Kind == KindBeat && hrwOwner(r.members, e.rec.Key) == from {
-				resp.Versions = append(resp.Versions, version{Key: e.rec.Key, Rev: e.rec.Revision, Deleted: e.rec.Deleted || e.orphan, Owner: e.rec.Owner, Sum: e.sum})
+			if e.owner.id == from || e.kind == KindBeat && hrwOwner(r.members, e.key) == from {
+				resp.Versions = append(resp.Versions, version{Key: e.key, Rev: e.rev, Deleted: e.deleted || e.orphan, Owner: e.owner.id, Sum: e.sum})
 			}
 			return true
 		})
@@ -263,7 +263,7 @@ func (r *Replicator) handleRepair(_ context.Context, from string, body []byte) (
 	r.stats.repairsReceived.Add(1)
 	for _, d := range drops {
 		e := r.tab.get(d.Key)
-		if e == nil || e.rec.Owner != from || e.rec.Revision != d.Rev || !e.live() {
+		if e == nil || e.owner.id != from || e.rev != d.Rev || !e.live() {
 			// Tombstones and orphan markers stay until their TTL even if the owner forgot them:
 			// they are what refuses a stale copy, and what shows an owner that lost its state
 			// which version to move past.

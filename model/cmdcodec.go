@@ -48,6 +48,9 @@ type cmdDecoder struct {
 	b            []byte
 	off          int
 	limit, spent int64
+	// share makes str return strings that share b's bytes instead of
+	// copies (UnmarshalInstanceListShared). They are still counted (charge).
+	share bool
 }
 
 // charge counts an allocation of n bytes, and reports whether it fits the
@@ -130,6 +133,9 @@ func (d *cmdDecoder) str() (string, bool) {
 	}
 	if !d.charge(int64(len(b))) {
 		return "", false
+	}
+	if d.share {
+		return unsafe.String(unsafe.SliceData(b), len(b)), true
 	}
 	return string(b), true
 }

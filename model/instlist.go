@@ -28,8 +28,24 @@ type InstanceList struct {
 // separate walk of the input; anything else goes through Unmarshal, whose
 // bound is then what the pass left.
 func UnmarshalInstanceList(b []byte, maxInsts int) (l InstanceList, n int, err error) {
+	return unmarshalInstanceList(b, maxInsts, false)
+}
+
+// UnmarshalInstanceListShared is UnmarshalInstanceList, except that the
+// strings of the instances the one pass decodes share b's bytes instead of
+// being copies (the bound still counts them): the caller must never modify
+// b afterwards, and b's allocation lives as long as any of those strings,
+// so b should be an allocation of its own (not a window on a larger
+// buffer). It is for a payload that is kept anyway, such as a replicated
+// record's, whose decoded instances then cost no second copy of their
+// strings. What goes through Unmarshal is copied, as before.
+func UnmarshalInstanceListShared(b []byte, maxInsts int) (l InstanceList, n int, err error) {
+	return unmarshalInstanceList(b, maxInsts, true)
+}
+
+func unmarshalInstanceList(b []byte, maxInsts int, share bool) (l InstanceList, n int, err error) {
 	limit := int64(MaxDecodeRatio)*int64(len(b)) + DecodeSlack
-	d := cmdDecoder{b: b, limit: limit}
+	d := cmdDecoder{b: b, limit: limit, share: share}
 	if insts, ok := d.instanceList(maxInsts); ok && d.off == len(b) {
 		return InstanceList{Instances: insts}, len(insts), nil
 	}

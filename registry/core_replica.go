@@ -552,6 +552,18 @@ func (ix *index) applyInstRecord(groupKey, sid, hash, owner string, inst *model.
 		p = newGroupedCopy(groupKey, sid, owner)
 		ix.remote[groupKey] = p
 	}
+	// inst's strings share its record's payload (decodeInstRecord): the
+	// service's key is the index's, or a copy for a new service, so that a
+	// service does not keep the payload of its first record.
+	if s := ix.services[inst.Service]; s != nil {
+		inst.Service = s.key
+	} else {
+		inst.Service = model.ServiceKey{Namespace: strings.Clone(inst.Service.Namespace), Group: strings.Clone(inst.Service.Group), Name: strings.Clone(inst.Service.Name)}
+	}
+	var was *rec
+	if old, _ := p.repl.insts.get(hash); old != nil {
+		was = old.inst
+	}
 	// No per-session cap here: the owner keeps MaxInstancesPerSession, and
 	// a copy passes it for a moment when a new instance's record arrives
 	// before the removal that made room for it (a refused record would
@@ -559,6 +571,13 @@ func (ix *index) applyInstRecord(groupKey, sid, hash, owner string, inst *model.
 	if pi, err := ix.publish(p, *inst, false); err != nil {
 		ix.refusedReplica(inst, err)
 	} else {
+		if pi.inst == was && was != nil {
+			// The same instance in a new version: publish kept the
+			// publication's rec, whose strings share the previous
+			// version's payload, which distro no longer holds. The
+			// rec of this one (equal: no view changes) lets it go.
+			pi.inst = newRec(inst)
+		}
 		p.repl.insts.put(hash, pi)
 		p.rev++
 	}

@@ -299,12 +299,19 @@ type instRecord struct {
 
 // decodeInstRecord decodes and checks an instance record from a peer: a
 // valid ephemeral instance, one, whose key hashes to the record's.
+//
+// The instance's strings share the payload's bytes (issue 30.2: one copy
+// of an instance on a peer, not distro's payload and the index's strings
+// beside it): distro keeps the payload, unmodified, as long as it holds
+// the record, and hands each one over in an allocation of its own; the
+// index keeps the strings only while the publication is this version's
+// (applyInstRecord). Decoding is bounded and checked as for a copy.
 func (r *Registry) decodeInstRecord(dr distro.Record, sid, hash string) (instRecord, error) {
 	ir := instRecord{dr: dr, sid: sid, hash: hash}
 	if dr.Deleted {
 		return ir, nil
 	}
-	insts, err := r.decodePayload(dr)
+	insts, err := r.decodePayloadWith(model.UnmarshalInstanceListShared, dr)
 	if err != nil {
 		return ir, err
 	}

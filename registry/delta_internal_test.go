@@ -1,10 +1,13 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
+	"reflect"
 	"testing"
+	"unsafe"
 
 	"github.com/muster-io/muster/distro"
 	"github.com/muster-io/muster/model"
@@ -48,7 +51,10 @@ func FuzzInstRecord(f *testing.F) {
 		}
 		dr := distro.Record{Key: key, Kind: distro.KindSession, Owner: "n2", Revision: 1, Deleted: deleted}
 		if !deleted {
-			dr.Payload = payload
+			// Distro hands each payload over in an allocation of its own, never
+			// modified (the index keeps strings that share it); the fuzzer reuses
+			// its input's.
+			dr.Payload = bytes.Clone(payload)
 		}
 		ir, err := r.decodeInstRecord(dr, sid, hash)
 		if err != nil {
@@ -377,4 +383,86 @@ func mustQuery(t *testing.T, r *Registry, svc model.ServiceKey) []model.Instance
 		t.Fatal(err)
 	}
 	return v.Instances
+}
+
+// TestPeerInstanceSharesPayload (issue 30.2): a peer's copy of a session
+// instance keeps no second copy of its strings: they are windows on the
+// payload of the record distro holds. The service's key is not (a service
+// outlives its first record), and a new version of the same instance moves
+// the strings to its own payload, so that the previous one, which distro
+// no longer holds, is not kept.
+func TestPeerInstanceSharesPayload(t *testing.T) {
+	r, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	within := func(s string, b []byte) bool {
+		p, base := uintptr(unsafe.Pointer(unsafe.StringData(s))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+		return len(s) > 0 && p >= base && p+uintptr(len(s)) <= base+uintptr(len(b))
+	}
+	in := model.NewInstance(model.ServiceKey{Namespace: "ns", Group: "grp", Name: "shared"}, "10.1.2.3", 8080).WithDefaults()
+	in.Cluster = "c1"
+	in.Metadata = model.NewMetadata(map[string]string{"zone": "zone-a", "version": "1.4.2"})
+	hash := instHash(in.Service, in.Cluster, in.IP, in.Port)
+	gkey := sessionPrefix + "n2-0123456789abcdef/"
+	apply := func(rev uint64, in model.Instance) []byte {
+		t.Helper()
+		pl := &pubPayload{Instances: []model.Instance{in}}
+		dr := distro.Record{Key: gkey + hash, Kind: distro.KindSession, Owner: "n2", Revision: rev, Payload: pl.AppendMsgpack(nil)}
+		ir, err := r.decodeInstRecord(dr, "n2-0123456789abcdef", hash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.mu.Lock()
+		r.core.applyInstRecord(gkey, ir.sid, ir.hash, dr.Owner, ir.inst, false, r.leaseStart())
+		r.carryOut()
+		r.mu.Unlock()
+		if err := r.Internals().CheckConsistency(); err != nil {
+			t.Fatal(err)
+		}
+		return dr.Payload
+	}
+	check := func(payload []byte, want model.Instance) {
+		t.Helper()
+		r.mu.RLock()
+		defer r.mu.RUnlock()
+		p := r.core.remote[gkey]
+		if p == nil {
+			t.Fatal("no grouped copy")
+		}
+		pi, _ := p.repl.insts.get(hash)
+		if pi == nil {
+			t.Fatal("no publication")
+		}
+		if got := pi.inst.instance(pi.slot.svc); !reflect.DeepEqual(got, want) {
+			t.Fatalf("holds %+v, want %+v", got, want)
+		}
+		strs := []string{pi.inst.cluster, pi.inst.ip}
+		for k, v := range pi.inst.md.All() {
+			strs = append(strs, k, v)
+		}
+		for _, s := range strs {
+			if !within(s, payload) {
+				t.Errorf("%q is not a window on the current record's payload", s)
+			}
+		}
+		k := pi.slot.svc.key
+		for _, s := range []string{k.Namespace, k.Group, k.Name} {
+			if within(s, payload) {
+				t.Errorf("the service key's %q shares a record's payload", s)
+			}
+		}
+	}
+	first := apply(1, in)
+	check(first, in)
+	second := apply(2, in) // the same instance, a new version
+	check(second, in)
+	changed := in
+	changed.Weight = 3
+	third := apply(3, changed)
+	check(third, changed)
 }

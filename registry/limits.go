@@ -361,7 +361,13 @@ func (ix *index) admitCommand(cmd *model.Command) error {
 // model.UnmarshalInstanceList, so it allocates at most a small multiple of
 // the payload and refuses a nil instance.
 func decodeInstances(payload []byte, max int, name string) ([]model.Instance, error) {
-	pl, n, err := model.UnmarshalInstanceList(payload, max)
+	return decodeInstancesWith(model.UnmarshalInstanceList, payload, max, name)
+}
+
+// decodeInstancesWith is decodeInstances with unmarshal for
+// model.UnmarshalInstanceList (or its Shared form).
+func decodeInstancesWith(unmarshal func([]byte, int) (model.InstanceList, int, error), payload []byte, max int, name string) ([]model.Instance, error) {
+	pl, n, err := unmarshal(payload, max)
 	if n > max {
 		return nil, limitError(name, max, "a record of %d instances", n)
 	}

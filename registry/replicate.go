@@ -77,10 +77,16 @@ func (p *publisher) encode() []byte { return encodeInsts(p.insts) }
 // instance must be valid and ephemeral; a beat record's must all share the
 // record's ip:port.
 func (r *Registry) decodePayload(dr distro.Record) ([]model.Instance, error) {
+	return r.decodePayloadWith(model.UnmarshalInstanceList, dr)
+}
+
+// decodePayloadWith is decodePayload with unmarshal for
+// model.UnmarshalInstanceList (or its Shared form: see decodeInstRecord).
+func (r *Registry) decodePayloadWith(unmarshal func([]byte, int) (model.InstanceList, int, error), dr distro.Record) ([]model.Instance, error) {
 	var pl pubPayload
 	var err error
 	capN, capName := r.payloadCap(dr.Kind)
-	if pl.Instances, err = decodeInstances(dr.Payload, capN, capName); err != nil {
+	if pl.Instances, err = decodeInstancesWith(unmarshal, dr.Payload, capN, capName); err != nil {
 		return nil, err
 	}
 	for i := range pl.Instances {
