@@ -571,12 +571,19 @@ func (ix *index) applyInstRecord(groupKey, sid, hash, owner string, inst *model.
 	if pi, err := ix.publish(p, *inst, false); err != nil {
 		ix.refusedReplica(inst, err)
 	} else {
-		if pi.inst == was && was != nil {
-			// The same instance in a new version: publish kept the
-			// publication's rec, whose strings share the previous
-			// version's payload, which distro no longer holds. The
-			// rec of this one (equal: no view changes) lets it go.
-			pi.inst = newRec(inst)
+		if was != nil {
+			if pi.inst == was {
+				// The same instance in a new version: publish kept the
+				// publication's rec, whose strings share the previous
+				// version's payload, which distro no longer holds. The
+				// rec of this one (equal: no view changes) lets it go.
+				pi.inst = newRec(inst)
+			}
+			// No publication holds was now. It may be the rec of the
+			// slot's block (the slot's first publication), which lives
+			// as long as the slot: emptied, it keeps no payload alive.
+			// (A remote copy keeps no undo record that points at it.)
+			*was = rec{}
 		}
 		p.repl.insts.put(hash, pi)
 		p.rev++

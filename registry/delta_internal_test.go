@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"runtime"
 	"testing"
 	"unsafe"
+	"weak"
 
 	"github.com/muster-io/muster/distro"
 	"github.com/muster-io/muster/model"
@@ -457,12 +459,30 @@ func TestPeerInstanceSharesPayload(t *testing.T) {
 			}
 		}
 	}
+	// Once a newer version is in, an older one's payload is free: neither
+	// the publication's rec nor the slot's block (whose rec the first
+	// version's publication used) keeps a window on it.
+	released := func(w weak.Pointer[byte], which string) {
+		t.Helper()
+		runtime.GC()
+		runtime.GC()
+		if w.Value() != nil {
+			t.Errorf("the %s version's payload is still held", which)
+		}
+	}
 	first := apply(1, in)
 	check(first, in)
+	w1 := weak.Make(unsafe.SliceData(first))
+	first = nil
 	second := apply(2, in) // the same instance, a new version
 	check(second, in)
+	released(w1, "first")
+	w2 := weak.Make(unsafe.SliceData(second))
+	second = nil
 	changed := in
 	changed.Weight = 3
 	third := apply(3, changed)
 	check(third, changed)
+	released(w2, "second")
+	runtime.KeepAlive(third)
 }
