@@ -53,11 +53,11 @@ const (
 // Records are values; the Payload slice is shared and must never be modified after it was
 // handed to Put or received from the Replicator. A payload received from a peer is an
 // allocation of its own (not a window on a message), which the table keeps as long as it holds
-// that version: a Store may keep windows on it (the registry's strings do).
+// that version: a Store may keep windows on it (the registry's strings do), and then keeps it
+// alive for as long as it holds them, which can be longer (a view, a watcher's event).
 //
-// The one-byte fields come last, so that they share one word: a node
-// holds an entry per record, one per instance of a session (72 bytes, not
-// 80; the table's entry 112, not 128).
+// The one-byte fields come last, so that they share one word: a Record is
+// 72 bytes, not 80. (The table packs its entry apart: 64 bytes.)
 type Record struct {
 	Key      string // the record key: opaque to distro, unique per record (not a publisher ID)
 	Owner    string // node ID of the only node that may change it

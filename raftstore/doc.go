@@ -77,8 +77,8 @@
 // every batch must have this DeploymentID and Dragonboat's transport
 // version, name the authenticated peer as its source, carry only message
 // types that travel between nodes (no local types, no InstallSnapshot;
-// NoOP does travel: it is how a replica at a higher term tells a stale
-// leader, TestStaleLeaderHearsHigherTerm), and each message must be for this shard, to this replica, from a current
+// NoOP does travel: it is how a replica at a higher term tells a
+// stale leader, TestStaleLeaderHearsHigherTerm), and each message must be for this shard, to this replica, from a current
 // member of the shard whose node is the authenticated peer. Membership is
 // Dragonboat's, cached and read again when Dragonboat reports a change;
 // until a replica knows it (starting, joining, or starting from its

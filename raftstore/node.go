@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -131,12 +130,29 @@ func badgerOptions(dir string, log *slog.Logger) badger.Options {
 // Create a new file": it takes the file for a new one and treats that as
 // an error; dgraph-io/badger#2207, open as of v4.9.6). A 0-byte file holds
 // no entry, not even the header every write comes after, so removing it
-// loses nothing. TestKilledReplicaCatchesUp met it after a SIGKILL;
-// TestOpenBadgerAfterCrashLeftEmptyFiles makes the state directly.
+// loses nothing. The removal holds Badger's own directory lock, so it
+// never touches a file that a live DB (another Node on the same Dir) is
+// creating. TestKilledReplicaCatchesUp met the state after a SIGKILL;
+// TestOpenBadgerAfterCrashLeftEmptyFiles makes it directly.
 func openBadger(dir string, log *slog.Logger) (*badger.DB, error) {
+	if err := removeCrashLeftovers(dir, log); err != nil {
+		return nil, fmt.Errorf("raftstore: badger directory %s: %w", dir, err)
+	}
+	return badger.Open(badgerOptions(dir, log))
+}
+
+// removeCrashLeftovers removes dir's 0-byte .mem and .vlog files under
+// Badger's directory lock; it does nothing when the lock is held elsewhere
+// (badger.Open then refuses the directory) or dir does not exist.
+func removeCrashLeftovers(dir string, log *slog.Logger) error {
+	unlock, ok, err := lockBadgerDir(dir)
+	if err != nil || !ok {
+		return err
+	}
+	defer unlock()
 	entries, err := os.ReadDir(dir)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
+	if err != nil {
+		return err
 	}
 	for _, e := range entries {
 		name := e.Name()
@@ -145,12 +161,12 @@ func openBadger(dir string, log *slog.Logger) (*badger.DB, error) {
 		}
 		if info, err := e.Info(); err == nil && info.Size() == 0 {
 			if err := os.Remove(filepath.Join(dir, name)); err != nil {
-				return nil, err
+				return err
 			}
 			log.Warn("raftstore: removed an empty Badger file a crash left", "file", name)
 		}
 	}
-	return badger.Open(badgerOptions(dir, log))
+	return nil
 }
 
 // nodeHostConfig sizes Dragonboat for a small machine. Engine and LogDB
