@@ -291,12 +291,11 @@ func (ix *index) lookup(instKey model.InstanceKey) (*service, *slot) {
 	return s, s.lookupSlot(instKey)
 }
 
-// placeSlot inserts sl, new and not yet live, at index i of s.slots.
-func (ix *index) placeSlot(s *service, i int, sl *slot) *slot {
+// placeSlot inserts sl, new and not yet live, at index i of s.slots; r
+// holds its key.
+func (ix *index) placeSlot(s *service, i int, sl *slot, r *rec) *slot {
 	ix.quota.instances++
-	s.slots = append(s.slots, nil)
-	copy(s.slots[i+1:], s.slots[i:])
-	s.slots[i] = sl
+	s.insertSlot(i, sl, r)
 	return sl
 }
 
@@ -397,7 +396,7 @@ func (ix *index) dropSlotIfDead(sl *slot, last *rec, now time.Time) {
 	}
 	s := sl.svc
 	if i, ok := s.findSlotOf(sl, last); ok {
-		s.slots = slices.Delete(s.slots, i, i+1)
+		s.deleteSlot(i, last)
 		ix.quota.instances--
 	}
 	if sl.patch != nil {
@@ -596,7 +595,7 @@ func (ix *index) putInstance(inst model.Instance) {
 		// slotBlock is for an ephemeral one.
 		wasEmpty := s.empty()
 		b := &persBlock{sl: slot{svc: s}, rec: recOf(&inst)}
-		sl = ix.placeSlot(s, i, &b.sl)
+		sl = ix.placeSlot(s, i, &b.sl, &b.rec)
 		sl.pers = &b.rec
 		ix.slotBornIn(sl, wasEmpty)
 		ix.noteSlot(sl, EventRegistered, nil, "")
@@ -765,7 +764,7 @@ func (ix *index) publishAt(s *service, i int, found bool, pub *publisher, inst m
 			blk = new(slotBlock)
 		}
 		sl, pi := blk.init(s, pub, &inst)
-		ix.placeSlot(s, i, sl)
+		ix.placeSlot(s, i, sl, pi.inst)
 		pub.insts = append(pub.insts, pi)
 		ix.slotBornIn(sl, wasEmpty)
 		if ix.noting {

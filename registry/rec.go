@@ -16,6 +16,7 @@ type rec struct {
 	port    uint16
 	healthy bool
 	enabled bool
+	ipKey   uint32 // ipOrder(ip): in the padding before weight, so free
 	weight  float64
 	id      string
 	md      model.Metadata
@@ -33,6 +34,7 @@ func recOf(inst *model.Instance) rec {
 		id:      inst.ID,
 		cluster: inst.Cluster,
 		ip:      inst.IP,
+		ipKey:   ipOrder(inst.IP),
 		md:      inst.Metadata,
 		weight:  inst.Weight,
 		port:    uint16(inst.Port),
