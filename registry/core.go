@@ -51,8 +51,8 @@ type index struct {
 	sessions map[string]*publisher // session publishers by ID
 	remote   map[string]*publisher // replicas of other nodes' publishers, by record key (core_replica.go)
 
-	beatLeases         health.Leases[*pubInst]   // beat publications: unhealthy, then dropped
-	sessionLeases      health.Leases[*publisher] // sessions' keep-alives: closed at expiry
+	beatLeases         health.Intrusive[*pubInst] // beat publications: unhealthy, then dropped (the lease in pubInst.bl)
+	sessionLeases      health.Leases[*publisher]  // sessions' keep-alives: closed at expiry
 	emptyTTL, patchTTL time.Duration
 	emptySvcs          health.Leases[model.ServiceKey]  // emptied implicit services, dropped at expiry
 	patchGone          health.Leases[model.InstanceKey] // patches whose instance is gone
@@ -347,8 +347,9 @@ type persBlock struct {
 
 // beatBlock is a new beat publisher allocated with the slot of its first
 // instance (standalone, the common case: a new ip:port registers a new
-// instance), with room for its first publication in its list: one
-// allocation where there were three. When the instance's slot exists
+// instance), with room for its first publication in its list and for that
+// publication's beat state (its lease): one allocation where there were
+// four. When the instance's slot exists
 // already, the slot part goes unused (the block is freed with the
 // publisher). A live publisher keeps its block's slot, and that slot's
 // service, after the slot or the service has left the index (an ip:port
@@ -358,14 +359,15 @@ type beatBlock struct {
 	pub   publisher
 	insts [1]*pubInst
 	slot  slotBlock
+	bs    beatState
 }
 
 // newBeatPub returns a new beat publisher of port and, for its first
-// instance's slot, the block to make it in.
-func newBeatPub(port int) (*publisher, *slotBlock) {
+// instance, the block to make its slot in and its beat state.
+func newBeatPub(port int) (*publisher, *slotBlock, *beatState) {
 	b := &beatBlock{pub: publisher{kind: pubBeat, port: uint16(port)}}
 	b.pub.insts = b.insts[:0]
-	return &b.pub, &b.slot
+	return &b.pub, &b.slot, &b.bs
 }
 
 // slotBorn is called once a new slot has its first publication: it attaches
