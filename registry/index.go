@@ -20,7 +20,7 @@ type service struct {
 	ephemeral bool             // the kind, fixed while the service exists
 	def       *model.Service   // stored definition, or nil when the service is implicit
 	slots     []*slot          // sorted by (cluster, ip, port)
-	keys      []uint64         // keys[i] is slotKey of slots[i]'s key (see findSlot)
+	keys      []uint32         // keys[i] is the ipOrder key of slots[i]'s IP (see findSlot)
 	cl        string           // the cluster of the first slot placed while the service was empty
 	otherCl   int              // slots of another cluster than cl: findSlot searches keys while there are none
 	rev       uint64
@@ -101,16 +101,16 @@ func (sl *slot) key() model.InstanceKey {
 //
 // It is most of a registration's lookup, so it has a fast path: while
 // every slot of s is of one cluster (nearly always), a lookup in it
-// binary-searches s.keys, which holds each slot's key (its IP's ipOrder key
-// and its port) as one integer in contiguous memory, instead of chasing
-// pointers to each visited slot's instance and comparing strings. A slot
-// whose IP has no ipOrder key (IPv6, a host name) has key 0, and a step
-// that lands on it compares the strings. Every other lookup compares as
-// compareSlot does.
+// binary-searches s.keys, which holds each slot's IP's ipOrder key as one
+// integer in contiguous memory (4 bytes a slot), instead of chasing
+// pointers to each visited slot's instance and comparing strings. A step
+// that lands on a slot of the same IP (another port) or on one whose IP has
+// no ipOrder key (IPv6, a host name: key 0) compares the slot as
+// compareSlot does. Every other lookup compares as compareSlot does.
 func (s *service) findSlot(cluster, ip string, port int) (int, bool) {
 	k := ipOrder(ip)
 	if k != 0 && s.otherCl == 0 && len(s.slots) > 0 && cluster == s.cl {
-		return s.findKey(cluster, ip, k, port)
+		return s.findKey(cluster, ip, k, port, nil)
 	}
 	lo, hi := 0, len(s.slots)
 	for lo < hi {
@@ -125,18 +125,19 @@ func (s *service) findSlot(cluster, ip string, port int) (int, bool) {
 }
 
 // findKey is findSlot's fast path: every slot of s is of cluster, and ipKey
-// (ipOrder(ip)) is not 0.
-func (s *service) findKey(cluster, ip string, ipKey uint32, port int) (int, bool) {
-	want := uint64(ipKey)<<16 | uint64(port)
+// (ipOrder(ip)) is not 0. dead, if not nil, is a slot of s that holds
+// nothing any more (findSlotOf's), of the key looked up: a step that lands
+// on it and must compare does not read it.
+func (s *service) findKey(cluster, ip string, ipKey uint32, port int, dead *slot) (int, bool) {
 	keys := s.keys
 	lo, hi := 0, len(keys)
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
 		less := false
-		if k := keys[mid]; k != 0 {
-			less = k < want
-		} else {
-			less = compareSlot(s.slots[mid].current(), cluster, ip, ipKey, port) < 0
+		if k := keys[mid]; k != 0 && k != ipKey {
+			less = k < ipKey
+		} else if sl := s.slots[mid]; sl != dead {
+			less = compareSlot(sl.current(), cluster, ip, ipKey, port) < 0
 		}
 		if less {
 			lo = mid + 1
@@ -147,22 +148,19 @@ func (s *service) findKey(cluster, ip string, ipKey uint32, port int) (int, bool
 	if lo == len(keys) {
 		return lo, false
 	}
-	if k := keys[lo]; k != 0 {
-		return lo, k == want
+	if k := keys[lo]; k != 0 && k != ipKey {
+		return lo, false
+	}
+	if s.slots[lo] == dead {
+		return lo, true
 	}
 	return lo, compareSlot(s.slots[lo].current(), cluster, ip, ipKey, port) == 0
 }
 
-// slotKey returns the key of r's instance key in service.keys: its IP's
-// ipOrder key and its port, or 0 when the IP has no ipOrder key. Within one
-// cluster, two keys that are not 0 compare as compareSlot compares their
-// slots.
-func slotKey(r *rec) uint64 {
-	if r.ipKey == 0 {
-		return 0
-	}
-	return uint64(r.ipKey)<<16 | uint64(r.port)
-}
+// slotKey returns the key of r's slot in service.keys: its IP's ipOrder
+// key, 0 when it has none. Within one cluster, two slots whose keys are
+// not 0 and differ compare as their keys.
+func slotKey(r *rec) uint32 { return r.ipKey }
 
 // insertSlot puts sl, whose key is r's, at index i of s.slots.
 func (s *service) insertSlot(i int, sl *slot, r *rec) {
@@ -295,7 +293,7 @@ func (s *service) findSlotOf(sl *slot, last *rec) (int, bool) {
 	if last.ipKey != 0 && s.otherCl == 0 && len(s.slots) > 0 && last.cluster == s.cl {
 		// Keys stay while the slot is dead (sl.current() is nil), so
 		// sl's is there.
-		if i, ok := s.findKey(last.cluster, last.ip, last.ipKey, int(last.port)); ok && s.slots[i] == sl {
+		if i, ok := s.findKey(last.cluster, last.ip, last.ipKey, int(last.port), sl); ok && s.slots[i] == sl {
 			return i, true
 		}
 	}

@@ -147,7 +147,17 @@ func TestFindSlotKeys(t *testing.T) {
 			return fmt.Sprintf("10.%d.%d.%d", rng.IntN(3), rng.IntN(12), rng.IntN(256))
 		}
 	}
+	few := func() string { // few IPs: slots of one IP on several ports
+		if rng.IntN(6) == 0 {
+			return fmt.Sprintf("fd00::%x", rng.IntN(4))
+		}
+		return fmt.Sprintf("10.0.0.%d", rng.IntN(12))
+	}
 	for round := range 40 {
+		ips := hosts
+		if round%4 == 3 {
+			ips = few
+		}
 		clusters := []string{model.DefaultCluster, "a", "zz"}[:1+round%3]
 		s := &service{key: model.ServiceKey{Name: "svc"}.WithDefaults(), ephemeral: true}
 		naive := func(cluster, ip string, port int) (int, bool) {
@@ -157,7 +167,7 @@ func TestFindSlotKeys(t *testing.T) {
 			return i, found
 		}
 		for step := range 600 {
-			cluster, ip, port := clusters[rng.IntN(len(clusters))], hosts(), 1+rng.IntN(3)
+			cluster, ip, port := clusters[rng.IntN(len(clusters))], ips(), 1+rng.IntN(3)
 			i, found := s.findSlot(cluster, ip, port)
 			if wi, wfound := naive(cluster, ip, port); i != wi || found != wfound {
 				t.Fatalf("round %d step %d: findSlot(%s, %s, %d) = %d, %v; want %d, %v", round, step, cluster, ip, port, i, found, wi, wfound)
