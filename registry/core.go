@@ -325,10 +325,10 @@ type slotBlock struct {
 
 // init makes b, fresh from new (all zero), a new slot of s (not yet
 // placed) with pub's publication of inst, which is valid and has its
-// defaults, and returns them. It writes only the fields that are not zero.
-func (b *slotBlock) init(s *service, pub *publisher, inst *model.Instance) (*slot, *pubInst) {
+// defaults (ipKey is ipOrder(inst.IP)), and returns them. It writes only the fields that are not zero.
+func (b *slotBlock) init(s *service, pub *publisher, inst *model.Instance, ipKey uint32) (*slot, *pubInst) {
 	b.sl.svc = s
-	b.rec = recOf(inst)
+	b.rec = recOfKey(inst, ipKey)
 	b.pi.pub, b.pi.slot, b.pi.inst = pub, &b.sl, &b.rec
 	b.one[0] = &b.pi
 	b.sl.pubs = b.one[:]
@@ -730,6 +730,11 @@ func (ix *index) publish(pub *publisher, inst model.Instance, limited bool) (*pu
 // delta.go). A new slot is made in blk when it is not nil (see beatBlock),
 // in a slotBlock of its own otherwise.
 func (ix *index) publishAt(s *service, i int, found bool, pub *publisher, inst model.Instance, limited bool, blk *slotBlock) (*pubInst, error) {
+	return ix.publishAtKey(s, i, found, pub, inst, limited, blk, ipOrder(inst.IP))
+}
+
+// publishAtKey is publishAt knowing ipKey, ipOrder(inst.IP).
+func (ix *index) publishAtKey(s *service, i int, found bool, pub *publisher, inst model.Instance, limited bool, blk *slotBlock, ipKey uint32) (*pubInst, error) {
 	if s != nil && !s.ephemeral {
 		return nil, kindMismatch(s)
 	}
@@ -765,7 +770,7 @@ func (ix *index) publishAt(s *service, i int, found bool, pub *publisher, inst m
 		if blk == nil {
 			blk = new(slotBlock)
 		}
-		sl, pi := blk.init(s, pub, &inst)
+		sl, pi := blk.init(s, pub, &inst, ipKey)
 		ix.placeSlot(s, i, sl, pi.inst)
 		pub.insts = append(pub.insts, pi)
 		ix.slotBornIn(sl, wasEmpty)
@@ -951,6 +956,7 @@ type slotAt struct {
 	s     *service
 	i     int
 	found bool
+	ipKey uint32 // ipOrder of the instance's IP
 }
 
 // beatLoc is a lookup of the beat publisher of an ip:port under mu (pub,

@@ -197,7 +197,7 @@ func (ix *index) endSession(p *publisher, why string, now time.Time) {
 // is the lookup), and looked up where inst's key is (at); a new slot is
 // made in blk, if not nil.
 func (ix *index) publishBeat(pub *publisher, loc *beatLoc, at slotAt, inst *model.Instance, fresh bool, blk *slotBlock, bs *beatState, now time.Time) (*pubInst, error) {
-	pi, err := ix.publishAt(at.s, at.i, at.found, pub, *inst, true, blk)
+	pi, err := ix.publishAtKey(at.s, at.i, at.found, pub, *inst, true, blk, at.ipKey)
 	if err != nil {
 		return nil, err
 	}

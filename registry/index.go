@@ -108,7 +108,11 @@ func (sl *slot) key() model.InstanceKey {
 // no ipOrder key (IPv6, a host name: key 0) compares the slot as
 // compareSlot does. Every other lookup compares as compareSlot does.
 func (s *service) findSlot(cluster, ip string, port int) (int, bool) {
-	k := ipOrder(ip)
+	return s.findSlotKey(cluster, ip, ipOrder(ip), port)
+}
+
+// findSlotKey is findSlot knowing k, ipOrder(ip).
+func (s *service) findSlotKey(cluster, ip string, k uint32, port int) (int, bool) {
 	if k != 0 && s.otherCl == 0 && len(s.slots) > 0 && cluster == s.cl {
 		return s.findKey(cluster, ip, k, port, nil)
 	}

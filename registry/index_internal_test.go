@@ -176,7 +176,7 @@ func TestFindSlotKeys(t *testing.T) {
 				inst := model.NewInstance(s.key, ip, port)
 				inst.Cluster = cluster
 				b := new(slotBlock)
-				sl, pi := b.init(s, &publisher{kind: pubSession, id: "p"}, &inst)
+				sl, pi := b.init(s, &publisher{kind: pubSession, id: "p"}, &inst, ipOrder(ip))
 				s.insertSlot(i, sl, pi.inst)
 			} else if found {
 				sl := s.slots[i]

@@ -137,7 +137,7 @@ func (r *Registry) Register(ctx context.Context, inst model.Instance) (err error
 	if inst.Ephemeral && !r.cluster && r.renewUnchangedBeat(&inst, &loc) {
 		return nil // issue 15: the same instance again only renews its lease (delta.go)
 	}
-	if err := r.validInstanceIn(&inst, loc.at.s != nil); err != nil {
+	if err := r.validInstanceIn(&inst, loc.at.s != nil, loc.at.ipKey != 0); err != nil {
 		return err
 	}
 	if !inst.Ephemeral {
@@ -212,6 +212,7 @@ func (r *Registry) registerBeat(pub *publisher, inst *model.Instance, loc *beatL
 		keyLoc = &loc.at
 	}
 	at.s, at.i, at.found = r.relocate(keyLoc, inst)
+	at.ipKey = keyLoc.ipKeyOf(inst)
 	fresh := pub == nil
 	var blk *slotBlock
 	var bs *beatState

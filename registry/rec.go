@@ -29,12 +29,15 @@ func newRec(inst *model.Instance) *rec {
 }
 
 // recOf is newRec's rec as a value, for a block that holds it.
-func recOf(inst *model.Instance) rec {
+func recOf(inst *model.Instance) rec { return recOfKey(inst, ipOrder(inst.IP)) }
+
+// recOfKey is recOf knowing ipKey, ipOrder(inst.IP).
+func recOfKey(inst *model.Instance, ipKey uint32) rec {
 	return rec{
 		id:      inst.ID,
 		cluster: inst.Cluster,
 		ip:      inst.IP,
-		ipKey:   ipOrder(inst.IP),
+		ipKey:   ipKey,
 		md:      inst.Metadata,
 		weight:  inst.Weight,
 		port:    uint16(inst.Port),
