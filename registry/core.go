@@ -428,8 +428,14 @@ func (ix *index) startPatchCountdown(instKey model.InstanceKey, now time.Time) {
 func (ix *index) changed(s *service) {
 	ix.rev++
 	s.rev = ix.rev
-	if vc := s.cache.Swap(nil); vc != nil && ix.history > 0 {
-		s.remember(vc, ix.history) // a revision someone read: a watcher may resume from it
+	// Readers fill the cache holding mu for reading (cacheOf), so under the
+	// write lock a load and a store do what a swap would, without its
+	// locked instruction when nobody read the last revision.
+	if vc := s.cache.Load(); vc != nil {
+		s.cache.Store(nil)
+		if ix.history > 0 {
+			s.remember(vc, ix.history) // a revision someone read: a watcher may resume from it
+		}
 	}
 	ix.fx.dirty = append(ix.fx.dirty, s.key)
 }

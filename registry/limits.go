@@ -190,10 +190,7 @@ func (l *Limits) checkMetadata(field string, m model.Metadata) error {
 // most max: characters never outnumber bytes, so the count that the
 // model's validation makes anyway is not made twice on the write path.
 func metadataSize(m model.Metadata, max int) int {
-	n := 0
-	for k, v := range m.All() {
-		n += len(k) + len(v)
-	}
+	n := m.ByteSize()
 	if n <= max {
 		return n
 	}
