@@ -6,6 +6,8 @@
 // # Usage
 //
 // Leases are a pure core: the caller passes the time and calls Expire when Next says so.
+// [Intrusive] is the same set for ids that hold their lease's state themselves (a [Lease]
+// each, found through [Holder]), with no table to hash into.
 //
 //	var l health.Leases[string] // the zero value is ready
 //	t := health.Timeouts{Unhealthy: 15 * time.Second, Expire: 30 * time.Second}

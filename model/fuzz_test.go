@@ -36,6 +36,13 @@ func FuzzValidateInstance(f *testing.F) {
 			if inService := inst.ValidateInService(Limits{}); fmt.Sprint(inService) != fmt.Sprint(err) {
 				t.Fatalf("ValidateInService = %v, Validate = %v", inService, err)
 			}
+			// And so does ValidateInServiceIPv4 for a caller that found the
+			// IP to be a plain IPv4 address.
+			if plainIPv4(inst.IP) {
+				if v4 := inst.ValidateInServiceIPv4(Limits{}, true); fmt.Sprint(v4) != fmt.Sprint(err) {
+					t.Fatalf("ValidateInServiceIPv4 = %v, Validate = %v", v4, err)
+				}
+			}
 		}
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {

@@ -151,6 +151,16 @@ func (m Metadata) Size() int {
 	return n
 }
 
+// ByteSize returns the sum of the lengths, in bytes, of all keys and
+// values: at least Size, and Size itself when they are ASCII.
+func (m Metadata) ByteSize() int {
+	n := 0
+	for _, s := range m.kv {
+		n += len(s)
+	}
+	return n
+}
+
 // String formats m as "{k1=v1, k2=v2}".
 func (m Metadata) String() string {
 	var b strings.Builder

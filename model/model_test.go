@@ -292,6 +292,12 @@ func TestMetadata(t *testing.T) {
 	if m.Size() != 6 || (Metadata{}).Map() != nil || !(Metadata{}).Equal(NewMetadata(nil)) {
 		t.Fatal("Size/Map/Equal of empty")
 	}
+	if m.ByteSize() != 6 || (Metadata{}).ByteSize() != 0 {
+		t.Fatal("ByteSize")
+	}
+	if u := NewMetadata(map[string]string{"é": "ü"}); u.Size() != 2 || u.ByteSize() != 4 {
+		t.Fatalf("Size %d, ByteSize %d of two 2-byte characters", u.Size(), u.ByteSize())
+	}
 	j, err := m.MarshalJSON()
 	if err != nil || string(j) != `{"a":"1","b":"2","c":"3"}` {
 		t.Fatalf("JSON = %s, %v", j, err)

@@ -96,7 +96,25 @@ func (i Instance) Validate(l Limits) error {
 // upgrade that tightens the rules for names, a service that exists takes
 // instances without its key being checked again by the new rules.
 func (i Instance) ValidateInService(l Limits) error {
-	if err := checkEndpoint(i.Cluster, i.IP, i.Port); err != nil {
+	return i.ValidateInServiceIPv4(l, false)
+}
+
+// ValidateInServiceIPv4 is ValidateInService for a caller that may have
+// parsed i.IP already: with ipv4 true, the caller found it to be a plain
+// IPv4 address, a dotted quad of one- to three-digit decimal fields of at
+// most 255 without leading zeros, not 0.0.0.0 (which the host rules
+// accept), and the IP's check is not made again. With ipv4 false, it is
+// ValidateInService. The registry's registration path parses the IP for its
+// index's search; it is every registration's path.
+func (i Instance) ValidateInServiceIPv4(l Limits, ipv4 bool) error {
+	if ipv4 {
+		if err := checkCluster("instance.cluster", i.Cluster); err != nil {
+			return err
+		}
+		if err := checkPort("instance.port", i.Port, false); err != nil {
+			return err
+		}
+	} else if err := checkEndpoint(i.Cluster, i.IP, i.Port); err != nil {
 		return err
 	}
 	if i.ID != "" {

@@ -51,8 +51,8 @@ type index struct {
 	sessions map[string]*publisher // session publishers by ID
 	remote   map[string]*publisher // replicas of other nodes' publishers, by record key (core_replica.go)
 
-	beatLeases         health.Leases[*pubInst]   // beat publications: unhealthy, then dropped
-	sessionLeases      health.Leases[*publisher] // sessions' keep-alives: closed at expiry
+	beatLeases         health.Intrusive[*pubInst] // beat publications: unhealthy, then dropped (the lease in pubInst.bl)
+	sessionLeases      health.Leases[*publisher]  // sessions' keep-alives: closed at expiry
 	emptyTTL, patchTTL time.Duration
 	emptySvcs          health.Leases[model.ServiceKey]  // emptied implicit services, dropped at expiry
 	patchGone          health.Leases[model.InstanceKey] // patches whose instance is gone
@@ -291,12 +291,11 @@ func (ix *index) lookup(instKey model.InstanceKey) (*service, *slot) {
 	return s, s.lookupSlot(instKey)
 }
 
-// placeSlot inserts sl, new and not yet live, at index i of s.slots.
-func (ix *index) placeSlot(s *service, i int, sl *slot) *slot {
+// placeSlot inserts sl, new and not yet live, at index i of s.slots; r
+// holds its key.
+func (ix *index) placeSlot(s *service, i int, sl *slot, r *rec) *slot {
 	ix.quota.instances++
-	s.slots = append(s.slots, nil)
-	copy(s.slots[i+1:], s.slots[i:])
-	s.slots[i] = sl
+	s.insertSlot(i, sl, r)
 	return sl
 }
 
@@ -326,10 +325,10 @@ type slotBlock struct {
 
 // init makes b, fresh from new (all zero), a new slot of s (not yet
 // placed) with pub's publication of inst, which is valid and has its
-// defaults, and returns them. It writes only the fields that are not zero.
-func (b *slotBlock) init(s *service, pub *publisher, inst *model.Instance) (*slot, *pubInst) {
+// defaults (ipKey is ipOrder(inst.IP)), and returns them. It writes only the fields that are not zero.
+func (b *slotBlock) init(s *service, pub *publisher, inst *model.Instance, ipKey uint32) (*slot, *pubInst) {
 	b.sl.svc = s
-	b.rec = recOf(inst)
+	b.rec = recOfKey(inst, ipKey)
 	b.pi.pub, b.pi.slot, b.pi.inst = pub, &b.sl, &b.rec
 	b.one[0] = &b.pi
 	b.sl.pubs = b.one[:]
@@ -348,8 +347,9 @@ type persBlock struct {
 
 // beatBlock is a new beat publisher allocated with the slot of its first
 // instance (standalone, the common case: a new ip:port registers a new
-// instance), with room for its first publication in its list: one
-// allocation where there were three. When the instance's slot exists
+// instance), with room for its first publication in its list and for that
+// publication's beat state (its lease): one allocation where there were
+// four. When the instance's slot exists
 // already, the slot part goes unused (the block is freed with the
 // publisher). A live publisher keeps its block's slot, and that slot's
 // service, after the slot or the service has left the index (an ip:port
@@ -359,14 +359,15 @@ type beatBlock struct {
 	pub   publisher
 	insts [1]*pubInst
 	slot  slotBlock
+	bs    beatState
 }
 
 // newBeatPub returns a new beat publisher of port and, for its first
-// instance's slot, the block to make it in.
-func newBeatPub(port int) (*publisher, *slotBlock) {
+// instance, the block to make its slot in and its beat state.
+func newBeatPub(port int) (*publisher, *slotBlock, *beatState) {
 	b := &beatBlock{pub: publisher{kind: pubBeat, port: uint16(port)}}
 	b.pub.insts = b.insts[:0]
-	return &b.pub, &b.slot
+	return &b.pub, &b.slot, &b.bs
 }
 
 // slotBorn is called once a new slot has its first publication: it attaches
@@ -397,7 +398,7 @@ func (ix *index) dropSlotIfDead(sl *slot, last *rec, now time.Time) {
 	}
 	s := sl.svc
 	if i, ok := s.findSlotOf(sl, last); ok {
-		s.slots = slices.Delete(s.slots, i, i+1)
+		s.deleteSlot(i, last)
 		ix.quota.instances--
 	}
 	if sl.patch != nil {
@@ -427,8 +428,14 @@ func (ix *index) startPatchCountdown(instKey model.InstanceKey, now time.Time) {
 func (ix *index) changed(s *service) {
 	ix.rev++
 	s.rev = ix.rev
-	if vc := s.cache.Swap(nil); vc != nil && ix.history > 0 {
-		s.remember(vc, ix.history) // a revision someone read: a watcher may resume from it
+	// Readers fill the cache holding mu for reading (cacheOf), so under the
+	// write lock a load and a store do what a swap would, without its
+	// locked instruction when nobody read the last revision.
+	if vc := s.cache.Load(); vc != nil {
+		s.cache.Store(nil)
+		if ix.history > 0 {
+			s.remember(vc, ix.history) // a revision someone read: a watcher may resume from it
+		}
 	}
 	ix.fx.dirty = append(ix.fx.dirty, s.key)
 }
@@ -596,7 +603,7 @@ func (ix *index) putInstance(inst model.Instance) {
 		// slotBlock is for an ephemeral one.
 		wasEmpty := s.empty()
 		b := &persBlock{sl: slot{svc: s}, rec: recOf(&inst)}
-		sl = ix.placeSlot(s, i, &b.sl)
+		sl = ix.placeSlot(s, i, &b.sl, &b.rec)
 		sl.pers = &b.rec
 		ix.slotBornIn(sl, wasEmpty)
 		ix.noteSlot(sl, EventRegistered, nil, "")
@@ -729,6 +736,11 @@ func (ix *index) publish(pub *publisher, inst model.Instance, limited bool) (*pu
 // delta.go). A new slot is made in blk when it is not nil (see beatBlock),
 // in a slotBlock of its own otherwise.
 func (ix *index) publishAt(s *service, i int, found bool, pub *publisher, inst model.Instance, limited bool, blk *slotBlock) (*pubInst, error) {
+	return ix.publishAtKey(s, i, found, pub, inst, limited, blk, ipOrder(inst.IP))
+}
+
+// publishAtKey is publishAt knowing ipKey, ipOrder(inst.IP).
+func (ix *index) publishAtKey(s *service, i int, found bool, pub *publisher, inst model.Instance, limited bool, blk *slotBlock, ipKey uint32) (*pubInst, error) {
 	if s != nil && !s.ephemeral {
 		return nil, kindMismatch(s)
 	}
@@ -764,8 +776,8 @@ func (ix *index) publishAt(s *service, i int, found bool, pub *publisher, inst m
 		if blk == nil {
 			blk = new(slotBlock)
 		}
-		sl, pi := blk.init(s, pub, &inst)
-		ix.placeSlot(s, i, sl)
+		sl, pi := blk.init(s, pub, &inst, ipKey)
+		ix.placeSlot(s, i, sl, pi.inst)
 		pub.insts = append(pub.insts, pi)
 		ix.slotBornIn(sl, wasEmpty)
 		if ix.noting {
@@ -950,6 +962,7 @@ type slotAt struct {
 	s     *service
 	i     int
 	found bool
+	ipKey uint32 // ipOrder of the instance's IP
 }
 
 // beatLoc is a lookup of the beat publisher of an ip:port under mu (pub,

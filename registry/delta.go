@@ -425,6 +425,15 @@ type instLoc struct {
 	// sorted, so while both are still at i-1 and i the key is still at i,
 	// or still goes there.
 	at, before *slot
+	ipKey      uint32 // ipOrder of the instance's IP, when ok
+}
+
+// ipKeyOf returns ipOrder(inst.IP), loc's if it was made (of inst).
+func (loc *instLoc) ipKeyOf(inst *model.Instance) uint32 {
+	if loc.ok {
+		return loc.ipKey
+	}
+	return ipOrder(inst.IP)
 }
 
 // locate looks inst's key up, fills loc, and returns pub's publication of
@@ -445,11 +454,11 @@ func (r *Registry) locate(pub *publisher, inst *model.Instance, loc *instLoc) *p
 // (nil when there is none). The caller holds mu (read or write).
 func (r *Registry) locateKey(inst *model.Instance, loc *instLoc) *service {
 	s := r.core.service(&inst.Service)
-	*loc = instLoc{ok: true, gen: r.svcGen.Load(), s: s}
+	*loc = instLoc{ok: true, gen: r.svcGen.Load(), s: s, ipKey: ipOrder(inst.IP)}
 	if s == nil {
 		return nil
 	}
-	i, found := s.findSlot(inst.Cluster, inst.IP, inst.Port)
+	i, found := s.findSlotKey(inst.Cluster, inst.IP, loc.ipKey, inst.Port)
 	loc.i, loc.found = i, found
 	if i < len(s.slots) {
 		loc.at = s.slots[i]

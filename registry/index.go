@@ -1,6 +1,8 @@
 package registry
 
 import (
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -18,6 +20,9 @@ type service struct {
 	ephemeral bool             // the kind, fixed while the service exists
 	def       *model.Service   // stored definition, or nil when the service is implicit
 	slots     []*slot          // sorted by (cluster, ip, port)
+	keys      []uint32         // keys[i] is the ipOrder key of slots[i]'s IP (see findSlot)
+	cl        string           // the cluster of the first slot placed while the service was empty
+	otherCl   int              // slots of another cluster than cl: findSlot searches keys while there are none
 	rev       uint64
 	cache     atomic.Pointer[viewCache] // views of rev; nil after a change
 	past      []*viewCache              // the last revisions read before rev, oldest first, without their views (see remember)
@@ -93,28 +98,191 @@ func (sl *slot) key() model.InstanceKey {
 
 // findSlot returns the index of the slot for (cluster, ip, port) in s.slots,
 // or where it would go.
+//
+// It is most of a registration's lookup, so it has a fast path: while
+// every slot of s is of one cluster (nearly always), a lookup in it
+// binary-searches s.keys, which holds each slot's IP's ipOrder key as one
+// integer in contiguous memory (4 bytes a slot), instead of chasing
+// pointers to each visited slot's instance and comparing strings. A step
+// that lands on a slot of the same IP (another port) or on one whose IP has
+// no ipOrder key (IPv6, a host name: key 0) compares the slot as
+// compareSlot does. Every other lookup compares as compareSlot does.
 func (s *service) findSlot(cluster, ip string, port int) (int, bool) {
+	return s.findSlotKey(cluster, ip, ipOrder(ip), port)
+}
+
+// findSlotKey is findSlot knowing k, ipOrder(ip).
+func (s *service) findSlotKey(cluster, ip string, k uint32, port int) (int, bool) {
+	if k != 0 && s.otherCl == 0 && len(s.slots) > 0 && cluster == s.cl {
+		return s.findKey(cluster, ip, k, port, nil)
+	}
 	lo, hi := 0, len(s.slots)
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
-		if compareSlot(s.slots[mid].current(), cluster, ip, port) < 0 {
+		if compareSlot(s.slots[mid].current(), cluster, ip, k, port) < 0 {
 			lo = mid + 1
 		} else {
 			hi = mid
 		}
 	}
-	return lo, lo < len(s.slots) && compareSlot(s.slots[lo].current(), cluster, ip, port) == 0
+	return lo, lo < len(s.slots) && compareSlot(s.slots[lo].current(), cluster, ip, k, port) == 0
 }
 
-func compareSlot(i *rec, cluster, ip string, port int) int {
+// findKey is findSlot's fast path: every slot of s is of cluster, and ipKey
+// (ipOrder(ip)) is not 0. dead, if not nil, is a slot of s that holds
+// nothing any more (findSlotOf's), of the key looked up: a step that lands
+// on it and must compare does not read it.
+func (s *service) findKey(cluster, ip string, ipKey uint32, port int, dead *slot) (int, bool) {
+	keys := s.keys
+	lo, hi := 0, len(keys)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		less := false
+		if k := keys[mid]; k != 0 && k != ipKey {
+			less = k < ipKey
+		} else if sl := s.slots[mid]; sl != dead {
+			less = compareSlot(sl.current(), cluster, ip, ipKey, port) < 0
+		}
+		if less {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if lo == len(keys) {
+		return lo, false
+	}
+	if k := keys[lo]; k != 0 && k != ipKey {
+		return lo, false
+	}
+	if s.slots[lo] == dead {
+		return lo, true
+	}
+	return lo, compareSlot(s.slots[lo].current(), cluster, ip, ipKey, port) == 0
+}
+
+// slotKey returns the key of r's slot in service.keys: its IP's ipOrder
+// key, 0 when it has none. Within one cluster, two slots whose keys are
+// not 0 and differ compare as their keys.
+func slotKey(r *rec) uint32 { return r.ipKey }
+
+// insertSlot puts sl, whose key is r's, at index i of s.slots.
+func (s *service) insertSlot(i int, sl *slot, r *rec) {
+	if len(s.slots) == 0 {
+		s.cl, s.otherCl = r.cluster, 0
+	} else if r.cluster != s.cl {
+		s.otherCl++
+	}
+	s.slots = slices.Insert(s.slots, i, sl)
+	s.keys = slices.Insert(s.keys, i, slotKey(r))
+}
+
+// deleteSlot removes the slot at index i of s.slots, whose key is r's.
+func (s *service) deleteSlot(i int, r *rec) {
+	s.slots = slices.Delete(s.slots, i, i+1)
+	s.keys = slices.Delete(s.keys, i, i+1)
+	if len(s.slots) == 0 {
+		s.cl, s.otherCl = "", 0
+	} else if r.cluster != s.cl {
+		s.otherCl--
+	}
+}
+
+// compareSlot compares the key of i with (cluster, ip, port); ipKey is
+// ipOrder(ip). It is findSlot's step, and most of a registration's lookup:
+// two plain IPv4 addresses compare by their ipOrder keys, held in the rec,
+// which spares the step a read of the IP's bytes (an object of their own,
+// a cache miss) and a call.
+func compareSlot(i *rec, cluster, ip string, ipKey uint32, port int) int {
 	if c := strings.Compare(i.cluster, cluster); c != 0 {
 		return c
 	}
-	if c := strings.Compare(i.ip, ip); c != 0 {
+	if i.ipKey != 0 && ipKey != 0 {
+		if i.ipKey != ipKey {
+			if i.ipKey < ipKey {
+				return -1
+			}
+			return 1
+		}
+	} else if c := strings.Compare(i.ip, ip); c != 0 {
 		return c
 	}
 	return int(i.port) - port
 }
+
+// ipOrder returns a key of ip that orders as strings.Compare orders the IPs,
+// when ip is a plain IPv4 address in its canonical form (four decimal
+// fields of one to three digits, each at most 255, without a leading zero),
+// and 0 otherwise (for "0.0.0.0" too). Two IPs with keys compare as their
+// keys do, and are equal exactly when their keys are; any other pair
+// compares as strings.
+//
+// The key packs, field by field, each field's rank among the decimal
+// strings of 0–255 in byte order ("0" < "1" < "10" < "100" < ... < "99"):
+// a canonical dotted quad compares field by field, a field that is a
+// prefix of another sorting first (the '.' or the end that follows it is
+// below every digit), which is how the ranks order.
+func ipOrder(ip string) uint32 {
+	n := len(ip)
+	if n < len("1.1.1.1") || n > len("255.255.255.255") {
+		return 0
+	}
+	var key uint32
+	i := 0
+	for f := 0; f < 4; f++ {
+		// One field: a digit, then up to two more unless the first is 0.
+		if i >= n {
+			return 0
+		}
+		v := uint(ip[i] - '0')
+		if v > 9 {
+			return 0
+		}
+		i++
+		if i < n && v != 0 {
+			if d := uint(ip[i] - '0'); d <= 9 {
+				v = v*10 + d
+				i++
+				if i < n {
+					if d := uint(ip[i] - '0'); d <= 9 {
+						v = v*10 + d
+						i++
+						if v > 255 {
+							return 0
+						}
+					}
+				}
+			}
+		}
+		key = key<<8 | uint32(octetRank[v])
+		if f < 3 {
+			if i >= n || ip[i] != '.' {
+				return 0
+			}
+			i++
+		}
+	}
+	if i != n {
+		return 0 // more after the fourth field (a digit after a 0, a fourth digit, ...)
+	}
+	return key
+}
+
+// octetRank is, for each of 0–255, the rank of its decimal string among
+// those of 0–255 in byte order (see ipOrder). It is never written after
+// its initialisation.
+var octetRank = func() (r [256]uint8) {
+	names := make([]string, 256)
+	for v := range names {
+		names[v] = strconv.Itoa(v)
+	}
+	slices.Sort(names)
+	for rank, name := range names {
+		v, _ := strconv.Atoi(name)
+		r[v] = uint8(rank)
+	}
+	return r
+}()
 
 // lookupSlot returns the slot of key in s, or nil.
 func (s *service) lookupSlot(key model.InstanceKey) *slot {
@@ -126,11 +294,18 @@ func (s *service) lookupSlot(key model.InstanceKey) *slot {
 
 // findSlotOf returns the index of sl, which held last.
 func (s *service) findSlotOf(sl *slot, last *rec) (int, bool) {
+	if last.ipKey != 0 && s.otherCl == 0 && len(s.slots) > 0 && last.cluster == s.cl {
+		// Keys stay while the slot is dead (sl.current() is nil), so
+		// sl's is there.
+		if i, ok := s.findKey(last.cluster, last.ip, last.ipKey, int(last.port), sl); ok && s.slots[i] == sl {
+			return i, true
+		}
+	}
 	lo, hi := 0, len(s.slots)
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
 		cur := s.slots[mid]
-		if cur != sl && compareSlot(cur.current(), last.cluster, last.ip, int(last.port)) < 0 {
+		if cur != sl && compareSlot(cur.current(), last.cluster, last.ip, last.ipKey, int(last.port)) < 0 {
 			lo = mid + 1
 		} else {
 			hi = mid

@@ -27,6 +27,23 @@ func (ix *index) checkInvariants(bad func(format string, args ...any)) {
 				bad("empty implicit service %s has no clean-up countdown", key)
 			}
 		}
+		if len(s.keys) != len(s.slots) {
+			bad("%s: %d keys for %d slots", key, len(s.keys), len(s.slots))
+		}
+		otherCl := 0
+		for i, sl := range s.slots {
+			if cur := sl.current(); cur != nil {
+				if i < len(s.keys) && s.keys[i] != slotKey(cur) {
+					bad("%s: slot %d has the key %#x, not %#x", key, i, s.keys[i], slotKey(cur))
+				}
+				if cur.cluster != s.cl {
+					otherCl++
+				}
+			}
+		}
+		if otherCl != s.otherCl || s.empty() && s.cl != "" {
+			bad("%s: %d slots of another cluster than %q, counted %d", key, otherCl, s.cl, s.otherCl)
+		}
 		if !s.empty() {
 			if _, ok := ix.emptySvcs.Get(key); ok {
 				bad("service %s has instances and a clean-up countdown", key)
@@ -43,8 +60,15 @@ func (ix *index) checkInvariants(bad func(format string, args ...any)) {
 			cur := sl.current()
 			if i > 0 {
 				prev := s.slots[i-1].current()
-				if prev != nil && compareSlot(prev, cur.cluster, cur.ip, int(cur.port)) >= 0 {
+				// The order of the strings (ipKey 0), which findSlot's keys
+				// must agree with.
+				if prev != nil && compareSlot(prev, cur.cluster, cur.ip, 0, int(cur.port)) >= 0 {
 					bad("%s: slots %d and %d out of order", key, i-1, i)
+				}
+			}
+			for _, r := range [...]*rec{sl.pers, cur} {
+				if r != nil && r.ipKey != ipOrder(r.ip) {
+					bad("%s: slot %s holds the IP key %#x, not %#x", key, sl.key(), r.ipKey, ipOrder(r.ip))
 				}
 			}
 			if s.ephemeral && sl.pers != nil || !s.ephemeral && len(sl.pubs) > 0 {

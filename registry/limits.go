@@ -190,10 +190,7 @@ func (l *Limits) checkMetadata(field string, m model.Metadata) error {
 // most max: characters never outnumber bytes, so the count that the
 // model's validation makes anyway is not made twice on the write path.
 func metadataSize(m model.Metadata, max int) int {
-	n := 0
-	for k, v := range m.All() {
-		n += len(k) + len(v)
-	}
+	n := m.ByteSize()
 	if n <= max {
 		return n
 	}
@@ -203,7 +200,7 @@ func metadataSize(m model.Metadata, max int) int {
 // validInstance checks inst, which has its defaults, against the rules and
 // the metadata limits.
 func (r *Registry) validInstance(inst *model.Instance) error {
-	return r.validInstanceIn(inst, false)
+	return r.validInstanceIn(inst, false, false)
 }
 
 // validInstanceIn is validInstance knowing whether inst's service key is
@@ -211,12 +208,16 @@ func (r *Registry) validInstance(inst *model.Instance) error {
 // service entered the index (validity is a function of the key alone, under
 // the rules of the node that checked it: see model's ValidateInService), so
 // only the instance's own fields are checked.
-func (r *Registry) validInstanceIn(inst *model.Instance, heldService bool) error {
+//
+// ipv4 says that inst.IP has an ipOrder key (a lookup in the index
+// computed it): a plain IPv4 address, which the model's rules accept, so
+// they do not parse it again (FuzzIPOrder holds the two to each other).
+func (r *Registry) validInstanceIn(inst *model.Instance, heldService, ipv4 bool) error {
 	if err := r.cfg.Limits.checkMetadata("instance.metadata", inst.Metadata); err != nil {
 		return err
 	}
 	if heldService {
-		return inst.ValidateInService(r.cfg.Limits.model())
+		return inst.ValidateInServiceIPv4(r.cfg.Limits.model(), ipv4)
 	}
 	return inst.Validate(r.cfg.Limits.model())
 }

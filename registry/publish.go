@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/muster-io/muster/health"
 	"github.com/muster-io/muster/model"
 )
 
@@ -57,10 +58,47 @@ const (
 // pubInst is one instance published by one publisher. Its address is stable
 // for the life of the publication, so it keys the beat lease.
 type pubInst struct {
-	pub      *publisher
-	slot     *slot
-	inst     *rec          // replaced on change
-	interval time.Duration // beat interval handed back to beats
+	pub  *publisher
+	slot *slot
+	inst *rec       // replaced on change
+	bl   *beatState // a beat publication's: its lease and interval (nil for sessions' and replicas')
+}
+
+// beatState is what a beat publication has that a session's has not: its
+// lease, held here rather than in a hash table (index.beatLeases is a
+// health.Intrusive), and the interval handed back to its beats. A beat
+// publisher's first publication has it in the publisher's block
+// (beatBlock); another gets it on its lease's first Put.
+type beatState struct {
+	lease    health.Lease
+	interval time.Duration
+}
+
+// Lease returns pi's lease state (health.Holder), making room for it with
+// create.
+func (pi *pubInst) Lease(create bool) *health.Lease {
+	if pi.bl == nil {
+		if !create {
+			return nil
+		}
+		pi.bl = new(beatState)
+	}
+	return &pi.bl.lease
+}
+
+// setInterval sets the interval handed back to pi's beats.
+func (pi *pubInst) setInterval(d time.Duration) {
+	pi.Lease(true)
+	pi.bl.interval = d
+}
+
+// interval returns the interval handed back to pi's beats (0 for a
+// publication that is not beaten).
+func (pi *pubInst) interval() time.Duration {
+	if pi.bl == nil {
+		return 0
+	}
+	return pi.bl.interval
 }
 
 // publication returns pub's publication in sl, or nil.
@@ -99,7 +137,7 @@ func (r *Registry) Register(ctx context.Context, inst model.Instance) (err error
 	if inst.Ephemeral && !r.cluster && r.renewUnchangedBeat(&inst, &loc) {
 		return nil // issue 15: the same instance again only renews its lease (delta.go)
 	}
-	if err := r.validInstanceIn(&inst, loc.at.s != nil); err != nil {
+	if err := r.validInstanceIn(&inst, loc.at.s != nil, loc.at.ipKey != 0); err != nil {
 		return err
 	}
 	if !inst.Ephemeral {
@@ -174,17 +212,19 @@ func (r *Registry) registerBeat(pub *publisher, inst *model.Instance, loc *beatL
 		keyLoc = &loc.at
 	}
 	at.s, at.i, at.found = r.relocate(keyLoc, inst)
+	at.ipKey = keyLoc.ipKeyOf(inst)
 	fresh := pub == nil
 	var blk *slotBlock
+	var bs *beatState
 	if fresh {
-		pub, blk = newBeatPub(inst.Port)
+		pub, blk, bs = newBeatPub(inst.Port)
 		if r.cluster {
 			// A replicated publisher needs its key after its last instance
 			// has gone (for the tombstone); a standalone one saves the string.
 			pub.id = model.Endpoint(inst.IP, inst.Port)
 		}
 	}
-	pi, err := r.core.publishBeat(pub, loc, at, inst, fresh, blk, r.now())
+	pi, err := r.core.publishBeat(pub, loc, at, inst, fresh, blk, bs, r.now())
 	r.carryOut() // once for the publication, the new revision and the lease
 	return pi, err
 }
@@ -253,7 +293,7 @@ func (r *Registry) heartbeatOwned(ctx context.Context, instKey model.InstanceKey
 		return 0, fmt.Errorf("%w: beat instance %s", ErrNotFound, instKey.WithDefaults())
 	}
 	r.touchBeat(pi)
-	return pi.interval, nil
+	return pi.interval(), nil
 }
 
 // BeatResult is HeartbeatInstance's answer.
@@ -300,7 +340,7 @@ func (r *Registry) heartbeatInstanceOwned(ctx context.Context, inst model.Instan
 	}
 	if pi := r.core.beatPubInst(inst.IP, inst.Port, inst.Cluster, inst.Service); pi != nil {
 		r.touchBeat(pi)
-		interval := pi.interval
+		interval := pi.interval()
 		r.mu.Unlock()
 		return BeatResult{Interval: interval}, nil
 	}
@@ -327,7 +367,7 @@ func (r *Registry) heartbeatInstanceOwned(ctx context.Context, inst model.Instan
 	if err != nil {
 		return BeatResult{}, err
 	}
-	return BeatResult{Interval: pi.interval, Registered: !held}, nil
+	return BeatResult{Interval: pi.interval(), Registered: !held}, nil
 }
 
 // touchBeat renews pi's lease, and makes the instance healthy again if it

@@ -16,6 +16,7 @@ type rec struct {
 	port    uint16
 	healthy bool
 	enabled bool
+	ipKey   uint32 // ipOrder(ip): in the padding before weight, so free
 	weight  float64
 	id      string
 	md      model.Metadata
@@ -28,11 +29,15 @@ func newRec(inst *model.Instance) *rec {
 }
 
 // recOf is newRec's rec as a value, for a block that holds it.
-func recOf(inst *model.Instance) rec {
+func recOf(inst *model.Instance) rec { return recOfKey(inst, ipOrder(inst.IP)) }
+
+// recOfKey is recOf knowing ipKey, ipOrder(inst.IP).
+func recOfKey(inst *model.Instance, ipKey uint32) rec {
 	return rec{
 		id:      inst.ID,
 		cluster: inst.Cluster,
 		ip:      inst.IP,
+		ipKey:   ipKey,
 		md:      inst.Metadata,
 		weight:  inst.Weight,
 		port:    uint16(inst.Port),

@@ -116,7 +116,7 @@ func (s *Session) Register(ctx context.Context, inst model.Instance) (err error)
 	if s.unchanged(&inst, &loc) {
 		return nil
 	}
-	if err := s.r.validInstanceIn(&inst, loc.s != nil); err != nil {
+	if err := s.r.validInstanceIn(&inst, loc.s != nil, loc.ipKey != 0); err != nil {
 		return err
 	}
 	// whileOpen's section, without its closure: this is a hot path.
@@ -127,7 +127,7 @@ func (s *Session) Register(ctx context.Context, inst model.Instance) (err error)
 		return err
 	}
 	sv, i, found := r.relocate(&loc, &inst)
-	_, err = r.core.publishAt(sv, i, found, s.pub, inst, true, nil)
+	_, err = r.core.publishAtKey(sv, i, found, s.pub, inst, true, nil, loc.ipKeyOf(&inst))
 	if err == nil {
 		r.core.pubChanged(s.pub)
 	}
@@ -167,7 +167,7 @@ func (s *Session) ReplaceService(ctx context.Context, svc model.ServiceKey, inst
 			return &model.ValidationError{Field: "instance.service", Rule: "must be the replaced service " + svc.String(), Value: inst.Service.String()}
 		}
 		// svc, which inst.Service is, passed Validate above.
-		if err := s.r.validInstanceIn(&inst, true); err != nil {
+		if err := s.r.validInstanceIn(&inst, true, false); err != nil {
 			return err
 		}
 		next[i] = inst

@@ -1,0 +1,268 @@
+package health
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// holder is a leased object of an Intrusive set in the tests. Odd ones make
+// room for their Lease only when asked to (create), as a holder that keeps
+// it out of line does.
+type holder struct {
+	name  string
+	lazy  bool
+	lease *Lease
+	own   Lease
+}
+
+func (h *holder) Lease(create bool) *Lease {
+	if !h.lazy {
+		return &h.own
+	}
+	if h.lease == nil && create {
+		h.lease = new(Lease)
+	}
+	return h.lease
+}
+
+func newHolders(n int) []*holder {
+	hs := make([]*holder, n)
+	for i := range hs {
+		hs[i] = &holder{name: fmt.Sprint("id", i), lazy: i%2 == 1}
+	}
+	return hs
+}
+
+// checkIntrusiveOps decodes operations from data as checkOps does, applies
+// them to an Intrusive set and to the naive model, and fails on any
+// disagreement or broken invariant.
+func checkIntrusiveOps(t *testing.T, data []byte, ids int) (shrinks int) {
+	var (
+		l   Intrusive[*holder]
+		m   = naiveModel{leases: map[string]*modelLease{}}
+		r   = byteReader(data)
+		now = t0.UnixNano()
+		hs  = newHolders(ids)
+	)
+	for op := 0; len(r) > 0; op++ {
+		b := r.next()
+		n := int(b >> 4)
+		if ids > 16 {
+			n = int(r.next())
+		}
+		h := hs[n%ids]
+		id := h.name
+		slots := len(l.slots)
+		switch b % 5 {
+		case 0:
+			to := Timeouts{Unhealthy: time.Duration(r.next()%6) * half, Expire: time.Duration(r.next()%8) * half}
+			back := int64(r.next()%3) * int64(half)
+			err, want := l.Put(h, time.Unix(0, now-back), to), m.put(id, now-back, to)
+			if (err == nil) != (want == nil) {
+				t.Fatalf("op %d: Put(%s, %+v) = %v, model says %v", op, id, to, err, want)
+			}
+		case 1:
+			back := int64(r.next()%3) * int64(half)
+			found, revived := l.Touch(h, time.Unix(0, now-back))
+			if wf, wr := m.touch(id, now-back); found != wf || revived != wr {
+				t.Fatalf("op %d: Touch(%s) = %v, %v; model says %v, %v", op, id, found, revived, wf, wr)
+			}
+		case 2:
+			_, want := m.leases[id]
+			delete(m.leases, id)
+			if got := l.Remove(h); got != want {
+				t.Fatalf("op %d: Remove(%s) = %v, model says %v", op, id, got, want)
+			}
+		case 3:
+			now += int64(r.next()%8) * int64(half)
+			want := m.expire(now)
+			var got []fired
+			l.Expire(time.Unix(0, now), func(h *holder, ev Event) { got = append(got, fired{h.name, ev}) })
+			if len(got) != len(want) {
+				t.Fatalf("op %d: Expire(%d) = %v, model says %v", op, now, got, want)
+			}
+			last := int64(math.MinInt64)
+			for _, f := range got {
+				w, ok := want[f.id]
+				if !ok || w.ev != f.ev || w.at < last {
+					t.Fatalf("op %d: Expire(%d) = %v, model says %v (in threshold order)", op, now, got, want)
+				}
+				last = w.at
+			}
+		case 4:
+			s, ok := l.Get(h)
+			ls, want := m.leases[id]
+			if ok != want || ok && (s.LastTouch.UnixNano() != ls.last || s.Healthy != ls.healthy || s.Timeouts != ls.to) {
+				t.Fatalf("op %d: Get(%s) = %+v, %v; model says %+v", op, id, s, ok, ls)
+			}
+		}
+		if len(l.slots) < slots {
+			shrinks++
+		}
+		if l.Len() != len(m.leases) {
+			t.Fatalf("op %d: Len = %d, model says %d", op, l.Len(), len(m.leases))
+		}
+		next, ok := l.Next()
+		want, wantOK := m.next()
+		if ok != wantOK || ok && next.UnixNano() > want {
+			t.Fatalf("op %d: Next = %v, %v; the earliest transition is at %v, %v", op, next.UnixNano(), ok, want, wantOK)
+		}
+		if err := l.check(hs); err != nil {
+			t.Fatalf("op %d: %v", op, err)
+		}
+	}
+	return shrinks
+}
+
+// check returns an error describing the first broken invariant of l, whose
+// ids are among hs, or nil.
+func (l *Intrusive[P]) check(hs []*holder) error {
+	leased := 0
+	for _, h := range hs {
+		c := h.Lease(false)
+		if c == nil || c.ref == 0 {
+			continue
+		}
+		leased++
+		if int(c.ref) > len(l.slots) || any(l.slots[c.ref-1].id) != any(h) {
+			return fmt.Errorf("%s: lease names slot %d, which is not its", h.name, c.ref-1)
+		}
+	}
+	if leased != l.n {
+		return fmt.Errorf("%d ids hold a lease, Len is %d", leased, l.n)
+	}
+	var zero P
+	free := map[uint32]bool{}
+	for f := l.free; f != 0; f = l.slots[f-1].next {
+		if free[f-1] || l.slots[f-1].id != zero {
+			return fmt.Errorf("free list broken at slot %d", f-1)
+		}
+		free[f-1] = true
+	}
+	if len(free)+l.n != len(l.slots) {
+		return fmt.Errorf("%d slots: %d free, %d leases", len(l.slots), len(free), l.n)
+	}
+	live := map[int32]int{}
+	for i, d := range l.heap {
+		if i > 0 && l.heap[(i-1)/arity].at > d.at {
+			return fmt.Errorf("heap out of order at %d", i)
+		}
+		if l.live(d) {
+			live[d.slot]++
+		}
+	}
+	for i := range l.slots {
+		if l.slots[i].id != zero && live[int32(i)] != 1 {
+			return fmt.Errorf("slot %d has %d live heap elements", i, live[int32(i)])
+		}
+	}
+	if len(l.heap) > 0 && !l.live(l.heap[0]) {
+		return fmt.Errorf("stale element on top of the heap")
+	}
+	if len(l.heap) > 2*l.n+minCompact {
+		return fmt.Errorf("heap of %d for %d leases", len(l.heap), l.n)
+	}
+	refs := 0
+	for _, e := range l.tt.entries {
+		refs += int(e.refs)
+	}
+	if refs != l.n {
+		return fmt.Errorf("interned timeouts count %d leases, Len is %d", refs, l.n)
+	}
+	return nil
+}
+
+// TestIntrusiveAgainstModel: random operations on a few ids and on many
+// (whose removals rebuild the slots), checked against the naive model.
+func TestIntrusiveAgainstModel(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed: %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	shrinks := 0
+	for round := range 200 {
+		data := make([]byte, 2000)
+		for i := range data {
+			data[i] = byte(rng.UintN(256))
+		}
+		ids := 6
+		if round%2 == 1 {
+			// Many ids, leased first, most with short timeouts: the
+			// clock steps that follow expire them, which rebuilds the
+			// slots with leases left.
+			ids = 250
+			var lead []byte
+			for id := range ids {
+				expire := byte(1 + rng.UintN(3))
+				if id%10 == 0 {
+					expire = 7
+				}
+				lead = append(lead, 0, byte(id), byte(rng.UintN(2)), expire, 0)
+			}
+			for range 3 {
+				lead = append(lead, 3, 0, 3, 7) // ids > 16 read an id byte: 0 here
+			}
+			data = append(lead, data...)
+		}
+		shrinks += checkIntrusiveOps(t, data, ids)
+	}
+	if shrinks == 0 {
+		t.Errorf("no run rebuilt the slots")
+	}
+}
+
+// TestIntrusiveShrinkKeepsLeases: after most leases go, the slots are
+// rebuilt densely and the leases left keep their state and deadlines.
+func TestIntrusiveShrinkKeepsLeases(t *testing.T) {
+	var l Intrusive[*holder]
+	hs := newHolders(1000)
+	to := Timeouts{Unhealthy: 10 * time.Second, Expire: 20 * time.Second}
+	for i, h := range hs {
+		if err := l.Put(h, at(time.Duration(i)*time.Millisecond), to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, h := range hs[:990] {
+		l.Remove(h)
+	}
+	if len(l.slots) > 2*l.Len() {
+		t.Fatalf("%d slots for %d leases", len(l.slots), l.Len())
+	}
+	if err := l.check(hs); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	l.Expire(at(time.Hour), func(h *holder, ev Event) {
+		if ev != EventExpired {
+			t.Errorf("%s: %v", h.name, ev)
+		}
+		got = append(got, h.name)
+	})
+	if len(got) != 10 || got[0] != "id990" || got[9] != "id999" {
+		t.Fatalf("expired %v", got)
+	}
+}
+
+// TestIntrusiveTouchDoesNotAllocate: a touch of a healthy lease writes its
+// holder's Lease and nothing else.
+func TestIntrusiveTouchDoesNotAllocate(t *testing.T) {
+	var l Intrusive[*holder]
+	hs := newHolders(100)
+	for _, h := range hs {
+		if err := l.Put(h, t0, Timeouts{Unhealthy: time.Minute, Expire: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	i := 0
+	if n := testing.AllocsPerRun(1000, func() { l.Touch(hs[i%100], at(time.Second)); i++ }); n != 0 {
+		t.Fatalf("Touch allocates %v times", n)
+	}
+}
+
+// FuzzIntrusive is TestIntrusiveAgainstModel on the fuzzer's operations.
+func FuzzIntrusive(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 0x10, 0x23, 0x33, 0x44})
+	f.Fuzz(func(t *testing.T, data []byte) { checkIntrusiveOps(t, data, 6) })
+}
