@@ -169,12 +169,23 @@ func slotKey(r *rec) uint32 { return r.ipKey }
 // insertSlot puts sl, whose key is r's, at index i of s.slots.
 func (s *service) insertSlot(i int, sl *slot, r *rec) {
 	if len(s.slots) == 0 {
-		s.cl, s.otherCl = r.cluster, 0
+		s.cl, s.otherCl = ownCluster(r.cluster), 0
 	} else if r.cluster != s.cl {
 		s.otherCl++
 	}
 	s.slots = slices.Insert(s.slots, i, sl)
 	s.keys = slices.Insert(s.keys, i, slotKey(r))
+}
+
+// ownCluster returns cluster in memory of its own: a peer's instance
+// shares its strings with the record's payload (decodeInstRecord), which
+// the service, outliving that instance, must not keep alive. The default
+// cluster is the constant's.
+func ownCluster(cluster string) string {
+	if cluster == model.DefaultCluster {
+		return model.DefaultCluster
+	}
+	return strings.Clone(cluster)
 }
 
 // deleteSlot removes the slot at index i of s.slots, whose key is r's.
