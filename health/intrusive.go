@@ -24,7 +24,8 @@ type Holder interface {
 // hash table: a Put, Touch or Remove reads and writes the id's own Lease, which its caller has
 // just read (a registration, a beat), and the slot it names, instead of a hashed cell of a
 // table that is larger than the caches. There is no hashing, so no probe sequence an id could
-// be chosen to lengthen, and no id is ever moved: a Remove frees the lease's slot, in O(1).
+// be chosen to lengthen, and no id's memory is ever moved: a Remove frees the lease's slot, in
+// O(1). (A shrink gives every lease a new slot number, kept in its holder's Lease.)
 //
 // A lease takes its holder's 16 bytes, a slot of 16 bytes (the id, so that Expire reaches it,
 // and the generation that tells live heap elements from stale ones) and 16 bytes of heap. The

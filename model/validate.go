@@ -100,12 +100,14 @@ func (i Instance) ValidateInService(l Limits) error {
 }
 
 // ValidateInServiceIPv4 is ValidateInService for a caller that may have
-// parsed i.IP already: with ipv4 true, the caller found it to be a plain
-// IPv4 address, a dotted quad of one- to three-digit decimal fields of at
-// most 255 without leading zeros, not 0.0.0.0 (which the host rules
-// accept), and the IP's check is not made again. With ipv4 false, it is
-// ValidateInService. The registry's registration path parses the IP for its
-// index's search; it is every registration's path.
+// parsed i.IP already: with ipv4 true, the caller vouches that it is a
+// plain IPv4 address, a dotted quad of one- to three-digit decimal fields
+// of at most 255 without leading zeros, not 0.0.0.0 (which the host rules
+// refuse as unspecified), and the IP's check is not made again: a caller
+// that passes true for any other IP stores it unchecked. With ipv4 false,
+// it is ValidateInService. The registry's registration path parses the IP
+// for its index's search (and passes true only for the key that parse
+// gave); it is every registration's path.
 func (i Instance) ValidateInServiceIPv4(l Limits, ipv4 bool) error {
 	if ipv4 {
 		if err := checkCluster("instance.cluster", i.Cluster); err != nil {
