@@ -192,10 +192,23 @@ func ownCluster(cluster string) string {
 func (s *service) deleteSlot(i int, r *rec) {
 	s.slots = slices.Delete(s.slots, i, i+1)
 	s.keys = slices.Delete(s.keys, i, i+1)
-	if len(s.slots) == 0 {
+	switch {
+	case len(s.slots) == 0:
 		s.cl, s.otherCl = "", 0
-	} else if r.cluster != s.cl {
+		return
+	case r.cluster != s.cl:
 		s.otherCl--
+	}
+	if s.otherCl == len(s.slots) {
+		// No slot of cl is left. While the others are of one cluster
+		// (the slots sort by cluster first: the first and the last
+		// tell), that one becomes cl and the keyed search serves again;
+		// else it would stay off until the service empties (a first
+		// instance in a canary cluster that left).
+		first, last := s.slots[0].current(), s.slots[len(s.slots)-1].current()
+		if first != nil && last != nil && first.cluster == last.cluster {
+			s.cl, s.otherCl = ownCluster(first.cluster), 0
+		}
 	}
 }
 

@@ -208,3 +208,53 @@ func TestFindSlotKeys(t *testing.T) {
 		}
 	}
 }
+
+// A service whose first slot was of another cluster than the rest gets
+// the keyed search back once that cluster's slots are gone: cl names the
+// remaining cluster and no slot counts as of another.
+func TestFindSlotKeysAfterFirstClusterLeaves(t *testing.T) {
+	s := &service{key: model.ServiceKey{Name: "svc"}.WithDefaults(), ephemeral: true}
+	add := func(cluster, ip string) {
+		t.Helper()
+		i, found := s.findSlot(cluster, ip, 80)
+		if found {
+			t.Fatalf("%s %s already there", cluster, ip)
+		}
+		inst := model.NewInstance(s.key, ip, 80)
+		inst.Cluster = cluster
+		sl, pi := new(slotBlock).init(s, &publisher{kind: pubSession, id: "p"}, &inst, ipOrder(ip))
+		s.insertSlot(i, sl, pi.inst)
+	}
+	add("canary", "10.0.0.1")
+	for n := range 20 {
+		add(model.DefaultCluster, fmt.Sprintf("10.1.0.%d", n))
+	}
+	add("zz", "10.2.0.1")
+	if s.cl != "canary" || s.otherCl != 21 {
+		t.Fatalf("cl %q, %d of others; want canary, 21", s.cl, s.otherCl)
+	}
+	remove := func(cluster, ip string) {
+		t.Helper()
+		i, found := s.findSlot(cluster, ip, 80)
+		if !found {
+			t.Fatalf("%s %s not found", cluster, ip)
+		}
+		last := s.slots[i].current()
+		s.slots[i].pubs = nil // dead, as dropSlotIfDead finds it
+		s.deleteSlot(i, last)
+	}
+	remove("canary", "10.0.0.1")
+	if s.cl != "canary" || s.otherCl != 21 { // two clusters left: no one cl
+		t.Fatalf("cl %q, %d of others; want canary, 21 while two clusters are left", s.cl, s.otherCl)
+	}
+	remove("zz", "10.2.0.1")
+	if s.cl != model.DefaultCluster || s.otherCl != 0 {
+		t.Fatalf("cl %q, %d of others; want %s, 0", s.cl, s.otherCl, model.DefaultCluster)
+	}
+	for n := range 20 {
+		ip := fmt.Sprintf("10.1.0.%d", n)
+		if i, found := s.findSlot(model.DefaultCluster, ip, 80); !found || s.slots[i].current().ip != ip {
+			t.Fatalf("%s: %d, %v", ip, i, found)
+		}
+	}
+}
