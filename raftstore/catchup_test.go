@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -134,12 +135,20 @@ func TestRestartCatchUpUnderWrites(t *testing.T) {
 	l.mu.Unlock()
 	t.Logf("ready; %d writes so far; %d listener resets; %d streams sent; snapshot dirs %v", writes.Load(), resets, leaderNode.Stats().SnapshotsSent, snapshotDirs(t, c.cfgs[lagging].Dir))
 	// Dragonboat removes the snapshots it no longer needs as it takes new
-	// ones; alone that is within a second or two of ready, but on a loaded
-	// machine (CI's race step) it took more than 10 s. A pile-up does not
-	// clear at all, so a long bound still catches it.
+	// ones; alone that leaves two within a second or two of ready. On a
+	// loaded machine (CI's race step, fsyncs of seconds) the replica,
+	// which takes a snapshot every 16 entries, is saving one nearly all
+	// the time, and the one before may not be gone yet: a snapshot being
+	// generated is not one received, and up to four left are not a
+	// pile-up. The pile-up this is for (a directory per abandoned stream,
+	// 330 in the field report) does not clear at all, so a long bound on
+	// four still catches it.
+	var left []string
 	c.eventually(60*time.Second, "received snapshots to be cleaned up", func() bool {
-		return len(snapshotDirs(t, c.cfgs[lagging].Dir)) <= 2
+		left = slices.DeleteFunc(snapshotDirs(t, c.cfgs[lagging].Dir), func(d string) bool { return strings.HasSuffix(d, ".generating") })
+		return len(left) <= 4
 	})
+	t.Logf("snapshot dirs then %v", left)
 }
 
 // retention keeps the log from a stream in flight, and after it was sent
