@@ -202,14 +202,8 @@ func (l *Intrusive[P]) step(top deadline, t int64, fn func(P, Event, time.Time))
 	return true
 }
 
-// next returns the true next threshold of the lease in c (see Leases.next).
-func (l *Intrusive[P]) next(c *Lease) int64 {
-	t := &l.tt.entries[c.meta>>1].t
-	if c.meta&healthyBit != 0 && t.Unhealthy > 0 {
-		return addSat(c.last, int64(t.Unhealthy))
-	}
-	return addSat(c.last, int64(t.Expire))
-}
+// next returns the true next threshold of the lease in c (interner.next).
+func (l *Intrusive[P]) next(c *Lease) int64 { return l.tt.next(c.last, c.meta) }
 
 func (l *Intrusive[P]) live(d deadline) bool { return l.slots[d.slot].gen == d.gen }
 
@@ -249,21 +243,7 @@ func (l *Intrusive[P]) release(c *Lease) {
 }
 
 // tidy is [Leases.tidy].
-func (l *Intrusive[P]) tidy() {
-	if len(l.heap) > 2*l.n+minCompact {
-		h := l.heap[:0]
-		for _, d := range l.heap {
-			if l.live(d) {
-				h = append(h, d)
-			}
-		}
-		l.heap = h
-		h.init()
-	}
-	for len(l.heap) > 0 && !l.live(l.heap[0]) {
-		l.heap.pop()
-	}
-}
+func (l *Intrusive[P]) tidy() { l.heap = l.heap.tidy(l.n, l.live) }
 
 // maybeShrink rebuilds the slots and the heap densely once fewer than an eighth of the slots
 // are in use: the leases get slots 0..n-1 (their holders' Leases are renumbered), and the heap
@@ -298,8 +278,8 @@ func (l *Intrusive[P]) maybeShrink() {
 	l.heap = h
 }
 
-// interner holds the distinct Timeouts in use, so that a Lease refers to its Timeouts with a
-// 31-bit index (see Leases.intern, which it mirrors).
+// interner holds the distinct Timeouts in use, so that a lease (a Leases cell, a Lease) refers
+// to its Timeouts with a 31-bit index instead of holding 16 bytes of them.
 type interner struct {
 	entries []interned
 	index   map[Timeouts]uint32
@@ -309,6 +289,9 @@ type interner struct {
 // intern returns the index of t, adding it if no lease has it, and counts one more lease
 // with it.
 func (n *interner) intern(t Timeouts) uint32 {
+	// Leases usually share a few values, among the first entries: a short
+	// scan finds them without hashing t. A live entry's value is unique, so
+	// it is the one the map would find.
 	for i := range min(len(n.entries), 4) {
 		if e := &n.entries[i]; e.refs > 0 && e.t == t {
 			e.refs++
@@ -343,4 +326,15 @@ func (n *interner) unintern(i uint32) {
 		*e = interned{}
 		n.free = append(n.free, i)
 	}
+}
+
+// next returns the true next threshold of a lease last touched at last whose meta is meta
+// (healthyBit, and its Timeouts' index): Unhealthy while it is healthy and has one, Expire
+// otherwise.
+func (n *interner) next(last int64, meta uint32) int64 {
+	t := &n.entries[meta>>1].t
+	if meta&healthyBit != 0 && t.Unhealthy > 0 {
+		return addSat(last, int64(t.Unhealthy))
+	}
+	return addSat(last, int64(t.Expire))
 }

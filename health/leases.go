@@ -104,9 +104,7 @@ type Leases[K comparable] struct {
 
 	// The distinct Timeouts in use, so that a cell refers to its lease's Timeouts with a
 	// 31-bit index instead of holding 16 bytes of them.
-	timeouts     []interned
-	timeoutIndex map[Timeouts]uint32 // Timeouts -> index in timeouts
-	timeoutFree  []uint32            // unused indexes in timeouts
+	tt interner
 
 	heap deadlines // exactly one live element per lease, plus stale ones
 }
@@ -119,7 +117,7 @@ type cell[K comparable] struct {
 	key  K
 	last int64  // last touch, Unix nanoseconds
 	ref  uint32 // the lease's slot + 1; 0 marks an empty cell
-	meta uint32 // bit 0 (healthyBit): healthy; bits 1-31: index of the lease's Timeouts in Leases.timeouts
+	meta uint32 // bit 0 (healthyBit): healthy; bits 1-31: index of the lease's Timeouts in Leases.tt
 }
 
 const healthyBit = 1
@@ -131,7 +129,7 @@ type slotState struct {
 	gen uint32 // bumped on every (re)scheduling and on release; see [Leases.live]
 }
 
-// interned is an entry of Leases.timeouts.
+// interned is an entry of an interner.
 type interned struct {
 	t    Timeouts
 	refs uint32 // leases with these timeouts; 0 for a free entry
@@ -172,15 +170,8 @@ func (l *Leases[K]) find(id K) (int, bool) {
 	}
 }
 
-// next returns the true next threshold of the lease in c: Unhealthy while it is healthy and has
-// one, Expire otherwise.
-func (l *Leases[K]) next(c *cell[K]) int64 {
-	t := &l.timeouts[c.meta>>1].t
-	if c.meta&healthyBit != 0 && t.Unhealthy > 0 {
-		return addSat(c.last, int64(t.Unhealthy))
-	}
-	return addSat(c.last, int64(t.Expire))
-}
+// next returns the true next threshold of the lease in c (interner.next).
+func (l *Leases[K]) next(c *cell[K]) int64 { return l.tt.next(c.last, c.meta) }
 
 // addSat returns a+b for b >= 0, saturating at math.MaxInt64 instead of wrapping around to a
 // deadline in the distant past.
@@ -208,9 +199,9 @@ func (l *Leases[K]) Put(id K, now time.Time, t Timeouts) error {
 	}
 	c := &l.cells[i]
 	old := l.next(c)
-	if ti := c.meta >> 1; l.timeouts[ti].t != t {
-		c.meta = l.intern(t)<<1 | c.meta&healthyBit
-		l.unintern(ti)
+	if ti := c.meta >> 1; l.tt.entries[ti].t != t {
+		c.meta = l.tt.intern(t)<<1 | c.meta&healthyBit
+		l.tt.unintern(ti)
 	}
 	c.last = now.UnixNano()
 	c.meta |= healthyBit
@@ -239,7 +230,7 @@ func (l *Leases[K]) insert(i int, id K, last int64, t Timeouts) {
 	}
 	l.slots[slot].pos = uint32(i)
 	c := &l.cells[i]
-	*c = cell[K]{key: id, last: last, ref: uint32(slot) + 1, meta: l.intern(t)<<1 | healthyBit}
+	*c = cell[K]{key: id, last: last, ref: uint32(slot) + 1, meta: l.tt.intern(t)<<1 | healthyBit}
 	l.n++
 	l.arm(slot, l.next(c))
 }
@@ -324,7 +315,7 @@ func (l *Leases[K]) Get(id K) (s State, ok bool) {
 	return State{
 		LastTouch: time.Unix(0, c.last),
 		Healthy:   c.meta&healthyBit != 0,
-		Timeouts:  l.timeouts[c.meta>>1].t,
+		Timeouts:  l.tt.entries[c.meta>>1].t,
 	}, true
 }
 
@@ -393,7 +384,7 @@ func (l *Leases[K]) step(top deadline, t int64, fn func(K, Event, time.Time)) bo
 		l.rearmTop(top.slot, next)
 		return false
 	}
-	to := &l.timeouts[c.meta>>1].t
+	to := &l.tt.entries[c.meta>>1].t
 	if c.meta&healthyBit != 0 && to.Unhealthy > 0 {
 		c.meta &^= healthyBit
 		expire := addSat(c.last, int64(to.Expire))
@@ -462,7 +453,7 @@ func (l *Leases[K]) rearmIfEarlier(c *cell[K], old int64) {
 // element stale) and its cell.
 func (l *Leases[K]) release(i int) {
 	c := &l.cells[i]
-	l.unintern(c.meta >> 1)
+	l.tt.unintern(c.meta >> 1)
 	slot := c.ref - 1
 	s := &l.slots[slot]
 	s.gen++
@@ -559,49 +550,6 @@ func (l *Leases[K]) maybeShrink() {
 	l.heap = h
 }
 
-// intern returns the index in l.timeouts of t, adding it if no lease has it, and counts one
-// more lease with it.
-func (l *Leases[K]) intern(t Timeouts) uint32 {
-	// Leases usually share a few values, among the first entries: a short
-	// scan finds them without hashing t. A live entry's value is unique, so
-	// it is the one the map would find.
-	for i := range min(len(l.timeouts), 4) {
-		if e := &l.timeouts[i]; e.refs > 0 && e.t == t {
-			e.refs++
-			return uint32(i)
-		}
-	}
-	if i, ok := l.timeoutIndex[t]; ok {
-		l.timeouts[i].refs++
-		return i
-	}
-	if l.timeoutIndex == nil {
-		l.timeoutIndex = make(map[Timeouts]uint32)
-	}
-	var i uint32
-	if n := len(l.timeoutFree); n > 0 {
-		i = l.timeoutFree[n-1]
-		l.timeoutFree = l.timeoutFree[:n-1]
-	} else {
-		i = uint32(len(l.timeouts))
-		l.timeouts = append(l.timeouts, interned{})
-	}
-	l.timeouts[i] = interned{t: t, refs: 1}
-	l.timeoutIndex[t] = i
-	return i
-}
-
-// unintern counts one lease less with the Timeouts at index i, and frees the entry when no
-// lease has them.
-func (l *Leases[K]) unintern(i uint32) {
-	e := &l.timeouts[i]
-	if e.refs--; e.refs == 0 {
-		delete(l.timeoutIndex, e.t)
-		*e = interned{}
-		l.timeoutFree = append(l.timeoutFree, i)
-	}
-}
-
 // minCompact is how many stale elements the heap may hold beyond one per lease before it is
 // compacted, so that a small set of leases does not pay for frequent rebuilds.
 const minCompact = 64
@@ -613,23 +561,25 @@ const minCompact = 64
 // the heap is stale, and a stale element is popped at most once, so both costs are amortised
 // over the operations that made elements stale.
 func (l *Leases[K]) tidy() {
-	if len(l.heap) > 2*l.n+minCompact {
-		l.compact()
-	}
-	for len(l.heap) > 0 && !l.live(l.heap[0]) {
-		l.heap.pop()
-	}
+	l.heap = l.heap.tidy(l.n, l.live)
 }
 
-// compact drops every stale element in O(heap) and restores the heap order. It reuses the
-// heap's memory.
-func (l *Leases[K]) compact() {
-	h := l.heap[:0]
-	for _, d := range l.heap {
-		if l.live(d) {
-			h = append(h, d)
+// tidy is Leases.tidy's work on h, for a set of n leases whose live elements live tells: it
+// compacts h (dropping every stale element in O(heap), in h's memory, and restoring the heap
+// order) once it holds more than 2n+minCompact elements, then pops stale elements off the top.
+func (h deadlines) tidy(n int, live func(deadline) bool) deadlines {
+	if len(h) > 2*n+minCompact {
+		kept := h[:0]
+		for _, d := range h {
+			if live(d) {
+				kept = append(kept, d)
+			}
 		}
+		h = kept
+		h.init()
 	}
-	l.heap = h
-	h.init()
+	for len(h) > 0 && !live(h[0]) {
+		h.pop()
+	}
+	return h
 }

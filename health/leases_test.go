@@ -662,7 +662,7 @@ func (l *Leases[K]) check() error {
 	}
 	// Interned timeouts: counted right, indexed, and the free entries listed.
 	inUse := 0
-	for i, e := range l.timeouts {
+	for i, e := range l.tt.entries {
 		if e.refs != refs[uint32(i)] {
 			return fmt.Errorf("timeouts %d counts %d leases, %d have it", i, e.refs, refs[uint32(i)])
 		}
@@ -670,12 +670,12 @@ func (l *Leases[K]) check() error {
 			continue
 		}
 		inUse++
-		if j, ok := l.timeoutIndex[e.t]; !ok || j != uint32(i) {
+		if j, ok := l.tt.index[e.t]; !ok || j != uint32(i) {
 			return fmt.Errorf("timeouts %d (%+v) indexed as %d, %v", i, e.t, j, ok)
 		}
 	}
-	if len(l.timeoutIndex) != inUse || inUse+len(l.timeoutFree) != len(l.timeouts) {
-		return fmt.Errorf("%d timeouts in use, %d indexed, %d free, %d in all", inUse, len(l.timeoutIndex), len(l.timeoutFree), len(l.timeouts))
+	if len(l.tt.index) != inUse || inUse+len(l.tt.free) != len(l.tt.entries) {
+		return fmt.Errorf("%d timeouts in use, %d indexed, %d free, %d in all", inUse, len(l.tt.index), len(l.tt.free), len(l.tt.entries))
 	}
 	// The heap: ordered, bounded, a live top, and one live element per lease, never later
 	// than the lease's true deadline.

@@ -229,9 +229,9 @@ func TestPutAfterRemoveReusesCells(t *testing.T) {
 			}
 		}
 		mustCheck(t, &l)
-		if len(l.cells) != minCells || len(l.slots) != 3 || len(l.timeouts) > 4 {
+		if len(l.cells) != minCells || len(l.slots) != 3 || len(l.tt.entries) > 4 {
 			t.Fatalf("after churn: %d cells, %d slots, %d timeouts; want %d, 3, at most 4",
-				len(l.cells), len(l.slots), len(l.timeouts), minCells)
+				len(l.cells), len(l.slots), len(l.tt.entries), minCells)
 		}
 		if got := expire(t, &l, at(time.Hour)); !slices.Equal(got, []fired{{"keep", EventExpired}}) {
 			t.Fatalf("got %v, want keep expired", got)
@@ -301,8 +301,8 @@ func TestTimeoutsInterned(t *testing.T) {
 	for i := range 100 {
 		mustPut(t, &l, fmt.Sprint(i), t0, a)
 	}
-	if len(l.timeouts) != 1 || l.timeouts[0].refs != 100 {
-		t.Fatalf("100 leases with the same timeouts: %+v", l.timeouts)
+	if len(l.tt.entries) != 1 || l.tt.entries[0].refs != 100 {
+		t.Fatalf("100 leases with the same timeouts: %+v", l.tt.entries)
 	}
 	mustPut(t, &l, "0", t0, b) // replaces the timeouts of a lease
 	mustPut(t, &l, "1", t0, b)
@@ -317,12 +317,12 @@ func TestTimeoutsInterned(t *testing.T) {
 		}
 	}
 	mustCheck(t, &l)
-	if len(l.timeoutIndex) != 1 || len(l.timeoutFree) != 1 {
-		t.Fatalf("with two leases of the same timeouts: %d indexed, %d free", len(l.timeoutIndex), len(l.timeoutFree))
+	if len(l.tt.index) != 1 || len(l.tt.free) != 1 {
+		t.Fatalf("with two leases of the same timeouts: %d indexed, %d free", len(l.tt.index), len(l.tt.free))
 	}
 	mustPut(t, &l, "x", t0, Timeouts{Expire: time.Hour}) // reuses the free entry
-	if len(l.timeouts) != 2 {
-		t.Fatalf("%d interned timeouts, want the free one reused (2)", len(l.timeouts))
+	if len(l.tt.entries) != 2 {
+		t.Fatalf("%d interned timeouts, want the free one reused (2)", len(l.tt.entries))
 	}
 	mustCheck(t, &l)
 }
