@@ -204,16 +204,14 @@ func killRounds(t *testing.T, rounds int, entries, overhead uint64) {
 // log file, which a failed round shows.
 type stderrLogger struct{ pkg string }
 
-func (stderrLogger) SetLevel(logger.LogLevel) {}
-func (stderrLogger) Debugf(string, ...any)    {}
-func (l stderrLogger) Infof(f string, a ...any) {
-	fmt.Fprintf(os.Stderr, "%s I %s: %s\n", time.Now().Format("15:04:05.000"), l.pkg, fmt.Sprintf(f, a...))
-}
-func (l stderrLogger) Warningf(f string, a ...any) {
-	fmt.Fprintf(os.Stderr, "%s W %s: %s\n", time.Now().Format("15:04:05.000"), l.pkg, fmt.Sprintf(f, a...))
-}
-func (l stderrLogger) Errorf(f string, a ...any) {
-	fmt.Fprintf(os.Stderr, "%s E %s: %s\n", time.Now().Format("15:04:05.000"), l.pkg, fmt.Sprintf(f, a...))
+func (stderrLogger) SetLevel(logger.LogLevel)      {}
+func (stderrLogger) Debugf(string, ...any)         {}
+func (l stderrLogger) Infof(f string, a ...any)    { l.logf("I", f, a...) }
+func (l stderrLogger) Warningf(f string, a ...any) { l.logf("W", f, a...) }
+func (l stderrLogger) Errorf(f string, a ...any)   { l.logf("E", f, a...) }
+
+func (l stderrLogger) logf(level, f string, a ...any) {
+	fmt.Fprintf(os.Stderr, "%s %s %s: %s\n", time.Now().Format("15:04:05.000"), level, l.pkg, fmt.Sprintf(f, a...))
 }
 func (stderrLogger) Panicf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
 
