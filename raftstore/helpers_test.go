@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/muster-io/muster/internal/ports"
 	"github.com/muster-io/muster/model"
 	"go.uber.org/goleak"
 )
@@ -113,25 +113,16 @@ func (l *recListener) state() State {
 	return st
 }
 
+// freePort returns a loopback address nobody listens on, outside the
+// kernel's ephemeral range: replicas restart on theirs (see internal/ports).
 func freePort(t testing.TB) string {
 	t.Helper()
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
-		// A port closed at once may be handed out again by the next Listen:
-		// never give the same one twice in a test binary.
-		if _, dup := usedPorts.LoadOrStore(addr, true); !dup {
-			return addr
-		}
+	addr, err := ports.Loopback(false)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return addr
 }
-
-// usedPorts holds the addresses freePort has handed out.
-var usedPorts sync.Map
 
 type testLogWriter struct{ t testing.TB }
 
@@ -416,7 +407,7 @@ func mustPropose(t testing.TB, n *Node, cmd Command) Result {
 func engineStacks(dump string) string {
 	var keep []string
 	for _, g := range strings.Split(dump, "\n\n") {
-		for _, w := range []string{"raftstore.(*stateMachine)", "raftstore.(*Node)", "dragonboat/v4.(*node)", "internal/rsm", "snapshotWorker", "dgraph-io/badger/v4.", "cockroachdb/pebble"} {
+		for _, w := range []string{"raftstore.(*stateMachine)", "raftstore.(*Node)", "dragonboat/v4.(*node)", "internal/rsm", "snapshotWorker", "dgraph-io/badger/v4.", "cockroachdb/pebble", "raftstore.(*muxConn)", "raftstore.(*muxTransport)"} {
 			if strings.Contains(g, w) {
 				keep = append(keep, g)
 				break

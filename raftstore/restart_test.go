@@ -10,11 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -92,7 +92,7 @@ func killRounds(t *testing.T, rounds int, entries, overhead uint64) {
 	children := map[int]*child{}
 	start := func(id int) *child {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestReplicaChild$", "-test.count=1", "-test.v")
-		cmd.Env = append(os.Environ(), env(id))
+		cmd.Env = append(os.Environ(), env(id), "GOTRACEBACK=all")
 		errf, err := os.Create(filepath.Join(root, fmt.Sprintf("child-%d.log", id)))
 		if err != nil {
 			t.Fatal(err)
@@ -127,6 +127,26 @@ func killRounds(t *testing.T, rounds int, entries, overhead uint64) {
 		for range c.lines {
 		}
 		delete(children, id)
+	}
+	// quit ends child id with SIGQUIT, which makes it write every
+	// goroutine's stack to its log (stuckStacks), and waits a little for it.
+	quit := func(id int) {
+		c := children[id]
+		if err := c.cmd.Process.Signal(syscall.SIGQUIT); err != nil {
+			return
+		}
+		timer := time.NewTimer(10 * time.Second)
+		defer timer.Stop()
+		for {
+			select {
+			case _, ok := <-c.lines:
+				if ok {
+					continue
+				}
+			case <-timer.C:
+			}
+			return
+		}
 	}
 	t.Cleanup(func() {
 		for id := range children {
@@ -180,13 +200,15 @@ func killRounds(t *testing.T, rounds int, entries, overhead uint64) {
 		d, seen := waitReady(id, 6*readyBound)
 		if d < 0 {
 			log := filepath.Join(root, fmt.Sprintf("child-%d.log", id))
-			t.Logf("replica %d's log, last lines:\n%s", id, tailFile(log, 60))
+			quit(id) // its goroutines, at the moment it failed, end its log
 			t.Logf("replica %d's goroutines in Raft, snapshots and the state machine:\n%s", id, stuckStacks(log))
 			for other := range children {
 				if other != id {
-					t.Logf("replica %d's log, last lines:\n%s", other, tailFile(filepath.Join(root, fmt.Sprintf("child-%d.log", other)), 30))
+					t.Logf("replica %d's log, last lines:\n%s", other, tailFile(filepath.Join(root, fmt.Sprintf("child-%d.log", other)), 40))
 				}
 			}
+			// Last, as a CI log shows the end: the stuck replica's own.
+			t.Logf("replica %d's log since its restart, without its writers' refused proposals:\n%s", id, tailFile(log, 100))
 			t.Fatalf("round %d: replica %d not ready %v after its restart under writes: %v", r, id, 6*readyBound, seen)
 		}
 		t.Logf("round %d: replica %d ready %v after its restart (%s)", r, id, d, streams(seen))
@@ -223,21 +245,36 @@ func stuckStacks(path string) string {
 	if err != nil {
 		return err.Error()
 	}
-	_, dump, ok := strings.Cut(string(b), "not ready after 40 s; goroutines:")
+	_, dump, ok := strings.Cut(string(b), sigquitDump)
 	if !ok {
 		return "(no dump)"
 	}
 	return engineStacks(dump)
 }
 
-// tailFile returns the last n lines of the file at path, or why not.
+// sigquitDump begins what the Go runtime writes when SIGQUIT ends a child.
+const sigquitDump = "SIGQUIT: quit"
+
+// tailFile returns the last n lines of the child's log at path, or why
+// not, without the goroutine dump and the lines that say a proposal or a
+// read found no leader (a replica without one writes a pair every few
+// milliseconds, which would hide the rest): they are counted instead.
 func tailFile(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err.Error()
 	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+	s, _, _ := strings.Cut(string(b), sigquitDump)
+	var kept []string
+	refused := 0
+	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		if strings.Contains(l, "dropped proposal, no leader") || strings.Contains(l, "dropped read index, no leader") {
+			refused++
+			continue
+		}
+		kept = append(kept, l)
+	}
+	return fmt.Sprintf("(%d lines of refused proposals and reads left out)\n%s", refused, strings.Join(kept[max(0, len(kept)-n):], "\n"))
 }
 
 // streams says how many snapshot streams a child received and installed,
@@ -286,6 +323,7 @@ func TestReplicaChild(t *testing.T) {
 	tc := transport.DefaultTCPConfig()
 	tc.NodeID, tc.ListenAddr, tc.Secret = members[self], addrs[members[self]], secret
 	tc.ReconnectMin, tc.ReconnectMax = 20*time.Millisecond, 500*time.Millisecond
+	tc.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})) // connections up and down, refusals
 	tc.Resolve = func(node string) (string, error) {
 		if a, ok := addrs[node]; ok {
 			return a, nil
@@ -351,12 +389,6 @@ func TestReplicaChild(t *testing.T) {
 			fmt.Fprint(os.Stderr, line) // the log too, beside Dragonboat's messages
 		}
 	}()
-	// Not ready after 40 s: the goroutines' stacks go to the log, for the
-	// parent to show the state machine's and snapshot workers' (stuckStacks).
-	stuck := time.AfterFunc(40*time.Second, func() {
-		fmt.Fprintln(os.Stderr, "not ready after 40 s; goroutines:")
-		_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
-	})
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		err := n.WaitReady(ctx)
@@ -366,7 +398,6 @@ func TestReplicaChild(t *testing.T) {
 		}
 		fmt.Printf("not ready: %v\n", err)
 	}
-	stuck.Stop()
 	fmt.Printf("ready %d\n", time.Since(began).Milliseconds())
 	select {} // until killed
 }

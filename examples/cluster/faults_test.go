@@ -128,8 +128,8 @@ func (t *faultyTransport) cutting(h transport.Handler) transport.Handler {
 }
 
 func (f *faults) wrapGossip(id string, t memberlist.Transport) memberlist.Transport {
-	// The node binds its gossip port before wrapping it (port 0 on the
-	// first start): learn the address here.
+	// The node binds its gossip port before wrapping it: learn the
+	// address here.
 	if nt, ok := t.(interface{ GetAutoBindPort() int }); ok {
 		f.mu.Lock()
 		f.byAddr[net.JoinHostPort("127.0.0.1", strconv.Itoa(nt.GetAutoBindPort()))] = id

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/muster-io/muster/internal/ports"
 	"github.com/muster-io/muster/registry"
 	musternode "github.com/muster-io/muster/registry/node"
 	"github.com/muster-io/muster/transport"
@@ -59,9 +60,10 @@ func (t timings) settings() musternode.Timings {
 }
 
 // spec is what a node keeps across restarts: its ID, its addresses and its
-// data directory. The first start binds free ports; memberlist ties a name
-// to its gossip address, so a restarted node reuses them, as a real process
-// restarted on the same host would. Raft needs no address of its own: its
+// data directory. The first start picks free ports below the kernel's
+// ephemeral range; memberlist ties a name to its gossip address, so a
+// restarted node reuses them, as a real process restarted on the same host
+// would. Raft needs no address of its own: its
 // messages go over Muster's transport, addressed by node ID.
 type spec struct {
 	id     string
@@ -119,9 +121,18 @@ func (c *cluster) start(ctx context.Context, i int) (*node, error) {
 	cfg.GossipKey = []byte("muster-demo-gossip-key-32-bytes!")
 	cfg.RaftMembers, cfg.DeploymentID = c.raft, raftDeployment
 	cfg.Timings = c.t.settings()
-	if s.gossip != "" {
-		cfg.GossipAddr, cfg.TransportAddr = s.gossip, s.tcp
+	if s.gossip == "" {
+		// Ports the kernel never hands out as a connection's source port,
+		// so the node finds them free when it restarts (internal/ports).
+		var err error
+		if s.gossip, err = ports.Loopback(true); err != nil {
+			return nil, err
+		}
+		if s.tcp, err = ports.Loopback(false); err != nil {
+			return nil, err
+		}
 	}
+	cfg.GossipAddr, cfg.TransportAddr = s.gossip, s.tcp
 	for _, o := range c.specs {
 		if o.gossip != "" && o.id != s.id {
 			cfg.Seeds = append(cfg.Seeds, o.gossip)

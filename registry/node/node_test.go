@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/muster-io/muster/internal/ports"
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/raftstore"
 	"github.com/muster-io/muster/registry"
@@ -168,14 +168,14 @@ func TestKillAndRestart(t *testing.T) {
 	var seeds []string
 	for i := range 3 {
 		cfg := testConfig(t, fmt.Sprintf("n%d", i+1), dir, seeds, raft)
+		// A restart reuses the addresses, as a process restarted on the same
+		// host does (memberlist ties a name to its address).
+		cfg.TransportAddr, cfg.GossipAddr = freeAddr(t), freeAddr(t)
 		nd, err := node.Start(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = nd.Close() })
-		// A restart reuses the addresses, as a process restarted on the same
-		// host does (memberlist ties a name to its address).
-		cfg.TransportAddr, cfg.GossipAddr = nd.TransportAddr(), nd.GossipAddr()
 		nodes, cfgs = append(nodes, nd), append(cfgs, cfg)
 		seeds = append(seeds, nd.GossipAddr())
 	}
@@ -372,15 +372,16 @@ func TestSnapshotEntries(t *testing.T) {
 	}
 }
 
-// freeAddr returns a loopback address nobody listens on now.
+// freeAddr returns a loopback address nobody listens on now (TCP and UDP),
+// outside the kernel's ephemeral range: a node restarted on it finds it
+// free (see internal/ports).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := ports.Loopback(true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // A static peer list instead of gossip: no memberlist, no gossip key;
