@@ -37,8 +37,8 @@ const replicaEnv = "RAFTSTORE_REPLICA_CHILD"
 const readyBound = 10 * time.Second
 
 // TestKilledReplicaCatchesUp runs a 3-replica cluster as three processes
-// (Raft over Muster's TCP transport on loopback, Badger on disk, a 10 ms
-// tick) with two writers in each, each write a new key, SIGKILLs one
+// (Raft over Muster's TCP transport on loopback, Badger on disk, the
+// production tick) with two writers in each, each write a new key, SIGKILLs one
 // replica after another, the leader among them, and restarts it on its
 // directory while the others keep writing: it must be ready (WaitReady)
 // every round. RAFTSTORE_RESTART_ROUNDS sets the rounds of each case
@@ -209,7 +209,11 @@ func killRounds(t *testing.T, rounds int, entries, overhead uint64) {
 			}
 			// Last, as a CI log shows the end: the stuck replica's own.
 			t.Logf("replica %d's log since its restart, without its writers' refused proposals:\n%s", id, tailFile(log, 100))
-			t.Fatalf("round %d: replica %d not ready %v after its restart under writes: %v", r, id, 6*readyBound, seen)
+			var digests []string
+			for other := 1; other <= 3; other++ {
+				digests = append(digests, fmt.Sprintf("replica %d: %s", other, digest(filepath.Join(root, fmt.Sprintf("child-%d.log", other)))))
+			}
+			t.Fatalf("round %d: replica %d not ready %v after its restart under writes; the replicas' logs in short:\n%s", r, id, 6*readyBound, strings.Join(digests, "\n"))
 		}
 		t.Logf("round %d: replica %d ready %v after its restart (%s)", r, id, d, streams(seen))
 
@@ -277,6 +281,67 @@ func tailFile(path string, n int) string {
 	return fmt.Sprintf("(%d lines of refused proposals and reads left out)\n%s", refused, strings.Join(kept[max(0, len(kept)-n):], "\n"))
 }
 
+// digestEvents are the log lines digest counts: Raft's role and term
+// changes, Dragonboat's transport failures and drops, Muster's transport's
+// connections.
+var digestEvents = []struct{ name, substr string }{
+	{"leader", "became leader"},
+	{"follower", "became follower"},
+	{"candidate", " became candidate"},
+	{"pre-vote", "became PreVote candidate"},
+	{"higher-term", "with higher term"},
+	{"noop-stepdown", "received NoOP with higher term"},
+	{"unreachable", "became unreachable"},
+	{"batch-failed", "send batch failed"},
+	{"breaker", "breaker"},
+	{"dropped-incoming", "dropped an incoming message"},
+	{"snapshot-restore", "starts to restore snapshot"},
+	{"conn-up", "connection up"},
+	{"conn-refused", "refused"},
+	{"conn-closed", "connection closed"},
+}
+
+// digest sums up a child's log at path in a line: how often each of
+// digestEvents happened, the last Raft term and state prefix seen, and its
+// last stats line (shortened). A failed round ends with these, where a CI
+// log that shows only its end still has them.
+func digest(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	s, _, _ := strings.Cut(string(b), sigquitDump)
+	counts := make([]int, len(digestEvents))
+	var lastRaft, lastStats string
+	for _, l := range strings.Split(s, "\n") {
+		for i, e := range digestEvents {
+			if strings.Contains(l, e.substr) {
+				counts[i]++
+			}
+		}
+		if _, after, ok := strings.Cut(l, " raft: ["); ok && !strings.Contains(l, "dropped proposal") && !strings.Contains(l, "dropped read index") {
+			lastRaft = "[" + after
+		}
+		if _, after, ok := strings.Cut(l, " stats "); ok {
+			lastStats, _, _ = strings.Cut(after, " inbound ")
+			if _, in, ok := strings.Cut(after, "Dropped:"); ok {
+				d, _, _ := strings.Cut(in, " ")
+				lastStats += " inbound-dropped " + d
+			}
+		}
+	}
+	var ev []string
+	for i, e := range digestEvents {
+		if counts[i] > 0 {
+			ev = append(ev, fmt.Sprintf("%s %d", e.name, counts[i]))
+		}
+	}
+	if len(lastRaft) > 160 {
+		lastRaft = lastRaft[:160]
+	}
+	return fmt.Sprintf("%s | events: %s | last Raft line: %s", lastStats, strings.Join(ev, ", "), lastRaft)
+}
+
 // streams says how many snapshot streams a child received and installed,
 // from its last stats line in seen.
 func streams(seen []string) string {
@@ -341,6 +406,15 @@ func TestReplicaChild(t *testing.T) {
 	cfg.InitialMembers, cfg.Transport = members, tr
 	cfg.Insecure = false
 	cfg.SnapshotEntries, cfg.CompactionOverhead = entries, overhead
+	// The production tick (50 ms, a 500 ms election timeout), not the
+	// in-process tests' 10 ms: three processes that fsync every write share
+	// CI's disk with other packages' tests, and a 100 ms election timeout
+	// is shorter than its slow fsyncs. A vote then outlives the election it
+	// was for (a candidate's fsync of its term and the voter's of its vote
+	// take longer than the timeout), and the cluster campaigns over and over:
+	// with 100 ms injected into every fsync a new cluster never elected a
+	// leader, and a CI run went through 34 terms in a minute.
+	cfg.RTTMillisecond = 50
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})) // the child's log file
 	logger.SetLoggerFactory(func(pkg string) logger.ILogger { return stderrLogger{pkg} })              // Dragonboat's too, before New's discarding one
 	n, err := New(cfg)
