@@ -306,6 +306,17 @@ func BenchmarkClusterMemoryPerInstance(b *testing.B) {
 		net := &transport.MemNetwork{}
 		a, closeA := benchNode(b, net, "n1", "n1", "n2")
 		peer, closePeer := benchNode(b, net, "n2", "n1", "n2")
+		// A b.Fatal closes the nodes still open; the holder's fields are
+		// cleared as each closes, so that a closed n1 is garbage when the
+		// peer is measured.
+		open := &struct{ a, peer func() }{closeA, closePeer}
+		b.Cleanup(func() {
+			for _, c := range []func(){open.a, open.peer} {
+				if c != nil {
+					c()
+				}
+			}
+		})
 		benchReady(b, a, peer)
 		for s := range sessions {
 			sess, err := a.OpenSession(ctx, registry.SessionOptions{})
@@ -341,8 +352,9 @@ func BenchmarkClusterMemoryPerInstance(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		net.Isolate("n1")                        // its Close ends its sessions: n2 must not hear of it
-		closeA()                                 // n1 is garbage then: nothing here uses a or closeA again
+		net.Isolate("n1") // its Close ends its sessions: n2 must not hear of it
+		open.a()          // n1 is garbage then: nothing here uses a or closeA again
+		open.a = nil
 		if n := peerHolds(); n != sessions*per { // n2 keeps its copies: its membership is static
 			b.Fatalf("peer holds %d instances once the owner closed", n)
 		}
@@ -353,7 +365,8 @@ func BenchmarkClusterMemoryPerInstance(b *testing.B) {
 			}
 		}
 		viewed := heap()
-		closePeer()
+		open.peer()
+		open.peer = nil
 		b.ReportMetric(float64(both-before)/float64(sessions*per), "B/instance")
 		b.ReportMetric(float64(peerOnly-before)/float64(sessions*per), "peer-B/instance")
 		b.ReportMetric((float64(both)-float64(peerOnly))/float64(sessions*per), "owner-B/instance")
