@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/muster-io/muster/distro/gossip"
+	"github.com/muster-io/muster/internal/ports"
 )
 
 func TestStaticNotifiesSynchronously(t *testing.T) {
@@ -92,7 +93,16 @@ func TestMemberlistJoinCrashRejoin(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real sockets")
 	}
-	m1 := startMemberlist(t, fastMemberlist("m1", "127.0.0.1:1111", nil))
+	// m1 restarts on its address: a port outside the kernel's ephemeral
+	// range, which no connection takes as its source port meanwhile.
+	addr, err := ports.Loopback(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1 := fastMemberlist("m1", "127.0.0.1:1111", nil)
+	_, port, _ := net.SplitHostPort(addr)
+	c1.BindPort = atoi(port)
+	m1 := startMemberlist(t, c1)
 	seed := m1.BindAddr()
 	c2 := fastMemberlist("m2", "127.0.0.1:2222", []string{seed})
 	c2.GossipToTheDeadTime = 10 * time.Millisecond // m2 stops gossiping to m1 at once once it is dead

@@ -213,7 +213,7 @@ func killRounds(t *testing.T, rounds int, entries, overhead uint64) {
 			for other := 1; other <= 3; other++ {
 				digests = append(digests, fmt.Sprintf("replica %d: %s", other, digest(filepath.Join(root, fmt.Sprintf("child-%d.log", other)))))
 			}
-			t.Fatalf("round %d: replica %d not ready %v after its restart under writes; the replicas' logs in short:\n%s", r, id, 6*readyBound, strings.Join(digests, "\n"))
+			t.Fatalf("round %d: replica %d not ready %v after its restart under writes; its last lines: %s\nthe replicas' logs in short:\n%s", r, id, 6*readyBound, strings.Join(seen[max(0, len(seen)-3):], " | "), strings.Join(digests, "\n"))
 		}
 		t.Logf("round %d: replica %d ready %v after its restart (%s)", r, id, d, streams(seen))
 
@@ -297,7 +297,9 @@ var digestEvents = []struct{ name, substr string }{
 	{"dropped-incoming", "dropped an incoming message"},
 	{"snapshot-restore", "starts to restore snapshot"},
 	{"conn-up", "connection up"},
-	{"conn-refused", "refused"},
+	{"dial-failed", `msg="dial failed"`},
+	{"conn-refused", `msg="refused inbound connection`},
+	{"refused-by-peer", `msg="peer refused our connection`},
 	{"conn-closed", "connection closed"},
 }
 
@@ -432,7 +434,9 @@ func TestReplicaChild(t *testing.T) {
 		f, _ := lr.GetRange()
 		return f
 	}
-	fmt.Printf("started %d applied %d first %d last %d\n", time.Since(began).Milliseconds(), n.Stats().Applied, first(), n.Stats().LastIndex)
+	started := fmt.Sprintf("started %d applied %d first %d last %d\n", time.Since(began).Milliseconds(), n.Stats().Applied, first(), n.Stats().LastIndex)
+	fmt.Print(started)
+	fmt.Fprint(os.Stderr, started)
 	var writes atomic.Int64
 	var wg sync.WaitGroup
 	md := model.NewMetadata(map[string]string{"blob": strings.Repeat("m", 500)})

@@ -304,12 +304,10 @@ func BenchmarkClusterMemoryPerInstance(b *testing.B) {
 		}
 		before := heap()
 		net := &transport.MemNetwork{}
-		a, closeA := benchNode(b, net, "n1", "n1", "n2")
-		peer, closePeer := benchNode(b, net, "n2", "n1", "n2")
 		// A b.Fatal closes the nodes still open; the holder's fields are
 		// cleared as each closes, so that a closed n1 is garbage when the
 		// peer is measured.
-		open := &struct{ a, peer func() }{closeA, closePeer}
+		open := &struct{ a, peer func() }{}
 		b.Cleanup(func() {
 			for _, c := range []func(){open.a, open.peer} {
 				if c != nil {
@@ -317,6 +315,10 @@ func BenchmarkClusterMemoryPerInstance(b *testing.B) {
 				}
 			}
 		})
+		a, closeA := benchNode(b, net, "n1", "n1", "n2")
+		open.a = closeA
+		peer, closePeer := benchNode(b, net, "n2", "n1", "n2")
+		open.peer = closePeer
 		benchReady(b, a, peer)
 		for s := range sessions {
 			sess, err := a.OpenSession(ctx, registry.SessionOptions{})

@@ -57,7 +57,11 @@ func freeBase(t testing.TB, cluster bool) int {
 	portMu.Lock()
 	defer portMu.Unlock()
 	for range 1000 {
-		p := 21000 + rand.IntN(20000)
+		// All four in 20000–30000: below the kernel's ephemeral range
+		// (Linux's starts at 32768), so no connection takes one as its
+		// source port while a restarted server is down (see the main
+		// module's internal/ports), and below Kubernetes' NodePorts.
+		p := 21000 + rand.IntN(8000-1)
 		if portUsed[p] || portUsed[p+1000] || portUsed[p-1000] || portUsed[p+1001] {
 			continue
 		}

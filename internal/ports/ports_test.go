@@ -7,7 +7,7 @@ import (
 )
 
 func TestLoopbackOutsideTheEphemeralRangeAndDistinct(t *testing.T) {
-	low := ephemeralLow()
+	low, high := ephemeralRange()
 	seen := map[string]bool{}
 	for range 50 {
 		addr, err := Loopback(true)
@@ -23,8 +23,8 @@ func TestLoopbackOutsideTheEphemeralRangeAndDistinct(t *testing.T) {
 			t.Fatalf("address %q: %v", addr, err)
 		}
 		p, _ := strconv.Atoi(port)
-		if low-lowest >= 1000 && (p < lowest || p >= low) {
-			t.Fatalf("port %d outside [%d, %d): the kernel may hand it out as a source port", p, lowest, low)
+		if p < lowest || p >= low && p <= high {
+			t.Fatalf("port %d is not outside the ephemeral range [%d, %d] (nor at least %d): the kernel may hand it out as a source port", p, low, high, lowest)
 		}
 		// Free for both protocols, as memberlist binds them.
 		l, err := net.Listen("tcp", addr)
@@ -61,5 +61,29 @@ func TestFreeRefusesABoundPort(t *testing.T) {
 	}
 	if free(p, true) {
 		t.Fatal("a port bound for UDP was free for memberlist")
+	}
+}
+
+// Every port of the windows lies outside the ephemeral range, from lowest
+// up, below NodePorts when under the range; and the windows are all there
+// is outside it.
+func TestWindowsOutsideTheRange(t *testing.T) {
+	for _, r := range []struct{ low, high, size int }{
+		{32768, 60999, (belowTop - lowest) + (65535 - 60999)}, // Linux's default
+		{49152, 65535, belowTop - lowest},                     // IANA
+		{10000, 65535, 0},                                     // FreeBSD: nothing outside
+		{1024, 49151, 65535 - 49151},                          // OpenBSD
+		{25000, 26000, (25000 - lowest) + (65535 - 26000)},
+	} {
+		w := windowsOutside(r.low, r.high)
+		if w.size() != r.size {
+			t.Errorf("range [%d, %d]: %d ports outside, want %d", r.low, r.high, w.size(), r.size)
+		}
+		for n := range w.size() {
+			p := w.port(n)
+			if p < lowest || p > 65535 || p >= r.low && p <= r.high || p >= belowTop && p < r.low {
+				t.Fatalf("range [%d, %d]: port %d (the %d-th)", r.low, r.high, p, n)
+			}
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/muster-io/muster/distro"
+	musterports "github.com/muster-io/muster/internal/ports"
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/registry"
 	"github.com/muster-io/muster/registry/registrytest"
@@ -66,7 +67,14 @@ func TestGRPCClusterClientOnOneNodeWriterOnAnother(t *testing.T) {
 // while the server is down, reconnects, and follows changes again.
 func TestGRPCServerRestart(t *testing.T) {
 	reg := registrytest.New(t, registrytest.Options{})
-	x := startXDS(t, reg, "127.0.0.1:0")
+	// The server restarts on its address: a port outside the kernel's
+	// ephemeral range, which no connection (the client's redials
+	// included) takes as its source port meanwhile.
+	addr, err := musterports.Loopback(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := startXDS(t, reg, addr)
 	svc := model.ServiceKey{Name: "orders"}
 	sess, err := reg.OpenSession(ctx, registry.SessionOptions{})
 	if err != nil {
