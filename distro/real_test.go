@@ -43,6 +43,13 @@ func fastMemberlist(id, tcpAddr string, seeds []string) gossip.Config {
 // startRealNode starts a TCP transport, a memberlist joined to seeds and a replicator.
 func startRealNode(tb testing.TB, id string, seeds []string, mod func(*Config)) *realNode {
 	tb.Helper()
+	return startRealNodeGossip(tb, id, seeds, mod, nil)
+}
+
+// startRealNodeGossip is startRealNode with gmod, if not nil, editing the
+// memberlist's configuration.
+func startRealNodeGossip(tb testing.TB, id string, seeds []string, mod func(*Config), gmod func(*gossip.Config)) *realNode {
+	tb.Helper()
 	n := &realNode{id: id, store: newTestStore(id)}
 	var ml atomic.Pointer[gossip.Memberlist]
 	tc := transport.DefaultTCPConfig()
@@ -62,7 +69,11 @@ func startRealNode(tb testing.TB, id string, seeds []string, mod func(*Config)) 
 		tb.Fatal(err)
 	}
 	n.tcp = tcp
-	m, err := gossip.New(fastMemberlist(id, tcp.Addr(), seeds))
+	gc := fastMemberlist(id, tcp.Addr(), seeds)
+	if gmod != nil {
+		gmod(&gc)
+	}
+	m, err := gossip.New(gc)
 	if err != nil {
 		tb.Fatal(err)
 	}
