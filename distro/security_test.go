@@ -308,15 +308,17 @@ func TestMemberlistKeyRotation(t *testing.T) {
 	leaks := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, leaks) })
 	// Failure detection with room for a loaded machine (the race detector
-	// beside other packages' tests): with the 50 ms probe timeout and
-	// suspicion of two probe intervals that the other tests use, a member
-	// that was merely slow to answer was declared dead and this test,
-	// which fails on any lost member, failed 7 of 8 runs at load average
-	// 15. A member that cannot read the others' gossip (a key wrongly
-	// rotated) is still declared dead in about 1.5 s, inside each step's
-	// watch of watchFor.
+	// beside other packages' tests): with the 50 ms probe timeout that the
+	// other tests use, a member that was merely slow to answer was
+	// declared dead, and this test, which fails on any lost member, failed
+	// 7 of 8 runs at load average 15. Here a probe waits 200 ms, and a
+	// suspect is declared dead after 800 ms (SuspicionMult 2: with three
+	// members memberlist then waits for no confirmation, where 3 would
+	// start the timer at its 7.2 s maximum). A member that cannot read the
+	// others' gossip (a key wrongly rotated) is found within about 2.5 s
+	// when unloaded: inside each step's watch.
 	nodes := secureClusterGossip(t, func(c *gossip.Config) {
-		c.ProbeInterval, c.ProbeTimeout, c.SuspicionMult = 400*time.Millisecond, 200*time.Millisecond, 3
+		c.ProbeInterval, c.ProbeTimeout, c.SuspicionMult = 400*time.Millisecond, 200*time.Millisecond, 2
 	})
 	const watchFor = 3 * time.Second
 	var lostMu sync.Mutex

@@ -136,7 +136,7 @@ func ephemeralRange() (low, high int) {
 			return 32768, 60999
 		}
 		return low, high
-	case "freebsd", "dragonfly":
+	case "freebsd":
 		return 10000, 65535
 	case "openbsd":
 		return 1024, 49151
