@@ -699,8 +699,8 @@ func (ix *index) closeSession(p *publisher, why string, now time.Time) {
 		}
 	}
 	ix.pubChanged(p)
-	if p.session != nil {
-		ix.fx.ended = append(ix.fx.ended, p.session)
+	if s := p.session(); s != nil {
+		ix.fx.ended = append(ix.fx.ended, s)
 	}
 }
 

@@ -61,7 +61,7 @@ func (ix *index) installRemote(pr *peerRecord, now time.Time) *publisher {
 		p = newRemotePub(pr)
 		ix.remote[pr.recordKey] = p
 	}
-	p.owner = pr.owner // the record's writer: a key's owner moves
+	p.extra().owner = pr.owner // the record's writer: a key's owner moves
 	ix.setPublications(p, pr.insts, now)
 	if len(p.insts) == 0 {
 		ix.dropRemote(p, now)
@@ -225,12 +225,14 @@ func (ix *index) demote(p *publisher, owner string) {
 	case pubSession:
 		ix.sessionLeases.Remove(p)
 		delete(ix.sessions, p.id)
-		if p.session != nil {
-			ix.fx.ended = append(ix.fx.ended, p.session)
-			p.session = nil
+		if s := p.session(); s != nil {
+			ix.fx.ended = append(ix.fx.ended, s)
+			// Its extra lives in the Session (Session.px): a copy of its
+			// own lets the Session go.
+			p.x = &pubExtra{repl: p.x.repl}
 		}
 	}
-	p.remote, p.owner = true, owner
+	p.remote, p.extra().owner = true, owner
 	ix.remote[rkey] = p
 }
 
@@ -471,7 +473,7 @@ func (k keptSet) has(r *rec) bool {
 // newRemotePub returns an empty publisher for pr, a record of another
 // node.
 func newRemotePub(pr *peerRecord) *publisher {
-	p := &publisher{remote: true, owner: pr.owner, kind: pr.kind}
+	p := &publisher{remote: true, kind: pr.kind, x: &pubExtra{owner: pr.owner}}
 	switch pr.kind {
 	case pubSession:
 		p.id = strings.TrimPrefix(pr.recordKey, sessionPrefix)
@@ -530,11 +532,11 @@ func (ix *index) applyInstRecord(groupKey, sid, hash, owner string, inst *model.
 		if p == nil {
 			return
 		}
-		pi, _ := p.repl.insts.get(hash)
+		pi, _ := p.repl().insts.get(hash)
 		if pi == nil {
 			return
 		}
-		p.repl.insts.del(hash)
+		p.repl().insts.del(hash)
 		served := pi.slot.current() == pi.inst
 		why := "removed by its owner"
 		if ownerGone {
@@ -561,7 +563,7 @@ func (ix *index) applyInstRecord(groupKey, sid, hash, owner string, inst *model.
 		inst.Service = model.ServiceKey{Namespace: strings.Clone(inst.Service.Namespace), Group: strings.Clone(inst.Service.Group), Name: strings.Clone(inst.Service.Name)}
 	}
 	var was *rec
-	if old, _ := p.repl.insts.get(hash); old != nil {
+	if old, _ := p.repl().insts.get(hash); old != nil {
 		was = old.inst
 	}
 	// No per-session cap here: the owner keeps MaxInstancesPerSession, and
@@ -585,7 +587,7 @@ func (ix *index) applyInstRecord(groupKey, sid, hash, owner string, inst *model.
 			// (A remote copy keeps no undo record that points at it.)
 			*was = rec{}
 		}
-		p.repl.insts.put(hash, pi)
+		p.repl().insts.put(hash, pi)
 		p.rev++
 	}
 	ix.dropIfEmptyCopy(groupKey, p)

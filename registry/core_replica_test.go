@@ -110,7 +110,7 @@ func TestCoreApplyRecord(t *testing.T) {
 			want: fxSummary{dirty: []string{"web"}, catalogs: 1, services: true, notes: []string{"+10.0.0.5"}},
 			check: func(t *testing.T, ix *index) {
 				p := ix.remote[rkey5]
-				if p == nil || !p.remote || p.owner != "n2" || p.rev != 1 || p.pubID() != "10.0.0.5:80" {
+				if p == nil || !p.remote || p.owner() != "n2" || p.rev != 1 || p.pubID() != "10.0.0.5:80" {
 					t.Fatalf("replica %+v", p)
 				}
 				if ix.beatPub("10.0.0.5", 80) != nil || ix.beatLeases.Len() != 0 {
@@ -243,7 +243,7 @@ func TestCoreApplyRecord(t *testing.T) {
 		{
 			name: "a peer's record of a session held here ends the session",
 			setup: func(t *testing.T, ix *index) {
-				p := &publisher{id: "n2-0000000000000001", kind: pubSession, session: &Session{done: make(chan struct{}), ttl: time.Minute}}
+				p := &publisher{id: "n2-0000000000000001", kind: pubSession, x: &pubExtra{session: &Session{done: make(chan struct{}), ttl: time.Minute}}}
 				ix.sessions[p.id] = p
 				if _, err := ix.publish(p, web5, true); err != nil {
 					t.Fatal(err)
@@ -256,7 +256,7 @@ func TestCoreApplyRecord(t *testing.T) {
 				if len(ix.fx.ended) != 1 || len(ix.sessions) != 0 || ix.sessionLeases.Len() != 0 {
 					t.Fatalf("ended %v, sessions %v, leases %d", ix.fx.ended, ix.sessions, ix.sessionLeases.Len())
 				}
-				if p := ix.remote[sessionPrefix+"n2-0000000000000001"]; p == nil || p.session != nil || p.insts[0].inst.weight != 2 {
+				if p := ix.remote[sessionPrefix+"n2-0000000000000001"]; p == nil || p.session() != nil || p.insts[0].inst.weight != 2 {
 					t.Fatalf("replica %+v", p)
 				}
 			},
@@ -349,7 +349,7 @@ func TestCoreOwnershipMoves(t *testing.T) {
 	if !slices.Equal(got, []string{"web 10s", "api 8s"}) {
 		t.Fatalf("handed leases %q", got)
 	}
-	if !p.remote || p.owner != "n2" || ix.remote[p.recordKey()] != p || ix.beatPub("10.0.0.5", 80) != nil || ix.beatLeases.Len() != 0 {
+	if !p.remote || p.owner() != "n2" || ix.remote[p.recordKey()] != p || ix.beatPub("10.0.0.5", 80) != nil || ix.beatLeases.Len() != 0 {
 		t.Fatalf("released publisher %+v, leases %d", p, ix.beatLeases.Len())
 	}
 	if got := summarize(&ix.fx); !got.equal(fxSummary{}) {
@@ -531,7 +531,7 @@ func TestCoreReplaceService(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ix := coreIndex(t)
-			p := &publisher{id: "n1-0000000000000001", kind: pubSession, session: &Session{done: make(chan struct{})}}
+			p := &publisher{id: "n1-0000000000000001", kind: pubSession, x: &pubExtra{session: &Session{done: make(chan struct{})}}}
 			ix.sessions[p.id] = p
 			for _, in := range []model.Instance{beatInst("web", 5, 1), beatInst("web", 6, 1), beatInst("api", 7, 1)} {
 				if _, err := ix.publish(p, in, true); err != nil {
@@ -607,7 +607,7 @@ func TestCoreApplyInstRecord(t *testing.T) {
 				}
 				return
 			}
-			if p == nil || !p.remote || p.owner != "n2" || p.id != sid {
+			if p == nil || !p.remote || p.owner() != "n2" || p.id != sid {
 				t.Fatalf("grouped copy %+v", p)
 			}
 			var got []string
@@ -615,8 +615,8 @@ func TestCoreApplyInstRecord(t *testing.T) {
 				got = append(got, pi.inst.ip)
 			}
 			slices.Sort(got)
-			if !slices.Equal(got, ips) || p.repl.insts.len() != len(ips) {
-				t.Fatalf("the copy publishes %v (%d hashes), want %v", got, p.repl.insts.len(), ips)
+			if !slices.Equal(got, ips) || p.repl().insts.len() != len(ips) {
+				t.Fatalf("the copy publishes %v (%d hashes), want %v", got, p.repl().insts.len(), ips)
 			}
 		}
 	}
@@ -671,7 +671,7 @@ func TestCoreApplyInstRecord(t *testing.T) {
 		{
 			name: "a record of this node's own live session changes nothing",
 			setup: func(t *testing.T, ix *index) {
-				ix.sessions[sid] = &publisher{kind: pubSession, id: sid, session: &Session{}}
+				ix.sessions[sid] = &publisher{kind: pubSession, id: sid, x: &pubExtra{session: &Session{}}}
 			},
 			act:   put(web5),
 			check: copyHolds(),
@@ -694,11 +694,11 @@ func TestCoreReplicaOwner(t *testing.T) {
 	ix := coreIndex(t)
 	p := ownBeat(t, ix, coreT0, beatInst("web", 5, 1))
 	ix.applyRecord(beatRec("n2", 5, beatInst("web", 5, 2)), false, coreT0)
-	if !p.remote || p.owner != "n2" {
-		t.Fatalf("demoted publisher: remote %v, owner %q, want n2", p.remote, p.owner)
+	if !p.remote || p.owner() != "n2" {
+		t.Fatalf("demoted publisher: remote %v, owner %q, want n2", p.remote, p.owner())
 	}
 	ix.applyRecord(beatRec("n3", 5, beatInst("web", 5, 3)), false, coreT0)
-	if q := ix.remote[p.recordKey()]; q == nil || q.owner != "n3" {
+	if q := ix.remote[p.recordKey()]; q == nil || q.owner() != "n3" {
 		t.Fatalf("remote copy after n3's record: %+v, want owner n3", q)
 	}
 	checkIndex(t, ix)

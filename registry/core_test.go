@@ -426,7 +426,7 @@ func TestCoreExpireChains(t *testing.T) {
 	}
 	ix.addBeatPub(pi.inst.ip, beat)
 	_ = ix.beatLeases.Put(pi, coreT0, health.Timeouts{Unhealthy: 15 * time.Second, Expire: 30 * time.Second})
-	sess := &publisher{id: "s1", kind: pubSession, session: &Session{done: make(chan struct{})}}
+	sess := &publisher{id: "s1", kind: pubSession, x: &pubExtra{session: &Session{done: make(chan struct{})}}}
 	ix.sessions[sess.id] = sess
 	if _, err := ix.publish(sess, rulesInst("api", 6, true), true); err != nil {
 		t.Fatal(err)
@@ -442,7 +442,7 @@ func TestCoreExpireChains(t *testing.T) {
 		t.Fatalf("orphans %v", orphans)
 	}
 	fx := &ix.fx
-	if len(fx.ended) != 1 || fx.ended[0] != sess.session || !slices.Equal(fx.lapsed, []string{"s1"}) {
+	if len(fx.ended) != 1 || fx.ended[0] != sess.session() || !slices.Equal(fx.lapsed, []string{"s1"}) {
 		t.Fatalf("ended %v, lapsed %v", fx.ended, fx.lapsed)
 	}
 	if !beat.closed || ix.beatPub(pi.inst.ip, int(pi.inst.port)) != nil || len(ix.sessions) != 0 {

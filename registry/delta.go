@@ -230,17 +230,18 @@ func (r *Registry) noteUnpublished(pi *pubInst) {
 }
 
 func (p *publisher) replState() *replState {
-	if p.repl == nil {
-		p.repl = &replState{}
+	x := p.extra()
+	if x.repl == nil {
+		x.repl = &replState{}
 	}
-	return p.repl
+	return x.repl
 }
 
 // replicateSession writes the instance records of session p that changed
 // since its last replicate: O(what changed). A closed session deletes them
 // all. The caller holds mu.
 func (r *Registry) replicateSession(p *publisher) {
-	st := p.repl
+	st := p.repl()
 	if st == nil || st.dirty.len() == 0 {
 		return
 	}
@@ -331,6 +332,7 @@ func (r *Registry) decodeInstRecord(dr distro.Record, sid, hash string) (instRec
 // with its first record, nearly always its only one).
 type groupedCopy struct {
 	pub  publisher
+	x    pubExtra
 	repl replState
 }
 
@@ -338,10 +340,11 @@ type groupedCopy struct {
 // owner, under the r.remote key gkey.
 func newGroupedCopy(gkey, sid, owner string) *publisher {
 	g := &groupedCopy{
-		pub:  publisher{kind: pubSession, id: sid, remote: true, owner: owner},
+		pub:  publisher{kind: pubSession, id: sid, remote: true},
+		x:    pubExtra{owner: owner},
 		repl: replState{rkey: gkey},
 	}
-	g.pub.repl = &g.repl
+	g.pub.x, g.x.repl = &g.x, &g.repl
 	return &g.pub
 }
 

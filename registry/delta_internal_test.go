@@ -436,7 +436,7 @@ func TestPeerInstanceSharesPayload(t *testing.T) {
 		if p == nil {
 			t.Fatal("no grouped copy")
 		}
-		pi, _ := p.repl.insts.get(hash)
+		pi, _ := p.repl().insts.get(hash)
 		if pi == nil {
 			t.Fatal("no publication")
 		}

@@ -175,7 +175,7 @@ func (r *Registry) noteBy(key model.InstanceKey, kind EventKind, pub *publisher,
 		// as the index builds it only when needed (see publisher.pubID).
 		e.Publisher, e.Node, e.beat = pub.id, r.cfg.NodeID, pub.kind == pubBeat
 		if remote {
-			e.Node = pub.owner
+			e.Node = pub.owner()
 		}
 	}
 	r.journal.add(e)

@@ -138,7 +138,7 @@ func (ix *index) checkInvariants(bad func(format string, args ...any)) {
 		if p.id != id || p.kind != pubSession {
 			bad("session %s indexed under %s", p.id, id)
 		}
-		if p.session.ttl > 0 {
+		if p.session().ttl > 0 {
 			ttl++
 		}
 		check(p)

@@ -14,17 +14,58 @@ import (
 // session, or the beat publisher of one ip:port. Only its owner changes it;
 // every change bumps rev.
 type publisher struct {
-	id      string // see pubID
-	rev     uint64
-	insts   []*pubInst
+	id     string // see pubID
+	rev    uint64
+	insts  []*pubInst
+	next   *publisher // beat publishers: the next one on the same IP
+	x      *pubExtra  // nil for a local beat publisher, the most common kind
+	port   uint16     // beat publishers
+	kind   pubKind
+	closed bool
+	remote bool // owned by another node: a replica (see replicate.go)
+}
+
+// pubExtra is what a session's publisher, or another node's (a replica),
+// has and a local beat publisher has not. Out of line it keeps a beat
+// publisher's block (beatBlock) in a smaller size class: standalone, every
+// beat instance has a publisher of its own.
+type pubExtra struct {
 	session *Session   // session publishers
-	next    *publisher // beat publishers: the next one on the same IP
-	port    uint16     // beat publishers
-	kind    pubKind
-	closed  bool
-	remote  bool       // owned by another node: a replica (see replicate.go)
 	owner   string     // the node of a remote publisher, for the journal
 	repl    *replState // sessions in a cluster: per-instance replication (delta.go)
+}
+
+// extra returns p's pubExtra, making it if need be.
+func (p *publisher) extra() *pubExtra {
+	if p.x == nil {
+		p.x = new(pubExtra)
+	}
+	return p.x
+}
+
+// session returns the Session of a session publisher, nil for others and
+// once a replica took its place.
+func (p *publisher) session() *Session {
+	if p.x == nil {
+		return nil
+	}
+	return p.x.session
+}
+
+// owner returns the node of a remote publisher ("" for a local one).
+func (p *publisher) owner() string {
+	if p.x == nil {
+		return ""
+	}
+	return p.x.owner
+}
+
+// repl returns p's per-instance replication state, or nil.
+func (p *publisher) repl() *replState {
+	if p.x == nil {
+		return nil
+	}
+	return p.x.repl
 }
 
 // pubID returns the publisher's ID: the session ID, or "ip:port" for a beat

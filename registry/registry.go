@@ -338,7 +338,7 @@ func (r *Registry) Close() error {
 		r.log.Warn("closing replication", "err", err)
 	}
 	for _, p := range sessions {
-		p.session.end()
+		p.session().end()
 	}
 	r.watch.closeAll(r, ErrClosed)
 	r.closeErr = r.store.Close()

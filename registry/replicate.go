@@ -35,8 +35,8 @@ type pubPayload = model.InstanceList
 
 // recordKey returns p's distro record key.
 func (p *publisher) recordKey() string {
-	if p.repl != nil && p.repl.rkey != "" {
-		return p.repl.rkey // a peer's grouped session copy (delta.go)
+	if st := p.repl(); st != nil && st.rkey != "" {
+		return st.rkey // a peer's grouped session copy (delta.go)
 	}
 	if p.kind == pubSession {
 		return sessionPrefix + p.pubID()

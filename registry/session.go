@@ -40,6 +40,7 @@ type Session struct {
 	opened time.Time
 	once   sync.Once
 	done   chan struct{}
+	px     pubExtra // pub's, in the same allocation
 }
 
 // OpenSession opens a session owned by this node. It fails with ErrLimit
@@ -64,7 +65,8 @@ func (r *Registry) OpenSession(ctx context.Context, opts SessionOptions) (_ *Ses
 		return nil, err
 	}
 	s := &Session{r: r, ttl: opts.TTL, labels: labels, done: make(chan struct{})}
-	s.pub = &publisher{kind: pubSession, session: s}
+	s.pub = &publisher{kind: pubSession, x: &s.px}
+	s.px.session = s
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -298,10 +300,11 @@ func (r *Registry) Sessions(ctx context.Context) ([]SessionInfo, error) {
 	}
 	out := make([]SessionInfo, 0, r.core.sessionCount())
 	for p := range r.core.allSessions() {
-		if p.closed || p.session == nil {
+		if p.closed || p.session() == nil {
 			continue
 		}
-		out = append(out, SessionInfo{ID: p.id, Labels: p.session.labels.Map(), Instances: len(p.insts), Opened: p.session.opened})
+		s := p.session()
+		out = append(out, SessionInfo{ID: p.id, Labels: s.labels.Map(), Instances: len(p.insts), Opened: s.opened})
 	}
 	r.mu.RUnlock()
 	slices.SortFunc(out, func(a, b SessionInfo) int {
