@@ -470,10 +470,18 @@ func (k keptSet) has(r *rec) bool {
 	return false
 }
 
+// remoteBlock is a remote publisher with its pubExtra, in one allocation.
+type remoteBlock struct {
+	pub publisher
+	x   pubExtra
+}
+
 // newRemotePub returns an empty publisher for pr, a record of another
 // node.
 func newRemotePub(pr *peerRecord) *publisher {
-	p := &publisher{remote: true, kind: pr.kind, x: &pubExtra{owner: pr.owner}}
+	b := &remoteBlock{pub: publisher{remote: true, kind: pr.kind}, x: pubExtra{owner: pr.owner}}
+	p := &b.pub
+	p.x = &b.x
 	switch pr.kind {
 	case pubSession:
 		p.id = strings.TrimPrefix(pr.recordKey, sessionPrefix)

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/muster-io/muster/health"
 	"github.com/muster-io/muster/model"
@@ -523,5 +524,17 @@ func TestCoreSolo(t *testing.T) {
 	replicated.notes, replicated.replicate = nil, 0
 	if !solo.equal(replicated) {
 		t.Fatalf("solo effects %+v, want the replicated ones without replication %+v", solo, replicated)
+	}
+}
+
+// A beat publisher made here has no pubExtra, and its block (publisher,
+// slot, publication, rec and lease: one per standalone beat instance)
+// stays in the 288-byte size class: the next class up is 320.
+func TestBeatBlockSizeClass(t *testing.T) {
+	if s := unsafe.Sizeof(beatBlock{}); s > 288 {
+		t.Fatalf("beatBlock is %d bytes: over the 288-byte size class", s)
+	}
+	if p, _, _ := newBeatPub(80); p.x != nil {
+		t.Fatal("a new beat publisher has a pubExtra")
 	}
 }

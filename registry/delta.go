@@ -327,8 +327,8 @@ func (r *Registry) decodeInstRecord(dr distro.Record, sid, hash string) (instRec
 	return ir, nil
 }
 
-// groupedCopy is a peer's session as this node holds it: the publisher
-// and its replication state, in one allocation (a peer's session is new
+// groupedCopy is a peer's session as this node holds it: the publisher,
+// its pubExtra and its replication state, in one allocation (a peer's session is new
 // with its first record, nearly always its only one).
 type groupedCopy struct {
 	pub  publisher

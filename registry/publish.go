@@ -18,7 +18,7 @@ type publisher struct {
 	rev    uint64
 	insts  []*pubInst
 	next   *publisher // beat publishers: the next one on the same IP
-	x      *pubExtra  // nil for a local beat publisher, the most common kind
+	x      *pubExtra  // nil for a beat publisher made here, the most common kind
 	port   uint16     // beat publishers
 	kind   pubKind
 	closed bool
@@ -26,9 +26,11 @@ type publisher struct {
 }
 
 // pubExtra is what a session's publisher, or another node's (a replica),
-// has and a local beat publisher has not. Out of line it keeps a beat
+// has and a beat publisher made here has not. Out of line it keeps a beat
 // publisher's block (beatBlock) in a smaller size class: standalone, every
-// beat instance has a publisher of its own.
+// beat instance has a publisher of its own (TestBeatBlockSizeClass). A
+// replica promoted to this node's own keeps its pubExtra, and the name of
+// its last owner: the journal's entries of the adoption name it.
 type pubExtra struct {
 	session *Session   // session publishers
 	owner   string     // the node of a remote publisher, for the journal
@@ -52,7 +54,8 @@ func (p *publisher) session() *Session {
 	return p.x.session
 }
 
-// owner returns the node of a remote publisher ("" for a local one).
+// owner returns the node of a remote publisher: "" for a local one that
+// never was remote, the last owner's for one promoted.
 func (p *publisher) owner() string {
 	if p.x == nil {
 		return ""

@@ -630,7 +630,17 @@ func (p *nodeProc) mux() *http.ServeMux {
 			fail(err)
 			return
 		}
-		_ = json.NewEncoder(w).Encode(sessionResp{Incarnation: inc})
+		// The whole answer goes out before the crash can end the process:
+		// the server writes a response when the handler returns, which the
+		// crash could beat (the driver then saw EOF instead of the
+		// incarnation, and failed the run's check "inject").
+		body, _ := json.Marshal(sessionResp{Incarnation: inc})
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		_, _ = w.Write(body)
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
 		go func() {
 			if err := p.crash(n, &powerLossInfo{Mode: mode, Skip: skip}); err != nil {
 				p.log.Error("faultlab: power loss: keeping the synced Raft log failed", "err", err)
