@@ -521,8 +521,44 @@ type opsSeen struct {
 func checkOps(t *testing.T, data []byte) { checkOpsWith(t, data, opsConfig{ids: 6}) }
 
 func checkOpsWith(t *testing.T, data []byte, cfg opsConfig) {
+	l := Leases[string]{hash: cfg.hash}
+	cells := 0
+	driveModel(t, data, cfg.ids, leaseSet[string](&l), func(n int) string { return fmt.Sprint("id", n) }, func(id string) string { return id },
+		func() error {
+			if cfg.seen != nil {
+				seen := cfg.seen
+				seen.maxCells = max(seen.maxCells, len(l.cells))
+				switch {
+				case cells > 0 && len(l.cells) > cells:
+					seen.grows++
+				case len(l.cells) < cells:
+					seen.shrinks++
+				}
+			}
+			cells = len(l.cells)
+			return l.check()
+		})
+}
+
+// leaseSet is what driveModel drives: a Leases or an Intrusive set, whose
+// ids are of type K.
+type leaseSet[K any] interface {
+	Put(id K, now time.Time, t Timeouts) error
+	Touch(id K, now time.Time) (found, revived bool)
+	Remove(id K) bool
+	Get(id K) (State, bool)
+	Len() int
+	Next() (time.Time, bool)
+	Expire(now time.Time, fn func(id K, ev Event)) int
+}
+
+// driveModel decodes a sequence of operations from data on ids distinct ids
+// (id makes the n-th, name gives its name in the model), applies it to l and
+// to the naive model, and fails on any disagreement; after each operation it
+// compares Len and Next with the model and fails on what check returns.
+func driveModel[K any](t *testing.T, data []byte, ids int, l leaseSet[K], id func(n int) K, name func(K) string, check func() error) {
+	t.Helper()
 	var (
-		l   = Leases[string]{hash: cfg.hash}
 		m   = naiveModel{leases: map[string]*modelLease{}}
 		r   = byteReader(data)
 		now = t0.UnixNano()
@@ -530,89 +566,65 @@ func checkOpsWith(t *testing.T, data []byte, cfg opsConfig) {
 	for op := 0; len(r) > 0; op++ {
 		b := r.next()
 		n := int(b >> 4)
-		if cfg.ids > 16 {
+		if ids > 16 {
 			n = int(r.next())
 		}
-		id := fmt.Sprint("id", n%cfg.ids)
-		cells := len(l.cells)
+		k := id(n % ids)
+		id := name(k)
 		switch b % 5 {
 		case 0:
 			to := Timeouts{Unhealthy: time.Duration(r.next()%6) * half, Expire: time.Duration(r.next()%8) * half}
 			back := int64(r.next()%3) * int64(half)
-			err, want := l.Put(id, time.Unix(0, now-back), to), m.put(id, now-back, to)
+			err, want := l.Put(k, time.Unix(0, now-back), to), m.put(id, now-back, to)
 			if (err == nil) != (want == nil) {
 				t.Fatalf("op %d: Put(%s, %+v) = %v, model says %v", op, id, to, err, want)
 			}
 		case 1:
 			back := int64(r.next()%3) * int64(half)
-			found, revived := l.Touch(id, time.Unix(0, now-back))
+			found, revived := l.Touch(k, time.Unix(0, now-back))
 			if wf, wr := m.touch(id, now-back); found != wf || revived != wr {
 				t.Fatalf("op %d: Touch(%s) = %v, %v; model says %v, %v", op, id, found, revived, wf, wr)
 			}
 		case 2:
 			_, want := m.leases[id]
 			delete(m.leases, id)
-			if got := l.Remove(id); got != want {
+			if got := l.Remove(k); got != want {
 				t.Fatalf("op %d: Remove(%s) = %v, model says %v", op, id, got, want)
 			}
 		case 3:
 			now += int64(r.next()%8) * int64(half)
-			checkExpire(t, op, &l, &m, now)
+			want := m.expire(now)
+			var got []fired
+			l.Expire(time.Unix(0, now), func(k K, ev Event) { got = append(got, fired{name(k), ev}) })
+			if len(got) != len(want) {
+				t.Fatalf("op %d: Expire(%d) = %v, model says %v", op, now, got, want)
+			}
+			last := int64(math.MinInt64)
+			for _, f := range got {
+				w, ok := want[f.id]
+				if !ok || w.ev != f.ev || w.at < last {
+					t.Fatalf("op %d: Expire(%d) = %v, model says %v (in threshold order)", op, now, got, want)
+				}
+				last = w.at
+			}
 		case 4:
-			s, ok := l.Get(id)
+			s, ok := l.Get(k)
 			ls, want := m.leases[id]
 			if ok != want || ok && (s.LastTouch.UnixNano() != ls.last || s.Healthy != ls.healthy || s.Timeouts != ls.to) {
 				t.Fatalf("op %d: Get(%s) = %+v, %v; model says %+v", op, id, s, ok, ls)
 			}
 		}
-		checkState(t, op, &l, &m)
-		if cfg.seen != nil {
-			seen := cfg.seen
-			seen.maxCells = max(seen.maxCells, len(l.cells))
-			switch {
-			case cells > 0 && len(l.cells) > cells:
-				seen.grows++
-			case len(l.cells) < cells:
-				seen.shrinks++
-			}
+		if l.Len() != len(m.leases) {
+			t.Fatalf("op %d: Len = %d, model says %d", op, l.Len(), len(m.leases))
 		}
-	}
-}
-
-func checkExpire(t *testing.T, op int, l *Leases[string], m *naiveModel, now int64) {
-	t.Helper()
-	want := m.expire(now)
-	var got []fired
-	l.Expire(time.Unix(0, now), func(id string, ev Event) { got = append(got, fired{id, ev}) })
-	if len(got) != len(want) {
-		t.Fatalf("op %d: Expire(%d) = %v, model says %v", op, now, got, want)
-	}
-	last := int64(math.MinInt64)
-	for _, f := range got {
-		w, ok := want[f.id]
-		if !ok || w.ev != f.ev {
-			t.Fatalf("op %d: Expire(%d) = %v, model says %v", op, now, got, want)
+		next, ok := l.Next()
+		want, wantOK := m.next()
+		if ok != wantOK || ok && next.UnixNano() > want {
+			t.Fatalf("op %d: Next = %v, %v; the earliest transition is at %v, %v", op, next.UnixNano(), ok, want, wantOK)
 		}
-		if w.at < last {
-			t.Fatalf("op %d: Expire(%d) = %v, not in threshold order (model %v)", op, now, got, want)
+		if err := check(); err != nil {
+			t.Fatalf("op %d: %v", op, err)
 		}
-		last = w.at
-	}
-}
-
-// checkState compares Len and Next with the model and checks the invariants of l.
-func checkState(t *testing.T, op int, l *Leases[string], m *naiveModel) {
-	t.Helper()
-	if l.Len() != len(m.leases) {
-		t.Fatalf("op %d: Len = %d, model says %d", op, l.Len(), len(m.leases))
-	}
-	next, ok := l.Next()
-	want, wantOK := m.next()
-	if ok != wantOK || ok && next.UnixNano() > want {
-		t.Fatalf("op %d: Next = %v, %v; the earliest transition is at %v, %v", op, next.UnixNano(), ok, want, wantOK)
-	}
-	if err := l.check(); err != nil {
-		t.Fatalf("op %d: %v", op, err)
 	}
 }
 

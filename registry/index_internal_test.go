@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/muster-io/muster/internal/testutil"
 	"github.com/muster-io/muster/model"
 )
 
@@ -38,46 +39,46 @@ func cmpKeys(a, b uint32) int {
 // ipOrder keys exactly as their strings compare, which is what lets
 // findSlot search keys and keep the view's order.
 func TestIPOrderAgreesWithStrings(t *testing.T) {
-	var ips []string
-	// Every octet in every position, against a few others: the ranks.
-	for v := range 256 {
-		o := strconv.Itoa(v)
-		ips = append(ips, o+".1.1.1", "1."+o+".1.1", "1.1."+o+".1", "1.1.1."+o, "10."+o+".0.1")
-	}
-	seed := rand.Uint64()
-	t.Logf("seed: %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 0))
-	octet := func() string {
-		switch rng.IntN(4) {
-		case 0:
-			return strconv.Itoa(rng.IntN(10))
-		case 1:
-			return strconv.Itoa(10 + rng.IntN(90))
-		default:
-			return strconv.Itoa(100 + rng.IntN(156))
+	testutil.Seeds(t, 0, 1, func(t *testing.T, seed uint64) {
+		var ips []string
+		// Every octet in every position, against a few others: the ranks.
+		for v := range 256 {
+			o := strconv.Itoa(v)
+			ips = append(ips, o+".1.1.1", "1."+o+".1.1", "1.1."+o+".1", "1.1.1."+o, "10."+o+".0.1")
 		}
-	}
-	for range 2000 {
-		ips = append(ips, octet()+"."+octet()+"."+octet()+"."+octet())
-	}
-	for i, a := range ips {
-		ka := ipOrder(a)
-		if (ka == 0) != (a == "0.0.0.0") {
-			t.Fatalf("ipOrder(%q) = %#x", a, ka)
+		rng := rand.New(rand.NewPCG(seed, 0))
+		octet := func() string {
+			switch rng.IntN(4) {
+			case 0:
+				return strconv.Itoa(rng.IntN(10))
+			case 1:
+				return strconv.Itoa(10 + rng.IntN(90))
+			default:
+				return strconv.Itoa(100 + rng.IntN(156))
+			}
 		}
-		if ka == 0 {
-			continue
+		for range 2000 {
+			ips = append(ips, octet()+"."+octet()+"."+octet()+"."+octet())
 		}
-		for _, b := range ips[max(0, i-300) : i+1] {
-			kb := ipOrder(b)
-			if kb == 0 {
+		for i, a := range ips {
+			ka := ipOrder(a)
+			if (ka == 0) != (a == "0.0.0.0") {
+				t.Fatalf("ipOrder(%q) = %#x", a, ka)
+			}
+			if ka == 0 {
 				continue
 			}
-			if got, want := cmpKeys(ka, kb), sign(strings.Compare(a, b)); got != want {
-				t.Fatalf("%q vs %q: keys %#x, %#x compare %d, strings %d", a, b, ka, kb, got, want)
+			for _, b := range ips[max(0, i-300) : i+1] {
+				kb := ipOrder(b)
+				if kb == 0 {
+					continue
+				}
+				if got, want := cmpKeys(ka, kb), sign(strings.Compare(a, b)); got != want {
+					t.Fatalf("%q vs %q: keys %#x, %#x compare %d, strings %d", a, b, ka, kb, got, want)
+				}
 			}
 		}
-	}
+	})
 }
 
 // TestIPOrderOnlyCanonical: only a canonical dotted quad has a key (any
@@ -134,79 +135,79 @@ func FuzzIPOrder(f *testing.F) {
 // findSlotOf answer as a search that compares strings does, and the keys
 // stay in step with the slots.
 func TestFindSlotKeys(t *testing.T) {
-	seed := rand.Uint64()
-	t.Logf("seed: %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
-	hosts := func() string {
-		switch rng.IntN(8) {
-		case 0:
-			return fmt.Sprintf("fd00::%x", rng.IntN(50))
-		case 1:
-			return fmt.Sprintf("host-%d.local", rng.IntN(50))
-		default:
-			return fmt.Sprintf("10.%d.%d.%d", rng.IntN(3), rng.IntN(12), rng.IntN(256))
-		}
-	}
-	few := func() string { // few IPs: slots of one IP on several ports
-		if rng.IntN(6) == 0 {
-			return fmt.Sprintf("fd00::%x", rng.IntN(4))
-		}
-		return fmt.Sprintf("10.0.0.%d", rng.IntN(12))
-	}
-	for round := range 40 {
-		ips := hosts
-		if round%4 == 3 {
-			ips = few
-		}
-		clusters := []string{model.DefaultCluster, "a", "zz"}[:1+round%3]
-		s := &service{key: model.ServiceKey{Name: "svc"}.WithDefaults(), ephemeral: true}
-		naive := func(cluster, ip string, port int) (int, bool) {
-			i, found := slices.BinarySearchFunc(s.slots, 0, func(sl *slot, _ int) int {
-				return compareSlot(sl.current(), cluster, ip, 0, port)
-			})
-			return i, found
-		}
-		for step := range 600 {
-			cluster, ip, port := clusters[rng.IntN(len(clusters))], ips(), 1+rng.IntN(3)
-			i, found := s.findSlot(cluster, ip, port)
-			if wi, wfound := naive(cluster, ip, port); i != wi || found != wfound {
-				t.Fatalf("round %d step %d: findSlot(%s, %s, %d) = %d, %v; want %d, %v", round, step, cluster, ip, port, i, found, wi, wfound)
-			}
-			if !found && rng.IntN(3) > 0 {
-				inst := model.NewInstance(s.key, ip, port)
-				inst.Cluster = cluster
-				b := new(slotBlock)
-				sl, pi := b.init(s, &publisher{kind: pubSession, id: "p"}, &inst, ipOrder(ip))
-				s.insertSlot(i, sl, pi.inst)
-			} else if found {
-				sl := s.slots[i]
-				last := sl.current()
-				if j, ok := s.findSlotOf(sl, last); j != i || !ok {
-					t.Fatalf("round %d step %d: findSlotOf = %d, %v; want %d", round, step, j, ok, i)
-				}
-				sl.pubs = nil // dead, as dropSlotIfDead finds it
-				if j, ok := s.findSlotOf(sl, last); j != i || !ok {
-					t.Fatalf("round %d step %d: findSlotOf of a dead slot = %d, %v; want %d", round, step, j, ok, i)
-				}
-				s.deleteSlot(i, last)
-			}
-			otherCl := 0
-			for j, sl := range s.slots {
-				if s.keys[j] != slotKey(sl.current()) {
-					t.Fatalf("round %d step %d: key %d out of step", round, step, j)
-				}
-				if sl.current().cluster != s.cl {
-					otherCl++
-				}
-				if j > 0 && compareSlot(s.slots[j-1].current(), sl.current().cluster, sl.current().ip, 0, int(sl.current().port)) >= 0 {
-					t.Fatalf("round %d step %d: slots %d, %d out of order", round, step, j-1, j)
-				}
-			}
-			if len(s.keys) != len(s.slots) || otherCl != s.otherCl {
-				t.Fatalf("round %d step %d: %d keys, %d slots, %d of other clusters counted %d", round, step, len(s.keys), len(s.slots), otherCl, s.otherCl)
+	testutil.Seeds(t, 0, 1, func(t *testing.T, seed uint64) {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		hosts := func() string {
+			switch rng.IntN(8) {
+			case 0:
+				return fmt.Sprintf("fd00::%x", rng.IntN(50))
+			case 1:
+				return fmt.Sprintf("host-%d.local", rng.IntN(50))
+			default:
+				return fmt.Sprintf("10.%d.%d.%d", rng.IntN(3), rng.IntN(12), rng.IntN(256))
 			}
 		}
-	}
+		few := func() string { // few IPs: slots of one IP on several ports
+			if rng.IntN(6) == 0 {
+				return fmt.Sprintf("fd00::%x", rng.IntN(4))
+			}
+			return fmt.Sprintf("10.0.0.%d", rng.IntN(12))
+		}
+		for round := range 40 {
+			ips := hosts
+			if round%4 == 3 {
+				ips = few
+			}
+			clusters := []string{model.DefaultCluster, "a", "zz"}[:1+round%3]
+			s := &service{key: model.ServiceKey{Name: "svc"}.WithDefaults(), ephemeral: true}
+			naive := func(cluster, ip string, port int) (int, bool) {
+				i, found := slices.BinarySearchFunc(s.slots, 0, func(sl *slot, _ int) int {
+					return compareSlot(sl.current(), cluster, ip, 0, port)
+				})
+				return i, found
+			}
+			for step := range 600 {
+				cluster, ip, port := clusters[rng.IntN(len(clusters))], ips(), 1+rng.IntN(3)
+				i, found := s.findSlot(cluster, ip, port)
+				if wi, wfound := naive(cluster, ip, port); i != wi || found != wfound {
+					t.Fatalf("round %d step %d: findSlot(%s, %s, %d) = %d, %v; want %d, %v", round, step, cluster, ip, port, i, found, wi, wfound)
+				}
+				if !found && rng.IntN(3) > 0 {
+					inst := model.NewInstance(s.key, ip, port)
+					inst.Cluster = cluster
+					b := new(slotBlock)
+					sl, pi := b.init(s, &publisher{kind: pubSession, id: "p"}, &inst, ipOrder(ip))
+					s.insertSlot(i, sl, pi.inst)
+				} else if found {
+					sl := s.slots[i]
+					last := sl.current()
+					if j, ok := s.findSlotOf(sl, last); j != i || !ok {
+						t.Fatalf("round %d step %d: findSlotOf = %d, %v; want %d", round, step, j, ok, i)
+					}
+					sl.pubs = nil // dead, as dropSlotIfDead finds it
+					if j, ok := s.findSlotOf(sl, last); j != i || !ok {
+						t.Fatalf("round %d step %d: findSlotOf of a dead slot = %d, %v; want %d", round, step, j, ok, i)
+					}
+					s.deleteSlot(i, last)
+				}
+				otherCl := 0
+				for j, sl := range s.slots {
+					if s.keys[j] != slotKey(sl.current()) {
+						t.Fatalf("round %d step %d: key %d out of step", round, step, j)
+					}
+					if sl.current().cluster != s.cl {
+						otherCl++
+					}
+					if j > 0 && compareSlot(s.slots[j-1].current(), sl.current().cluster, sl.current().ip, 0, int(sl.current().port)) >= 0 {
+						t.Fatalf("round %d step %d: slots %d, %d out of order", round, step, j-1, j)
+					}
+				}
+				if len(s.keys) != len(s.slots) || otherCl != s.otherCl {
+					t.Fatalf("round %d step %d: %d keys, %d slots, %d of other clusters counted %d", round, step, len(s.keys), len(s.slots), otherCl, s.otherCl)
+				}
+			}
+		}
+	})
 }
 
 // A service whose first slot was of another cluster than the rest gets
