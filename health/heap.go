@@ -1,5 +1,7 @@
 package health
 
+import "time"
+
 // deadline is one element of the deadline heap: "look at slot's lease at time at". It stands for
 // the lease only while gen equals the slot's gen; otherwise it is stale and is dropped when it
 // reaches the top (see [Leases.live]).
@@ -15,6 +17,44 @@ type deadline struct {
 type deadlines []deadline
 
 const arity = 4
+
+// next is the time of the top element: the earliest time at which Expire may have work to
+// do. Every method of the sets leaves a live element on top (see tidy), so the top is the
+// scheduled deadline of some lease, never later than any lease's true deadline.
+func (h deadlines) next() (at time.Time, ok bool) {
+	if len(h) == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, h[0].at), true
+}
+
+// arm gives the lease of slot, whose slot's generation is *gen, a new element at at; its
+// previous element, if any, goes stale.
+func (h *deadlines) arm(gen *uint32, slot int32, at int64) {
+	*gen++
+	h.push(deadline{at: at, slot: slot, gen: *gen})
+}
+
+// rearmTop is arm for the lease whose live element is on top: it replaces that element
+// instead of leaving it stale.
+func (h deadlines) rearmTop(gen *uint32, slot int32, at int64) {
+	*gen++
+	h.replaceTop(deadline{at: at, slot: slot, gen: *gen})
+}
+
+// rebuilt returns a new heap, sized for n leases, of h's live elements moved to their new
+// slots: moved tells an element's new slot, and whether it is live.
+func (h deadlines) rebuilt(n int, moved func(deadline) (int32, bool)) deadlines {
+	out := make(deadlines, 0, n)
+	for _, d := range h {
+		if slot, live := moved(d); live {
+			d.slot = slot
+			out = append(out, d)
+		}
+	}
+	out.init()
+	return out
+}
 
 func (h *deadlines) push(d deadline) {
 	*h = append(*h, d)

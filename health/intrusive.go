@@ -124,23 +124,14 @@ func (l *Intrusive[P]) Get(id P) (s State, ok bool) {
 	if c == nil || c.ref == 0 {
 		return State{}, false
 	}
-	return State{
-		LastTouch: time.Unix(0, c.last),
-		Healthy:   c.meta&healthyBit != 0,
-		Timeouts:  l.tt.entries[c.meta>>1].t,
-	}, true
+	return l.tt.state(c.last, c.meta), true
 }
 
 // Len returns the number of leases.
 func (l *Intrusive[P]) Len() int { return l.n }
 
 // Next is [Leases.Next].
-func (l *Intrusive[P]) Next() (at time.Time, ok bool) {
-	if len(l.heap) == 0 {
-		return time.Time{}, false
-	}
-	return time.Unix(0, l.heap[0].at), true
-}
+func (l *Intrusive[P]) Next() (at time.Time, ok bool) { return l.heap.next() }
 
 // Expire is [Leases.Expire].
 func (l *Intrusive[P]) Expire(now time.Time, fn func(id P, ev Event)) int {
@@ -175,29 +166,22 @@ func (l *Intrusive[P]) ExpireAt(now time.Time, fn func(id P, ev Event, at time.T
 func (l *Intrusive[P]) step(top deadline, t int64, fn func(P, Event, time.Time)) bool {
 	id := l.slots[top.slot].id
 	c := id.Lease(false)
-	next := l.next(c)
-	if top.at < next {
-		l.rearmTop(top.slot, next)
+	tr, at, event := l.tt.step(c.last, &c.meta, top.at, t)
+	switch tr {
+	case stepRearm:
+		l.rearmTop(top.slot, at)
 		return false
-	}
-	to := &l.tt.entries[c.meta>>1].t
-	if c.meta&healthyBit != 0 && to.Unhealthy > 0 {
-		c.meta &^= healthyBit
-		expire := addSat(c.last, int64(to.Expire))
-		l.rearmTop(top.slot, expire)
-		if expire <= t {
-			return false
-		}
+	case stepUnhealthy:
+		l.rearmTop(top.slot, at)
 		if fn != nil {
-			fn(id, EventUnhealthy, time.Unix(0, addSat(c.last, int64(to.Unhealthy))))
+			fn(id, EventUnhealthy, time.Unix(0, event))
 		}
 		return true
 	}
-	at := time.Unix(0, addSat(c.last, int64(to.Expire)))
 	l.heap.pop()
 	l.release(c)
 	if fn != nil {
-		fn(id, EventExpired, at)
+		fn(id, EventExpired, time.Unix(0, event))
 	}
 	return true
 }
@@ -207,16 +191,10 @@ func (l *Intrusive[P]) next(c *Lease) int64 { return l.tt.next(c.last, c.meta) }
 
 func (l *Intrusive[P]) live(d deadline) bool { return l.slots[d.slot].gen == d.gen }
 
-func (l *Intrusive[P]) arm(slot int32, at int64) {
-	s := &l.slots[slot]
-	s.gen++
-	l.heap.push(deadline{at: at, slot: slot, gen: s.gen})
-}
+func (l *Intrusive[P]) arm(slot int32, at int64) { l.heap.arm(&l.slots[slot].gen, slot, at) }
 
 func (l *Intrusive[P]) rearmTop(slot int32, at int64) {
-	s := &l.slots[slot]
-	s.gen++
-	l.heap.replaceTop(deadline{at: at, slot: slot, gen: s.gen})
+	l.heap.rearmTop(&l.slots[slot].gen, slot, at)
 }
 
 // rearmIfEarlier is [Leases.rearmIfEarlier].
@@ -267,15 +245,10 @@ func (l *Intrusive[P]) maybeShrink() {
 		o.id.Lease(false).ref = slot + 1
 		o.next = slot // the old slots are dropped: next now maps old slots to new ones
 	}
-	h := make(deadlines, 0, l.n)
-	for _, d := range l.heap {
-		if o := &old[d.slot]; o.id != zero && o.gen == d.gen {
-			d.slot = int32(o.next)
-			h = append(h, d)
-		}
-	}
-	h.init()
-	l.heap = h
+	l.heap = l.heap.rebuilt(l.n, func(d deadline) (int32, bool) {
+		o := &old[d.slot]
+		return int32(o.next), o.id != zero && o.gen == d.gen
+	})
 }
 
 // interner holds the distinct Timeouts in use, so that a lease (a Leases cell, a Lease) refers
@@ -326,6 +299,43 @@ func (n *interner) unintern(i uint32) {
 		*e = interned{}
 		n.free = append(n.free, i)
 	}
+}
+
+// state is the State of a lease last touched at last whose meta is meta.
+func (n *interner) state(last int64, meta uint32) State {
+	return State{LastTouch: time.Unix(0, last), Healthy: meta&healthyBit != 0, Timeouts: n.entries[meta>>1].t}
+}
+
+// leaseStep is what Expire does with a lease whose live heap element popped.
+type leaseStep uint8
+
+const (
+	stepRearm     leaseStep = iota // schedule it again, at the time given; no event
+	stepUnhealthy                  // it is unhealthy now: schedule it at its expiry; EventUnhealthy
+	stepExpired                    // release it; EventExpired
+)
+
+// step decides the transition of a lease last touched at last whose meta is *meta, whose
+// live heap element was due at top and popped at t, and marks it unhealthy in *meta if so.
+// It returns the time to schedule it at (stepRearm, stepUnhealthy) and the threshold of the event
+// (stepUnhealthy, stepExpired). An event is fired only at the lease's true threshold, so events come
+// in threshold order; a lease that passes both thresholds at t gets only EventExpired.
+func (n *interner) step(last int64, meta *uint32, top, t int64) (s leaseStep, at, event int64) {
+	if next := n.next(last, *meta); top < next {
+		// Touched since it was scheduled: re-arm at the true deadline. This happens at most
+		// once per timeout period per lease, however often it is touched.
+		return stepRearm, next, 0
+	}
+	to := &n.entries[*meta>>1].t
+	expire := addSat(last, int64(to.Expire))
+	if *meta&healthyBit != 0 && to.Unhealthy > 0 {
+		*meta &^= healthyBit
+		if expire <= t {
+			return stepRearm, expire, 0 // it expires in this same call; report only that
+		}
+		return stepUnhealthy, expire, addSat(last, int64(to.Unhealthy))
+	}
+	return stepExpired, 0, expire
 }
 
 // next returns the true next threshold of a lease last touched at last whose meta is meta

@@ -312,11 +312,7 @@ func (l *Leases[K]) Get(id K) (s State, ok bool) {
 		return State{}, false
 	}
 	c := &l.cells[i]
-	return State{
-		LastTouch: time.Unix(0, c.last),
-		Healthy:   c.meta&healthyBit != 0,
-		Timeouts:  l.tt.entries[c.meta>>1].t,
-	}, true
+	return l.tt.state(c.last, c.meta), true
 }
 
 // Len returns the number of leases.
@@ -325,14 +321,7 @@ func (l *Leases[K]) Len() int { return l.n }
 // Next returns the earliest time at which Expire may have work to do (it may be earlier than a
 // real transition because deadlines are lazy; calling Expire then is cheap). ok is false when
 // there are no leases.
-func (l *Leases[K]) Next() (at time.Time, ok bool) {
-	// Every method leaves a live element on top (see tidy), so the top is the scheduled
-	// deadline of some lease, which is never later than any lease's true deadline.
-	if len(l.heap) == 0 {
-		return time.Time{}, false
-	}
-	return time.Unix(0, l.heap[0].at), true
-}
+func (l *Leases[K]) Next() (at time.Time, ok bool) { return l.heap.next() }
 
 // Expire processes every lease whose threshold is at or before now and calls fn once per
 // transition: EventUnhealthy for a healthy lease past Unhealthy (but not past Expire),
@@ -371,39 +360,28 @@ func (l *Leases[K]) ExpireAt(now time.Time, fn func(id K, ev Event, at time.Time
 	return n
 }
 
-// step handles the live element on top of the heap, which is due at t, and reports whether it
-// called fn. It fires an event only when the element is at the lease's true threshold, so
-// events come in threshold order.
+// step handles the live element on top of the heap, which is due at t, as interner.step
+// decides, and reports whether it called fn.
 func (l *Leases[K]) step(top deadline, t int64, fn func(K, Event, time.Time)) bool {
 	i := int(l.slots[top.slot].pos)
 	c := &l.cells[i]
-	next := l.next(c)
-	if top.at < next {
-		// Touched since it was scheduled: re-arm at the true deadline. This happens at most
-		// once per timeout period per lease, however often it is touched.
-		l.rearmTop(top.slot, next)
+	id := c.key
+	tr, at, event := l.tt.step(c.last, &c.meta, top.at, t)
+	switch tr {
+	case stepRearm:
+		l.rearmTop(top.slot, at)
 		return false
-	}
-	to := &l.tt.entries[c.meta>>1].t
-	if c.meta&healthyBit != 0 && to.Unhealthy > 0 {
-		c.meta &^= healthyBit
-		expire := addSat(c.last, int64(to.Expire))
-		l.rearmTop(top.slot, expire)
-		if expire <= t {
-			// It expires in this same call; report only that.
-			return false
-		}
+	case stepUnhealthy:
+		l.rearmTop(top.slot, at)
 		if fn != nil {
-			fn(c.key, EventUnhealthy, time.Unix(0, addSat(c.last, int64(to.Unhealthy))))
+			fn(id, EventUnhealthy, time.Unix(0, event))
 		}
 		return true
 	}
-	id := c.key
-	at := time.Unix(0, addSat(c.last, int64(to.Expire)))
 	l.heap.pop()
 	l.release(i)
 	if fn != nil {
-		fn(id, EventExpired, at)
+		fn(id, EventExpired, time.Unix(0, event))
 	}
 	return true
 }
@@ -415,19 +393,12 @@ func (l *Leases[K]) live(d deadline) bool {
 	return l.slots[d.slot].gen == d.gen
 }
 
-// arm gives slot's lease a new heap element at at; its previous element, if any, goes stale.
-func (l *Leases[K]) arm(slot int32, at int64) {
-	s := &l.slots[slot]
-	s.gen++
-	l.heap.push(deadline{at: at, slot: slot, gen: s.gen})
-}
+// arm gives slot's lease a new heap element at at (deadlines.arm).
+func (l *Leases[K]) arm(slot int32, at int64) { l.heap.arm(&l.slots[slot].gen, slot, at) }
 
-// rearmTop is arm for the lease whose live element is on top of the heap: it replaces that
-// element instead of leaving it stale.
+// rearmTop is arm for the lease whose live element is on top of the heap (deadlines.rearmTop).
 func (l *Leases[K]) rearmTop(slot int32, at int64) {
-	s := &l.slots[slot]
-	s.gen++
-	l.heap.replaceTop(deadline{at: at, slot: slot, gen: s.gen})
+	l.heap.rearmTop(&l.slots[slot].gen, slot, at)
 }
 
 // rearmIfEarlier schedules the lease in c at its true deadline if that is earlier than old, its
@@ -539,15 +510,10 @@ func (l *Leases[K]) maybeShrink() {
 		l.cells[i].ref = slot + 1
 		slot++
 	}
-	h := make(deadlines, 0, l.n)
-	for _, d := range l.heap {
-		if oldSlots[d.slot].gen == d.gen {
-			d.slot = int32(oldSlots[d.slot].pos)
-			h = append(h, d)
-		}
-	}
-	h.init()
-	l.heap = h
+	l.heap = l.heap.rebuilt(l.n, func(d deadline) (int32, bool) {
+		o := &oldSlots[d.slot]
+		return int32(o.pos), o.gen == d.gen
+	})
 }
 
 // minCompact is how many stale elements the heap may hold beyond one per lease before it is
