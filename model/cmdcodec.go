@@ -388,7 +388,13 @@ func (d *cmdDecoder) patch(p *InstancePatch) bool {
 }
 
 // metadata reads what Metadata.EncodeMsgpack writes, as DecodeMsgpack does.
+// Input in that very form (keys strictly ascending, every header in its
+// shortest form) is Metadata's encoding already: it is kept as it is, a
+// window on the input when the decoder shares (the common case; what the
+// registry writes is in that form). Other input is read pair by pair,
+// sorted and encoded again.
 func (d *cmdDecoder) metadata(m *Metadata) bool {
+	start := d.off
 	n, ok := d.mapLen()
 	if !ok {
 		return false
@@ -397,17 +403,48 @@ func (d *cmdDecoder) metadata(m *Metadata) bool {
 		*m = Metadata{}
 		return true
 	}
-	// The pairs, and what sorting them may box (sortPairs).
-	if !d.charge(int64(2*n)*int64(unsafe.Sizeof("")) + 32) {
-		return false
-	}
-	kv := make([]string, 2*n)
-	for i := range kv {
-		if kv[i], ok = d.str(); !ok {
+	canonical := d.off-start == mapHeaderLen(n)
+	var prev []byte
+	for i := range 2 * n {
+		at := d.off
+		b, ok := d.raw()
+		if !ok {
 			return false
 		}
+		if canonical && (d.off-at != strHeaderLen(len(b))+len(b) || i%2 == 0 && i > 0 && string(b) <= string(prev)) {
+			canonical = false
+		}
+		if i%2 == 0 {
+			prev = b
+		}
 	}
-	*m = Metadata{kv: sortPairs(kv)}
+	if canonical {
+		enc := d.b[start:d.off]
+		if d.share {
+			*m = Metadata{p: unsafe.String(unsafe.SliceData(enc), len(enc))}
+			return true
+		}
+		if !d.charge(int64(len(enc))) {
+			return false
+		}
+		*m = Metadata{p: string(enc)}
+		return true
+	}
+	// The pairs, what sorting them may box (sortPairs), and the encoding,
+	// which is at most the input's length.
+	if !d.charge(int64(2*n)*int64(unsafe.Sizeof("")) + 32 + int64(d.off-start)) {
+		return false
+	}
+	end := d.off
+	d.off = start
+	d.mapLen()
+	kv := make([]string, 2*n)
+	for i := range kv {
+		b, _ := d.raw()
+		kv[i] = unsafe.String(unsafe.SliceData(b), len(b)) // copied by metadataOf
+	}
+	d.off = end
+	*m = metadataOf(sortPairs(kv))
 	return true
 }
 

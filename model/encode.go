@@ -58,20 +58,12 @@ func (k *ServiceKey) appendMsgpack(b []byte) []byte {
 	return appendStr(appendStr(b, "name"), k.Name)
 }
 
-// appendMsgpack is EncodeMsgpack appending to b.
+// appendMsgpack is EncodeMsgpack appending to b: m's encoding itself.
 func (m Metadata) appendMsgpack(b []byte) []byte {
-	switch n := m.Len(); {
-	case n < 16:
-		b = append(b, 0x80|byte(n))
-	case n <= math.MaxUint16:
-		b = binary.BigEndian.AppendUint16(append(b, 0xde), uint16(n))
-	default:
-		b = binary.BigEndian.AppendUint32(append(b, 0xdf), uint32(n))
+	if m.p == "" {
+		return append(b, 0x80)
 	}
-	for _, s := range m.kv {
-		b = appendStr(b, s)
-	}
-	return b
+	return append(b, m.p...)
 }
 
 // appendStr appends s as msgpack writes a string.

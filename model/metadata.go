@@ -1,13 +1,17 @@
 package model
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"iter"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -17,11 +21,17 @@ import (
 //
 // Metadata is immutable so that instances and views can be shared between
 // readers without copies: nothing a caller does to a value it got from the
-// registry can change what other readers see. It is also compact (one slice,
-// no hash table) and encodes deterministically, which matters for snapshots
-// and digests.
+// registry can change what other readers see. It is compact and encodes
+// deterministically, which matters for snapshots and digests: it holds one
+// string, the pairs' msgpack encoding as EncodeMsgpack writes it (a map
+// header, then each key and its value in key order, every header in its
+// shortest form). So a set of pairs costs one allocation of about the size
+// of its keys and values, encoding it is a copy, comparing two is a string
+// comparison, and a decoder can keep a window on a payload that holds the
+// encoding rather than copy it. A lookup walks the pairs, which is as fast
+// as a binary search for the few pairs instances carry.
 type Metadata struct {
-	kv []string // kv[2i] is a key, kv[2i+1] its value; keys strictly ascending
+	p string // the encoding; "" when empty
 }
 
 // NewMetadata copies m into a Metadata.
@@ -30,26 +40,162 @@ func NewMetadata(m map[string]string) Metadata {
 		return Metadata{}
 	}
 	keys := slices.Sorted(maps.Keys(m))
-	kv := make([]string, 0, 2*len(keys))
+	size := mapHeaderLen(len(keys))
 	for _, k := range keys {
-		kv = append(kv, k, m[k])
+		size += strLen(k) + strLen(m[k])
 	}
-	return Metadata{kv: kv}
+	b := appendMapHeader(make([]byte, 0, size), len(keys))
+	for _, k := range keys {
+		b = appendStr(appendStr(b, k), m[k])
+	}
+	return Metadata{p: unsafe.String(unsafe.SliceData(b), len(b))}
+}
+
+// metadataOf encodes kv, pairs in strictly ascending key order.
+func metadataOf(kv []string) Metadata {
+	if len(kv) == 0 {
+		return Metadata{}
+	}
+	size := mapHeaderLen(len(kv) / 2)
+	for _, s := range kv {
+		size += strLen(s)
+	}
+	b := appendMapHeader(make([]byte, 0, size), len(kv)/2)
+	for _, s := range kv {
+		b = appendStr(b, s)
+	}
+	return Metadata{p: unsafe.String(unsafe.SliceData(b), len(b))}
+}
+
+// pairs returns m's keys and values, kv[2i] a key and kv[2i+1] its value,
+// as windows on m's encoding.
+func (m Metadata) pairs() []string {
+	kv := make([]string, 0, 2*m.Len())
+	for off := m.first(); off < len(m.p); {
+		var s string
+		s, off = strAt(m.p, off)
+		kv = append(kv, s)
+	}
+	return kv
+}
+
+// first returns the offset of the first key, past the map header.
+func (m Metadata) first() int {
+	if m.p == "" {
+		return 0
+	}
+	switch c := m.p[0]; c {
+	case 0xde:
+		return 3
+	case 0xdf:
+		return 5
+	}
+	return 1
+}
+
+// strAt returns the string whose msgpack encoding starts at off in p, a
+// Metadata's encoding, and the offset past it.
+func strAt(p string, off int) (string, int) {
+	c := p[off]
+	n, h := int(c&0x1f), 1
+	switch c {
+	case 0xd9:
+		n, h = int(p[off+1]), 2
+	case 0xda:
+		n, h = int(p[off+1])<<8|int(p[off+2]), 3
+	case 0xdb:
+		n, h = int(p[off+1])<<24|int(p[off+2])<<16|int(p[off+3])<<8|int(p[off+4]), 5
+	}
+	off += h
+	return p[off : off+n], off + n
+}
+
+// skipStr returns the offset past the string whose encoding starts at off
+// in p, a Metadata's encoding.
+func skipStr(p string, off int) int {
+	c := p[off]
+	switch c {
+	case 0xd9:
+		return off + 2 + int(p[off+1])
+	case 0xda:
+		return off + 3 + (int(p[off+1])<<8 | int(p[off+2]))
+	case 0xdb:
+		return off + 5 + (int(p[off+1])<<24 | int(p[off+2])<<16 | int(p[off+3])<<8 | int(p[off+4]))
+	}
+	return off + 1 + int(c&0x1f)
+}
+
+// strLen is the length of s's msgpack encoding.
+func strLen(s string) int { return strHeaderLen(len(s)) + len(s) }
+
+// strHeaderLen is the length of the msgpack header of a string of n bytes.
+func strHeaderLen(n int) int {
+	switch {
+	case n < 32:
+		return 1
+	case n <= math.MaxUint8:
+		return 2
+	case n <= math.MaxUint16:
+		return 3
+	}
+	return 5
+}
+
+// mapHeaderLen is the length of the msgpack header of a map of n pairs.
+func mapHeaderLen(n int) int {
+	switch {
+	case n < 16:
+		return 1
+	case n <= math.MaxUint16:
+		return 3
+	}
+	return 5
+}
+
+// appendMapHeader appends the msgpack header of a map of n pairs.
+func appendMapHeader(b []byte, n int) []byte {
+	switch {
+	case n < 16:
+		return append(b, 0x80|byte(n))
+	case n <= math.MaxUint16:
+		return binary.BigEndian.AppendUint16(append(b, 0xde), uint16(n))
+	}
+	return binary.BigEndian.AppendUint32(append(b, 0xdf), uint32(n))
 }
 
 // IsZero reports whether m is empty (it lets msgpack's omitempty see that).
-func (m Metadata) IsZero() bool { return len(m.kv) == 0 }
+func (m Metadata) IsZero() bool { return m.p == "" }
 
 // Len returns the number of entries.
-func (m Metadata) Len() int { return len(m.kv) / 2 }
+func (m Metadata) Len() int {
+	if m.p == "" {
+		return 0
+	}
+	switch c := m.p[0]; c {
+	case 0xde:
+		return int(m.p[1])<<8 | int(m.p[2])
+	case 0xdf:
+		return int(m.p[1])<<24 | int(m.p[2])<<16 | int(m.p[3])<<8 | int(m.p[4])
+	default:
+		return int(c & 0x0f)
+	}
+}
 
 // Get returns the value of key and whether it is present.
 func (m Metadata) Get(key string) (string, bool) {
-	i, ok := m.search(key)
-	if !ok {
-		return "", false
+	p := m.p
+	for off := m.first(); off < len(p); {
+		k, next := strAt(p, off)
+		if k == key {
+			v, _ := strAt(p, next)
+			return v, true
+		}
+		if k != "" && key != "" && k[0] > key[0] {
+			break // keys are in order: no later one is key
+		}
+		off = skipStr(p, next)
 	}
-	return m.kv[2*i+1], true
+	return "", false
 }
 
 // Value returns the value of key, or "" when it is absent.
@@ -61,8 +207,11 @@ func (m Metadata) Value(key string) string {
 // All iterates over the entries in key order.
 func (m Metadata) All() iter.Seq2[string, string] {
 	return func(yield func(string, string) bool) {
-		for i := 0; i < len(m.kv); i += 2 {
-			if !yield(m.kv[i], m.kv[i+1]) {
+		for off := m.first(); off < len(m.p); {
+			var k, v string
+			k, off = strAt(m.p, off)
+			v, off = strAt(m.p, off)
+			if !yield(k, v) {
 				return
 			}
 		}
@@ -71,7 +220,7 @@ func (m Metadata) All() iter.Seq2[string, string] {
 
 // Map returns a new map holding the entries; nil when m is empty.
 func (m Metadata) Map() map[string]string {
-	if len(m.kv) == 0 {
+	if m.p == "" {
 		return nil
 	}
 	out := make(map[string]string, m.Len())
@@ -83,30 +232,27 @@ func (m Metadata) Map() map[string]string {
 
 // With returns a copy of m with key set to value.
 func (m Metadata) With(key, value string) Metadata {
-	i, ok := m.search(key)
-	if ok && m.kv[2*i+1] == value {
+	if v, ok := m.Get(key); ok && v == value {
 		return m
 	}
-	kv := make([]string, 0, len(m.kv)+2)
-	kv = append(kv, m.kv[:2*i]...)
-	kv = append(kv, key, value)
+	kv := m.pairs()
+	i, ok := search(kv, key)
 	if ok {
-		i++
+		kv[2*i+1] = value
+	} else {
+		kv = slices.Insert(kv, 2*i, key, value)
 	}
-	kv = append(kv, m.kv[2*i:]...)
-	return Metadata{kv: kv}
+	return metadataOf(kv)
 }
 
 // Without returns a copy of m without key.
 func (m Metadata) Without(key string) Metadata {
-	i, ok := m.search(key)
-	if !ok {
+	if _, ok := m.Get(key); !ok {
 		return m
 	}
-	kv := make([]string, 0, len(m.kv)-2)
-	kv = append(kv, m.kv[:2*i]...)
-	kv = append(kv, m.kv[2*i+2:]...)
-	return Metadata{kv: kv}
+	kv := m.pairs()
+	i, _ := search(kv, key)
+	return metadataOf(slices.Delete(kv, 2*i, 2*i+2))
 }
 
 // Merge returns m overlaid with over: entries of over win.
@@ -117,36 +263,37 @@ func (m Metadata) Merge(over Metadata) Metadata {
 	if m.Len() == 0 {
 		return over
 	}
-	kv := make([]string, 0, len(m.kv)+len(over.kv))
+	a, b := m.pairs(), over.pairs()
+	kv := make([]string, 0, len(a)+len(b))
 	i, j := 0, 0
-	for i < len(m.kv) && j < len(over.kv) {
-		switch c := strings.Compare(m.kv[i], over.kv[j]); {
+	for i < len(a) && j < len(b) {
+		switch c := strings.Compare(a[i], b[j]); {
 		case c < 0:
-			kv = append(kv, m.kv[i], m.kv[i+1])
+			kv = append(kv, a[i], a[i+1])
 			i += 2
 		case c > 0:
-			kv = append(kv, over.kv[j], over.kv[j+1])
+			kv = append(kv, b[j], b[j+1])
 			j += 2
 		default:
-			kv = append(kv, over.kv[j], over.kv[j+1])
+			kv = append(kv, b[j], b[j+1])
 			i += 2
 			j += 2
 		}
 	}
-	kv = append(kv, m.kv[i:]...)
-	kv = append(kv, over.kv[j:]...)
-	return Metadata{kv: kv}
+	kv = append(kv, a[i:]...)
+	kv = append(kv, b[j:]...)
+	return metadataOf(kv)
 }
 
 // Equal reports whether m and o hold the same entries.
-func (m Metadata) Equal(o Metadata) bool { return slices.Equal(m.kv, o.kv) }
+func (m Metadata) Equal(o Metadata) bool { return m.p == o.p }
 
 // Size returns the sum of the lengths, in characters, of all keys and
 // values: the measure Nacos caps (1024 by default).
 func (m Metadata) Size() int {
 	n := 0
-	for _, s := range m.kv {
-		n += utf8.RuneCountInString(s)
+	for k, v := range m.All() {
+		n += utf8.RuneCountInString(k) + utf8.RuneCountInString(v)
 	}
 	return n
 }
@@ -155,8 +302,8 @@ func (m Metadata) Size() int {
 // values: at least Size, and Size itself when they are ASCII.
 func (m Metadata) ByteSize() int {
 	n := 0
-	for _, s := range m.kv {
-		n += len(s)
+	for k, v := range m.All() {
+		n += len(k) + len(v)
 	}
 	return n
 }
@@ -165,13 +312,13 @@ func (m Metadata) ByteSize() int {
 func (m Metadata) String() string {
 	var b strings.Builder
 	b.WriteByte('{')
-	for i := 0; i < len(m.kv); i += 2 {
-		if i > 0 {
+	for k, v := range m.All() {
+		if b.Len() > 1 {
 			b.WriteString(", ")
 		}
-		b.WriteString(m.kv[i])
+		b.WriteString(k)
 		b.WriteByte('=')
-		b.WriteString(m.kv[i+1])
+		b.WriteString(v)
 	}
 	b.WriteByte('}')
 	return b.String()
@@ -179,23 +326,30 @@ func (m Metadata) String() string {
 
 // hasPrefix reports whether some key starts with prefix.
 func (m Metadata) hasPrefix(prefix string) bool {
-	i, _ := m.search(prefix)
-	return i < m.Len() && strings.HasPrefix(m.kv[2*i], prefix)
+	for k := range m.All() {
+		if strings.HasPrefix(k, prefix) {
+			return true
+		}
+		if k > prefix {
+			return false // every later key is greater, and not prefixed either
+		}
+	}
+	return false
 }
 
-// search returns the index of key among the entries, or where it would be
+// search returns the index of key among the pairs kv, or where it would be
 // inserted.
-func (m Metadata) search(key string) (int, bool) {
-	lo, hi := 0, m.Len()
+func search(kv []string, key string) (int, bool) {
+	lo, hi := 0, len(kv)/2
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
-		if m.kv[2*mid] < key {
+		if kv[2*mid] < key {
 			lo = mid + 1
 		} else {
 			hi = mid
 		}
 	}
-	return lo, lo < m.Len() && m.kv[2*lo] == key
+	return lo, lo < len(kv)/2 && kv[2*lo] == key
 }
 
 // EncodeMsgpack writes m as a msgpack map in key order.
@@ -203,8 +357,11 @@ func (m Metadata) EncodeMsgpack(enc *msgpack.Encoder) error {
 	if err := enc.EncodeMapLen(m.Len()); err != nil {
 		return err
 	}
-	for _, s := range m.kv {
-		if err := enc.EncodeString(s); err != nil {
+	for k, v := range m.All() {
+		if err := enc.EncodeString(k); err != nil {
+			return err
+		}
+		if err := enc.EncodeString(v); err != nil {
 			return err
 		}
 	}
@@ -212,10 +369,18 @@ func (m Metadata) EncodeMsgpack(enc *msgpack.Encoder) error {
 }
 
 // DecodeMsgpack reads a msgpack map (or nil). Duplicate keys keep the last
-// value, as a Go map would. The pairs are read into one slice, which is all
-// it allocates besides the strings; input in key order, as EncodeMsgpack
-// writes it, is not sorted again.
+// value, as a Go map would. A map in Metadata's own form, as EncodeMsgpack
+// writes it, is kept as read: one allocation.
 func (m *Metadata) DecodeMsgpack(dec *msgpack.Decoder) error {
+	raw, err := dec.DecodeRaw()
+	if err != nil {
+		return err
+	}
+	if d := (cmdDecoder{b: raw, share: true}); d.metadata(m) && d.off == len(raw) {
+		return nil // a window on raw, which is this value's own copy
+	}
+	// Other encodings msgpack reads as a map of strings (nil, bin).
+	dec = msgpack.NewDecoder(bytes.NewReader(raw))
 	n, err := dec.DecodeMapLen()
 	if err != nil {
 		return err
@@ -236,7 +401,7 @@ func (m *Metadata) DecodeMsgpack(dec *msgpack.Decoder) error {
 		}
 		kv = append(kv, k, v)
 	}
-	*m = Metadata{kv: sortPairs(kv)}
+	*m = metadataOf(sortPairs(kv))
 	return nil
 }
 

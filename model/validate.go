@@ -465,8 +465,7 @@ func checkMetadata(field string, m Metadata, l Limits) error {
 	if size, max := m.Size(), l.maxMetadata(); size > max {
 		return invalidNumber(field, "keys and values must total at most "+strconv.Itoa(max)+" characters", strconv.Itoa(size)+" characters")
 	}
-	for i := 0; i < len(m.kv); i += 2 {
-		k, v := m.kv[i], m.kv[i+1]
+	for k, v := range m.All() {
 		if k == "" {
 			return invalid(field, "keys must not be empty", "")
 		}
@@ -491,17 +490,19 @@ func checkMetadata(field string, m Metadata, l Limits) error {
 // the registration path their passes and never accepts more than they do.
 func plainMetadata(m Metadata, max int) bool {
 	size := 0
-	for i, s := range m.kv {
-		if s == "" && i%2 == 0 {
+	for k, v := range m.All() {
+		if k == "" {
 			return false
 		}
-		size += len(s)
-		tab := i%2 == 1 // a value may hold a tab
-		for j := 0; j < len(s); j++ {
-			if c := s[j]; c < ' ' || c >= 0x7f {
-				if c != '\t' || !tab {
-					return false
-				}
+		size += len(k) + len(v)
+		for j := 0; j < len(k); j++ {
+			if c := k[j]; c < ' ' || c >= 0x7f {
+				return false
+			}
+		}
+		for j := 0; j < len(v); j++ { // a value may hold a tab
+			if c := v[j]; (c < ' ' || c >= 0x7f) && c != '\t' {
+				return false
 			}
 		}
 	}

@@ -52,8 +52,7 @@ func refCheckMetadata(field string, m Metadata, l Limits) error {
 	if size, max := m.Size(), l.maxMetadata(); size > max {
 		return invalidNumber(field, "keys and values must total at most "+strconv.Itoa(max)+" characters", strconv.Itoa(size)+" characters")
 	}
-	for i := 0; i < len(m.kv); i += 2 {
-		k, v := m.kv[i], m.kv[i+1]
+	for k, v := range m.All() {
 		if k == "" {
 			return invalid(field, "keys must not be empty", "")
 		}
