@@ -94,35 +94,25 @@ func (m Metadata) first() int {
 }
 
 // strAt returns the string whose msgpack encoding starts at off in p, a
-// Metadata's encoding, and the offset past it.
+// Metadata's encoding, and the offset past it. Go does not inline it, so
+// the loops on the registration path (Get, ByteSize, plainMetadata) take
+// the fixstr case, the one metadata mostly holds, themselves.
 func strAt(p string, off int) (string, int) {
-	c := p[off]
-	n, h := int(c&0x1f), 1
-	switch c {
+	if c := p[off]; c < 0xc0 { // fixstr: 0xa0–0xbf
+		end := off + 1 + int(c&0x1f)
+		return p[off+1 : end], end
+	}
+	n, h := 0, 5
+	switch p[off] {
 	case 0xd9:
 		n, h = int(p[off+1]), 2
 	case 0xda:
 		n, h = int(p[off+1])<<8|int(p[off+2]), 3
-	case 0xdb:
-		n, h = int(p[off+1])<<24|int(p[off+2])<<16|int(p[off+3])<<8|int(p[off+4]), 5
+	default: // 0xdb
+		n = int(p[off+1])<<24 | int(p[off+2])<<16 | int(p[off+3])<<8 | int(p[off+4])
 	}
 	off += h
 	return p[off : off+n], off + n
-}
-
-// skipStr returns the offset past the string whose encoding starts at off
-// in p, a Metadata's encoding.
-func skipStr(p string, off int) int {
-	c := p[off]
-	switch c {
-	case 0xd9:
-		return off + 2 + int(p[off+1])
-	case 0xda:
-		return off + 3 + (int(p[off+1])<<8 | int(p[off+2]))
-	case 0xdb:
-		return off + 5 + (int(p[off+1])<<24 | int(p[off+2])<<16 | int(p[off+3])<<8 | int(p[off+4]))
-	}
-	return off + 1 + int(c&0x1f)
 }
 
 // strLen is the length of s's msgpack encoding.
@@ -185,15 +175,25 @@ func (m Metadata) Len() int {
 func (m Metadata) Get(key string) (string, bool) {
 	p := m.p
 	for off := m.first(); off < len(p); {
-		k, next := strAt(p, off)
+		var k string
+		if c := p[off]; c < 0xc0 {
+			end := off + 1 + int(c&0x1f)
+			k, off = p[off+1:end], end
+		} else {
+			k, off = strAt(p, off)
+		}
 		if k == key {
-			v, _ := strAt(p, next)
+			v, _ := strAt(p, off)
 			return v, true
 		}
 		if k != "" && key != "" && k[0] > key[0] {
 			break // keys are in order: no later one is key
 		}
-		off = skipStr(p, next)
+		if c := p[off]; c < 0xc0 {
+			off += 1 + int(c&0x1f)
+		} else {
+			_, off = strAt(p, off)
+		}
 	}
 	return "", false
 }
@@ -292,8 +292,10 @@ func (m Metadata) Equal(o Metadata) bool { return m.p == o.p }
 // values: the measure Nacos caps (1024 by default).
 func (m Metadata) Size() int {
 	n := 0
-	for k, v := range m.All() {
-		n += utf8.RuneCountInString(k) + utf8.RuneCountInString(v)
+	for off := m.first(); off < len(m.p); {
+		var s string
+		s, off = strAt(m.p, off)
+		n += utf8.RuneCountInString(s)
 	}
 	return n
 }
@@ -301,11 +303,20 @@ func (m Metadata) Size() int {
 // ByteSize returns the sum of the lengths, in bytes, of all keys and
 // values: at least Size, and Size itself when they are ASCII.
 func (m Metadata) ByteSize() int {
-	n := 0
-	for k, v := range m.All() {
-		n += len(k) + len(v)
+	p := m.p
+	headers := m.first()
+	for off := headers; off < len(p); {
+		if c := p[off]; c < 0xc0 {
+			off += 1 + int(c&0x1f)
+			headers++
+		} else {
+			start := off
+			var s string
+			s, off = strAt(p, off)
+			headers += off - start - len(s)
+		}
 	}
-	return n
+	return len(p) - headers
 }
 
 // String formats m as "{k1=v1, k2=v2}".
@@ -326,13 +337,15 @@ func (m Metadata) String() string {
 
 // hasPrefix reports whether some key starts with prefix.
 func (m Metadata) hasPrefix(prefix string) bool {
-	for k := range m.All() {
+	for off := m.first(); off < len(m.p); {
+		k, next := strAt(m.p, off)
 		if strings.HasPrefix(k, prefix) {
 			return true
 		}
 		if k > prefix {
 			return false // every later key is greater, and not prefixed either
 		}
+		_, off = strAt(m.p, next)
 	}
 	return false
 }

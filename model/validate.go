@@ -490,19 +490,24 @@ func checkMetadata(field string, m Metadata, l Limits) error {
 // the registration path their passes and never accepts more than they do.
 func plainMetadata(m Metadata, max int) bool {
 	size := 0
-	for k, v := range m.All() {
-		if k == "" {
+	for i, off := 0, m.first(); off < len(m.p); i++ {
+		var s string
+		if c := m.p[off]; c < 0xc0 {
+			end := off + 1 + int(c&0x1f)
+			s, off = m.p[off+1:end], end
+		} else {
+			s, off = strAt(m.p, off)
+		}
+		if s == "" && i%2 == 0 {
 			return false
 		}
-		size += len(k) + len(v)
-		for j := 0; j < len(k); j++ {
-			if c := k[j]; c < ' ' || c >= 0x7f {
-				return false
-			}
-		}
-		for j := 0; j < len(v); j++ { // a value may hold a tab
-			if c := v[j]; (c < ' ' || c >= 0x7f) && c != '\t' {
-				return false
+		size += len(s)
+		tab := i%2 == 1 // a value may hold a tab
+		for j := 0; j < len(s); j++ {
+			if c := s[j]; c < ' ' || c >= 0x7f {
+				if c != '\t' || !tab {
+					return false
+				}
 			}
 		}
 	}
