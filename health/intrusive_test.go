@@ -199,6 +199,57 @@ func TestIntrusiveTouchDoesNotAllocate(t *testing.T) {
 	}
 }
 
+// TestIntrusiveInterval: a lease carries its Timeouts' Interval, which a Put
+// replaces (the timeouts are interned again) and which goes with the lease;
+// the thresholds ignore it.
+func TestIntrusiveInterval(t *testing.T) {
+	var l Intrusive[*holder]
+	hs := newHolders(3)
+	if got := l.Interval(hs[1].Lease(false)); got != 0 {
+		t.Fatalf("Interval of a holder with no lease = %v, want 0", got)
+	}
+	a := Timeouts{Unhealthy: 15 * time.Second, Expire: 30 * time.Second, Interval: 5 * time.Second}
+	b := a
+	b.Interval = time.Second
+	for _, h := range hs {
+		if err := l.Put(h, t0, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Put(hs[0], t0, b); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []time.Duration{time.Second, 5 * time.Second, 5 * time.Second} {
+		if got := l.Interval(hs[i].Lease(false)); got != want {
+			t.Errorf("Interval(%s) = %v, want %v", hs[i].name, got, want)
+		}
+		if s, _ := l.Get(hs[i]); s.Timeouts.Interval != l.Interval(hs[i].Lease(false)) {
+			t.Errorf("Get(%s).Timeouts = %+v, Interval %v", hs[i].name, s.Timeouts, l.Interval(hs[i].Lease(false)))
+		}
+	}
+	if len(l.tt.index) != 2 {
+		t.Fatalf("%d interned timeouts, want 2 (the intervals differ)", len(l.tt.index))
+	}
+	if err := l.check(hs); err != nil {
+		t.Fatal(err)
+	}
+	l.Remove(hs[2])
+	if got := l.Interval(hs[2].Lease(false)); got != 0 {
+		t.Fatalf("Interval after Remove = %v, want 0", got)
+	}
+	var events []string
+	l.Expire(at(16*time.Second), func(h *holder, ev Event) { events = append(events, h.name+" "+ev.String()) })
+	if len(events) != 2 {
+		t.Fatalf("at 16 s: %v, want both left unhealthy (the interval is no threshold)", events)
+	}
+	if err := l.Put(hs[0], t0, Timeouts{Expire: time.Second, Interval: -1}); err == nil {
+		t.Fatal("Put with a negative Interval succeeded")
+	}
+	if got := l.Interval(hs[0].Lease(false)); got != time.Second {
+		t.Fatalf("Interval after a refused Put = %v, want it unchanged (1s)", got)
+	}
+}
+
 // FuzzIntrusive is TestIntrusiveAgainstModel on the fuzzer's operations.
 func FuzzIntrusive(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 0x10, 0x23, 0x33, 0x44})

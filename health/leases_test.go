@@ -330,6 +330,8 @@ func TestTimeoutsValidate(t *testing.T) {
 		{Timeouts{Unhealthy: time.Second, Expire: -time.Second}, "Expire must be > 0"},
 		{Timeouts{Unhealthy: -1, Expire: time.Second}, "Unhealthy must be >= 0"},
 		{Timeouts{Unhealthy: 2 * time.Second, Expire: time.Second}, "Unhealthy (2s) must not exceed Expire (1s)"},
+		{Timeouts{Expire: time.Second, Interval: 5 * time.Second}, ""}, // no threshold: it may exceed Expire
+		{Timeouts{Expire: time.Second, Interval: -1}, "Interval must be >= 0"},
 	}
 	for _, tt := range tests {
 		err := tt.to.Validate()

@@ -102,6 +102,46 @@ func TestBeatTimingsFromMetadata(t *testing.T) {
 	}
 }
 
+// TestBeatIntervalPerInstance: the interval handed back is each
+// instance's own, for instances that share a publisher (one ip:port in two
+// services) or their other timings, and follows a re-registration that
+// changes it alone.
+func TestBeatIntervalPerInstance(t *testing.T) {
+	r := newReg(t)
+	a, b, c := inst("orders", 1), inst("billing", 1), inst("orders", 2) // a and b: one ip:port
+	b.Metadata = model.NewMetadata(map[string]string{model.MetaHeartBeatInterval: "2000"})
+	mustRegister(t, r, a, b, c)
+	beat := func(in model.Instance, want time.Duration) {
+		t.Helper()
+		if d, err := r.Heartbeat(ctx, in.Key()); err != nil || d != want {
+			t.Fatalf("Heartbeat(%s) = %v, %v; want %v", in.Key(), d, err, want)
+		}
+		res, err := r.HeartbeatInstance(ctx, in)
+		if err != nil || res.Registered || res.Interval != want {
+			t.Fatalf("HeartbeatInstance(%s) = %+v, %v; want %v, not registered", in.Key(), res, err, want)
+		}
+	}
+	beat(a, 5*time.Second)
+	beat(b, 2*time.Second)
+	beat(c, 5*time.Second)
+	c.Metadata = model.NewMetadata(map[string]string{model.MetaHeartBeatInterval: "3000"})
+	mustRegister(t, r, c)
+	beat(c, 3*time.Second)
+	beat(a, 5*time.Second)
+	r.Advance(16 * time.Second) // the default timeouts: all three unhealthy, interval or not
+	if v := all(t, r, "orders"); v.HealthyCount() != 0 || len(v.Instances) != 2 {
+		t.Fatalf("after 16 s without beats: %+v", v.Instances)
+	}
+	beat(b, 2*time.Second) // revives it
+	if err := r.Deregister(ctx, b.Key()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Heartbeat(ctx, b.Key()); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("Heartbeat of a deregistered instance: %v, want ErrNotFound", err)
+	}
+	beat(a, 5*time.Second)
+}
+
 // TestHeartbeatReregisters: a light beat for an instance the registry does
 // not hold fails with ErrNotFound; one that carries the instance registers
 // it, as Nacos does.

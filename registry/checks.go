@@ -39,7 +39,8 @@ func (r *Registry) syncTarget(s *service, sl *slot) {
 	if r.checks == nil || s.ephemeral {
 		return
 	}
-	if sl.pers == nil {
+	pr := sl.pers()
+	if pr == nil {
 		return
 	}
 	key := sl.key()
@@ -49,7 +50,7 @@ func (r *Registry) syncTarget(s *service, sl *slot) {
 		r.checks.Remove(key)
 		return
 	}
-	r.checks.Set(key, health.Target{IP: key.IP, Port: key.Port, Check: hc}, sl.pers.healthy)
+	r.checks.Set(key, health.Target{IP: key.IP, Port: key.Port, Check: hc}, pr.healthy)
 }
 
 // syncTargets re-evaluates every persistent instance of s. The caller holds

@@ -51,7 +51,7 @@ type index struct {
 	sessions map[string]*publisher // session publishers by ID
 	remote   map[string]*publisher // replicas of other nodes' publishers, by record key (core_replica.go)
 
-	beatLeases         health.Intrusive[*pubInst] // beat publications: unhealthy, then dropped (the lease in pubInst.bl)
+	beatLeases         health.Intrusive[*pubInst] // beat publications: unhealthy, then dropped (the lease in pubInst.lease, the interval in its Timeouts)
 	sessionLeases      health.Leases[*publisher]  // sessions' keep-alives: closed at expiry
 	emptyTTL, patchTTL time.Duration
 	emptySvcs          health.Leases[model.ServiceKey]  // emptied implicit services, dropped at expiry
@@ -337,37 +337,41 @@ func (b *slotBlock) init(s *service, pub *publisher, inst *model.Instance, ipKey
 
 // persBlock is a new slot of a persistent service with its instance: one
 // allocation where there were two, and what findSlot reads of the slot's
-// key (sl.pers, the rec's key fields) in the slot's own cache lines. An
-// update replaces sl.pers and leaves the block's rec unused while the slot
-// lives.
+// key (sl.x.pers, the rec's key fields) in the slot's own cache lines. An
+// update replaces sl.x.pers and leaves the block's rec unused while the
+// slot lives. The slot's extra (slotExtra) is in the block too: 144 bytes,
+// the size class of the slot and rec alone.
 type persBlock struct {
 	sl  slot
+	x   slotExtra
 	rec rec
 }
 
 // beatBlock is a new beat publisher allocated with the slot of its first
 // instance (standalone, the common case: a new ip:port registers a new
-// instance), with room for its first publication in its list and for that
-// publication's beat state (its lease): one allocation where there were
-// four. When the instance's slot exists
-// already, the slot part goes unused (the block is freed with the
-// publisher). A live publisher keeps its block's slot, and that slot's
-// service, after the slot or the service has left the index (an ip:port
-// that moved to another service): one service object at most per beat
-// publisher, until the publisher goes.
+// instance), with room for its first publication in its list: one
+// allocation where there were four. The publication's lease is in the
+// block's pubInst, and its interval in the lease's interned Timeouts (see
+// index.beatInterval). Standalone, every beat instance has a block, so its
+// size counts per instance: 256 bytes, the size class
+// (TestBeatBlockSizeClass). When the instance's slot exists already, the
+// slot part goes unused (the block is freed with the publisher). A live
+// publisher keeps its block's slot, and that slot's service, after the
+// slot or the service has left the index (an ip:port that moved to another
+// service): one service object at most per beat publisher, until the
+// publisher goes.
 type beatBlock struct {
 	pub   publisher
 	insts [1]*pubInst
 	slot  slotBlock
-	bs    beatState
 }
 
 // newBeatPub returns a new beat publisher of port and, for its first
-// instance, the block to make its slot in and its beat state.
-func newBeatPub(port int) (*publisher, *slotBlock, *beatState) {
+// instance, the block to make its slot in.
+func newBeatPub(port int) (*publisher, *slotBlock) {
 	b := &beatBlock{pub: publisher{kind: pubBeat, port: uint16(port)}}
 	b.pub.insts = b.insts[:0]
-	return &b.pub, &b.slot, &b.bs
+	return &b.pub, &b.slot
 }
 
 // slotBorn is called once a new slot has its first publication: it attaches
@@ -380,7 +384,7 @@ func (ix *index) slotBornIn(sl *slot, wasEmpty bool) {
 	if len(ix.patches) > 0 {
 		instKey := sl.key()
 		if p := ix.patches[instKey]; p != nil {
-			sl.patch = p
+			sl.setPatch(p)
 			ix.patchGone.Remove(instKey)
 		}
 	}
@@ -401,8 +405,8 @@ func (ix *index) dropSlotIfDead(sl *slot, last *rec, now time.Time) {
 		s.deleteSlot(i, last)
 		ix.quota.instances--
 	}
-	if sl.patch != nil {
-		ix.startPatchCountdown(sl.patch.Key, now)
+	if p := sl.patch(); p != nil {
+		ix.startPatchCountdown(p.Key, now)
 	}
 	ix.maybeEmpty(s, now)
 }
@@ -518,8 +522,8 @@ func (ix *index) apply(cmd *model.Command, o model.Origin, now time.Time) {
 			return
 		}
 		s, sl := ix.lookup(cmd.Key)
-		last := sl.pers
-		sl.pers = nil
+		last := sl.pers()
+		sl.setPers(nil)
 		ix.note(cmd.Key, EventRemoved, nil, "deleted")
 		ix.fx.targets = append(ix.fx.targets, target{instKey: cmd.Key})
 		ix.dropSlotIfDead(sl, last, now)
@@ -530,7 +534,7 @@ func (ix *index) apply(cmd *model.Command, o model.Origin, now time.Time) {
 		ix.patches[merged.Key] = &merged
 		ix.note(merged.Key, EventPatched, nil, "")
 		if s, sl := ix.lookup(merged.Key); sl != nil {
-			sl.patch = &merged
+			sl.setPatch(&merged)
 			ix.changed(s)
 		} else if !had {
 			ix.startPatchCountdown(merged.Key, now)
@@ -547,7 +551,7 @@ func (ix *index) apply(cmd *model.Command, o model.Origin, now time.Time) {
 		ix.note(cmd.Key, EventPatchRemoved, nil, why)
 		ix.patchGone.Remove(cmd.Key)
 		if s, sl := ix.lookup(cmd.Key); sl != nil {
-			sl.patch = nil
+			sl.setPatch(nil)
 			ix.changed(s)
 		}
 	case model.OpSetHealth:
@@ -555,7 +559,7 @@ func (ix *index) apply(cmd *model.Command, o model.Origin, now time.Time) {
 			return
 		}
 		s, sl := ix.lookup(cmd.Key)
-		sl.pers = sl.pers.withHealth(cmd.Healthy)
+		sl.setPers(sl.pers().withHealth(cmd.Healthy))
 		ix.noteHealth(s, cmd.Key, cmd.Healthy)
 		ix.changed(s)
 		ix.fx.targets = append(ix.fx.targets, target{svc: s, sl: sl})
@@ -593,18 +597,19 @@ func (ix *index) putInstance(inst model.Instance) {
 	if found {
 		sl = s.slots[i]
 		stored := newRec(&inst)
-		if sl.pers != nil && sl.pers.equal(stored) {
+		if cur := sl.pers(); cur != nil && cur.equal(stored) {
 			return
 		}
-		sl.pers = stored
+		sl.setPers(stored)
 		ix.noteSlot(sl, EventUpdated, nil, "")
 	} else {
 		// A new instance: its slot and rec in one allocation, as a
 		// slotBlock is for an ephemeral one.
 		wasEmpty := s.empty()
 		b := &persBlock{sl: slot{svc: s}, rec: recOf(&inst)}
+		b.x.pers = &b.rec
+		b.sl.x = &b.x
 		sl = ix.placeSlot(s, i, &b.sl, &b.rec)
-		sl.pers = &b.rec
 		ix.slotBornIn(sl, wasEmpty)
 		ix.noteSlot(sl, EventRegistered, nil, "")
 	}
@@ -905,8 +910,8 @@ func (x *indexState) Instance(k model.InstanceKey) model.InstanceState {
 		return model.InstanceState{}
 	}
 	st := model.InstanceState{Exists: true}
-	if sl.pers != nil {
-		st.Persistent, st.Healthy = true, sl.pers.healthy
+	if pr := sl.pers(); pr != nil {
+		st.Persistent, st.Healthy = true, pr.healthy
 	}
 	return st
 }

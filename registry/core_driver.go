@@ -196,20 +196,16 @@ func (ix *index) endSession(p *publisher, why string, now time.Time) {
 // publish). The driver has looked up, or promoted, pub (loc, if not nil,
 // is the lookup), and looked up where inst's key is (at); a new slot is
 // made in blk, if not nil.
-func (ix *index) publishBeat(pub *publisher, loc *beatLoc, at slotAt, inst *model.Instance, fresh bool, blk *slotBlock, bs *beatState, now time.Time) (*pubInst, error) {
+func (ix *index) publishBeat(pub *publisher, loc *beatLoc, at slotAt, inst *model.Instance, fresh bool, blk *slotBlock, now time.Time) (*pubInst, error) {
 	pi, err := ix.publishAtKey(at.s, at.i, at.found, pub, *inst, true, blk, at.ipKey)
 	if err != nil {
 		return nil, err
-	}
-	if pi.bl == nil && bs != nil {
-		pi.bl = bs // a new publisher's first publication: its lease in the block
 	}
 	if fresh {
 		ix.addBeatPubAt(loc, inst.IP, pub)
 	}
 	ix.pubChanged(pub)
 	t := inst.BeatTimings()
-	pi.setInterval(t.Interval)
 	// The timings passed Validate, so the lease accepts them.
 	_ = ix.beatLeases.Put(pi, now, beatTimeouts(t))
 	ix.fx.wakeBy(now.Add(min(t.Unhealthy, t.Delete)))
@@ -225,6 +221,11 @@ func (ix *index) renewBeat(pi *pubInst, inst *model.Instance, now time.Time) tim
 	_ = ix.beatLeases.Put(pi, now, beatTimeouts(t)) // the stored timings passed validation
 	return now.Add(min(t.Unhealthy, t.Delete))
 }
+
+// beatInterval returns the interval handed back to the beats of pi: its
+// instance's preserved.heart.beat.interval, kept in its lease's Timeouts
+// (beatTimeouts), or 0 when pi has no lease (a session's or a replica's).
+func (ix *index) beatInterval(pi *pubInst) time.Duration { return ix.beatLeases.Interval(&pi.lease) }
 
 // touchBeat renews pi's lease from now and makes the instance healthy
 // again if it was not. It reports whether that changed the index (there

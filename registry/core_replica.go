@@ -146,7 +146,6 @@ func (ix *index) mergeIntoLocal(p *publisher, insts []model.Instance, last time.
 // deadline already past is handled at the next expire.
 func (ix *index) leaseFrom(pi *pubInst, last time.Time) {
 	t := pi.inst.instance(pi.slot.svc).BeatTimings()
-	pi.setInterval(t.Interval)
 	_ = ix.beatLeases.Put(pi, last, beatTimeouts(t)) // the timings passed validation
 	ix.fx.wakeBy(last.Add(min(t.Unhealthy, t.Delete)))
 }

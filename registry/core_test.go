@@ -144,8 +144,8 @@ func TestCoreApply(t *testing.T) {
 			want: fxSummary{dirty: []string{"db"}, targets: []string{"sync 10.0.0.1"}},
 			check: func(t *testing.T, ix *index) {
 				_, sl := ix.lookup(dbKey)
-				if sl.pers.healthy || sl.pers.weight != 2 {
-					t.Fatalf("re-put: healthy %v weight %v, want false 2", sl.pers.healthy, sl.pers.weight)
+				if pr := sl.pers(); pr.healthy || pr.weight != 2 {
+					t.Fatalf("re-put: healthy %v weight %v, want false 2", pr.healthy, pr.weight)
 				}
 			},
 		},
@@ -291,7 +291,7 @@ func TestCoreComeback(t *testing.T) {
 	if _, ok := ix.emptySvcs.Get(rulesSvc("implicit")); ok {
 		t.Fatal("the service's countdown runs on")
 	}
-	if _, sl := ix.lookup(key); sl == nil || sl.patch == nil {
+	if _, sl := ix.lookup(key); sl == nil || sl.patch() == nil {
 		t.Fatal("the instance came back without its patch")
 	}
 	if _, ok := ix.next(); ok {
@@ -527,14 +527,51 @@ func TestCoreSolo(t *testing.T) {
 	}
 }
 
-// A beat publisher made here has no pubExtra, and its block (publisher,
-// slot, publication, rec and lease: one per standalone beat instance)
-// stays in the 288-byte size class: the next class up is 320.
-func TestBeatBlockSizeClass(t *testing.T) {
-	if s := unsafe.Sizeof(beatBlock{}); s > 288 {
-		t.Fatalf("beatBlock is %d bytes: over the 288-byte size class", s)
+// TestSlotExtra: a slot makes its slotExtra for a patch or a persistent
+// instance only, and drops it once it holds neither.
+func TestSlotExtra(t *testing.T) {
+	var sl slot
+	p := &model.InstancePatch{}
+	r := &rec{}
+	sl.setPers(nil)
+	sl.setPatch(nil)
+	if sl.x != nil {
+		t.Fatal("a slot with neither made a slotExtra")
 	}
-	if p, _, _ := newBeatPub(80); p.x != nil {
+	sl.setPatch(p)
+	if sl.patch() != p || sl.pers() != nil || sl.x == nil {
+		t.Fatalf("with a patch: patch %p pers %p", sl.patch(), sl.pers())
+	}
+	sl.setPers(r)
+	sl.setPatch(nil)
+	if sl.pers() != r || sl.patch() != nil {
+		t.Fatal("a patch removed took the persistent instance with it")
+	}
+	sl.setPers(nil)
+	sl.setPatch(p)
+	sl.setPatch(nil)
+	if sl.x != nil {
+		t.Fatal("a slot that holds neither kept its slotExtra")
+	}
+}
+
+// A beat publisher made here has no pubExtra, and its block (publisher,
+// slot, publication with its lease, rec: one per standalone beat instance)
+// stays in the 256-byte size class: the next class up is 288. The blocks
+// of a session's instance and of a persistent one keep their classes (176
+// and 144 bytes) as the lease moved into the publication and the slot's
+// rare fields out of line.
+func TestBeatBlockSizeClass(t *testing.T) {
+	if s := unsafe.Sizeof(beatBlock{}); s > 256 {
+		t.Fatalf("beatBlock is %d bytes: over the 256-byte size class", s)
+	}
+	if s := unsafe.Sizeof(slotBlock{}); s > 176 {
+		t.Fatalf("slotBlock is %d bytes: over the 176-byte size class", s)
+	}
+	if s := unsafe.Sizeof(persBlock{}); s > 144 {
+		t.Fatalf("persBlock is %d bytes: over the 144-byte size class", s)
+	}
+	if p, _ := newBeatPub(80); p.x != nil {
 		t.Fatal("a new beat publisher has a pubExtra")
 	}
 }

@@ -214,7 +214,7 @@ func (r *Registry) Explain(key model.InstanceKey) Explanation {
 	if s, sl := r.core.lookup(key); sl != nil && sl.live() {
 		out.Present = true
 		out.Instance = sl.current().instance(s)
-		if sl.pers != nil {
+		if sl.pers() != nil {
 			out.Publishers = append(out.Publishers, "")
 		}
 		for _, pi := range sl.pubs {

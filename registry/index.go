@@ -70,16 +70,66 @@ func (s *service) empty() bool { return len(s.slots) == 0 }
 // does, and the view shows the one whose publisher ID sorts first, so every
 // node picks the same.
 type slot struct {
-	svc   *service
-	pubs  []*pubInst           // ephemeral publications, sorted by publisher ID
+	svc  *service
+	pubs []*pubInst // ephemeral publications, sorted by publisher ID
+	x    *slotExtra // a persistent instance or a patch; nil for most ephemeral slots
+}
+
+// slotExtra is what an ephemeral slot rarely has: a persistent instance
+// (every slot of a persistent service has one, in its persBlock) and an
+// operator's patch. Out of line, the two pointers cost an ephemeral slot 8
+// bytes rather than 16, which keeps a beat instance's block (beatBlock) in
+// the 256-byte size class. A slot's x, once made, stays until the slot goes
+// but when its patch is removed and it holds no persistent instance.
+type slotExtra struct {
 	pers  *rec                 // persistent instance (persistent services)
 	patch *model.InstancePatch // operator's override, or nil
 }
 
+// pers returns the slot's persistent instance, or nil.
+func (sl *slot) pers() *rec {
+	if sl.x == nil {
+		return nil
+	}
+	return sl.x.pers
+}
+
+// patch returns the operator's override of the slot's instance, or nil.
+func (sl *slot) patch() *model.InstancePatch {
+	if sl.x == nil {
+		return nil
+	}
+	return sl.x.patch
+}
+
+// setPers sets the slot's persistent instance (nil: none).
+func (sl *slot) setPers(r *rec) {
+	if sl.x == nil {
+		if r == nil {
+			return
+		}
+		sl.x = new(slotExtra)
+	}
+	sl.x.pers = r
+}
+
+// setPatch sets the operator's override of the slot's instance (nil: none).
+func (sl *slot) setPatch(p *model.InstancePatch) {
+	switch {
+	case sl.x != nil:
+		sl.x.patch = p
+		if p == nil && sl.x.pers == nil {
+			sl.x = nil
+		}
+	case p != nil:
+		sl.x = &slotExtra{patch: p}
+	}
+}
+
 // current returns the instance as published, before the patch.
 func (sl *slot) current() *rec {
-	if sl.pers != nil {
-		return sl.pers
+	if x := sl.x; x != nil && x.pers != nil {
+		return x.pers
 	}
 	if len(sl.pubs) > 0 {
 		return sl.pubs[0].inst
@@ -88,7 +138,7 @@ func (sl *slot) current() *rec {
 }
 
 // live reports whether anything still publishes the slot.
-func (sl *slot) live() bool { return sl.pers != nil || len(sl.pubs) > 0 }
+func (sl *slot) live() bool { return len(sl.pubs) > 0 || sl.pers() != nil }
 
 // key returns the slot's instance key.
 func (sl *slot) key() model.InstanceKey {

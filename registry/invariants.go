@@ -66,12 +66,12 @@ func (ix *index) checkInvariants(bad func(format string, args ...any)) {
 					bad("%s: slots %d and %d out of order", key, i-1, i)
 				}
 			}
-			for _, r := range [...]*rec{sl.pers, cur} {
+			for _, r := range [...]*rec{sl.pers(), cur} {
 				if r != nil && r.ipKey != ipOrder(r.ip) {
 					bad("%s: slot %s holds the IP key %#x, not %#x", key, sl.key(), r.ipKey, ipOrder(r.ip))
 				}
 			}
-			if s.ephemeral && sl.pers != nil || !s.ephemeral && len(sl.pubs) > 0 {
+			if s.ephemeral && sl.pers() != nil || !s.ephemeral && len(sl.pubs) > 0 {
 				bad("%s: slot %s holds the other kind", key, sl.key())
 			}
 			for j, pi := range sl.pubs {
@@ -95,7 +95,7 @@ func (ix *index) checkInvariants(bad func(format string, args ...any)) {
 					}
 				}
 			}
-			if p := ix.patches[sl.key()]; p != sl.patch {
+			if p := ix.patches[sl.key()]; p != sl.patch() {
 				bad("%s: slot %s does not carry its patch", key, sl.key())
 			}
 		}

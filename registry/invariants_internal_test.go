@@ -50,7 +50,7 @@ func TestCheckConsistencyCatches(t *testing.T) {
 		}, "not in its publisher"},
 		"patch detached": {func(r *Registry) {
 			s := r.core.services[model.ServiceKey{Name: "a"}.WithDefaults()]
-			s.slots[0].patch = nil
+			s.slots[0].setPatch(nil)
 		}, "does not carry its patch"},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -100,50 +100,20 @@ const (
 )
 
 // pubInst is one instance published by one publisher. Its address is stable
-// for the life of the publication, so it keys the beat lease.
+// for the life of the publication, so it keys the beat lease, which it
+// holds: a beat publication's lease is its own 16 bytes, not a pointer to
+// them (a session's or a replica's publication has none, and the room goes
+// unused). The interval handed back to a beat is not here but in the
+// lease's Timeouts, interned by the lease set (index.beatInterval).
 type pubInst struct {
-	pub  *publisher
-	slot *slot
-	inst *rec       // replaced on change
-	bl   *beatState // a beat publication's: its lease and interval (nil for sessions' and replicas')
+	pub   *publisher
+	slot  *slot
+	inst  *rec         // replaced on change
+	lease health.Lease // a beat publication's lease (index.beatLeases); zero for others
 }
 
-// beatState is what a beat publication has that a session's has not: its
-// lease, held here rather than in a hash table (index.beatLeases is a
-// health.Intrusive), and the interval handed back to its beats. A beat
-// publisher's first publication has it in the publisher's block
-// (beatBlock); another gets it on its lease's first Put.
-type beatState struct {
-	lease    health.Lease
-	interval time.Duration
-}
-
-// Lease returns pi's lease state (health.Holder), making room for it with
-// create.
-func (pi *pubInst) Lease(create bool) *health.Lease {
-	if pi.bl == nil {
-		if !create {
-			return nil
-		}
-		pi.bl = new(beatState)
-	}
-	return &pi.bl.lease
-}
-
-// setInterval sets the interval handed back to pi's beats.
-func (pi *pubInst) setInterval(d time.Duration) {
-	pi.Lease(true)
-	pi.bl.interval = d
-}
-
-// interval returns the interval handed back to pi's beats (0 for a
-// publication that is not beaten).
-func (pi *pubInst) interval() time.Duration {
-	if pi.bl == nil {
-		return 0
-	}
-	return pi.bl.interval
-}
+// Lease returns pi's lease state (health.Holder).
+func (pi *pubInst) Lease(bool) *health.Lease { return &pi.lease }
 
 // publication returns pub's publication in sl, or nil.
 func (sl *slot) publication(pub *publisher) *pubInst {
@@ -259,16 +229,15 @@ func (r *Registry) registerBeat(pub *publisher, inst *model.Instance, loc *beatL
 	at.ipKey = keyLoc.ipKeyOf(inst)
 	fresh := pub == nil
 	var blk *slotBlock
-	var bs *beatState
 	if fresh {
-		pub, blk, bs = newBeatPub(inst.Port)
+		pub, blk = newBeatPub(inst.Port)
 		if r.cluster {
 			// A replicated publisher needs its key after its last instance
 			// has gone (for the tombstone); a standalone one saves the string.
 			pub.id = model.Endpoint(inst.IP, inst.Port)
 		}
 	}
-	pi, err := r.core.publishBeat(pub, loc, at, inst, fresh, blk, bs, r.now())
+	pi, err := r.core.publishBeat(pub, loc, at, inst, fresh, blk, r.now())
 	r.carryOut() // once for the publication, the new revision and the lease
 	return pi, err
 }
@@ -337,7 +306,7 @@ func (r *Registry) heartbeatOwned(ctx context.Context, instKey model.InstanceKey
 		return 0, fmt.Errorf("%w: beat instance %s", ErrNotFound, instKey.WithDefaults())
 	}
 	r.touchBeat(pi)
-	return pi.interval(), nil
+	return r.core.beatInterval(pi), nil
 }
 
 // BeatResult is HeartbeatInstance's answer.
@@ -384,7 +353,7 @@ func (r *Registry) heartbeatInstanceOwned(ctx context.Context, inst model.Instan
 	}
 	if pi := r.core.beatPubInst(inst.IP, inst.Port, inst.Cluster, inst.Service); pi != nil {
 		r.touchBeat(pi)
-		interval := pi.interval()
+		interval := r.core.beatInterval(pi)
 		r.mu.Unlock()
 		return BeatResult{Interval: interval}, nil
 	}
@@ -411,7 +380,7 @@ func (r *Registry) heartbeatInstanceOwned(ctx context.Context, inst model.Instan
 	if err != nil {
 		return BeatResult{}, err
 	}
-	return BeatResult{Interval: pi.interval(), Registered: !held}, nil
+	return BeatResult{Interval: r.core.beatInterval(pi), Registered: !held}, nil
 }
 
 // touchBeat renews pi's lease, and makes the instance healthy again if it

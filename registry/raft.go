@@ -155,7 +155,7 @@ func (l storeFeed) Reset(st StoreState) {
 			undefine = append(undefine, s)
 		}
 		for _, sl := range s.slots {
-			if sl.pers != nil && !keepInst[sl.key()] {
+			if sl.pers() != nil && !keepInst[sl.key()] {
 				gone = append(gone, sl.key())
 			}
 		}

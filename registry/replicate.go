@@ -234,9 +234,11 @@ func splitEndpoint(s string) (string, int, bool) {
 	return host, port, true
 }
 
-// beatTimeouts returns the lease thresholds of beat timings.
+// beatTimeouts returns the lease of beat timings: its thresholds, and the
+// interval handed back to beats, which the lease carries for
+// index.beatInterval.
 func beatTimeouts(t model.BeatTimings) health.Timeouts {
-	to := health.Timeouts{Unhealthy: t.Unhealthy, Expire: t.Delete}
+	to := health.Timeouts{Unhealthy: t.Unhealthy, Expire: t.Delete, Interval: t.Interval}
 	if to.Unhealthy >= to.Expire {
 		to.Unhealthy = 0 // deleted before it would turn unhealthy: one threshold
 	}

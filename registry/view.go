@@ -58,8 +58,8 @@ func cacheOf(s *service) *viewCache {
 	vc := &viewCache{rev: s.rev, def: s.definition().Redacted(), all: make([]model.Instance, 0, len(s.slots))}
 	for _, sl := range s.slots {
 		inst := sl.current().instance(s)
-		if sl.patch != nil {
-			inst = sl.patch.Apply(inst)
+		if p := sl.patch(); p != nil {
+			inst = p.Apply(inst)
 		}
 		vc.all = append(vc.all, inst)
 	}
