@@ -353,7 +353,7 @@ type persBlock struct {
 // allocation where there were four. The publication's lease is in the
 // block's pubInst, and its interval in the lease's interned Timeouts (see
 // index.beatInterval). Standalone, every beat instance has a block, so its
-// size counts per instance: 256 bytes, the size class
+// size counts per instance: 240 bytes, a size class
 // (TestBeatBlockSizeClass). When the instance's slot exists already, the
 // slot part goes unused (the block is freed with the publisher). A live
 // publisher keeps its block's slot, and that slot's service, after the
@@ -725,7 +725,7 @@ func (ix *index) next() (time.Time, bool) {
 // publish adds or replaces pub's publication of inst, which is valid and
 // has its defaults. With limited (a write taken here, not a peer's
 // record), a new publication must fit in the limits (see admitNew), or
-// nothing changes. The caller bumps pub.rev (pubChanged).
+// nothing changes. The caller reports the change (pubChanged).
 func (ix *index) publish(pub *publisher, inst model.Instance, limited bool) (*pubInst, error) {
 	s := ix.services[inst.Service]
 	i, found := 0, false
@@ -847,12 +847,10 @@ func (ix *index) replaceInst(pi *pubInst, next *rec) {
 	ix.changed(pi.slot.svc)
 }
 
-// pubChanged records a change of pub: its revision moves on, and its
-// record is due to the replicator (none standalone). Every change of a
-// publisher's instances goes through here, so that the record is
-// replicated from one place.
+// pubChanged records a change of pub: its record is due to the replicator
+// (none standalone). Every change of a publisher's instances goes through
+// here, so that the record is replicated from one place.
 func (ix *index) pubChanged(pub *publisher) {
-	pub.rev++
 	if !ix.solo {
 		ix.fx.replicate = append(ix.fx.replicate, pub)
 	}

@@ -196,7 +196,6 @@ func (ix *index) setPublications(p *publisher, insts []model.Instance, now time.
 			ix.changed(s)
 		}
 	}
-	p.rev++
 }
 
 // dropRemote removes a remote publisher and its instances; the countdowns
@@ -553,7 +552,6 @@ func (ix *index) applyInstRecord(groupKey, sid, hash, owner string, inst *model.
 		if served {
 			ix.changed(pi.slot.svc)
 		}
-		p.rev++
 		ix.dropIfEmptyCopy(groupKey, p)
 		return
 	}
@@ -595,7 +593,6 @@ func (ix *index) applyInstRecord(groupKey, sid, hash, owner string, inst *model.
 			*was = rec{}
 		}
 		p.repl().insts.put(hash, pi)
-		p.rev++
 	}
 	ix.dropIfEmptyCopy(groupKey, p)
 }

@@ -110,7 +110,7 @@ func TestCoreApplyRecord(t *testing.T) {
 			want: fxSummary{dirty: []string{"web"}, catalogs: 1, services: true, notes: []string{"+10.0.0.5"}},
 			check: func(t *testing.T, ix *index) {
 				p := ix.remote[rkey5]
-				if p == nil || !p.remote || p.owner() != "n2" || p.rev != 1 || p.pubID() != "10.0.0.5:80" {
+				if p == nil || !p.remote || p.owner() != "n2" || p.pubID() != "10.0.0.5:80" {
 					t.Fatalf("replica %+v", p)
 				}
 				if ix.beatPub("10.0.0.5", 80) != nil || ix.beatLeases.Len() != 0 {
@@ -124,8 +124,8 @@ func TestCoreApplyRecord(t *testing.T) {
 			pr:    beatRec("n2", 5, beatInst("web", 5, 2)),
 			want:  fxSummary{dirty: []string{"web"}},
 			check: func(t *testing.T, ix *index) {
-				if p := ix.remote[rkey5]; p.rev != 2 || p.insts[0].inst.weight != 2 {
-					t.Fatalf("replica rev %d weight %v, want 2 2", p.rev, p.insts[0].inst.weight)
+				if p := ix.remote[rkey5]; p.insts[0].inst.weight != 2 {
+					t.Fatalf("replica weight %v, want 2", p.insts[0].inst.weight)
 				}
 			},
 		},

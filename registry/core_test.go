@@ -401,8 +401,8 @@ func TestCoreUnpublish(t *testing.T) {
 	}
 	ix.fx.reset()
 	ix.replaceInst(pi, pi.inst.withHealth(false))
-	if got := summarize(&ix.fx); !got.equal(fxSummary{dirty: []string{"web"}, replicate: 1}) || p.rev != 1 {
-		t.Fatalf("effects = %+v, rev %d", got, p.rev)
+	if got := summarize(&ix.fx); !got.equal(fxSummary{dirty: []string{"web"}, replicate: 1}) {
+		t.Fatalf("effects = %+v", got)
 	}
 	ix.fx.reset()
 	ix.unpublish(pi, true, "deregistered", coreT0)
@@ -509,9 +509,6 @@ func TestCoreSolo(t *testing.T) {
 		}
 		ix.unpublish(pi, true, "deregistered", coreT0)
 		ix.pubChanged(p)
-		if p.rev != 2 {
-			t.Fatalf("solo %v: revision %d, want 2", solo, p.rev)
-		}
 		return summarize(&ix.fx)
 	}
 	replicated, solo := run(false), run(true)
@@ -557,13 +554,13 @@ func TestSlotExtra(t *testing.T) {
 
 // A beat publisher made here has no pubExtra, and its block (publisher,
 // slot, publication with its lease, rec: one per standalone beat instance)
-// stays in the 256-byte size class: the next class up is 288. The blocks
+// stays in the 240-byte size class: the next class up is 256. The blocks
 // of a session's instance and of a persistent one keep their classes (176
 // and 144 bytes) as the lease moved into the publication and the slot's
 // rare fields out of line.
 func TestBeatBlockSizeClass(t *testing.T) {
-	if s := unsafe.Sizeof(beatBlock{}); s > 256 {
-		t.Fatalf("beatBlock is %d bytes: over the 256-byte size class", s)
+	if s := unsafe.Sizeof(beatBlock{}); s > 240 {
+		t.Fatalf("beatBlock is %d bytes: over the 240-byte size class", s)
 	}
 	if s := unsafe.Sizeof(slotBlock{}); s > 176 {
 		t.Fatalf("slotBlock is %d bytes: over the 176-byte size class", s)

@@ -11,11 +11,9 @@ import (
 )
 
 // A publisher is the unit of ephemeral data (Nacos 2.x's "client"): a
-// session, or the beat publisher of one ip:port. Only its owner changes it;
-// every change bumps rev.
+// session, or the beat publisher of one ip:port. Only its owner changes it.
 type publisher struct {
 	id     string // see pubID
-	rev    uint64
 	insts  []*pubInst
 	next   *publisher // beat publishers: the next one on the same IP
 	x      *pubExtra  // nil for a beat publisher made here, the most common kind
