@@ -355,11 +355,17 @@ func (w *walker) value(p *plan, max, depth int) error {
 		if err := w.charge(grown(allocSize(32*int64(n)), n > 1<<16) + 32); err != nil {
 			return err
 		}
+		start := w.off
 		w.off += head
 		for i := range 2 * n {
 			if err := w.value(&metadataString, 0, depth+1); err != nil {
 				return at(err, "["+itoa(i/2)+"]")
 			}
+		}
+		// Their encoding, Metadata's own form: never longer than the input
+		// (its headers are the shortest; a duplicate key only drops bytes).
+		if err := w.charge(allocSize(int64(w.off - start))); err != nil {
+			return err
 		}
 	case pStruct:
 		return w.structure(p, fam, head, n, depth)

@@ -49,7 +49,9 @@ type cmdDecoder struct {
 	off          int
 	limit, spent int64
 	// share makes str return strings that share b's bytes instead of
-	// copies (UnmarshalInstanceListShared). They are still counted (charge).
+	// copies (UnmarshalInstanceListShared), and metadata keep its encoding
+	// as a window on b. Shared strings are still counted (charge); shared
+	// metadata allocates nothing.
 	share bool
 }
 

@@ -54,8 +54,9 @@
 //
 // # Immutability and encoding
 //
-// Metadata is an immutable sorted list of pairs, so instances and views can
-// be shared by every reader without copies. ServiceView values are built once
+// Metadata is an immutable set of pairs sorted by key (held as their msgpack
+// encoding, one string), so instances and views can be shared by every
+// reader without copies. ServiceView values are built once
 // per revision and must not be modified.
 //
 // Unmarshal is the decoder for bytes from anywhere untrusted. It checks the

@@ -1,7 +1,6 @@
 package model
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"iter"
@@ -382,18 +381,11 @@ func (m Metadata) EncodeMsgpack(enc *msgpack.Encoder) error {
 }
 
 // DecodeMsgpack reads a msgpack map (or nil). Duplicate keys keep the last
-// value, as a Go map would. A map in Metadata's own form, as EncodeMsgpack
-// writes it, is kept as read: one allocation.
+// value, as a Go map would. It reads the pairs into one slice, then
+// encodes them (sorted, if they were not) into the Metadata; the decoders
+// on the hot paths (UnmarshalCommands, UnmarshalInstanceList) keep input
+// already in that form as it is instead.
 func (m *Metadata) DecodeMsgpack(dec *msgpack.Decoder) error {
-	raw, err := dec.DecodeRaw()
-	if err != nil {
-		return err
-	}
-	if d := (cmdDecoder{b: raw, share: true}); d.metadata(m) && d.off == len(raw) {
-		return nil // a window on raw, which is this value's own copy
-	}
-	// Other encodings msgpack reads as a map of strings (nil, bin).
-	dec = msgpack.NewDecoder(bytes.NewReader(raw))
 	n, err := dec.DecodeMapLen()
 	if err != nil {
 		return err

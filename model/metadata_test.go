@@ -167,6 +167,10 @@ func TestMetadataDecoding(t *testing.T) {
 		if err := msgpack.Unmarshal(b, &viaMsgpack); err != nil || !viaMsgpack.Equal(want) {
 			t.Fatalf("%s: msgpack's path %v, %v", name, viaMsgpack, err)
 		}
+		var ref map[string]string
+		if err := msgpack.Unmarshal(b, &ref); err != nil || !NewMetadata(ref).Equal(want) {
+			t.Fatalf("%s: msgpack into a map %v, %v", name, ref, err)
+		}
 		for _, share := range []bool{false, true} {
 			d := cmdDecoder{b: slices.Clone(b), share: share}
 			var m Metadata
@@ -205,8 +209,11 @@ func FuzzMetadataDecode(f *testing.F) {
 	f.Add([]byte{0xde, 0, 1, 0xa0, 0xa0})
 	f.Add([]byte{0xc0})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var want Metadata
-		werr := msgpack.Unmarshal(b, &want)
+		// The reference: msgpack's own decoding into a map (the last of
+		// duplicate keys wins there too), then NewMetadata.
+		var ref map[string]string
+		werr := msgpack.Unmarshal(b, &ref)
+		want := NewMetadata(ref)
 		for _, share := range []bool{false, true} {
 			d := cmdDecoder{b: slices.Clone(b), share: share}
 			var m Metadata
@@ -223,8 +230,9 @@ func FuzzMetadataDecode(f *testing.F) {
 				t.Fatalf("share %v: %x is not in Metadata's form (%x)", share, m.p, again.p)
 			}
 		}
-		if werr == nil && !NewMetadata(want.Map()).Equal(want) {
-			t.Fatalf("msgpack's path: %x is not in Metadata's form", want.p)
+		var viaDecodeMsgpack Metadata
+		if err := msgpack.Unmarshal(b, &viaDecodeMsgpack); (err == nil) != (werr == nil) || err == nil && !viaDecodeMsgpack.Equal(want) {
+			t.Fatalf("DecodeMsgpack %v (%v), msgpack into a map %v (%v)", viaDecodeMsgpack, err, want, werr)
 		}
 	})
 }

@@ -42,7 +42,8 @@ type Limits struct {
 	MaxMetadataSize int
 	// MaxMetadataEntries caps the number of entries of one metadata set;
 	// default 64, at most HardMaxMetadataEntries. Each entry costs two
-	// string headers (32 B) over its text.
+	// to ten bytes of encoding over its text (Metadata holds the pairs'
+	// msgpack encoding).
 	MaxMetadataEntries int
 
 	// MaxSessions caps the sessions open on this node (default 100,000;
