@@ -353,7 +353,7 @@ type persBlock struct {
 // allocation where there were four. The publication's lease is in the
 // block's pubInst, and its interval in the lease's interned Timeouts (see
 // index.beatInterval). Standalone, every beat instance has a block, so its
-// size counts per instance: 240 bytes, a size class
+// size counts per instance: 224 bytes, a size class
 // (TestBeatBlockSizeClass). When the instance's slot exists already, the
 // slot part goes unused (the block is freed with the publisher). A live
 // publisher keeps its block's slot, and that slot's service, after the
@@ -361,16 +361,14 @@ type persBlock struct {
 // service): one service object at most per beat publisher, until the
 // publisher goes.
 type beatBlock struct {
-	pub   publisher
-	insts [1]*pubInst
-	slot  slotBlock
+	pub  publisher
+	slot slotBlock
 }
 
 // newBeatPub returns a new beat publisher of port and, for its first
 // instance, the block to make its slot in.
 func newBeatPub(port int) (*publisher, *slotBlock) {
 	b := &beatBlock{pub: publisher{kind: pubBeat, port: uint16(port)}}
-	b.pub.insts = b.insts[:0]
 	return &b.pub, &b.slot
 }
 
@@ -675,7 +673,7 @@ func (ix *index) dropBeat(pi *pubInst, why string, now time.Time) {
 // dropBeatPublisherIfEmpty forgets a beat publisher with no instances;
 // last is the instance it published last, whose ip:port keys it.
 func (ix *index) dropBeatPublisherIfEmpty(pub *publisher, last *rec) {
-	if len(pub.insts) == 0 {
+	if pub.insts.len() == 0 {
 		ix.removeBeatPub(last.ip, pub)
 		pub.closed = true
 	}
@@ -689,13 +687,13 @@ func (ix *index) closeSession(p *publisher, why string, now time.Time) {
 	p.closed = true
 	delete(ix.sessions, p.id)
 	var touched []*service
-	for _, pi := range p.insts {
+	for _, pi := range p.insts.all() {
 		ix.unpublish(pi, false, why, now)
 		if s := pi.slot.svc; len(touched) == 0 || touched[len(touched)-1] != s {
 			touched = append(touched, s)
 		}
 	}
-	p.insts = nil
+	p.insts = pubList{}
 	seen := make(map[*service]bool, len(touched))
 	for _, s := range touched {
 		if !seen[s] {
@@ -783,7 +781,7 @@ func (ix *index) publishAtKey(s *service, i int, found bool, pub *publisher, ins
 		}
 		sl, pi := blk.init(s, pub, &inst, ipKey)
 		ix.placeSlot(s, i, sl, pi.inst)
-		pub.insts = append(pub.insts, pi)
+		pub.insts.add(pi)
 		ix.slotBornIn(sl, wasEmpty)
 		if ix.noting {
 			ix.noteSlot(sl, EventRegistered, pub, "")
@@ -797,7 +795,7 @@ func (ix *index) publishAtKey(s *service, i int, found bool, pub *publisher, ins
 	born := !sl.live()
 	prev := sl.current() // issue 15: what the view shows before
 	pi := &pubInst{pub: pub, slot: sl, inst: stored}
-	pub.insts = append(pub.insts, pi)
+	pub.insts.add(pi)
 	if len(sl.pubs) == 0 {
 		sl.pubs = []*pubInst{pi}
 	} else {
@@ -832,9 +830,7 @@ func (ix *index) unpublish(pi *pubInst, detach bool, why string, now time.Time) 
 		sl.pubs = slices.Delete(sl.pubs, i, i+1)
 	}
 	if detach {
-		if i := slices.Index(pi.pub.insts, pi); i >= 0 {
-			pi.pub.insts = slices.Delete(pi.pub.insts, i, i+1)
-		}
+		pi.pub.insts.remove(pi)
 	}
 	ix.dropSlotIfDead(sl, pi.inst, now)
 }
@@ -930,7 +926,7 @@ func beatPublishedAs(pub *publisher, inst *model.Instance) *pubInst {
 	if pub == nil {
 		return nil
 	}
-	for _, pi := range pub.insts {
+	for _, pi := range pub.insts.all() {
 		if pi.inst.cluster == inst.Cluster && pi.slot.svc.key == inst.Service {
 			if pi.inst.sameInstance(inst) {
 				return pi

@@ -63,7 +63,7 @@ func (ix *index) installRemote(pr *peerRecord, now time.Time) *publisher {
 	}
 	p.extra().owner = pr.owner // the record's writer: a key's owner moves
 	ix.setPublications(p, pr.insts, now)
-	if len(p.insts) == 0 {
+	if p.insts.len() == 0 {
 		ix.dropRemote(p, now)
 		return nil
 	}
@@ -125,7 +125,7 @@ func (ix *index) mergeIntoLocal(p *publisher, insts []model.Instance, last time.
 		if ix.beatPubInst(insts[i].IP, insts[i].Port, insts[i].Cluster, insts[i].Service) != nil {
 			continue
 		}
-		if n := len(p.insts); n >= ix.lim.MaxInstancesPerEndpoint { // the owner's cap holds
+		if n := p.insts.len(); n >= ix.lim.MaxInstancesPerEndpoint { // the owner's cap holds
 			ix.fx.conflicts = append(ix.fx.conflicts, conflict{what: conflictMergeCap, name: p.recordKey(), n: len(insts) - i,
 				err: limitError("MaxInstancesPerEndpoint", ix.lim.MaxInstancesPerEndpoint, "endpoint publishes %d", n)})
 			break
@@ -134,7 +134,7 @@ func (ix *index) mergeIntoLocal(p *publisher, insts []model.Instance, last time.
 			ix.fx.conflicts = append(ix.fx.conflicts, conflict{what: conflictReplicated, name: insts[i].Key().String(), err: err})
 		}
 	}
-	for _, pi := range p.insts {
+	for _, pi := range p.insts.all() {
 		if _, ok := ix.beatLeases.Get(pi); !ok {
 			ix.leaseFrom(pi, last)
 		}
@@ -159,8 +159,8 @@ func (ix *index) setPublications(p *publisher, insts []model.Instance, now time.
 		want[insts[i].Key()] = &insts[i]
 	}
 	var touched []*service
-	kept := p.insts[:0]
-	for _, pi := range p.insts {
+	kept := p.insts.all()[:0]
+	for _, pi := range p.insts.all() {
 		instKey := pi.slot.key()
 		inst, ok := want[instKey]
 		if !ok {
@@ -179,8 +179,7 @@ func (ix *index) setPublications(p *publisher, insts []model.Instance, now time.
 		}
 		kept = append(kept, pi)
 	}
-	clear(p.insts[len(kept):])
-	p.insts = kept
+	p.insts.keep(kept)
 	for i := range insts {
 		if want[insts[i].Key()] == nil {
 			continue
@@ -213,11 +212,11 @@ func (ix *index) demote(p *publisher, owner string) {
 	rkey := p.recordKey()
 	switch p.kind {
 	case pubBeat:
-		for _, pi := range p.insts {
+		for _, pi := range p.insts.all() {
 			ix.beatLeases.Remove(pi)
 		}
-		if len(p.insts) > 0 {
-			ix.removeBeatPub(p.insts[0].inst.ip, p)
+		if p.insts.len() > 0 {
+			ix.removeBeatPub(p.insts.all()[0].inst.ip, p)
 		}
 		p.next = nil
 	case pubSession:
@@ -240,8 +239,8 @@ func (ix *index) demote(p *publisher, owner string) {
 func (ix *index) promote(p *publisher, lastBeat time.Time) {
 	delete(ix.remote, p.recordKey())
 	p.remote = false
-	ix.addBeatPub(p.insts[0].inst.ip, p)
-	for _, pi := range p.insts {
+	ix.addBeatPub(p.insts.all()[0].inst.ip, p)
+	for _, pi := range p.insts.all() {
 		ix.leaseFrom(pi, lastBeat)
 	}
 	ix.pubChanged(p)
@@ -251,8 +250,8 @@ func (ix *index) promote(p *publisher, lastBeat time.Time) {
 // and returns the leases it ran, each with the age of its last beat as of
 // now, for the new owner (see takeover.go).
 func (ix *index) releaseBeat(p *publisher, owner string, now time.Time) []handedLease {
-	out := make([]handedLease, 0, len(p.insts))
-	for _, pi := range p.insts {
+	out := make([]handedLease, 0, p.insts.len())
+	for _, pi := range p.insts.all() {
 		st, ok := ix.beatLeases.Get(pi)
 		if !ok {
 			continue
@@ -367,7 +366,7 @@ func (ix *index) replaceService(pub *publisher, svc model.ServiceKey, next []mod
 	var leaving []*pubInst
 	if sv != nil {
 		kept := keptKeys(next)
-		for _, pi := range pub.insts {
+		for _, pi := range pub.insts.all() {
 			if pi.slot.svc == sv && !kept.has(pi.inst) {
 				leaving = append(leaving, pi)
 			}
@@ -512,7 +511,7 @@ func (ix *index) localPub(recordKey string) *publisher {
 // or nil.
 func (ix *index) beatPubInst(ip string, port int, cluster string, svc model.ServiceKey) *pubInst {
 	if pub := ix.beatPub(ip, port); pub != nil {
-		for _, pi := range pub.insts {
+		for _, pi := range pub.insts.all() {
 			if pi.inst.cluster == cluster && pi.slot.svc.key == svc {
 				return pi
 			}
@@ -599,7 +598,7 @@ func (ix *index) applyInstRecord(groupKey, sid, hash, owner string, inst *model.
 
 // dropIfEmptyCopy forgets the grouped copy p once it holds nothing.
 func (ix *index) dropIfEmptyCopy(groupKey string, p *publisher) {
-	if len(p.insts) == 0 {
+	if p.insts.len() == 0 {
 		delete(ix.remote, groupKey)
 		p.closed = true
 	}

@@ -124,8 +124,8 @@ func TestCoreApplyRecord(t *testing.T) {
 			pr:    beatRec("n2", 5, beatInst("web", 5, 2)),
 			want:  fxSummary{dirty: []string{"web"}},
 			check: func(t *testing.T, ix *index) {
-				if p := ix.remote[rkey5]; p.insts[0].inst.weight != 2 {
-					t.Fatalf("replica weight %v, want 2", p.insts[0].inst.weight)
+				if p := ix.remote[rkey5]; p.insts.all()[0].inst.weight != 2 {
+					t.Fatalf("replica weight %v, want 2", p.insts.all()[0].inst.weight)
 				}
 			},
 		},
@@ -144,8 +144,8 @@ func TestCoreApplyRecord(t *testing.T) {
 			now:  time.Second,
 			want: fxSummary{dirty: []string{"web"}, notes: []string{"-10.0.0.5"}, wake: time.Second + coreEmptyTTL},
 			check: func(t *testing.T, ix *index) {
-				if p := ix.remote[rkey5]; len(p.insts) != 1 || p.insts[0].slot.svc.key != rulesSvc("api") {
-					t.Fatalf("replica holds %d instances", len(p.insts))
+				if p := ix.remote[rkey5]; p.insts.len() != 1 || p.insts.all()[0].slot.svc.key != rulesSvc("api") {
+					t.Fatalf("replica holds %d instances", p.insts.len())
 				}
 			},
 		},
@@ -186,7 +186,7 @@ func TestCoreApplyRecord(t *testing.T) {
 			want: fxSummary{dirty: []string{"api"}, catalogs: 1, services: true, notes: []string{"+10.0.0.5"}, wake: 20 * time.Second, replicate: 1},
 			check: func(t *testing.T, ix *index) {
 				p := ix.beatPub("10.0.0.5", 80)
-				if p == nil || p.remote || len(ix.remote) != 0 || len(p.insts) != 2 {
+				if p == nil || p.remote || len(ix.remote) != 0 || p.insts.len() != 2 {
 					t.Fatalf("publisher %+v, replicas %v", p, ix.remote)
 				}
 				if w := pubOf(ix, p, "web", 5).inst.weight; w != 1 {
@@ -220,7 +220,7 @@ func TestCoreApplyRecord(t *testing.T) {
 				if p == nil || p.remote || len(ix.remote) != 0 {
 					t.Fatalf("publisher %+v, replicas %v", p, ix.remote)
 				}
-				if st, _ := ix.beatLeases.Get(p.insts[0]); !st.LastTouch.Equal(coreT0.Add(time.Second)) {
+				if st, _ := ix.beatLeases.Get(p.insts.all()[0]); !st.LastTouch.Equal(coreT0.Add(time.Second)) {
 					t.Fatalf("the adopted lease runs from %v", st.LastTouch)
 				}
 			},
@@ -235,7 +235,7 @@ func TestCoreApplyRecord(t *testing.T) {
 				if p == nil || !p.remote || ix.beatPub("10.0.0.5", 80) != nil || ix.beatLeases.Len() != 0 {
 					t.Fatalf("replica %+v, leases %d", p, ix.beatLeases.Len())
 				}
-				if p.insts[0].inst.weight != 2 {
+				if p.insts.all()[0].inst.weight != 2 {
 					t.Fatal("the demoted publisher does not hold the record's instance")
 				}
 			},
@@ -256,7 +256,7 @@ func TestCoreApplyRecord(t *testing.T) {
 				if len(ix.fx.ended) != 1 || len(ix.sessions) != 0 || ix.sessionLeases.Len() != 0 {
 					t.Fatalf("ended %v, sessions %v, leases %d", ix.fx.ended, ix.sessions, ix.sessionLeases.Len())
 				}
-				if p := ix.remote[sessionPrefix+"n2-0000000000000001"]; p == nil || p.session() != nil || p.insts[0].inst.weight != 2 {
+				if p := ix.remote[sessionPrefix+"n2-0000000000000001"]; p == nil || p.session() != nil || p.insts.all()[0].inst.weight != 2 {
 					t.Fatalf("replica %+v", p)
 				}
 			},
@@ -306,7 +306,7 @@ func TestCoreAdopt(t *testing.T) {
 					t.Fatalf("publisher %+v, replications %d", p, len(ix.fx.replicate))
 				}
 			} else {
-				if p == nil || p.remote || len(p.insts) != tc.n || len(ix.remote) != 0 || !slices.Equal(ix.fx.replicate, []*publisher{p}) {
+				if p == nil || p.remote || p.insts.len() != tc.n || len(ix.remote) != 0 || !slices.Equal(ix.fx.replicate, []*publisher{p}) {
 					t.Fatalf("publisher %+v, replicas %v, replications %v", p, ix.remote, ix.fx.replicate)
 				}
 				adopted := pubOf(ix, p, tc.pr.insts[0].Service.Name, 5)
@@ -409,12 +409,12 @@ func TestCoreTakeHandedLeases(t *testing.T) {
 			name: "a newer handed beat makes an unhealthy instance healthy",
 			setup: func(t *testing.T, ix *index) {
 				p := ownBeat(t, ix, coreT0, beatInst("web", 5, 1))
-				ix.replaceInst(p.insts[0], p.insts[0].inst.withHealth(false))
+				ix.replaceInst(p.insts.all()[0], p.insts.all()[0].inst.withHealth(false))
 			},
 			leases: []takenLease{{beatInst("web", 5, 1), at(8 * time.Second)}},
 			want:   fxSummary{dirty: []string{"web"}, wake: 23 * time.Second, replicate: 1},
 			check: func(t *testing.T, ix *index) {
-				if !ix.beatPub("10.0.0.5", 80).insts[0].inst.healthy {
+				if !ix.beatPub("10.0.0.5", 80).insts.all()[0].inst.healthy {
 					t.Fatal("still unhealthy")
 				}
 			},
@@ -436,7 +436,7 @@ func TestCoreTakeHandedLeases(t *testing.T) {
 			want:   fxSummary{dirty: []string{"web"}, catalogs: 1, services: true, notes: []string{"+10.0.0.6"}, wake: 5 * time.Second, replicate: 1},
 			check: func(t *testing.T, ix *index) {
 				p := ix.beatPub("10.0.0.6", 80)
-				if p == nil || p.pubID() != "10.0.0.6:80" || p.insts[0].inst.healthy {
+				if p == nil || p.pubID() != "10.0.0.6:80" || p.insts.all()[0].inst.healthy {
 					t.Fatalf("publisher %+v", p)
 				}
 			},
@@ -449,7 +449,7 @@ func TestCoreTakeHandedLeases(t *testing.T) {
 			want: fxSummary{dirty: []string{"api"}, catalogs: 1, services: true, notes: []string{"+10.0.0.6"}, wake: 24 * time.Second, replicate: 2},
 			check: func(t *testing.T, ix *index) {
 				p := ix.beatPub("10.0.0.6", 80)
-				if p == nil || p.remote || len(p.insts) != 2 || len(ix.remote) != 0 {
+				if p == nil || p.remote || p.insts.len() != 2 || len(ix.remote) != 0 {
 					t.Fatalf("publisher %+v, replicas %v", p, ix.remote)
 				}
 				if st, _ := ix.beatLeases.Get(pubOf(ix, p, "web", 6)); !st.LastTouch.Equal(now) {
@@ -573,8 +573,8 @@ func TestCoreReplaceService(t *testing.T) {
 					t.Fatalf("web at 10.0.0.%d: weight %v, want %v", ip, w, want)
 				}
 			}
-			if want := len(tc.webIPs) + 1; len(p.insts) != want {
-				t.Fatalf("the session lists %d instances, want %d", len(p.insts), want)
+			if want := len(tc.webIPs) + 1; p.insts.len() != want {
+				t.Fatalf("the session lists %d instances, want %d", p.insts.len(), want)
 			}
 			ix.fx.reset()
 			checkIndex(t, ix)
@@ -611,7 +611,7 @@ func TestCoreApplyInstRecord(t *testing.T) {
 				t.Fatalf("grouped copy %+v", p)
 			}
 			var got []string
-			for _, pi := range p.insts {
+			for _, pi := range p.insts.all() {
 				got = append(got, pi.inst.ip)
 			}
 			slices.Sort(got)

@@ -79,7 +79,7 @@ type slot struct {
 // (every slot of a persistent service has one, in its persBlock) and an
 // operator's patch. Out of line, the two pointers cost an ephemeral slot 8
 // bytes rather than 16, which keeps a beat instance's block (beatBlock) in
-// the 240-byte size class. A slot's x, once made, stays until the slot goes
+// the 224-byte size class. A slot's x, once made, stays until the slot goes
 // but when its patch is removed and it holds no persistent instance.
 type slotExtra struct {
 	pers  *rec                 // persistent instance (persistent services)

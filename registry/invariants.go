@@ -104,10 +104,10 @@ func (ix *index) checkInvariants(bad func(format string, args ...any)) {
 		if p.closed {
 			bad("closed publisher %s still indexed", p.peekID())
 		}
-		if len(p.insts) == 0 && p.kind == pubBeat {
+		if p.insts.len() == 0 && p.kind == pubBeat {
 			bad("beat publisher %s has no instances", p.peekID())
 		}
-		for _, pi := range p.insts {
+		for _, pi := range p.insts.all() {
 			if pi.pub != p {
 				bad("publisher %s lists another's publication", p.peekID())
 			}
@@ -119,10 +119,10 @@ func (ix *index) checkInvariants(bad func(format string, args ...any)) {
 	}
 	for ip, head := range ix.beats {
 		for p := head; p != nil; p = p.next {
-			if p.kind != pubBeat || len(p.insts) > 0 && p.insts[0].inst.ip != ip {
+			if p.kind != pubBeat || p.insts.len() > 0 && p.insts.all()[0].inst.ip != ip {
 				bad("beat publisher chained under %s is not of %s", ip, ip)
 			}
-			for _, pi := range p.insts {
+			for _, pi := range p.insts.all() {
 				if pi.inst.port != p.port {
 					bad("beat publisher %s:%d publishes port %d", ip, p.port, pi.inst.port)
 				}
@@ -147,7 +147,7 @@ func (ix *index) checkInvariants(bad func(format string, args ...any)) {
 		if !p.remote || p.recordKey() != rkey {
 			bad("remote publisher %s indexed under %s", p.peekID(), rkey)
 		}
-		if len(p.insts) == 0 {
+		if p.insts.len() == 0 {
 			bad("remote publisher %s has no instances", rkey)
 		}
 		check(p)

@@ -311,7 +311,7 @@ func (ix *index) admitPublication(pub *publisher, inst *model.Instance) error {
 func (ix *index) admitNew(pub *publisher, s *service, slotHeld bool, inst *model.Instance) error {
 	n := 0
 	if pub != nil {
-		n = len(pub.insts)
+		n = pub.insts.len()
 	}
 	beat := pub == nil || pub.kind == pubBeat
 	if max, name := ix.pubCap(beat); n >= max {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/muster-io/muster/health"
 	"github.com/muster-io/muster/model"
@@ -14,13 +16,88 @@ import (
 // session, or the beat publisher of one ip:port. Only its owner changes it.
 type publisher struct {
 	id     string // see pubID
-	insts  []*pubInst
+	insts  pubList
 	next   *publisher // beat publishers: the next one on the same IP
 	x      *pubExtra  // nil for a beat publisher made here, the most common kind
 	port   uint16     // beat publishers
 	kind   pubKind
 	closed bool
 	remote bool // owned by another node: a replica (see replicate.go)
+}
+
+// pubList is a publisher's publications. Standalone, most publishers are
+// beat publishers of one ip:port with one publication, and each is paid per
+// instance (beatBlock): one publication is held inline, and a list of more
+// goes out of line, which costs the publisher 16 bytes where a slice and an
+// array of one cost it 32. A session has the out-of-line list from its
+// second instance on.
+type pubList struct {
+	one  *pubInst    // the only publication, while many is nil
+	many *[]*pubInst // the publications, once there have been two
+}
+
+// all returns the publications. The slice may be a window on the list
+// itself: a caller changing the list while ranging over it ranges over
+// what was there when it started only as a slice would.
+func (l *pubList) all() []*pubInst {
+	if l.many != nil {
+		return *l.many
+	}
+	if l.one == nil {
+		return nil
+	}
+	return unsafe.Slice(&l.one, 1)
+}
+
+// len returns the number of publications.
+func (l *pubList) len() int {
+	if l.many != nil {
+		return len(*l.many)
+	}
+	if l.one == nil {
+		return 0
+	}
+	return 1
+}
+
+// add appends pi.
+func (l *pubList) add(pi *pubInst) {
+	switch {
+	case l.many != nil:
+		*l.many = append(*l.many, pi)
+	case l.one == nil:
+		l.one = pi
+	default:
+		many := []*pubInst{l.one, pi}
+		l.one, l.many = nil, &many
+	}
+}
+
+// remove removes pi, if present, keeping the others' order.
+func (l *pubList) remove(pi *pubInst) {
+	if l.many == nil {
+		if l.one == pi {
+			l.one = nil
+		}
+		return
+	}
+	if i := slices.Index(*l.many, pi); i >= 0 {
+		*l.many = slices.Delete(*l.many, i, i+1)
+	}
+}
+
+// keep sets the list to kept, the publications of all() that stay, in
+// all()'s storage (a filter in place); the rest of that storage is
+// cleared so that it keeps nothing alive.
+func (l *pubList) keep(kept []*pubInst) {
+	if l.many == nil {
+		if len(kept) == 0 {
+			l.one = nil
+		}
+		return
+	}
+	clear((*l.many)[len(kept):])
+	*l.many = kept
 }
 
 // pubExtra is what a session's publisher, or another node's (a replica),
@@ -74,7 +151,7 @@ func (p *publisher) repl() *replState {
 // publisher builds it on first use: most never need it, and a million of
 // them would hold a million strings.
 func (p *publisher) pubID() string {
-	if p.id == "" && p.kind == pubBeat && len(p.insts) > 0 {
+	if p.id == "" && p.kind == pubBeat && p.insts.len() > 0 {
 		p.id = p.peekID()
 	}
 	return p.id
@@ -83,8 +160,8 @@ func (p *publisher) pubID() string {
 // peekID is pubID without caching it, for readers that hold mu only for
 // reading.
 func (p *publisher) peekID() string {
-	if p.id == "" && p.kind == pubBeat && len(p.insts) > 0 {
-		i := p.insts[0].inst
+	if p.id == "" && p.kind == pubBeat && p.insts.len() > 0 {
+		i := p.insts.all()[0].inst
 		return model.Endpoint(i.ip, int(i.port))
 	}
 	return p.id

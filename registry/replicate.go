@@ -59,7 +59,7 @@ func (r *Registry) replicate(p *publisher) {
 		return
 	}
 	rkey := p.recordKey()
-	if p.closed || len(p.insts) == 0 {
+	if p.closed || p.insts.len() == 0 {
 		if _, err := d.Delete(rkey); err != nil {
 			r.log.Debug("replicating a removal failed", "record", rkey, "err", err)
 		}
@@ -71,7 +71,7 @@ func (r *Registry) replicate(p *publisher) {
 }
 
 // encode returns p's record payload.
-func (p *publisher) encode() []byte { return encodeInsts(p.insts) }
+func (p *publisher) encode() []byte { return encodeInsts(p.insts.all()) }
 
 // decodePayload decodes and checks a record payload from a peer. Every
 // instance must be valid and ephemeral; a beat record's must all share the

@@ -190,8 +190,8 @@ func (s *Session) Instances() []model.Instance {
 	r := s.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]model.Instance, 0, len(s.pub.insts))
-	for _, pi := range s.pub.insts {
+	out := make([]model.Instance, 0, s.pub.insts.len())
+	for _, pi := range s.pub.insts.all() {
 		out = append(out, pi.inst.instance(pi.slot.svc))
 	}
 	return out
@@ -304,7 +304,7 @@ func (r *Registry) Sessions(ctx context.Context) ([]SessionInfo, error) {
 			continue
 		}
 		s := p.session()
-		out = append(out, SessionInfo{ID: p.id, Labels: s.labels.Map(), Instances: len(p.insts), Opened: s.opened})
+		out = append(out, SessionInfo{ID: p.id, Labels: s.labels.Map(), Instances: p.insts.len(), Opened: s.opened})
 	}
 	r.mu.RUnlock()
 	slices.SortFunc(out, func(a, b SessionInfo) int {

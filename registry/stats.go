@@ -224,7 +224,7 @@ func (r *Registry) namespaceStatsLocked() map[string]NamespaceStats {
 	var seen []string // a session's namespaces: nearly always one
 	for p := range r.core.allSessions() {
 		seen = seen[:0]
-		for _, pi := range p.insts {
+		for _, pi := range p.insts.all() {
 			name := pi.slot.svc.key.Namespace
 			if !slices.Contains(seen, name) {
 				seen = append(seen, name)
