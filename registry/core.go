@@ -108,8 +108,8 @@ type effects struct {
 	conflicts []conflict
 	// notes: publications added or changed (published) and removed, for
 	// the per-instance replication of sessions (delta.go), in order.
-	// replicate: publishers whose revision moved: their records are due
-	// to the replicator. A standalone index (index.solo) records neither.
+	// replicate: publishers that changed (pubChanged): their records are
+	// due to the replicator. A standalone index (index.solo) records neither.
 	notes     []note
 	replicate []*publisher
 	// ended: sessions closed (their Done channel to close); lapsed: the

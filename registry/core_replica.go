@@ -234,7 +234,7 @@ func (ix *index) demote(p *publisher, owner string) {
 }
 
 // promote makes a remote beat publisher this node's own, with leases that
-// continue from lastBeat, and records a new revision of it (the new
+// continue from lastBeat, and records the change (pubChanged: the new
 // ownership replicates).
 func (ix *index) promote(p *publisher, lastBeat time.Time) {
 	delete(ix.remote, p.recordKey())
@@ -272,7 +272,7 @@ type takenLease struct {
 
 // takeHandedLeases takes over leases, in order, as of now: each lease runs from
 // the newer of its own last beat and the handed one (takeLease), and each
-// publisher that changed records a new revision, once.
+// publisher that changed records the change (pubChanged), once.
 func (ix *index) takeHandedLeases(leases []takenLease, now time.Time) {
 	var changed []*publisher // in the order of the leases: deterministic
 	seen := make(map[*publisher]bool)
@@ -289,7 +289,7 @@ func (ix *index) takeHandedLeases(leases []takenLease, now time.Time) {
 
 // takeLease makes this node's lease of inst, whose key it owns, run from
 // last if that is newer than its own last beat, and returns the publisher
-// it changed, or nil. The caller records the publisher's new revision.
+// it changed, or nil. The caller records the change (pubChanged).
 func (ix *index) takeLease(inst model.Instance, last, now time.Time) *publisher {
 	t := inst.BeatTimings()
 	if !last.Add(t.Delete).After(now) {
@@ -353,7 +353,7 @@ func (ix *index) noteDeregistered(instKey model.InstanceKey, ttl time.Duration, 
 // that come (keep holds the keys of next); on a failure (a limit) every
 // step is undone and the error returned, so that pub publishes what it
 // did. The countdowns of the slots it empties start at now. On success
-// the caller records pub's new revision.
+// the caller records pub's change (pubChanged).
 func (ix *index) replaceService(pub *publisher, svc model.ServiceKey, next []model.Instance, now time.Time) error {
 	sv := ix.services[svc]
 	if sv != nil && !sv.ephemeral {
