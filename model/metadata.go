@@ -334,17 +334,29 @@ func (m Metadata) String() string {
 	return b.String()
 }
 
-// hasPrefix reports whether some key starts with prefix.
+// hasPrefix reports whether some key starts with prefix. Validation asks
+// it of every registration, so it reads short strings itself, as Get does.
 func (m Metadata) hasPrefix(prefix string) bool {
-	for off := m.first(); off < len(m.p); {
-		k, next := strAt(m.p, off)
+	p := m.p
+	for off := m.first(); off < len(p); {
+		var k string
+		if c := p[off]; c < 0xc0 {
+			end := off + 1 + int(c&0x1f)
+			k, off = p[off+1:end], end
+		} else {
+			k, off = strAt(p, off)
+		}
 		if strings.HasPrefix(k, prefix) {
 			return true
 		}
 		if k > prefix {
 			return false // every later key is greater, and not prefixed either
 		}
-		_, off = strAt(m.p, next)
+		if c := p[off]; c < 0xc0 {
+			off += 1 + int(c&0x1f)
+		} else {
+			_, off = strAt(p, off)
+		}
 	}
 	return false
 }

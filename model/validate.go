@@ -504,7 +504,7 @@ func plainMetadata(m Metadata, max int) bool {
 		size += len(s)
 		tab := i%2 == 1 // a value may hold a tab
 		for j := 0; j < len(s); j++ {
-			if c := s[j]; c < ' ' || c >= 0x7f {
+			if c := s[j]; c-' ' >= 0x7f-' ' { // below ' ' (wrapped) or from DEL up
 				if c != '\t' || !tab {
 					return false
 				}
