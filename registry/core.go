@@ -299,18 +299,17 @@ func (ix *index) placeSlot(s *service, i int, sl *slot, r *rec) *slot {
 	return sl
 }
 
-// slotBlock is a new slot born with its first publication: the slot, the
-// publication, its instance and the slot's list of publications in one
-// allocation rather than four. Registering a new instance is a hot path,
-// and the block keeps what a lookup reads of the slot's key (sl.pubs[0],
-// the publication, the rec's key fields) in the slot's own cache lines:
-// a step of findSlot's binary search reads one block (and the IP's bytes)
-// where it read four objects.
+// slotBlock is a new slot born with its first publication: the slot (with
+// its list of publications, which holds one inline), the publication and
+// its instance in one allocation rather than four. Registering a new
+// instance is a hot path, and the block keeps what a lookup reads of the
+// slot's key (the first publication, the rec's key fields) in the slot's
+// own cache lines: a step of findSlot's binary search reads one block (and
+// the IP's bytes) where it read four objects.
 //
-// Nothing reuses the block's parts: a publication removed, an instance
-// replaced (pubInst.inst points elsewhere) or a list of publications grown
-// past one leaves its part unused, and the garbage collector keeps the block
-// while anything points into it. So a slot that outlives its first
+// Nothing reuses the block's parts: a publication removed or an instance
+// replaced (pubInst.inst points elsewhere) leaves its part unused, and the
+// garbage collector keeps the block while anything points into it. So a slot that outlives its first
 // publication keeps, besides the block's unused rec, that publication's
 // publisher: a closed session's publisher and Session (its list of
 // publications is dropped at close), or a gone beat publisher, a few
@@ -318,7 +317,6 @@ func (ix *index) placeSlot(s *service, i int, sl *slot, r *rec) *slot {
 // publication left while another publisher held the key.
 type slotBlock struct {
 	sl  slot
-	one [1]*pubInst
 	pi  pubInst
 	rec rec
 }
@@ -330,8 +328,7 @@ func (b *slotBlock) init(s *service, pub *publisher, inst *model.Instance, ipKey
 	b.sl.svc = s
 	b.rec = recOfKey(inst, ipKey)
 	b.pi.pub, b.pi.slot, b.pi.inst = pub, &b.sl, &b.rec
-	b.one[0] = &b.pi
-	b.sl.pubs = b.one[:]
+	b.sl.pubs.one = &b.pi
 	return &b.sl, &b.pi
 }
 
@@ -339,8 +336,8 @@ func (b *slotBlock) init(s *service, pub *publisher, inst *model.Instance, ipKey
 // allocation where there were two, and what findSlot reads of the slot's
 // key (sl.x.pers, the rec's key fields) in the slot's own cache lines. An
 // update replaces sl.x.pers and leaves the block's rec unused while the
-// slot lives. The slot's extra (slotExtra) is in the block too: 144 bytes,
-// the size class of the slot and rec alone.
+// slot lives. The slot's extra (slotExtra) is in the block too: 128 bytes,
+// a size class (the slot and rec alone are 112).
 type persBlock struct {
 	sl  slot
 	x   slotExtra
@@ -353,7 +350,7 @@ type persBlock struct {
 // allocation where there were four. The publication's lease is in the
 // block's pubInst, and its interval in the lease's interned Timeouts (see
 // index.beatInterval). Standalone, every beat instance has a block, so its
-// size counts per instance: 224 bytes, a size class
+// size counts per instance: 208 bytes, a size class
 // (TestBeatBlockSizeClass). When the instance's slot exists already, the
 // slot part goes unused (the block is freed with the publisher). A live
 // publisher keeps its block's slot, and that slot's service, after the
@@ -796,12 +793,12 @@ func (ix *index) publishAtKey(s *service, i int, found bool, pub *publisher, ins
 	prev := sl.current() // issue 15: what the view shows before
 	pi := &pubInst{pub: pub, slot: sl, inst: stored}
 	pub.insts.add(pi)
-	if len(sl.pubs) == 0 {
-		sl.pubs = []*pubInst{pi}
+	if sl.pubs.len() == 0 {
+		sl.pubs.add(pi)
 	} else {
 		pubID := pub.pubID()
-		i, _ := slices.BinarySearchFunc(sl.pubs, pubID, func(p *pubInst, id string) int { return strings.Compare(p.pub.pubID(), id) })
-		sl.pubs = slices.Insert(sl.pubs, i, pi)
+		i, _ := slices.BinarySearchFunc(sl.pubs.all(), pubID, func(p *pubInst, id string) int { return strings.Compare(p.pub.pubID(), id) })
+		sl.pubs.insert(i, pi)
 	}
 	if born {
 		ix.slotBorn(sl)
@@ -826,9 +823,7 @@ func (ix *index) unpublish(pi *pubInst, detach bool, why string, now time.Time) 
 	ix.noteSlot(pi.slot, EventRemoved, pi.pub, why)
 	ix.notePublication(pi, false) // issue 15: per-instance replication (delta.go)
 	sl := pi.slot
-	if i := slices.Index(sl.pubs, pi); i >= 0 {
-		sl.pubs = slices.Delete(sl.pubs, i, i+1)
-	}
+	sl.pubs.remove(pi)
 	if detach {
 		pi.pub.insts.remove(pi)
 	}

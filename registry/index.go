@@ -71,7 +71,7 @@ func (s *service) empty() bool { return len(s.slots) == 0 }
 // node picks the same.
 type slot struct {
 	svc  *service
-	pubs []*pubInst // ephemeral publications, sorted by publisher ID
+	pubs pubList    // ephemeral publications, sorted by publisher ID
 	x    *slotExtra // a persistent instance or a patch; nil for most ephemeral slots
 }
 
@@ -79,7 +79,7 @@ type slot struct {
 // (every slot of a persistent service has one, in its persBlock) and an
 // operator's patch. Out of line, the two pointers cost an ephemeral slot 8
 // bytes rather than 16, which keeps a beat instance's block (beatBlock) in
-// the 224-byte size class. A slot's x, once made, stays until the slot goes
+// the 208-byte size class. A slot's x, once made, stays until the slot goes
 // but when its patch is removed and it holds no persistent instance.
 type slotExtra struct {
 	pers  *rec                 // persistent instance (persistent services)
@@ -131,14 +131,14 @@ func (sl *slot) current() *rec {
 	if x := sl.x; x != nil && x.pers != nil {
 		return x.pers
 	}
-	if len(sl.pubs) > 0 {
-		return sl.pubs[0].inst
+	if pi := sl.pubs.first(); pi != nil {
+		return pi.inst
 	}
 	return nil
 }
 
 // live reports whether anything still publishes the slot.
-func (sl *slot) live() bool { return len(sl.pubs) > 0 || sl.pers() != nil }
+func (sl *slot) live() bool { return sl.pubs.len() > 0 || sl.pers() != nil }
 
 // key returns the slot's instance key.
 func (sl *slot) key() model.InstanceKey {

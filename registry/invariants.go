@@ -71,10 +71,10 @@ func (ix *index) checkInvariants(bad func(format string, args ...any)) {
 					bad("%s: slot %s holds the IP key %#x, not %#x", key, sl.key(), r.ipKey, ipOrder(r.ip))
 				}
 			}
-			if s.ephemeral && sl.pers() != nil || !s.ephemeral && len(sl.pubs) > 0 {
+			if s.ephemeral && sl.pers() != nil || !s.ephemeral && sl.pubs.len() > 0 {
 				bad("%s: slot %s holds the other kind", key, sl.key())
 			}
-			for j, pi := range sl.pubs {
+			for j, pi := range sl.pubs.all() {
 				pubsSeen[pi] = true
 				if pi.slot != sl {
 					bad("%s: publication of %s points to another slot", key, sl.key())
@@ -85,7 +85,7 @@ func (ix *index) checkInvariants(bad func(format string, args ...any)) {
 				if pi.inst.cluster != cur.cluster || pi.inst.ip != cur.ip || pi.inst.port != cur.port {
 					bad("%s: slot %s holds a publication of another key", key, sl.key())
 				}
-				if j > 0 && strings.Compare(sl.pubs[j-1].pub.peekID(), pi.pub.peekID()) >= 0 {
+				if j > 0 && strings.Compare(sl.pubs.all()[j-1].pub.peekID(), pi.pub.peekID()) >= 0 {
 					bad("%s: publishers of %s out of order", key, sl.key())
 				}
 				if pi.pub.kind == pubBeat && !pi.pub.remote {

@@ -25,11 +25,12 @@ type publisher struct {
 	remote bool // owned by another node: a replica (see replicate.go)
 }
 
-// pubList is a publisher's publications. Standalone, most publishers are
-// beat publishers of one ip:port with one publication, and each is paid per
-// instance (beatBlock): one publication is held inline, and a list of more
-// goes out of line, which costs the publisher 16 bytes where a slice and an
-// array of one cost it 32. A session has the out-of-line list from its
+// pubList is a list of publications: a publisher's, or a slot's (of its
+// key, in publisher ID order). Most slots have one publication, and
+// standalone most publishers are beat publishers of one ip:port with one;
+// both are paid per instance (slotBlock, beatBlock). So one publication is
+// held inline, and a list of more goes out of line: 16 bytes where a slice
+// and an array of one took 32. A session's list is out of line from its
 // second instance on.
 type pubList struct {
 	one  *pubInst    // the only publication, while many is nil
@@ -60,6 +61,17 @@ func (l *pubList) len() int {
 	return 1
 }
 
+// first returns the first publication, or nil.
+func (l *pubList) first() *pubInst {
+	if l.many != nil {
+		if len(*l.many) == 0 {
+			return nil
+		}
+		return (*l.many)[0]
+	}
+	return l.one
+}
+
 // add appends pi.
 func (l *pubList) add(pi *pubInst) {
 	switch {
@@ -69,6 +81,22 @@ func (l *pubList) add(pi *pubInst) {
 		l.one = pi
 	default:
 		many := []*pubInst{l.one, pi}
+		l.one, l.many = nil, &many
+	}
+}
+
+// insert inserts pi at index i (0 ≤ i ≤ len).
+func (l *pubList) insert(i int, pi *pubInst) {
+	switch {
+	case l.many != nil:
+		*l.many = slices.Insert(*l.many, i, pi)
+	case l.one == nil:
+		l.one = pi
+	default:
+		many := []*pubInst{l.one, pi}
+		if i == 0 {
+			many[0], many[1] = pi, l.one
+		}
 		l.one, l.many = nil, &many
 	}
 }
@@ -192,7 +220,7 @@ func (pi *pubInst) Lease(bool) *health.Lease { return &pi.lease }
 
 // publication returns pub's publication in sl, or nil.
 func (sl *slot) publication(pub *publisher) *pubInst {
-	for _, pi := range sl.pubs {
+	for _, pi := range sl.pubs.all() {
 		if pi.pub == pub {
 			return pi
 		}
@@ -537,7 +565,7 @@ func (r *Registry) deregisterOwned(ctx context.Context, instKey model.InstanceKe
 	if pi != nil {
 		return nil
 	}
-	if _, sl := r.core.lookup(instKey); sl != nil && len(sl.pubs) > 0 {
+	if _, sl := r.core.lookup(instKey); sl != nil && sl.pubs.len() > 0 {
 		// Only sessions publish it: Deregister, which removes what beats
 		// keep alive, cannot remove it, and says so.
 		return fmt.Errorf("%w: %s: Deregister removes beat and persistent instances; remove it with Session.Deregister or by closing its session", ErrSessionInstance, instKey)

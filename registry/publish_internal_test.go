@@ -9,8 +9,9 @@ import (
 )
 
 // TestPubListAgainstSlice: a pubList holds what a slice would through
-// adds, removes and in-place filters, across the change from one inline
-// publication to a list out of line; all() of one is a window on the list.
+// adds, inserts, removes and in-place filters, across the change from one
+// inline publication to a list out of line; all() of one is a window on
+// the list.
 func TestPubListAgainstSlice(t *testing.T) {
 	testutil.Seeds(t, 0, 1, func(t *testing.T, seed uint64) {
 		r := rand.New(rand.NewPCG(seed, 11))
@@ -23,11 +24,17 @@ func TestPubListAgainstSlice(t *testing.T) {
 			var ref []*pubInst
 			for range 20 {
 				pi := pool[r.IntN(len(pool))]
-				switch r.IntN(3) {
+				switch r.IntN(4) {
 				case 0:
 					if !slices.Contains(ref, pi) {
 						l.add(pi)
 						ref = append(ref, pi)
+					}
+				case 3: // a slot's sorted insertion
+					if !slices.Contains(ref, pi) {
+						i := r.IntN(len(ref) + 1)
+						l.insert(i, pi)
+						ref = slices.Insert(ref, i, pi)
 					}
 				case 1:
 					l.remove(pi)
@@ -46,6 +53,9 @@ func TestPubListAgainstSlice(t *testing.T) {
 				}
 				if got := l.all(); !slices.Equal(got, ref) || l.len() != len(ref) {
 					t.Fatalf("list %p (len %d), want %p", got, l.len(), ref)
+				}
+				if first := l.first(); len(ref) == 0 && first != nil || len(ref) > 0 && first != ref[0] {
+					t.Fatalf("first %p, want the first of %p", first, ref)
 				}
 				if l.one != nil && l.many != nil {
 					t.Fatal("both one and many set")

@@ -8,7 +8,7 @@ import "github.com/muster-io/muster/model"
 // a change stores a new one.
 //
 // The key's fields come first: findSlot's binary search reads them (with
-// sl.pubs[0] and the publication, just before the rec in a slotBlock) at
+// the slot's first publication, just before the rec in a slotBlock) at
 // every step, so they share the cache lines that those are in.
 type rec struct {
 	cluster string
