@@ -309,9 +309,9 @@ func (ix *index) placeSlot(s *service, i int, sl *slot, r *rec) *slot {
 //
 // Nothing reuses the block's parts: a publication removed or an instance
 // replaced (pubInst.inst points elsewhere) leaves its part unused, and the
-// garbage collector keeps the block while anything points into it. So a slot that outlives its first
-// publication keeps, besides the block's unused rec, that publication's
-// publisher: a closed session's publisher and Session (its list of
+// garbage collector keeps the block while anything points into it. So a
+// slot that outlives its first publication keeps, besides the block's
+// unused rec, that publication's publisher: a closed session's publisher and Session (its list of
 // publications is dropped at close), or a gone beat publisher, a few
 // hundred bytes, one per slot at most, and only for slots whose first
 // publication left while another publisher held the key.

@@ -30,16 +30,18 @@ type publisher struct {
 // standalone most publishers are beat publishers of one ip:port with one;
 // both are paid per instance (slotBlock, beatBlock). So one publication is
 // held inline, and a list of more goes out of line: 16 bytes where a slice
-// and an array of one took 32. A session's list is out of line from its
-// second instance on.
+// and an array of one took 32. A list stays out of line once it had two
+// (a session's from its second instance on, a slot's once two publishers
+// held its key): 24 bytes and the array more, for as long as it lives.
 type pubList struct {
 	one  *pubInst    // the only publication, while many is nil
 	many *[]*pubInst // the publications, once there have been two
 }
 
 // all returns the publications. The slice may be a window on the list
-// itself: a caller changing the list while ranging over it ranges over
-// what was there when it started only as a slice would.
+// itself (its one inline publication): a caller must not keep it across a
+// change of the list. In particular, an add or insert that takes the list
+// out of line clears the inline publication, which a slice would have kept.
 func (l *pubList) all() []*pubInst {
 	if l.many != nil {
 		return *l.many
