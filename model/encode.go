@@ -269,12 +269,16 @@ func appendFloat(b []byte, f float64) []byte {
 	return binary.BigEndian.AppendUint64(append(b, 0xcb), math.Float64bits(f))
 }
 
-func appendArrayLen(b []byte, n int) []byte {
+func appendArrayLen(b []byte, n int) []byte { return appendCollectionLen(b, n, 0x90, 0xdc, 0xdd) }
+
+// appendCollectionLen appends the header of an array or a map of n
+// elements: fix | n under 16, else the 16- or 32-bit form.
+func appendCollectionLen(b []byte, n int, fix, b16, b32 byte) []byte {
 	switch {
 	case n < 16:
-		return append(b, 0x90|byte(n))
+		return append(b, fix|byte(n))
 	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xdc), uint16(n))
+		return binary.BigEndian.AppendUint16(append(b, b16), uint16(n))
 	}
-	return binary.BigEndian.AppendUint32(append(b, 0xdd), uint32(n))
+	return binary.BigEndian.AppendUint32(append(b, b32), uint32(n))
 }

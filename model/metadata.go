@@ -1,7 +1,6 @@
 package model
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"iter"
 	"maps"
@@ -142,15 +141,7 @@ func mapHeaderLen(n int) int {
 }
 
 // appendMapHeader appends the msgpack header of a map of n pairs.
-func appendMapHeader(b []byte, n int) []byte {
-	switch {
-	case n < 16:
-		return append(b, 0x80|byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xde), uint16(n))
-	}
-	return binary.BigEndian.AppendUint32(append(b, 0xdf), uint32(n))
-}
+func appendMapHeader(b []byte, n int) []byte { return appendCollectionLen(b, n, 0x80, 0xde, 0xdf) }
 
 // IsZero reports whether m is empty (it lets msgpack's omitempty see that).
 func (m Metadata) IsZero() bool { return m.p == "" }
@@ -171,7 +162,13 @@ func (m Metadata) Len() int {
 }
 
 // Get returns the value of key and whether it is present.
-func (m Metadata) Get(key string) (string, bool) {
+func (m Metadata) Get(key string) (string, bool) { return m.find(key, false) }
+
+// find walks the keys in order to key, or with prefix to the first key
+// that starts with key, and returns its value. The registration path asks
+// it for every instance (Get, hasPrefix); Go does not inline strAt, so it
+// reads short strings itself.
+func (m Metadata) find(key string, prefix bool) (string, bool) {
 	p := m.p
 	for off := m.first(); off < len(p); {
 		var k string
@@ -181,12 +178,12 @@ func (m Metadata) Get(key string) (string, bool) {
 		} else {
 			k, off = strAt(p, off)
 		}
-		if k == key {
+		if k == key || prefix && strings.HasPrefix(k, key) {
 			v, _ := strAt(p, off)
 			return v, true
 		}
 		if k != "" && key != "" && k[0] > key[0] {
-			break // keys are in order: no later one is key
+			break // keys are in order: no later one is key, or starts with it
 		}
 		if c := p[off]; c < 0xc0 {
 			off += 1 + int(c&0x1f)
@@ -334,31 +331,10 @@ func (m Metadata) String() string {
 	return b.String()
 }
 
-// hasPrefix reports whether some key starts with prefix. Validation asks
-// it of every registration, so it reads short strings itself, as Get does.
+// hasPrefix reports whether some key starts with prefix.
 func (m Metadata) hasPrefix(prefix string) bool {
-	p := m.p
-	for off := m.first(); off < len(p); {
-		var k string
-		if c := p[off]; c < 0xc0 {
-			end := off + 1 + int(c&0x1f)
-			k, off = p[off+1:end], end
-		} else {
-			k, off = strAt(p, off)
-		}
-		if strings.HasPrefix(k, prefix) {
-			return true
-		}
-		if k > prefix {
-			return false // every later key is greater, and not prefixed either
-		}
-		if c := p[off]; c < 0xc0 {
-			off += 1 + int(c&0x1f)
-		} else {
-			_, off = strAt(p, off)
-		}
-	}
-	return false
+	_, ok := m.find(prefix, true)
+	return ok
 }
 
 // search returns the index of key among the pairs kv, or where it would be

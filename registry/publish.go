@@ -75,17 +75,7 @@ func (l *pubList) first() *pubInst {
 }
 
 // add appends pi.
-func (l *pubList) add(pi *pubInst) {
-	switch {
-	case l.many != nil:
-		*l.many = append(*l.many, pi)
-	case l.one == nil:
-		l.one = pi
-	default:
-		many := []*pubInst{l.one, pi}
-		l.one, l.many = nil, &many
-	}
-}
+func (l *pubList) add(pi *pubInst) { l.insert(l.len(), pi) }
 
 // insert inserts pi at index i (0 ≤ i ≤ len).
 func (l *pubList) insert(i int, pi *pubInst) {
