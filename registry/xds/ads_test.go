@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -415,9 +416,13 @@ func TestCloseEndsStreams(t *testing.T) {
 	if _, err := c.sotw.Recv(); err == nil {
 		t.Fatal("a stream outlived Close")
 	}
-	// New streams are refused.
+	// New streams are refused. The refusal may end the stream before the
+	// request is sent: gRPC's Send then answers io.EOF, and Recv the status.
 	c2 := dialADS(t, x.Addr, false)
-	c2.request(t, resource.ClusterType, []string{"orders"}, nil)
+	req := &discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNames: []string{"orders"}, Node: testNode}
+	if err := c2.sotw.Send(req); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
 	if _, err := c2.sotw.Recv(); status.Code(err) != codes.Unavailable && !errors.Is(err, xds.ErrClosed) {
 		t.Fatalf("a stream after Close: %v, want Unavailable", err)
 	}
