@@ -34,33 +34,30 @@ type Metadata struct {
 
 // NewMetadata copies m into a Metadata.
 func NewMetadata(m map[string]string) Metadata {
-	if len(m) == 0 {
-		return Metadata{}
-	}
 	keys := slices.Sorted(maps.Keys(m))
-	size := mapHeaderLen(len(keys))
-	for _, k := range keys {
-		size += strLen(k) + strLen(m[k])
-	}
-	b := appendMapHeader(make([]byte, 0, size), len(keys))
-	for _, k := range keys {
-		b = appendStr(appendStr(b, k), m[k])
-	}
-	return Metadata{p: unsafe.String(unsafe.SliceData(b), len(b))}
+	return encodePairs(len(keys), func(i int) (string, string) { return keys[i], m[keys[i]] })
 }
 
 // metadataOf encodes kv, pairs in strictly ascending key order.
 func metadataOf(kv []string) Metadata {
-	if len(kv) == 0 {
+	return encodePairs(len(kv)/2, func(i int) (string, string) { return kv[2*i], kv[2*i+1] })
+}
+
+// encodePairs encodes n pairs, pair(i) the ith in strictly ascending key
+// order, in one allocation of the encoding's size.
+func encodePairs(n int, pair func(i int) (k, v string)) Metadata {
+	if n == 0 {
 		return Metadata{}
 	}
-	size := mapHeaderLen(len(kv) / 2)
-	for _, s := range kv {
-		size += strLen(s)
+	size := mapHeaderLen(n)
+	for i := range n {
+		k, v := pair(i)
+		size += strLen(k) + strLen(v)
 	}
-	b := appendMapHeader(make([]byte, 0, size), len(kv)/2)
-	for _, s := range kv {
-		b = appendStr(b, s)
+	b := appendMapHeader(make([]byte, 0, size), n)
+	for i := range n {
+		k, v := pair(i)
+		b = appendStr(appendStr(b, k), v)
 	}
 	return Metadata{p: unsafe.String(unsafe.SliceData(b), len(b))}
 }
@@ -92,13 +89,12 @@ func (m Metadata) first() int {
 }
 
 // strAt returns the string whose msgpack encoding starts at off in p, a
-// Metadata's encoding, and the offset past it. Go does not inline it, so
-// the loops on the registration path (Get, ByteSize, plainMetadata) take
-// the fixstr case, the one metadata mostly holds, themselves.
+// Metadata's encoding, and the offset past it. Go does not inline it: the
+// loops on the registration path (find, ByteSize, plainMetadata) try
+// shortStrAt first.
 func strAt(p string, off int) (string, int) {
-	if c := p[off]; c < 0xc0 { // fixstr: 0xa0–0xbf
-		end := off + 1 + int(c&0x1f)
-		return p[off+1 : end], end
+	if s, next, ok := shortStrAt(p, off); ok {
+		return s, next
 	}
 	n, h := 0, 5
 	switch p[off] {
@@ -111,6 +107,18 @@ func strAt(p string, off int) (string, int) {
 	}
 	off += h
 	return p[off : off+n], off + n
+}
+
+// shortStrAt is strAt for a fixstr (0xa0–0xbf), the string metadata mostly
+// holds, small enough for Go to inline. ok is false for a longer string,
+// which the caller reads with strAt.
+func shortStrAt(p string, off int) (s string, next int, ok bool) {
+	c := p[off]
+	if c >= 0xc0 {
+		return "", off, false
+	}
+	next = off + 1 + int(c&0x1f)
+	return p[off+1 : next], next, true
 }
 
 // strLen is the length of s's msgpack encoding.
@@ -166,29 +174,23 @@ func (m Metadata) Get(key string) (string, bool) { return m.find(key, false) }
 
 // find walks the keys in order to key, or with prefix to the first key
 // that starts with key, and returns its value. The registration path asks
-// it for every instance (Get, hasPrefix); Go does not inline strAt, so it
-// reads short strings itself.
+// it for every instance (Get, hasPrefix).
 func (m Metadata) find(key string, prefix bool) (string, bool) {
 	p := m.p
 	for off := m.first(); off < len(p); {
-		var k string
-		if c := p[off]; c < 0xc0 {
-			end := off + 1 + int(c&0x1f)
-			k, off = p[off+1:end], end
-		} else {
-			k, off = strAt(p, off)
+		k, next, ok := shortStrAt(p, off)
+		if !ok {
+			k, next = strAt(p, off)
 		}
 		if k == key || prefix && strings.HasPrefix(k, key) {
-			v, _ := strAt(p, off)
+			v, _ := strAt(p, next)
 			return v, true
 		}
 		if k != "" && key != "" && k[0] > key[0] {
 			break // keys are in order: no later one is key, or starts with it
 		}
-		if c := p[off]; c < 0xc0 {
-			off += 1 + int(c&0x1f)
-		} else {
-			_, off = strAt(p, off)
+		if _, off, ok = shortStrAt(p, next); !ok {
+			_, off = strAt(p, next)
 		}
 	}
 	return "", false
@@ -299,20 +301,16 @@ func (m Metadata) Size() int {
 // ByteSize returns the sum of the lengths, in bytes, of all keys and
 // values: at least Size, and Size itself when they are ASCII.
 func (m Metadata) ByteSize() int {
-	p := m.p
-	headers := m.first()
-	for off := headers; off < len(p); {
-		if c := p[off]; c < 0xc0 {
-			off += 1 + int(c&0x1f)
-			headers++
-		} else {
-			start := off
-			var s string
-			s, off = strAt(p, off)
-			headers += off - start - len(s)
+	n := 0
+	for off := m.first(); off < len(m.p); {
+		s, next, ok := shortStrAt(m.p, off)
+		if !ok {
+			s, next = strAt(m.p, off)
 		}
+		n += len(s)
+		off = next
 	}
-	return len(p) - headers
+	return n
 }
 
 // String formats m as "{k1=v1, k2=v2}".

@@ -491,13 +491,11 @@ func checkMetadata(field string, m Metadata, l Limits) error {
 func plainMetadata(m Metadata, max int) bool {
 	size := 0
 	for i, off := 0, m.first(); off < len(m.p); i++ {
-		var s string
-		if c := m.p[off]; c < 0xc0 {
-			end := off + 1 + int(c&0x1f)
-			s, off = m.p[off+1:end], end
-		} else {
-			s, off = strAt(m.p, off)
+		s, next, ok := shortStrAt(m.p, off)
+		if !ok {
+			s, next = strAt(m.p, off)
 		}
+		off = next
 		if s == "" && i%2 == 0 {
 			return false
 		}

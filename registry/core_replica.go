@@ -216,7 +216,7 @@ func (ix *index) demote(p *publisher, owner string) {
 			ix.beatLeases.Remove(pi)
 		}
 		if p.insts.len() > 0 {
-			ix.removeBeatPub(p.insts.all()[0].inst.ip, p)
+			ix.removeBeatPub(p.insts.first().inst.ip, p)
 		}
 		p.next = nil
 	case pubSession:
@@ -239,7 +239,7 @@ func (ix *index) demote(p *publisher, owner string) {
 func (ix *index) promote(p *publisher, lastBeat time.Time) {
 	delete(ix.remote, p.recordKey())
 	p.remote = false
-	ix.addBeatPub(p.insts.all()[0].inst.ip, p)
+	ix.addBeatPub(p.insts.first().inst.ip, p)
 	for _, pi := range p.insts.all() {
 		ix.leaseFrom(pi, lastBeat)
 	}

@@ -124,8 +124,8 @@ func TestCoreApplyRecord(t *testing.T) {
 			pr:    beatRec("n2", 5, beatInst("web", 5, 2)),
 			want:  fxSummary{dirty: []string{"web"}},
 			check: func(t *testing.T, ix *index) {
-				if p := ix.remote[rkey5]; p.insts.all()[0].inst.weight != 2 {
-					t.Fatalf("replica weight %v, want 2", p.insts.all()[0].inst.weight)
+				if p := ix.remote[rkey5]; p.insts.first().inst.weight != 2 {
+					t.Fatalf("replica weight %v, want 2", p.insts.first().inst.weight)
 				}
 			},
 		},
@@ -144,7 +144,7 @@ func TestCoreApplyRecord(t *testing.T) {
 			now:  time.Second,
 			want: fxSummary{dirty: []string{"web"}, notes: []string{"-10.0.0.5"}, wake: time.Second + coreEmptyTTL},
 			check: func(t *testing.T, ix *index) {
-				if p := ix.remote[rkey5]; p.insts.len() != 1 || p.insts.all()[0].slot.svc.key != rulesSvc("api") {
+				if p := ix.remote[rkey5]; p.insts.len() != 1 || p.insts.first().slot.svc.key != rulesSvc("api") {
 					t.Fatalf("replica holds %d instances", p.insts.len())
 				}
 			},
@@ -220,7 +220,7 @@ func TestCoreApplyRecord(t *testing.T) {
 				if p == nil || p.remote || len(ix.remote) != 0 {
 					t.Fatalf("publisher %+v, replicas %v", p, ix.remote)
 				}
-				if st, _ := ix.beatLeases.Get(p.insts.all()[0]); !st.LastTouch.Equal(coreT0.Add(time.Second)) {
+				if st, _ := ix.beatLeases.Get(p.insts.first()); !st.LastTouch.Equal(coreT0.Add(time.Second)) {
 					t.Fatalf("the adopted lease runs from %v", st.LastTouch)
 				}
 			},
@@ -235,7 +235,7 @@ func TestCoreApplyRecord(t *testing.T) {
 				if p == nil || !p.remote || ix.beatPub("10.0.0.5", 80) != nil || ix.beatLeases.Len() != 0 {
 					t.Fatalf("replica %+v, leases %d", p, ix.beatLeases.Len())
 				}
-				if p.insts.all()[0].inst.weight != 2 {
+				if p.insts.first().inst.weight != 2 {
 					t.Fatal("the demoted publisher does not hold the record's instance")
 				}
 			},
@@ -256,7 +256,7 @@ func TestCoreApplyRecord(t *testing.T) {
 				if len(ix.fx.ended) != 1 || len(ix.sessions) != 0 || ix.sessionLeases.Len() != 0 {
 					t.Fatalf("ended %v, sessions %v, leases %d", ix.fx.ended, ix.sessions, ix.sessionLeases.Len())
 				}
-				if p := ix.remote[sessionPrefix+"n2-0000000000000001"]; p == nil || p.session() != nil || p.insts.all()[0].inst.weight != 2 {
+				if p := ix.remote[sessionPrefix+"n2-0000000000000001"]; p == nil || p.session() != nil || p.insts.first().inst.weight != 2 {
 					t.Fatalf("replica %+v", p)
 				}
 			},
@@ -409,12 +409,12 @@ func TestCoreTakeHandedLeases(t *testing.T) {
 			name: "a newer handed beat makes an unhealthy instance healthy",
 			setup: func(t *testing.T, ix *index) {
 				p := ownBeat(t, ix, coreT0, beatInst("web", 5, 1))
-				ix.replaceInst(p.insts.all()[0], p.insts.all()[0].inst.withHealth(false))
+				ix.replaceInst(p.insts.first(), p.insts.first().inst.withHealth(false))
 			},
 			leases: []takenLease{{beatInst("web", 5, 1), at(8 * time.Second)}},
 			want:   fxSummary{dirty: []string{"web"}, wake: 23 * time.Second, replicate: 1},
 			check: func(t *testing.T, ix *index) {
-				if !ix.beatPub("10.0.0.5", 80).insts.all()[0].inst.healthy {
+				if !ix.beatPub("10.0.0.5", 80).insts.first().inst.healthy {
 					t.Fatal("still unhealthy")
 				}
 			},
@@ -436,7 +436,7 @@ func TestCoreTakeHandedLeases(t *testing.T) {
 			want:   fxSummary{dirty: []string{"web"}, catalogs: 1, services: true, notes: []string{"+10.0.0.6"}, wake: 5 * time.Second, replicate: 1},
 			check: func(t *testing.T, ix *index) {
 				p := ix.beatPub("10.0.0.6", 80)
-				if p == nil || p.pubID() != "10.0.0.6:80" || p.insts.all()[0].inst.healthy {
+				if p == nil || p.pubID() != "10.0.0.6:80" || p.insts.first().inst.healthy {
 					t.Fatalf("publisher %+v", p)
 				}
 			},

@@ -128,8 +128,8 @@ func (sl *slot) setPatch(p *model.InstancePatch) {
 
 // current returns the instance as published, before the patch.
 func (sl *slot) current() *rec {
-	if x := sl.x; x != nil && x.pers != nil {
-		return x.pers
+	if r := sl.pers(); r != nil {
+		return r
 	}
 	if pi := sl.pubs.first(); pi != nil {
 		return pi.inst

@@ -119,7 +119,7 @@ func (ix *index) checkInvariants(bad func(format string, args ...any)) {
 	}
 	for ip, head := range ix.beats {
 		for p := head; p != nil; p = p.next {
-			if p.kind != pubBeat || p.insts.len() > 0 && p.insts.all()[0].inst.ip != ip {
+			if p.kind != pubBeat || p.insts.len() > 0 && p.insts.first().inst.ip != ip {
 				bad("beat publisher chained under %s is not of %s", ip, ip)
 			}
 			for _, pi := range p.insts.all() {

@@ -38,7 +38,7 @@ func TestCheckConsistencyCatches(t *testing.T) {
 		}, "out of order"},
 		"lost lease": {func(r *Registry) {
 			for _, p := range r.core.beats {
-				r.core.beatLeases.Remove(p.insts.all()[0])
+				r.core.beatLeases.Remove(p.insts.first())
 				return
 			}
 		}, "has no lease"},

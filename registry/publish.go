@@ -181,7 +181,7 @@ func (p *publisher) pubID() string {
 // reading.
 func (p *publisher) peekID() string {
 	if p.id == "" && p.kind == pubBeat && p.insts.len() > 0 {
-		i := p.insts.all()[0].inst
+		i := p.insts.first().inst
 		return model.Endpoint(i.ip, int(i.port))
 	}
 	return p.id
