@@ -283,6 +283,23 @@ func (m Metadata) Merge(over Metadata) Metadata {
 	return metadataOf(kv)
 }
 
+// SharedIn returns metadata equal to m whose bytes are a window on s, when
+// s holds m's encoding (as a payload that m was encoded into does), and m
+// itself otherwise. Whoever keeps both s and m then keeps m's bytes once.
+// s must never be modified afterwards (see UnmarshalInstanceListShared).
+func (m Metadata) SharedIn(s string) Metadata {
+	if m.p == "" {
+		return m
+	}
+	if strings.HasSuffix(s, m.p) { // an instance's encoding ends with its metadata
+		return Metadata{p: s[len(s)-len(m.p):]}
+	}
+	if i := strings.Index(s, m.p); i >= 0 {
+		return Metadata{p: s[i : i+len(m.p)]}
+	}
+	return m
+}
+
 // Equal reports whether m and o hold the same entries.
 func (m Metadata) Equal(o Metadata) bool { return m.p == o.p }
 

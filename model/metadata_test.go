@@ -236,3 +236,37 @@ func FuzzMetadataDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestMetadataSharedIn: SharedIn answers equal metadata, a window on the
+// string when it holds the encoding (at its end, as an instance's payload
+// does, or anywhere), and m itself when it does not.
+func TestMetadataSharedIn(t *testing.T) {
+	m := NewMetadata(map[string]string{"zone": "zone-a", "version": "1.4.2"})
+	enc := string(m.appendMsgpack(nil))
+	within := func(got Metadata, s string) bool {
+		p, base := uintptr(unsafe.Pointer(unsafe.StringData(got.p))), uintptr(unsafe.Pointer(unsafe.StringData(s)))
+		return p >= base && p+uintptr(len(got.p)) <= base+uintptr(len(s))
+	}
+	for _, tc := range []struct {
+		name   string
+		s      string
+		within bool
+	}{
+		{"at the end", "\x81\xa1i" + enc, true},
+		{"in the middle", "head" + enc + "tail", true},
+		{"alone", strings.Clone(enc), true},
+		{"absent", "\x81\xa1i\x80", false},
+		{"a prefix of it", enc[:len(enc)-1], false},
+	} {
+		got := m.SharedIn(tc.s)
+		if !got.Equal(m) {
+			t.Errorf("%s: %v, want %v", tc.name, got, m)
+		}
+		if w := within(got, tc.s); w != tc.within {
+			t.Errorf("%s: a window on the string: %v, want %v", tc.name, w, tc.within)
+		}
+	}
+	if got := (Metadata{}).SharedIn(enc); !got.IsZero() {
+		t.Errorf("empty metadata shared as %v", got)
+	}
+}

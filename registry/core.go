@@ -753,7 +753,9 @@ func (ix *index) publishAtKey(s *service, i int, found bool, pub *publisher, ins
 			}
 			served := s.slots[i].current() == pi.inst
 			ix.noteChange(pi, &inst, pub)
+			old := pi.inst
 			pi.inst = newRec(&inst)
+			old.retire()
 			if served {
 				ix.changed(s)
 			}
@@ -833,7 +835,10 @@ func (ix *index) unpublish(pi *pubInst, detach bool, why string, now time.Time) 
 // replaceInst swaps a publication's instance for next and records the
 // change.
 func (ix *index) replaceInst(pi *pubInst, next *rec) {
-	pi.inst = next
+	if old := pi.inst; old != next {
+		pi.inst = next
+		old.retire()
+	}
 	ix.pubChanged(pi.pub)
 	ix.changed(pi.slot.svc)
 }

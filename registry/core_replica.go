@@ -174,7 +174,9 @@ func (ix *index) setPublications(p *publisher, insts []model.Instance, now time.
 		delete(want, instKey)
 		if next := newRec(inst); !next.equal(pi.inst) {
 			ix.noteChange(pi, inst, p)
+			old := pi.inst
 			pi.inst = next
+			old.retire()
 			touched = append(touched, pi.slot.svc)
 		}
 		kept = append(kept, pi)
@@ -385,18 +387,20 @@ func (ix *index) replaceService(pub *publisher, svc model.ServiceKey, next []mod
 	type undo struct {
 		pi   *pubInst
 		prev *rec // nil: the publication is new
+		was  rec  // prev's content: a change retires prev (empties it)
 	}
 	var done []undo
 	s := sv // svc's service, once a publication created it
 	for i := range next {
 		// One lookup of the key serves the undo record and the publish.
 		var prev *rec
+		var was rec
 		at, found := 0, false
 		if s != nil {
 			at, found = s.findSlot(next[i].Cluster, next[i].IP, next[i].Port)
 			if found {
 				if pi := s.slots[at].publication(pub); pi != nil {
-					prev = pi.inst
+					prev, was = pi.inst, *pi.inst
 				}
 			}
 		}
@@ -407,6 +411,7 @@ func (ix *index) replaceService(pub *publisher, svc model.ServiceKey, next []mod
 		if err != nil {
 			for j := len(done) - 1; j >= 0; j-- {
 				if u := done[j]; u.prev != nil {
+					*u.prev = u.was
 					u.pi.inst = u.prev
 					ix.changed(u.pi.slot.svc)
 				} else {
@@ -420,7 +425,7 @@ func (ix *index) replaceService(pub *publisher, svc model.ServiceKey, next []mod
 			}
 			return err
 		}
-		done = append(done, undo{pi, prev})
+		done = append(done, undo{pi, prev, was})
 	}
 	return nil
 }

@@ -528,6 +528,14 @@ func TestCoreReplaceService(t *testing.T) {
 			maxPer: 4, wantErr: ErrLimit,
 			webIPs: []int{5, 6},
 		},
+		{
+			// The change of 5 retires its rec (emptied: it may be its
+			// slot block's); the undo puts its content back.
+			name: "past a limit a changed instance is restored",
+			svc:  web, next: []model.Instance{beatInst("web", 5, 2), beatInst("web", 7, 1), beatInst("web", 8, 1), beatInst("web", 9, 1)},
+			maxPer: 4, wantErr: ErrLimit,
+			webIPs: []int{5, 6},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ix := coreIndex(t)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/muster-io/muster/distro"
 	"github.com/muster-io/muster/model"
@@ -249,12 +250,11 @@ func (r *Registry) replicateSession(p *publisher) {
 	// One Write: the records of one change leave in one sync message.
 	changes := make([]distro.Change, 0, st.dirty.len())
 	for h, pi := range st.dirty.all() {
-		k := rkey + "/" + h
 		if pi == nil || p.closed {
-			changes = append(changes, distro.Change{Key: k, Delete: true})
+			changes = append(changes, distro.Change{Key: rkey + "/" + h, Delete: true})
 			continue
 		}
-		changes = append(changes, distro.Change{Kind: distro.KindSession, Key: k, Payload: encodeInsts([]*pubInst{pi})})
+		changes = append(changes, r.instRecordChange(rkey, h, pi))
 	}
 	errs := r.replicator.Write(changes)
 	if errs == nil {
@@ -279,6 +279,11 @@ func (r *Registry) replicateSession(p *publisher) {
 
 // encodeInsts returns the record payload of pis.
 func encodeInsts(pis []*pubInst) []byte {
+	return appendInsts(make([]byte, 0, 192*len(pis)), pis)
+}
+
+// appendInsts appends the record payload of pis to b.
+func appendInsts(b []byte, pis []*pubInst) []byte {
 	var one [1]model.Instance // a session's instance record: no list to allocate
 	pl := pubPayload{Instances: one[:0]}
 	if len(pis) > len(one) {
@@ -287,7 +292,26 @@ func encodeInsts(pis []*pubInst) []byte {
 	for _, pi := range pis {
 		pl.Instances = append(pl.Instances, pi.inst.instance(pi.slot.svc))
 	}
-	return pl.AppendMsgpack(make([]byte, 0, 192*len(pis)))
+	return pl.AppendMsgpack(b)
+}
+
+// instRecordChange returns the write of pi's instance record, whose key is
+// rkey + "/" + hash. The key and the payload are one allocation, the key
+// first: distro keeps both as long as it holds this version, and one
+// allocation rounds up to a size class once, not twice (16 B an instance
+// at the benchmarks' sizes). pi's rec then shares its strings with the
+// payload (shareIn), so that the owner keeps an instance's bytes once, as
+// a peer does (decodeInstRecord). The caller holds mu.
+func (r *Registry) instRecordChange(rkey, hash string, pi *pubInst) distro.Change {
+	r.encBuf = appendInsts(r.encBuf[:0], []*pubInst{pi})
+	kn := len(rkey) + 1 + len(hash)
+	buf := make([]byte, kn+len(r.encBuf))
+	copy(buf[copy(buf, rkey):], "/")
+	copy(buf[len(rkey)+1:], hash)
+	copy(buf[kn:], r.encBuf)
+	pl := buf[kn:]
+	pi.inst.shareIn(unsafe.String(unsafe.SliceData(pl), len(pl)))
+	return distro.Change{Kind: distro.KindSession, Key: unsafe.String(unsafe.SliceData(buf), kn), Payload: pl}
 }
 
 // instRecord is an instance record from a peer, decoded and checked.

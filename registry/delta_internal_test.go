@@ -13,6 +13,7 @@ import (
 
 	"github.com/muster-io/muster/distro"
 	"github.com/muster-io/muster/model"
+	"github.com/muster-io/muster/transport"
 )
 
 // FuzzInstRecord feeds instance records from a peer (issue 15: a session
@@ -485,4 +486,86 @@ func TestPeerInstanceSharesPayload(t *testing.T) {
 	check(third, changed)
 	released(w2, "second")
 	runtime.KeepAlive(third)
+}
+
+// TestOwnerInstanceSharesPayload: on the node that owns a session, an
+// instance's record is one allocation (its key, then its payload), and the
+// publication's rec shares its strings with that payload, so that the owner
+// keeps an instance's bytes once (issue 30.2). Once the instance changes,
+// the older version's record is free: neither the new rec nor the slot's
+// block (whose rec the first version used) keeps a window on it.
+func TestOwnerInstanceSharesPayload(t *testing.T) {
+	net := &transport.MemNetwork{}
+	tr, err := net.Node("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	dc := distro.DefaultConfig()
+	dc.Transport, dc.Membership, dc.SyncDelay = tr, distro.NewStatic(distro.Member{ID: "n1"}), distro.NoSyncDelay
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.Replicator, cfg.Transport, cfg.HealthChecks = "n1", Distro(dc), tr, nil
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	sess, err := r.OpenSession(ctx, SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := model.NewInstance(model.ServiceKey{Namespace: "ns", Group: "grp", Name: "owned"}, "10.1.2.3", 8080).WithDefaults()
+	in.Cluster = "c1"
+	in.Metadata = model.NewMetadata(map[string]string{"zone": "zone-a", "version": "1.4.2"})
+	key := sess.pub.recordKey() + "/" + instHash(in.Service, in.Cluster, in.IP, in.Port)
+	within := func(s string, b []byte) bool {
+		p, base := uintptr(unsafe.Pointer(unsafe.StringData(s))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+		return len(s) > 0 && p >= base && p+uintptr(len(s)) <= base+uintptr(len(b))
+	}
+	register := func(in model.Instance) distro.Record {
+		t.Helper()
+		if err := sess.Register(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+		dr, ok := r.replicator.(*distro.Replicator).Get(key)
+		if !ok {
+			t.Fatalf("no record %s", key)
+		}
+		if uintptr(unsafe.Pointer(unsafe.StringData(dr.Key)))+uintptr(len(dr.Key)) != uintptr(unsafe.Pointer(unsafe.SliceData(dr.Payload))) {
+			t.Errorf("the record's key and payload are not one allocation, the key first")
+		}
+		r.mu.RLock()
+		defer r.mu.RUnlock()
+		pi := sess.pub.insts.first()
+		if got := pi.inst.instance(pi.slot.svc); !reflect.DeepEqual(got, in) {
+			t.Fatalf("holds %+v, want %+v", got, in)
+		}
+		strs := []string{pi.inst.cluster, pi.inst.ip}
+		for k, v := range pi.inst.md.All() {
+			strs = append(strs, k, v)
+		}
+		for _, s := range strs {
+			if !within(s, dr.Payload) {
+				t.Errorf("%q is not a window on the record's payload", s)
+			}
+		}
+		return dr
+	}
+	first := register(in)
+	w := weak.Make(unsafe.SliceData(first.Payload))
+	first = distro.Record{}
+	changed := in
+	changed.Weight = 3
+	changed.Metadata = changed.Metadata.With("zone", "zone-b")
+	second := register(changed)
+	runtime.GC()
+	runtime.GC()
+	if w.Value() != nil {
+		t.Error("the first version's record is still held")
+	}
+	runtime.KeepAlive(second)
 }

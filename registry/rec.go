@@ -1,11 +1,17 @@
 package registry
 
-import "github.com/muster-io/muster/model"
+import (
+	"strings"
+
+	"github.com/muster-io/muster/model"
+)
 
 // rec is how the index stores an instance: a model.Instance without what its
 // slot already knows (the service key, the kind), packed. At a million
-// instances the saving is tens of megabytes. A rec is immutable once stored;
-// a change stores a new one.
+// instances the saving is tens of megabytes. A rec's content is immutable
+// once stored; a change stores a new one. (Its strings may be pointed at
+// equal bytes elsewhere: shareIn. One that no publication holds any longer
+// is emptied: retire.)
 //
 // The key's fields come first: findSlot's binary search reads them (with
 // the slot's first publication, just before the rec in a slotBlock) at
@@ -76,4 +82,34 @@ func (r *rec) withHealth(healthy bool) *rec {
 func (r *rec) equal(o *rec) bool {
 	return r.id == o.id && r.cluster == o.cluster && r.ip == o.ip && r.port == o.port &&
 		r.weight == o.weight && r.healthy == o.healthy && r.enabled == o.enabled && r.md.Equal(o.md)
+}
+
+// shareIn points r's strings at the same bytes in p, a payload that r was
+// just encoded into and that is never modified (distro's), so that a node
+// that keeps both keeps those bytes once. Every holder of r sees equal
+// strings before and after. The caller holds mu.
+func (r *rec) shareIn(p string) {
+	r.id = windowOn(p, r.id)
+	r.cluster = windowOn(p, r.cluster)
+	r.ip = windowOn(p, r.ip)
+	r.md = r.md.SharedIn(p)
+}
+
+// retire empties r, which no publication holds any longer (a change
+// replaced it), so that it keeps no strings alive: it may be the rec of a
+// slot's block (slotBlock), which lives as long as the slot, and its
+// strings may be windows on a whole payload (shareIn, decodeInstRecord).
+// The caller holds mu, and nothing else holds r but an undo record, which
+// keeps r's content (replaceService).
+func (r *rec) retire() { *r = rec{} }
+
+// windowOn returns s as a window on p when p holds s's bytes, s otherwise.
+func windowOn(p, s string) string {
+	if s == "" {
+		return s
+	}
+	if i := strings.Index(p, s); i >= 0 {
+		return p[i : i+len(s)]
+	}
+	return s
 }

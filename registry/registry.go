@@ -71,6 +71,7 @@ type Registry struct {
 	// (drive.go); boundary_test.go checks that no other file reads its
 	// fields.
 	core    index
+	encBuf  []byte          // replicateSession's encoding of a record, before its one allocation (instRecordChange)
 	journal journal         // the latest instance events, for Explain (history.go)
 	members map[string]bool // the replicator's members as last told (MembersChanged), for the journal
 
