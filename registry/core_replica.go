@@ -528,12 +528,13 @@ func (ix *index) beatPubInst(ip string, port int, cluster string, svc model.Serv
 // applyInstRecord installs one instance record of a peer's session, the
 // session sid of node owner, in its grouped copy (ix.remote[groupKey]):
 // the publication of the instance whose key hashes to hash is added or
-// changed to inst, or removed when inst is nil (a tombstone; ownerGone
-// says the owner has left the membership, which makes it an orphan's
-// removal). A record of this node's own live session is a copy coming
-// back, say from a peer's load: the session is the truth, and the record
-// changes nothing. Countdowns of the slots it empties start at now.
-func (ix *index) applyInstRecord(groupKey, sid, hash, owner string, inst *model.Instance, ownerGone bool, now time.Time) {
+// changed to inst, or removed when inst is nil (a tombstone; gone is the
+// key of the instance it removes when known, see instPublication;
+// ownerGone says the owner has left the membership, which makes it an
+// orphan's removal). A record of this node's own live session is a copy
+// coming back, say from a peer's load: the session is the truth, and the
+// record changes nothing. Countdowns of the slots it empties start at now.
+func (ix *index) applyInstRecord(groupKey, sid, hash, owner string, inst *model.Instance, gone *model.InstanceKey, ownerGone bool, now time.Time) {
 	if ix.sessions[sid] != nil {
 		return
 	}
@@ -542,11 +543,10 @@ func (ix *index) applyInstRecord(groupKey, sid, hash, owner string, inst *model.
 		if p == nil {
 			return
 		}
-		pi, _ := p.repl().insts.get(hash)
+		pi := ix.instPublication(p, gone, hash)
 		if pi == nil {
 			return
 		}
-		p.repl().insts.del(hash)
 		served := pi.slot.current() == pi.inst
 		why := "removed by its owner"
 		if ownerGone {
@@ -560,45 +560,76 @@ func (ix *index) applyInstRecord(groupKey, sid, hash, owner string, inst *model.
 		return
 	}
 	if p == nil {
-		p = newGroupedCopy(groupKey, sid, owner)
+		// groupKey and sid are windows on the record's key, which shares
+		// its allocation with the payload (distro): the copy, which may
+		// outlive this version, keeps copies of its own.
+		groupKey = strings.Clone(groupKey)
+		p = newGroupedCopy(groupKey, groupKey[len(sessionPrefix):len(groupKey)-1], owner)
 		ix.remote[groupKey] = p
 	}
 	// inst's strings share its record's payload (decodeInstRecord): the
 	// service's key is the index's, or a copy for a new service, so that a
 	// service does not keep the payload of its first record.
-	if s := ix.services[inst.Service]; s != nil {
+	s := ix.services[inst.Service]
+	at, found := 0, false
+	var was *rec // the copy's publication of inst's key before: the previous version's
+	if s != nil {
 		inst.Service = s.key
+		if at, found = s.findSlot(inst.Cluster, inst.IP, inst.Port); found {
+			if old := s.slots[at].publication(p); old != nil {
+				was = old.inst
+			}
+		}
 	} else {
 		inst.Service = model.ServiceKey{Namespace: strings.Clone(inst.Service.Namespace), Group: strings.Clone(inst.Service.Group), Name: strings.Clone(inst.Service.Name)}
-	}
-	var was *rec
-	if old, _ := p.repl().insts.get(hash); old != nil {
-		was = old.inst
 	}
 	// No per-session cap here: the owner keeps MaxInstancesPerSession, and
 	// a copy passes it for a moment when a new instance's record arrives
 	// before the removal that made room for it (a refused record would
 	// never be repaired: distro holds its version).
-	if pi, err := ix.publish(p, *inst, false); err != nil {
+	if pi, err := ix.publishAt(s, at, found, p, *inst, false, nil); err != nil {
 		ix.refusedReplica(inst, err)
-	} else {
-		if was != nil {
-			if pi.inst == was {
-				// The same instance in a new version: publish kept the
-				// publication's rec, whose strings share the previous
-				// version's payload, which distro no longer holds. The
-				// rec of this one (equal: no view changes) lets it go.
-				pi.inst = newRec(inst)
-			}
-			// No publication holds was now. It may be the rec of the
-			// slot's block (the slot's first publication), which lives
-			// as long as the slot: emptied, it keeps no payload alive.
-			// (A remote copy keeps no undo record that points at it.)
-			*was = rec{}
+	} else if was != nil {
+		if pi.inst == was {
+			// The same instance in a new version: publish kept the
+			// publication's rec, whose strings share the previous
+			// version's payload, which distro no longer holds. The rec
+			// of this one (equal: no view changes) lets it go.
+			pi.inst = newRec(inst)
 		}
-		p.repl().insts.put(hash, pi)
+		// No publication holds was now. It may be the rec of the slot's
+		// block (the slot's first publication), which lives as long as
+		// the slot: emptied, it keeps no payload alive. (A remote copy
+		// keeps no undo record that points at it.)
+		was.retire()
 	}
 	ix.dropIfEmptyCopy(groupKey, p)
+}
+
+// instPublication returns the publication of grouped copy p of the
+// instance whose key hashes to hash, or nil. A peer keeps no map from
+// hashes to publications (35 B an instance): a tombstone comes with the
+// payload of the version it removes (distro.Store), whose instance's key,
+// gone, finds the publication through the index. Without it (nil: no live
+// version was held, or this node refused the one that was, say by a
+// stricter validation than its owner's), the key of each of p's
+// publications is hashed, O(p's instances), which only such a record
+// costs.
+func (ix *index) instPublication(p *publisher, gone *model.InstanceKey, hash string) *pubInst {
+	if gone != nil {
+		if s := ix.services[gone.Service]; s != nil {
+			if at, found := s.findSlot(gone.Cluster, gone.IP, gone.Port); found {
+				return s.slots[at].publication(p)
+			}
+		}
+		return nil
+	}
+	for _, pi := range p.insts.all() {
+		if h := instHashDigits(pi.slot.svc.key, pi.inst.cluster, pi.inst.ip, int(pi.inst.port)); string(h[:]) == hash {
+			return pi
+		}
+	}
+	return nil
 }
 
 // dropIfEmptyCopy forgets the grouped copy p once it holds nothing.

@@ -65,8 +65,6 @@ const hashDigits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01234567
 type replState struct {
 	// rkey is the r.remote key of a peer's grouped copy ("s/<id>/").
 	rkey string
-	// insts are a grouped copy's publications, by instance hash.
-	insts hashMap
 	// dirty are a local session's instance records to write at its next
 	// replicate, by instance hash: the publication to send, or nil to
 	// delete the record.
@@ -75,8 +73,8 @@ type replState struct {
 
 // hashMap maps instance hashes to publications. It holds its first entry
 // inline: a session nearly always publishes one instance, and a Go map of
-// one entry costs some 250 bytes, on the owner (dirty) and on every peer
-// (a grouped copy's insts). Its zero value is empty.
+// one entry costs some 250 bytes (a session's dirty records, on its
+// owner). Its zero value is empty.
 type hashMap struct {
 	one  string // the inline entry's hash, "" when there is none (a hash never is)
 	oneV *pubInst
@@ -319,7 +317,8 @@ type instRecord struct {
 	dr   distro.Record
 	sid  string
 	hash string
-	inst *model.Instance // nil for a tombstone
+	inst *model.Instance    // nil for a tombstone
+	gone *model.InstanceKey // a tombstone's: the key of the instance it removes, when known (removedKey)
 }
 
 // decodeInstRecord decodes and checks an instance record from a peer: a
@@ -334,6 +333,7 @@ type instRecord struct {
 func (r *Registry) decodeInstRecord(dr distro.Record, sid, hash string) (instRecord, error) {
 	ir := instRecord{dr: dr, sid: sid, hash: hash}
 	if dr.Deleted {
+		ir.gone = removedKey(dr.Payload, hash)
 		return ir, nil
 	}
 	insts, err := r.decodePayloadWith(model.UnmarshalInstanceListShared, dr)
@@ -349,6 +349,27 @@ func (r *Registry) decodeInstRecord(dr distro.Record, sid, hash string) (instRec
 	}
 	ir.inst = in
 	return ir, nil
+}
+
+// removedKey returns the key of the instance that a tombstone removes,
+// read from payload, the version it removes (distro hands it over with
+// the tombstone: distro.Store), or nil when there is none or it is not one
+// instance whose key hashes to hash (a version this node refused). The key's
+// strings are windows on payload: the caller keeps none of them.
+func removedKey(payload []byte, hash string) *model.InstanceKey {
+	if payload == nil {
+		return nil
+	}
+	l, _, err := model.UnmarshalInstanceListShared(payload, 1)
+	if err != nil || len(l.Instances) != 1 {
+		return nil
+	}
+	in := l.Instances[0].WithDefaults()
+	if h := instHashDigits(in.Service, in.Cluster, in.IP, in.Port); string(h[:]) != hash {
+		return nil
+	}
+	k := in.Key()
+	return &k
 }
 
 // groupedCopy is a peer's session as this node holds it: the publisher,
@@ -410,7 +431,7 @@ func (ds distroStore) applyBatch(drs []distro.Record) {
 	for i := range irs {
 		ir := &irs[i]
 		gkey := ir.dr.Key[:len(ir.dr.Key)-len(ir.hash)] // sessionPrefix + ir.sid + "/", without building it
-		r.core.applyInstRecord(gkey, ir.sid, ir.hash, ir.dr.Owner, ir.inst, r.members != nil && !r.members[ir.dr.Owner], now)
+		r.core.applyInstRecord(gkey, ir.sid, ir.hash, ir.dr.Owner, ir.inst, ir.gone, r.members != nil && !r.members[ir.dr.Owner], now)
 	}
 	r.carryOut() // once for the batch: its records reach queries and watchers together
 }

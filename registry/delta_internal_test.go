@@ -30,6 +30,7 @@ func FuzzInstRecord(f *testing.F) {
 	key := sessionPrefix + "n2-0123456789abcdef/" + instHash(in.Service, in.Cluster, in.IP, in.Port)
 	f.Add(key, good, false)
 	f.Add(key, []byte(nil), true)
+	f.Add(key, good, true)
 	f.Add(key, good[:len(good)/2], false)
 	f.Add(sessionPrefix+"n2-0123456789abcdef", good, false)
 	f.Add(sessionPrefix+"/"+instHash(in.Service, in.Cluster, in.IP, in.Port), good, false)
@@ -52,13 +53,10 @@ func FuzzInstRecord(f *testing.F) {
 		if key != sessionPrefix+sid+"/"+hash || sid == "" || len(hash) != instHashLen {
 			t.Fatalf("splitInstRecordKey(%q) = %q, %q", key, sid, hash)
 		}
-		dr := distro.Record{Key: key, Kind: distro.KindSession, Owner: "n2", Revision: 1, Deleted: deleted}
-		if !deleted {
-			// Distro hands each payload over in an allocation of its own, never
-			// modified (the index keeps strings that share it); the fuzzer reuses
-			// its input's.
-			dr.Payload = bytes.Clone(payload)
-		}
+		// Distro hands each payload over in an allocation of its own, never
+		// modified (the index keeps strings that share it); the fuzzer reuses
+		// its input's. A tombstone's is the version it removes.
+		dr := distro.Record{Key: key, Kind: distro.KindSession, Owner: "n2", Revision: 1, Deleted: deleted, Payload: bytes.Clone(payload)}
 		ir, err := r.decodeInstRecord(dr, sid, hash)
 		if err != nil {
 			return
@@ -66,8 +64,11 @@ func FuzzInstRecord(f *testing.F) {
 		if ir.inst != nil && instHash(ir.inst.Service, ir.inst.Cluster, ir.inst.IP, ir.inst.Port) != hash {
 			t.Fatalf("accepted %q carrying instance %s", key, ir.inst.Key())
 		}
+		if g := ir.gone; g != nil && instHash(g.Service, g.Cluster, g.IP, g.Port) != hash {
+			t.Fatalf("tombstone %q names instance %s", key, *g)
+		}
 		r.mu.Lock()
-		r.core.applyInstRecord(dr.Key[:len(dr.Key)-len(hash)], sid, hash, dr.Owner, ir.inst, false, r.leaseStart())
+		r.core.applyInstRecord(dr.Key[:len(dr.Key)-len(hash)], sid, hash, dr.Owner, ir.inst, ir.gone, false, r.leaseStart())
 		r.carryOut()
 		r.mu.Unlock()
 		if err := r.Internals().CheckConsistency(); err != nil {
@@ -421,7 +422,7 @@ func TestPeerInstanceSharesPayload(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.mu.Lock()
-		r.core.applyInstRecord(gkey, ir.sid, ir.hash, dr.Owner, ir.inst, false, r.leaseStart())
+		r.core.applyInstRecord(gkey, ir.sid, ir.hash, dr.Owner, ir.inst, ir.gone, false, r.leaseStart())
 		r.carryOut()
 		r.mu.Unlock()
 		if err := r.Internals().CheckConsistency(); err != nil {
@@ -437,7 +438,7 @@ func TestPeerInstanceSharesPayload(t *testing.T) {
 		if p == nil {
 			t.Fatal("no grouped copy")
 		}
-		pi, _ := p.repl().insts.get(hash)
+		pi := r.core.instPublication(p, nil, hash)
 		if pi == nil {
 			t.Fatal("no publication")
 		}
@@ -568,4 +569,33 @@ func TestOwnerInstanceSharesPayload(t *testing.T) {
 		t.Error("the first version's record is still held")
 	}
 	runtime.KeepAlive(second)
+}
+
+// TestRemovedKey: a tombstone names the instance it removes only when the
+// removed version's payload is one instance whose key hashes to the
+// record's.
+func TestRemovedKey(t *testing.T) {
+	in := model.NewInstance(model.ServiceKey{Name: "svc"}, "10.0.0.1", 8080).WithDefaults()
+	other := model.NewInstance(model.ServiceKey{Name: "svc"}, "10.0.0.2", 8080).WithDefaults()
+	enc := func(insts ...model.Instance) []byte {
+		pl := &pubPayload{Instances: insts}
+		return pl.AppendMsgpack(nil)
+	}
+	hash := instHash(in.Service, in.Cluster, in.IP, in.Port)
+	if k := removedKey(enc(in), hash); k == nil || *k != in.Key() {
+		t.Fatalf("removedKey of its own version = %v, want %s", k, in.Key())
+	}
+	for name, payload := range map[string][]byte{
+		"none":                 nil,
+		"another instance":     enc(other),
+		"two instances":        enc(in, in),
+		"no instance":          enc(),
+		"cut short":            enc(in)[:20],
+		"not msgpack":          []byte("nope"),
+		"the empty allocation": {},
+	} {
+		if k := removedKey(payload, hash); k != nil {
+			t.Errorf("%s: removedKey = %s, want nil", name, *k)
+		}
+	}
 }
