@@ -52,26 +52,32 @@ func home(f uint32, c int) int { return int((uint64(f) * uint64(c)) >> 32) }
 
 func (s *entrySet) len() int { return s.n }
 
+// slots returns the number of slots.
+func (s *entrySet) slots() int { return len(s.frags) }
+
+// frag and ent return slot i's fragment and entry.
+func (s *entrySet) frag(i int) uint32 { return s.frags[i] }
+func (s *entrySet) ent(i int) *entry  { return s.ents[i] }
+
 // get returns the entry of key, whose fragment is f, or nil.
 func (s *entrySet) get(key string, f uint32) *entry {
-	c := len(s.frags)
-	if c == 0 {
-		return nil
-	}
-	for i := home(f, c); ; {
-		g := s.frags[i]
+	frags := s.frags
+	ents := s.ents[:len(frags)]
+	for i := uint(home(f, len(frags))); len(frags) > 0; i++ {
+		if i >= uint(len(frags)) {
+			i = 0
+		}
+		g := frags[i]
 		if g == 0 {
-			return nil
+			break
 		}
 		if g == f {
-			if e := s.ents[i]; e.key == key {
+			if e := ents[i]; e.key == key {
 				return e
 			}
 		}
-		if i++; i == c {
-			i = 0
-		}
 	}
+	return nil
 }
 
 // put stores e, whose key's fragment is f, replacing the entry of the same key if there is one,

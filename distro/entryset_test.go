@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/muster-io/muster/internal/testutil"
 )
@@ -77,9 +78,9 @@ func (sm *setModel) step(op, k int) {
 			t.Fatalf("get %q returned %p, want %p", key, got, want)
 		}
 	case 4: // reserve (only an empty set takes it)
-		before := len(sm.s.frags)
+		before := sm.s.slots()
 		sm.s.reserve(k % 512)
-		if sm.s.n > 0 && len(sm.s.frags) != before {
+		if sm.s.n > 0 && sm.s.slots() != before {
 			t.Fatalf("reserve resized a set holding %d entries", sm.s.n)
 		}
 	case 5: // iterate, replacing some entries from within (allowed), stopping early at times
@@ -114,16 +115,13 @@ func (sm *setModel) step(op, k int) {
 // load is within bounds.
 func (sm *setModel) check() {
 	t, s := sm.t, &sm.s
-	c := len(s.frags)
-	if len(s.ents) != c {
-		t.Fatalf("%d fragments, %d entries", c, len(s.ents))
-	}
+	c := s.slots()
 	if s.n*setLoadDen > c*setLoadNum {
 		t.Fatalf("%d entries in %d slots: over the load limit", s.n, c)
 	}
 	n := 0
-	for i, g := range s.frags {
-		e := s.ents[i]
+	for i := range c {
+		g, e := s.frag(i), s.ent(i)
 		if (g == 0) != (e == nil) {
 			t.Fatalf("slot %d: fragment %x, entry %p", i, g, e)
 		}
@@ -138,7 +136,7 @@ func (sm *setModel) check() {
 			t.Fatalf("slot %d holds %q at %p, the map %p", i, e.key, e, sm.m[e.key])
 		}
 		for j := home(g, c); j != i; j = (j + 1) % c {
-			if s.frags[j] == 0 {
+			if s.frag(j) == 0 {
 				t.Fatalf("slot %d (%q): empty slot %d between it and its home %d", i, e.key, j, home(g, c))
 			}
 		}
@@ -251,7 +249,7 @@ func TestEntrySetEachRefusesChanges(t *testing.T) {
 func slotBytes(tab *table) int {
 	n := 0
 	for i := range tab.buckets {
-		n += cap(tab.buckets[i].frags)*4 + cap(tab.buckets[i].ents)*8
+		n += cap(tab.buckets[i].frags)*int(unsafe.Sizeof(uint32(0))) + cap(tab.buckets[i].ents)*int(unsafe.Sizeof((*entry)(nil)))
 	}
 	return n
 }
@@ -288,7 +286,7 @@ func TestEntrySetBytesPerRecord(t *testing.T) {
 		binary.LittleEndian.PutUint64(b[:], uint64(k))
 		key := string(b[:])
 		s.put(&entry{key: key}, tab.frag(key), nil)
-		slots = append(slots, len(s.frags))
+		slots = append(slots, s.slots())
 	}
 	bytes := 0
 	for _, sz := range sizes {
