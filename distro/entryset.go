@@ -14,17 +14,23 @@ package distro
 //     key or hashing it again;
 //   - a fragment of 0 marks an empty slot (fragments have their low bit set).
 //
-// Linear probing, and deletion by backward shift: no tombstones, so a set that churns (sessions
-// come and go, tombstones expire) never degrades nor needs rebuilding. The home slot of a
-// fragment f in a set of c slots is f·c/2^32 (multiply-shift), so c need not be a power of two:
-// a set grows by 1.25× when its load would pass 7/8, and its load stays between 0.7 and 0.875
-// (12/0.7 ≈ 17 and 12/0.875 ≈ 13.7 bytes a record), whatever the bucket size, where doubling
-// would swing it between 0.44 and 0.875 (up to 27 bytes a record) and land every bucket of a
-// table at the same point, as the maps did. Growing by 1.25× moves each entry 4 times on
-// average (its fragment and pointer only); a load of 7/8 makes a lookup of an absent key scan
-// ~13–33 fragments (one or two cache lines), a present key ~2–4.5. Measured (see the commit
-// message and the allocation test, TestEntrySetBytesPerRecord): ~15 bytes a record at both
-// 100,000 and 1,000,000 records.
+// Linear probing, kept in Robin Hood order, and deletion by backward shift: no tombstones, so a
+// set that churns (sessions come and go, tombstones expire) never degrades nor needs
+// rebuilding. The home slot of a fragment f in a set of c slots is f·c/2^32 (multiply-shift),
+// so c need not be a power of two: a set grows by 1.25× when its load would pass 7/8, and its
+// load stays between 0.7 and 0.875 (12/0.7 ≈ 17 and 12/0.875 ≈ 13.7 bytes a record), whatever
+// the bucket size, where doubling would swing it between 0.44 and 0.875 (up to 27 bytes a
+// record) and land every bucket of a table at the same point, as the maps did. Growing by 1.25×
+// moves each entry 4 times on average (its fragment and pointer only). Measured (see the commit
+// messages and TestEntrySetBytesPerRecord): ~15 bytes a record at both 100,000 and 1,000,000
+// records.
+//
+// Robin Hood order: each run of slots holds its entries in the order of their home slots, so a
+// lookup stops at the first entry whose home lies past the key's (it is farther from its home
+// than that entry is from its own): at these loads a lookup of an absent key, which every new
+// record's install makes, reads ~2–4.5 slots instead of plain linear probing's ~13–33
+// (BenchmarkTableGetMiss, see the commit message). An insertion shifts the rest of its run
+// forward by one slot, which plain linear probing's search for an empty slot reads anyway.
 //
 // A set shrinks to half load when it falls below a quarter (a departed owner's records expire
 // together); Go maps never shrink.
@@ -59,25 +65,57 @@ func (s *entrySet) slots() int { return len(s.frags) }
 func (s *entrySet) frag(i int) uint32 { return s.frags[i] }
 func (s *entrySet) ent(i int) *entry  { return s.ents[i] }
 
+// dist returns how far slot i lies past the home slot of fragment g, in a set of c slots.
+func dist(g uint32, i, c int) int {
+	d := i - home(g, c)
+	if d < 0 {
+		d += c
+	}
+	return d
+}
+
 // get returns the entry of key, whose fragment is f, or nil.
 func (s *entrySet) get(key string, f uint32) *entry {
 	frags := s.frags
-	ents := s.ents[:len(frags)]
-	for i := uint(home(f, len(frags))); len(frags) > 0; i++ {
-		if i >= uint(len(frags)) {
-			i = 0
-		}
+	c := len(frags)
+	if c == 0 {
+		return nil
+	}
+	ents := s.ents[:c]
+	i := home(f, c)
+	for k := 0; ; k++ {
 		g := frags[i]
-		if g == 0 {
-			break
-		}
 		if g == f {
 			if e := ents[i]; e.key == key {
 				return e
 			}
+		} else if g == 0 || dist(g, i, c) < k {
+			return nil // the key would be here (Robin Hood order)
+		}
+		if i++; i == c {
+			i = 0
 		}
 	}
-	return nil
+}
+
+// find returns the slot of key (whose fragment is f) and true, or the slot where it would go
+// and false. The set has slots.
+func (s *entrySet) find(key string, f uint32, old *entry) (int, bool) {
+	c := len(s.frags)
+	i := home(f, c)
+	for k := 0; ; k++ {
+		g := s.frags[i]
+		if g == f {
+			if o := s.ents[i]; o == old || o.key == key {
+				return i, true
+			}
+		} else if g == 0 || dist(g, i, c) < k {
+			return i, false
+		}
+		if i++; i == c {
+			i = 0
+		}
+	}
 }
 
 // put stores e, whose key's fragment is f, replacing the entry of the same key if there is one,
@@ -85,25 +123,18 @@ func (s *entrySet) get(key string, f uint32) *entry {
 // key: a slot holding it is recognized without reading keys.
 func (s *entrySet) put(e *entry, f uint32, old *entry) *entry {
 	c := len(s.frags)
-	for i := home(f, c); c > 0; {
-		g := s.frags[i]
-		if g == 0 {
-			if (s.n+1)*setLoadDen > c*setLoadNum {
-				break // the key is new, and one more would pass the load limit
-			}
-			s.frags[i], s.ents[i] = f, e
+	if c > 0 {
+		i, ok := s.find(e.key, f, old)
+		if ok {
+			o := s.ents[i]
+			s.ents[i] = e
+			return o
+		}
+		if (s.n+1)*setLoadDen <= c*setLoadNum {
+			s.insertAt(i, f, e)
 			s.n++
 			s.shape++
 			return nil
-		}
-		if g == f {
-			if o := s.ents[i]; o == old || o.key == e.key {
-				s.ents[i] = e
-				return o
-			}
-		}
-		if i++; i == c {
-			i = 0
 		}
 	}
 	s.resize(grownSlots(c, s.n+1))
@@ -112,42 +143,48 @@ func (s *entrySet) put(e *entry, f uint32, old *entry) *entry {
 	return nil
 }
 
+// insertAt puts e, whose fragment is f, in slot i, and moves the entries from i to the end of
+// the run forward one slot (they keep their order).
+func (s *entrySet) insertAt(i int, f uint32, e *entry) {
+	c := len(s.frags)
+	for {
+		g, o := s.frags[i], s.ents[i]
+		s.frags[i], s.ents[i] = f, e
+		if g == 0 {
+			return
+		}
+		f, e = g, o
+		if i++; i == c {
+			i = 0
+		}
+	}
+}
+
 // remove deletes the entry of key, whose fragment is f, and returns it (nil if none).
 func (s *entrySet) remove(key string, f uint32) *entry {
 	c := len(s.frags)
 	if c == 0 {
 		return nil
 	}
-	i := home(f, c)
-	for {
-		g := s.frags[i]
-		if g == 0 {
-			return nil
-		}
-		if g == f && s.ents[i].key == key {
-			break
-		}
-		if i++; i == c {
-			i = 0
-		}
+	i, ok := s.find(key, f, nil)
+	if !ok {
+		return nil
 	}
 	e := s.ents[i]
-	// Backward shift: move back each entry of the run after the hole that may sit there (its
-	// home is not cyclically in (hole, its slot]), so that every entry stays reachable from its
-	// home slot with no empty slot between.
-	for j := i; ; {
-		if j++; j == c {
+	// Backward shift: the rest of the run moves back one slot, up to an empty slot or an entry
+	// in its home slot, so that no empty slot lies between an entry and its home, and the run
+	// keeps its order.
+	for {
+		j := i + 1
+		if j == c {
 			j = 0
 		}
 		g := s.frags[j]
-		if g == 0 {
+		if g == 0 || home(g, c) == j {
 			break
 		}
-		h := home(g, c)
-		if i <= j && (h <= i || h > j) || i > j && h <= i && h > j {
-			s.frags[i], s.ents[i] = g, s.ents[j]
-			i = j
-		}
+		s.frags[i], s.ents[i] = g, s.ents[j]
+		i = j
 	}
 	s.frags[i], s.ents[i] = 0, nil
 	s.n--
@@ -184,17 +221,21 @@ func (s *entrySet) resize(c int) {
 	}
 }
 
-// place puts e, whose fragment is f and whose key the set does not hold, in the first empty
-// slot from its home (there is one: the load stays below 1).
+// place puts e, whose fragment is f and whose key the set does not hold, in its place (there
+// is an empty slot: the load stays below 1).
 func (s *entrySet) place(e *entry, f uint32) {
 	c := len(s.frags)
 	i := home(f, c)
-	for s.frags[i] != 0 {
+	for k := 0; ; k++ {
+		g := s.frags[i]
+		if g == 0 || dist(g, i, c) < k {
+			break
+		}
 		if i++; i == c {
 			i = 0
 		}
 	}
-	s.frags[i], s.ents[i] = f, e
+	s.insertAt(i, f, e)
 }
 
 // each calls fn for every entry until fn returns false. fn may change the entry it is given

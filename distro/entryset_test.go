@@ -111,8 +111,8 @@ func (sm *setModel) step(op, k int) {
 }
 
 // check verifies the set's invariants and that it holds exactly the map's entries: each entry
-// is in a slot with its fragment, reachable from its home with no empty slot between, and the
-// load is within bounds.
+// is in a slot with its fragment, reachable from its home with no empty slot between, in Robin
+// Hood order, and the load is within bounds.
 func (sm *setModel) check() {
 	t, s := sm.t, &sm.s
 	c := s.slots()
@@ -139,6 +139,11 @@ func (sm *setModel) check() {
 			if s.frag(j) == 0 {
 				t.Fatalf("slot %d (%q): empty slot %d between it and its home %d", i, e.key, j, home(g, c))
 			}
+		}
+		// Robin Hood order: the next entry of the run is at most one slot farther from its
+		// home than this one.
+		if j := (i + 1) % c; s.frag(j) != 0 && dist(s.frag(j), j, c) > dist(g, i, c)+1 {
+			t.Fatalf("slot %d is %d slots from its home, slot %d %d: out of order", i, dist(g, i, c), j, dist(s.frag(j), j, c))
 		}
 	}
 	if n != s.n || n != len(sm.m) {
