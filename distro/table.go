@@ -11,7 +11,10 @@ import (
 // tombstones and orphan markers for expiry. No goroutines, no clock, no locks: the driver
 // serializes access and passes the time in.
 type table struct {
-	nb      int
+	nb int
+	// buckets[b] holds the entries of the keys that keyHash puts in bucket b (bucketOf), the
+	// unit of digests and snapshot pages. A peer can choose keys of one bucket (keyHash is
+	// public): what bounds a bucket's size is the caps on pages and verify answers, as before.
 	buckets []entrySet
 	// seed seeds the hash that places a key within its bucket (frag): keyHash, which picks the
 	// bucket, is the same on every node and public, and keys a peer chose to collide in it
