@@ -316,3 +316,27 @@ func TestEntrySetBytesPerRecord(t *testing.T) {
 		t.Errorf("get and replace: %v allocations, want 0", a)
 	}
 }
+
+// A key's place within its bucket comes from a hash seeded per table, not from keyHash (public,
+// the same everywhere): keys a peer chose to share a keyHash, or its low bits, do not share a
+// place. Two tables place the same keys differently; keyHash, which digests use, is unchanged
+// (its value for "key-1" at e59fe43, before the sets).
+func TestFragSeededPerTable(t *testing.T) {
+	a, b := newTable(1), newTable(1)
+	same := 0
+	for i := range 64 {
+		k := fmt.Sprint("key-", i)
+		if a.frag(k) == b.frag(k) {
+			same++
+		}
+		if a.frag(k)&1 == 0 {
+			t.Fatalf("fragment of %q has its low bit clear (0 marks an empty slot)", k)
+		}
+	}
+	if same > 1 {
+		t.Fatalf("%d of 64 keys have the same fragment in two tables", same)
+	}
+	if keyHash("key-1") != 0x3803edeb4f445d66 {
+		t.Fatalf("keyHash changed: %#x (digests compare it across nodes)", keyHash("key-1"))
+	}
+}
