@@ -328,7 +328,7 @@ func (b *slotBlock) init(s *service, pub *publisher, inst *model.Instance, ipKey
 	b.sl.svc = s
 	b.rec = recOfKey(inst, ipKey)
 	b.pi.pub, b.pi.slot, b.pi.inst = pub, &b.sl, &b.rec
-	b.sl.pubs.one = &b.pi
+	b.sl.head = &b.pi
 	return &b.sl, &b.pi
 }
 
@@ -793,13 +793,12 @@ func (ix *index) publishAtKey(s *service, i int, found bool, pub *publisher, ins
 	prev := sl.current() // issue 15: what the view shows before
 	pi := &pubInst{pub: pub, slot: sl, inst: stored}
 	pub.insts.add(pi)
-	if sl.pubs.len() == 0 {
-		sl.pubs.add(pi)
-	} else {
+	at := 0
+	if sl.head != nil {
 		pubID := pub.pubID()
-		i, _ := slices.BinarySearchFunc(sl.pubs.all(), pubID, func(p *pubInst, id string) int { return strings.Compare(p.pub.pubID(), id) })
-		sl.pubs.insert(i, pi)
+		at, _ = slices.BinarySearchFunc(sl.pubs(), pubID, func(p *pubInst, id string) int { return strings.Compare(p.pub.pubID(), id) })
 	}
+	sl.insertPub(at, pi)
 	if born {
 		ix.slotBorn(sl)
 	}
@@ -823,7 +822,7 @@ func (ix *index) unpublish(pi *pubInst, detach bool, why string, now time.Time) 
 	ix.noteSlot(pi.slot, EventRemoved, pi.pub, why)
 	ix.notePublication(pi, false) // issue 15: per-instance replication (delta.go)
 	sl := pi.slot
-	sl.pubs.remove(pi)
+	sl.removePub(pi)
 	if detach {
 		pi.pub.insts.remove(pi)
 	}
