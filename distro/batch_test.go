@@ -154,8 +154,8 @@ func TestLoadHandsLoadedRecordsOverInLists(t *testing.T) {
 	sizes := bs.sizes() // as of ready
 	nb.r.mu.Lock()
 	bucket := 0 // the most records of one bucket
-	for _, m := range nb.r.tab.buckets {
-		bucket = max(bucket, len(m))
+	for i := range nb.r.tab.buckets {
+		bucket = max(bucket, nb.r.tab.buckets[i].len())
 	}
 	nb.r.mu.Unlock()
 	total := 0

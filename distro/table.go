@@ -1,6 +1,7 @@
 package distro
 
 import (
+	"hash/maphash"
 	"time"
 	"unsafe"
 )
@@ -10,9 +11,16 @@ import (
 // tombstones and orphan markers for expiry. No goroutines, no clock, no locks: the driver
 // serializes access and passes the time in.
 type table struct {
-	nb      int
-	buckets []map[string]*entry
-	owners  map[string]*ownerState
+	nb int
+	// buckets[b] holds the entries of the keys that keyHash puts in bucket b (bucketOf), the
+	// unit of digests and snapshot pages. A peer can choose keys of one bucket (keyHash is
+	// public): what bounds a bucket's size is the caps on pages and verify answers, as before.
+	buckets []entrySet
+	// seed seeds the hash that places a key within its bucket (frag): keyHash, which picks the
+	// bucket, is the same on every node and public, and keys a peer chose to collide in it
+	// must not make probe sequences long. Go's maps were seeded the same way.
+	seed   maphash.Seed
+	owners map[string]*ownerState
 	// names holds the owner IDs the entries name, one string each, counted (entry.owner).
 	names map[string]*ownerName
 	// epoch is the time of the first install: entries keep their time as an offset from it.
@@ -110,29 +118,26 @@ type gcItem struct {
 }
 
 func newTable(nb int) *table {
-	t := &table{nb: nb, buckets: make([]map[string]*entry, nb), owners: map[string]*ownerState{}, names: map[string]*ownerName{}}
-	for i := range t.buckets {
-		t.buckets[i] = map[string]*entry{}
-	}
-	return t
+	return &table{nb: nb, buckets: make([]entrySet, nb), seed: maphash.MakeSeed(), owners: map[string]*ownerState{}, names: map[string]*ownerName{}}
 }
 
+// frag returns the fragment of key's hash that places it within its bucket (entrySet): a hash
+// seeded per table (see seed), independent of keyHash. Its low bit is set: 0 marks an empty
+// slot. It costs what a Go map's own hash of the key cost (the runtime's string hash).
+func (t *table) frag(key string) uint32 { return uint32(maphash.String(t.seed, key)>>32) | 1 }
+
 func (t *table) get(key string) *entry {
-	return t.buckets[bucketOf(keyHash(key), t.nb)][key]
+	return t.buckets[bucketOf(keyHash(key), t.nb)].get(key, t.frag(key))
 }
 
 // getHashed is get of a key whose hash (keyHash) is kh.
 func (t *table) getHashed(key string, kh uint64) *entry {
-	return t.buckets[bucketOf(kh, t.nb)][key]
+	return t.buckets[bucketOf(kh, t.nb)].get(key, t.frag(key))
 }
 
 // reserve makes room for n entries in bucket b, if it holds none (a load fills buckets from
-// empty: its map then does not grow step by step).
-func (t *table) reserve(b, n int) {
-	if len(t.buckets[b]) == 0 {
-		t.buckets[b] = make(map[string]*entry, n)
-	}
-}
+// empty: its set then does not grow step by step).
+func (t *table) reserve(b, n int) { t.buckets[b].reserve(n) }
 
 func (t *table) owner(id string) *ownerState {
 	o := t.owners[id]
@@ -231,7 +236,7 @@ func (t *table) installOver(rec Record, kh uint64, old *entry, now time.Time) (e
 		key: rec.Key, owner: t.name(rec.Owner), pl: unsafe.SliceData(rec.Payload), rev: rec.Revision,
 		at: t.stamp(now), plen: uint32(len(rec.Payload)), sum: payloadSum(rec.Payload), kind: rec.Kind, deleted: rec.Deleted,
 	}
-	t.buckets[bucketOf(kh, t.nb)][rec.Key] = e
+	t.buckets[bucketOf(kh, t.nb)].put(e, t.frag(rec.Key), old)
 	t.changes++
 	// The new version counts before the old one leaves: an owner replacing its only record
 	// keeps its aggregates (account prunes an owner whose count reaches 0).
@@ -262,12 +267,10 @@ func (t *table) orphan(e *entry, now time.Time) Record {
 // remove deletes the entry of key and returns it.
 func (t *table) remove(key string) *entry {
 	kh := keyHash(key)
-	b := t.buckets[bucketOf(kh, t.nb)]
-	e := b[key]
+	e := t.buckets[bucketOf(kh, t.nb)].remove(key, t.frag(key))
 	if e != nil {
 		t.account(e, kh, -1)
 		t.unname(e.owner)
-		delete(b, key)
 		t.changes++
 	}
 	return e
@@ -325,17 +328,12 @@ func (t *table) bucketSum(b int) uint64 {
 	return s
 }
 
-// each calls fn for every entry in bucket b (orphan markers included) until fn returns false.
-func (t *table) each(b int, fn func(*entry) bool) bool {
-	for _, e := range t.buckets[b] {
-		if !fn(e) {
-			return false
-		}
-	}
-	return true
-}
+// each calls fn for every entry in bucket b (orphan markers included) until fn returns false,
+// in no particular order (the slots' order, which the table's seed decides). fn may change the
+// entry, but not install nor remove a key of bucket b (entrySet.each): no caller does.
+func (t *table) each(b int, fn func(*entry) bool) bool { return t.buckets[b].each(fn) }
 
-// all calls fn for every entry until fn returns false.
+// all calls fn for every entry until fn returns false, bucket by bucket (see each).
 func (t *table) all(fn func(*entry) bool) {
 	for b := range t.buckets {
 		if !t.each(b, fn) {
@@ -347,8 +345,8 @@ func (t *table) all(fn func(*entry) bool) {
 // len returns the number of entries (orphan markers included).
 func (t *table) len() int {
 	n := 0
-	for _, b := range t.buckets {
-		n += len(b)
+	for i := range t.buckets {
+		n += t.buckets[i].len()
 	}
 	return n
 }

@@ -299,9 +299,10 @@ func (ix *index) placeSlot(s *service, i int, sl *slot, r *rec) *slot {
 	return sl
 }
 
-// slotBlock is a new slot born with its first publication: the slot (with
-// its list of publications, which holds one inline), the publication and
-// its instance in one allocation rather than four. Registering a new
+// slotBlock is a new slot born with its first publication: the slot (which
+// holds its first publication inline), the publication and its instance in
+// one allocation rather than three: 144 bytes, a size class
+// (TestBeatBlockSizeClass), paid by every session instance. Registering a new
 // instance is a hot path, and the block keeps what a lookup reads of the
 // slot's key (the first publication, the rec's key fields) in the slot's
 // own cache lines: a step of findSlot's binary search reads one block (and
@@ -328,7 +329,7 @@ func (b *slotBlock) init(s *service, pub *publisher, inst *model.Instance, ipKey
 	b.sl.svc = s
 	b.rec = recOfKey(inst, ipKey)
 	b.pi.pub, b.pi.slot, b.pi.inst = pub, &b.sl, &b.rec
-	b.sl.pubs.one = &b.pi
+	b.sl.head = &b.pi
 	return &b.sl, &b.pi
 }
 
@@ -337,7 +338,7 @@ func (b *slotBlock) init(s *service, pub *publisher, inst *model.Instance, ipKey
 // key (sl.x.pers, the rec's key fields) in the slot's own cache lines. An
 // update replaces sl.x.pers and leaves the block's rec unused while the
 // slot lives. The slot's extra (slotExtra) is in the block too: 128 bytes,
-// a size class (the slot and rec alone are 112).
+// a size class (the slot and rec alone are 104).
 type persBlock struct {
 	sl  slot
 	x   slotExtra
@@ -350,8 +351,8 @@ type persBlock struct {
 // allocation where there were four. The publication's lease is in the
 // block's pubInst, and its interval in the lease's interned Timeouts (see
 // index.beatInterval). Standalone, every beat instance has a block, so its
-// size counts per instance: 208 bytes, a size class
-// (TestBeatBlockSizeClass). When the instance's slot exists already, the
+// size counts per instance: 200 bytes, in the 208-byte size class
+// (TestBeatBlockSizeClass; 192 would take 8 bytes off the publisher). When the instance's slot exists already, the
 // slot part goes unused (the block is freed with the publisher). A live
 // publisher keeps its block's slot, and that slot's service, after the
 // slot or the service has left the index (an ip:port that moved to another
@@ -795,13 +796,12 @@ func (ix *index) publishAtKey(s *service, i int, found bool, pub *publisher, ins
 	prev := sl.current() // issue 15: what the view shows before
 	pi := &pubInst{pub: pub, slot: sl, inst: stored}
 	pub.insts.add(pi)
-	if sl.pubs.len() == 0 {
-		sl.pubs.add(pi)
-	} else {
+	at := 0
+	if sl.head != nil {
 		pubID := pub.pubID()
-		i, _ := slices.BinarySearchFunc(sl.pubs.all(), pubID, func(p *pubInst, id string) int { return strings.Compare(p.pub.pubID(), id) })
-		sl.pubs.insert(i, pi)
+		at, _ = slices.BinarySearchFunc(sl.pubs(), pubID, func(p *pubInst, id string) int { return strings.Compare(p.pub.pubID(), id) })
 	}
+	sl.insertPub(at, pi)
 	if born {
 		ix.slotBorn(sl)
 	}
@@ -825,7 +825,7 @@ func (ix *index) unpublish(pi *pubInst, detach bool, why string, now time.Time) 
 	ix.noteSlot(pi.slot, EventRemoved, pi.pub, why)
 	ix.notePublication(pi, false) // issue 15: per-instance replication (delta.go)
 	sl := pi.slot
-	sl.pubs.remove(pi)
+	sl.removePub(pi)
 	if detach {
 		pi.pub.insts.remove(pi)
 	}

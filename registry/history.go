@@ -217,7 +217,7 @@ func (r *Registry) Explain(key model.InstanceKey) Explanation {
 		if sl.pers() != nil {
 			out.Publishers = append(out.Publishers, "")
 		}
-		for _, pi := range sl.pubs.all() {
+		for _, pi := range sl.pubs() {
 			out.Publishers = append(out.Publishers, pi.pub.peekID())
 		}
 	}

@@ -184,7 +184,7 @@ func TestFindSlotKeys(t *testing.T) {
 					if j, ok := s.findSlotOf(sl, last); j != i || !ok {
 						t.Fatalf("round %d step %d: findSlotOf = %d, %v; want %d", round, step, j, ok, i)
 					}
-					sl.pubs = pubList{} // dead, as dropSlotIfDead finds it
+					sl.head = nil // dead, as dropSlotIfDead finds it
 					if j, ok := s.findSlotOf(sl, last); j != i || !ok {
 						t.Fatalf("round %d step %d: findSlotOf of a dead slot = %d, %v; want %d", round, step, j, ok, i)
 					}
@@ -241,7 +241,7 @@ func TestFindSlotKeysAfterFirstClusterLeaves(t *testing.T) {
 			t.Fatalf("%s %s not found", cluster, ip)
 		}
 		last := s.slots[i].current()
-		s.slots[i].pubs = pubList{} // dead, as dropSlotIfDead finds it
+		s.slots[i].head = nil // dead, as dropSlotIfDead finds it
 		s.deleteSlot(i, last)
 	}
 	remove("canary", "10.0.0.1")

@@ -71,10 +71,16 @@ func (ix *index) checkInvariants(bad func(format string, args ...any)) {
 					bad("%s: slot %s holds the IP key %#x, not %#x", key, sl.key(), r.ipKey, ipOrder(r.ip))
 				}
 			}
-			if s.ephemeral && sl.pers() != nil || !s.ephemeral && sl.pubs.len() > 0 {
+			// current() relies on it: a slot with a head has no
+			// persistent instance.
+			if s.ephemeral && sl.pers() != nil || !s.ephemeral && sl.head != nil {
 				bad("%s: slot %s holds the other kind", key, sl.key())
 			}
-			for j, pi := range sl.pubs.all() {
+			checkSlotPubs(sl, func(format string, args ...any) {
+				bad("%s: slot %s: "+format, append([]any{key, sl.key()}, args...)...)
+			})
+			pubs := sl.pubs()
+			for j, pi := range pubs {
 				pubsSeen[pi] = true
 				if pi.slot != sl {
 					bad("%s: publication of %s points to another slot", key, sl.key())
@@ -85,7 +91,7 @@ func (ix *index) checkInvariants(bad func(format string, args ...any)) {
 				if pi.inst.cluster != cur.cluster || pi.inst.ip != cur.ip || pi.inst.port != cur.port {
 					bad("%s: slot %s holds a publication of another key", key, sl.key())
 				}
-				if j > 0 && strings.Compare(sl.pubs.all()[j-1].pub.peekID(), pi.pub.peekID()) >= 0 {
+				if j > 0 && strings.Compare(pubs[j-1].pub.peekID(), pi.pub.peekID()) >= 0 {
 					bad("%s: publishers of %s out of order", key, sl.key())
 				}
 				if pi.pub.kind == pubBeat && !pi.pub.remote {
@@ -167,6 +173,27 @@ func (ix *index) checkInvariants(bad func(format string, args ...any)) {
 		}
 	}
 	ix.checkQuotas(bad)
+}
+
+// checkSlotPubs checks the layout of sl's publications (see slot): the
+// list is out of line, in the extra, only while it holds two or more, its
+// first is the head, and an extra that holds nothing is dropped.
+func checkSlotPubs(sl *slot, bad func(format string, args ...any)) {
+	x := sl.x
+	if x == nil {
+		return
+	}
+	if x.empty() {
+		bad("keeps an empty extra")
+	}
+	if x.many == nil {
+		return
+	}
+	if n := len(*x.many); n < 2 {
+		bad("%d publications out of line", n)
+	} else if sl.head != (*x.many)[0] {
+		bad("its head is not the first of its %d publications", n)
+	}
 }
 
 // checkQuotas checks the counts the limits are enforced on against the

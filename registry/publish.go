@@ -25,14 +25,14 @@ type publisher struct {
 	remote bool // owned by another node: a replica (see replicate.go)
 }
 
-// pubList is a list of publications: a publisher's, or a slot's (of its
-// key, in publisher ID order). Most slots have one publication, and
-// standalone most publishers are beat publishers of one ip:port with one;
-// both are paid per instance (slotBlock, beatBlock). So one publication is
-// held inline, and a list of more goes out of line: 16 bytes where a slice
-// and an array of one took 32. A list stays out of line once it had two
-// (a session's from its second instance on, a slot's once two publishers
-// held its key): 24 bytes and the array more, for as long as it lives.
+// pubList is a publisher's list of publications. Standalone, most
+// publishers are beat publishers of one ip:port with one, paid per
+// instance (beatBlock). So one publication is held inline, and a list of
+// more goes out of line: 16 bytes where a slice and an array of one took
+// 32. A list stays out of line once it had two (a session's from its
+// second instance on): 24 bytes and the array more, for as long as it
+// lives. A slot's publications are held alike but in 8 bytes: the list
+// out of line goes in the slot's extra (see slot).
 type pubList struct {
 	one  *pubInst    // the only publication, while many is nil
 	many *[]*pubInst // the publications, once there have been two
@@ -212,7 +212,7 @@ func (pi *pubInst) Lease(bool) *health.Lease { return &pi.lease }
 
 // publication returns pub's publication in sl, or nil.
 func (sl *slot) publication(pub *publisher) *pubInst {
-	for _, pi := range sl.pubs.all() {
+	for _, pi := range sl.pubs() {
 		if pi.pub == pub {
 			return pi
 		}
@@ -557,7 +557,7 @@ func (r *Registry) deregisterOwned(ctx context.Context, instKey model.InstanceKe
 	if pi != nil {
 		return nil
 	}
-	if _, sl := r.core.lookup(instKey); sl != nil && sl.pubs.len() > 0 {
+	if _, sl := r.core.lookup(instKey); sl != nil && sl.head != nil {
 		// Only sessions publish it: Deregister, which removes what beats
 		// keep alive, cannot remove it, and says so.
 		return fmt.Errorf("%w: %s: Deregister removes beat and persistent instances; remove it with Session.Deregister or by closing its session", ErrSessionInstance, instKey)
