@@ -62,9 +62,11 @@ type Record struct {
 	Key      string // the record key: opaque to distro, unique per record (not a publisher ID)
 	Owner    string // node ID of the only node that may change it
 	Revision uint64
-	Payload  []byte // the registry's encoding of the record's content; nil for tombstones
-	Kind     Kind
-	Deleted  bool // tombstone
+	// Payload is the registry's encoding of the record's content; nil for tombstones, except
+	// in one handed to Store.Apply, which carries the payload of the version it removes there.
+	Payload []byte
+	Kind    Kind
+	Deleted bool // tombstone
 }
 
 // Newer reports whether a's version (Revision, then Owner as tie-break) is greater than b's.

@@ -710,7 +710,12 @@ func (r *Replicator) offerLocked(rec Record, now time.Time) bool {
 		return false
 	}
 	prev, had := r.tab.install(rec, now)
-	if !rec.Deleted || (had && prev.live()) {
+	if !rec.Deleted {
+		r.emitLocked(storeEvent{op: evApply, rec: rec})
+	} else if had && prev.live() {
+		// The Store is handed the payload of the version the tombstone removes (Store.Apply);
+		// the table holds the tombstone as it came, without one.
+		rec.Payload = prev.payload()
 		r.emitLocked(storeEvent{op: evApply, rec: rec})
 	}
 	if _, alive := r.memberSet[rec.Owner]; !alive {
@@ -796,7 +801,7 @@ func (r *Replicator) offerLoadedLocked(rec Record, kh uint64, now time.Time) {
 	told := had && !prev.loaded && prev.live() && prev.owner.id != r.self
 	if told && (rec.Deleted || rec.Owner == r.self) {
 		gone := prev.record()
-		gone.Deleted, gone.Payload = true, nil
+		gone.Deleted = true // with prev's payload: what it removes (Store.Apply)
 		r.emitLocked(storeEvent{op: evRemove, rec: gone})
 	}
 }
