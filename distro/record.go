@@ -54,7 +54,11 @@ const (
 // handed to Put or received from the Replicator. A payload received from a peer is an
 // allocation of its own (not a window on a message), which the table keeps as long as it holds
 // that version: a Store may keep windows on it (the registry's strings do), and then keeps it
-// alive for as long as it holds them, which can be longer (a view, a watcher's event).
+// alive for as long as it holds them, which can be longer (a view, a watcher's event). That
+// allocation holds the record's Key too, its bytes just before the payload's (one allocation
+// per received record, not two: see joinKeyPayload), and no other record's: the Key, or a
+// window on it, kept after its record was replaced keeps the replaced payload alive too. What
+// outlives the version is better kept as a copy (strings.Clone).
 //
 // The one-byte fields come last, so that they share one word: a Record is
 // 72 bytes, not 80. (The table packs its entry apart: 64 bytes.)

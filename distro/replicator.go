@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -770,7 +771,9 @@ func (r *Replicator) deleteDeferredLocked() {
 		if e == nil || e.live() || e.owner.id == r.self || hrwOwner(r.members, k) != r.self {
 			continue
 		}
-		rec := Record{Key: k, Kind: KindBeat, Owner: r.self, Deleted: true, Revision: r.nextRevLocked(e.rev + 1)}
+		// k is the key of a record received from a peer, which shares an allocation with that
+		// record's payload (joinKeyPayload): the tombstone, its TTL long, keeps a copy.
+		rec := Record{Key: strings.Clone(k), Kind: KindBeat, Owner: r.self, Deleted: true, Revision: r.nextRevLocked(e.rev + 1)}
 		r.installOwnLocked(rec)
 		r.log.Debug("distro: took over the deletion of a beat record a peer still holds live", "record", rec.String(), "was", e.record().String())
 	}
