@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -408,6 +409,9 @@ func (r *Replicator) finishLoad(peers int, cold bool, took time.Duration) {
 	for _, rec := range stale {
 		rec.Revision = r.nextRevLocked(rec.Revision + 1)
 		rec.Deleted, rec.Payload = true, nil
+		// The loaded record's key shares an allocation with its payload (joinKeyPayload): the
+		// tombstone, its TTL long, and its syncs keep a copy of the key, not the payload.
+		rec.Key = strings.Clone(rec.Key)
 		r.installOwnLocked(rec)
 	}
 	for owner := range r.tab.owners {

@@ -54,7 +54,11 @@ const (
 // handed to Put or received from the Replicator. A payload received from a peer is an
 // allocation of its own (not a window on a message), which the table keeps as long as it holds
 // that version: a Store may keep windows on it (the registry's strings do), and then keeps it
-// alive for as long as it holds them, which can be longer (a view, a watcher's event).
+// alive for as long as it holds them, which can be longer (a view, a watcher's event). That
+// allocation holds the record's Key too, its bytes just before the payload's (one allocation
+// per received record, not two: see joinKeyPayload), and no other record's: the Key, or a
+// window on it, kept after its record was replaced keeps the replaced payload alive too. What
+// outlives the version is better kept as a copy (strings.Clone).
 //
 // The one-byte fields come last, so that they share one word: a Record is
 // 72 bytes, not 80. (The table packs its entry apart: 64 bytes.)
@@ -62,9 +66,11 @@ type Record struct {
 	Key      string // the record key: opaque to distro, unique per record (not a publisher ID)
 	Owner    string // node ID of the only node that may change it
 	Revision uint64
-	Payload  []byte // the registry's encoding of the record's content; nil for tombstones
-	Kind     Kind
-	Deleted  bool // tombstone
+	// Payload is the registry's encoding of the record's content; nil for tombstones, except
+	// in one handed to Store.Apply, which carries the payload of the version it removes there.
+	Payload []byte
+	Kind    Kind
+	Deleted bool // tombstone
 }
 
 // Newer reports whether a's version (Revision, then Owner as tie-break) is greater than b's.

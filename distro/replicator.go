@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -710,7 +711,12 @@ func (r *Replicator) offerLocked(rec Record, now time.Time) bool {
 		return false
 	}
 	prev, had := r.tab.install(rec, now)
-	if !rec.Deleted || (had && prev.live()) {
+	if !rec.Deleted {
+		r.emitLocked(storeEvent{op: evApply, rec: rec})
+	} else if had && prev.live() {
+		// The Store is handed the payload of the version the tombstone removes (Store.Apply);
+		// the table holds the tombstone as it came, without one.
+		rec.Payload = prev.payload()
 		r.emitLocked(storeEvent{op: evApply, rec: rec})
 	}
 	if _, alive := r.memberSet[rec.Owner]; !alive {
@@ -765,7 +771,9 @@ func (r *Replicator) deleteDeferredLocked() {
 		if e == nil || e.live() || e.owner.id == r.self || hrwOwner(r.members, k) != r.self {
 			continue
 		}
-		rec := Record{Key: k, Kind: KindBeat, Owner: r.self, Deleted: true, Revision: r.nextRevLocked(e.rev + 1)}
+		// k is the key of a record received from a peer, which shares an allocation with that
+		// record's payload (joinKeyPayload): the tombstone, its TTL long, keeps a copy.
+		rec := Record{Key: strings.Clone(k), Kind: KindBeat, Owner: r.self, Deleted: true, Revision: r.nextRevLocked(e.rev + 1)}
 		r.installOwnLocked(rec)
 		r.log.Debug("distro: took over the deletion of a beat record a peer still holds live", "record", rec.String(), "was", e.record().String())
 	}
@@ -796,7 +804,7 @@ func (r *Replicator) offerLoadedLocked(rec Record, kh uint64, now time.Time) {
 	told := had && !prev.loaded && prev.live() && prev.owner.id != r.self
 	if told && (rec.Deleted || rec.Owner == r.self) {
 		gone := prev.record()
-		gone.Deleted, gone.Payload = true, nil
+		gone.Deleted = true // with prev's payload: what it removes (Store.Apply)
 		r.emitLocked(storeEvent{op: evRemove, rec: gone})
 	}
 }

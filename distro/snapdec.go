@@ -13,7 +13,8 @@ import (
 // joining node decodes a million records, and msgpack's Decoder read each of their fields
 // through an io.Reader, into a list of wireRecords copied again into Records. pageDecoder reads
 // the bytes in place, writes each record once into a list sized from the page's header, and
-// gives the records of one owner one string (owners).
+// gives the records of one owner one string (owners) and each record's key and payload one
+// allocation (joinKeyPayload).
 //
 // It reads what msgpack's Decoder read for a snapResp (the reference is the reflective path,
 // model.Unmarshal into a snapResp; FuzzSnapshotPageDecoding compares them): a map of fields by
@@ -287,12 +288,6 @@ func (d *pageDecoder) raw(what string, limit int) (p []byte, isNil bool, err err
 	return p, false, nil
 }
 
-// str reads a string of at most limit bytes; nil reads as "".
-func (d *pageDecoder) str(what string, limit int) (string, error) {
-	p, _, err := d.raw(what, limit)
-	return string(p), err
-}
-
 // bin reads a bin (or string) of at most limit bytes into a new slice (an empty one for an
 // empty bin, nil for msgpack nil, as msgpack's Decoder).
 func (d *pageDecoder) bin(what string, limit int) ([]byte, error) {
@@ -359,6 +354,9 @@ func (d *pageDecoder) record(r *Record, i int, name *[16]byte) error {
 	if err != nil {
 		return err
 	}
+	// The key and the payload are read in place, and copied together at the end, into one
+	// allocation (joinKeyPayload): whatever their order, and the last of a field given twice.
+	var key, payload []byte
 	for range n {
 		f, err := d.fieldName(name)
 		if err != nil {
@@ -366,7 +364,7 @@ func (d *pageDecoder) record(r *Record, i int, name *[16]byte) error {
 		}
 		switch string(f) {
 		case "Key":
-			r.Key, err = d.str("Key", MaxKeyLen)
+			key, _, err = d.raw("Key", MaxKeyLen) // nil reads as ""
 		case "Kind":
 			var v uint64
 			v, err = d.uint("Kind", math.MaxUint8)
@@ -380,7 +378,7 @@ func (d *pageDecoder) record(r *Record, i int, name *[16]byte) error {
 		case "Deleted":
 			r.Deleted, err = d.bool("Deleted")
 		case "Payload":
-			r.Payload, err = d.bin("Payload", MaxPayloadLen)
+			payload, _, err = d.raw("Payload", MaxPayloadLen) // nil reads as nil, empty as empty
 		default:
 			err = d.skip("record field", 0)
 		}
@@ -388,6 +386,7 @@ func (d *pageDecoder) record(r *Record, i int, name *[16]byte) error {
 			return fmt.Errorf("record %d: %w", i, err)
 		}
 	}
+	r.Key, r.Payload = joinKeyPayload(key, payload)
 	return nil
 }
 

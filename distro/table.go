@@ -253,14 +253,14 @@ func (t *table) installOver(rec Record, kh uint64, old *entry, now time.Time) (e
 }
 
 // orphan turns a held live record into an orphan marker and returns the tombstone to hand to the
-// Store.
+// Store, which carries e's payload (what it removes: see Store.Apply).
 func (t *table) orphan(e *entry, now time.Time) Record {
 	t.account(e, keyHash(e.key), -1)
 	e.orphan = true
 	e.at = t.stamp(now)
 	t.gcq = append(t.gcq, gcItem{key: e.key, rev: e.rev, at: now})
 	rec := e.record()
-	rec.Deleted, rec.Payload = true, nil
+	rec.Deleted = true
 	return rec
 }
 
