@@ -58,6 +58,10 @@ func (ix *index) installRemote(pr *peerRecord, now time.Time) *publisher {
 		if pr.deleted || len(pr.insts) == 0 {
 			return nil
 		}
+		// pr's key is a window on its record's key, which shares its
+		// allocation with the payload (distro): the copy, which may
+		// outlive this version, keeps a copy of its own.
+		pr.recordKey = strings.Clone(pr.recordKey)
 		p = newRemotePub(pr)
 		ix.remote[pr.recordKey] = p
 	}

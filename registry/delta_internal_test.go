@@ -416,13 +416,17 @@ func TestPeerInstanceSharesPayload(t *testing.T) {
 	apply := func(rev uint64, in model.Instance) []byte {
 		t.Helper()
 		pl := &pubPayload{Instances: []model.Instance{in}}
-		dr := distro.Record{Key: gkey + hash, Kind: distro.KindSession, Owner: "n2", Revision: rev, Payload: pl.AppendMsgpack(nil)}
+		key, payload := asReceived(gkey+hash, pl.AppendMsgpack(nil))
+		dr := distro.Record{Key: key, Kind: distro.KindSession, Owner: "n2", Revision: rev, Payload: payload}
 		ir, err := r.decodeInstRecord(dr, "n2-0123456789abcdef", hash)
 		if err != nil {
 			t.Fatal(err)
 		}
 		r.mu.Lock()
-		r.core.applyInstRecord(gkey, ir.sid, ir.hash, dr.Owner, ir.inst, ir.gone, false, r.leaseStart())
+		// The group key and the session ID are windows on the record's
+		// key, as applyBatch passes them.
+		sid, _, _ := splitInstRecordKey(dr.Key)
+		r.core.applyInstRecord(dr.Key[:len(dr.Key)-len(hash)], sid, ir.hash, dr.Owner, ir.inst, ir.gone, false, r.leaseStart())
 		r.carryOut()
 		r.mu.Unlock()
 		if err := r.Internals().CheckConsistency(); err != nil {
@@ -598,4 +602,59 @@ func TestRemovedKey(t *testing.T) {
 			t.Errorf("%s: removedKey = %s, want nil", name, *k)
 		}
 	}
+}
+
+// asReceived returns key and payload in one allocation, the key first, as
+// distro hands over a record received from a peer (so that what keeps a
+// window on a record's key keeps its payload too).
+func asReceived(key string, payload []byte) (string, []byte) {
+	b := append([]byte(key), payload...)
+	return unsafe.String(unsafe.SliceData(b), len(key)), b[len(key):]
+}
+
+// TestRemoteCopyKeepsNoRecord: a remote copy of a whole publisher record
+// (here a whole session record, as a node of an earlier version writes)
+// keeps its key and ID as copies of its own, not windows on the record's
+// key, which distro hands over in one allocation with the payload: once a
+// newer version replaces it, the first version's allocation is free.
+func TestRemoteCopyKeepsNoRecord(t *testing.T) {
+	r, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	const rkey = sessionPrefix + "n2-0123456789abcdef"
+	in := model.NewInstance(model.ServiceKey{Name: "whole"}, "10.1.2.3", 8080).WithDefaults()
+	apply := func(rev uint64, in model.Instance) []byte {
+		t.Helper()
+		pl := &pubPayload{Instances: []model.Instance{in}}
+		key, payload := asReceived(rkey, pl.AppendMsgpack(nil))
+		distroStore{r}.Apply(distro.Record{Key: key, Kind: distro.KindSession, Owner: "n2", Revision: rev, Payload: payload})
+		if err := r.Internals().CheckConsistency(); err != nil {
+			t.Fatal(err)
+		}
+		return payload
+	}
+	first := apply(1, in)
+	w := weak.Make(unsafe.SliceData(first))
+	first = nil
+	changed := in
+	changed.Weight = 2
+	second := apply(2, changed)
+	r.mu.RLock()
+	p := r.core.remote[rkey]
+	ok := p != nil && p.insts.len() == 1 && p.insts.first().inst.weight == 2
+	r.mu.RUnlock()
+	if !ok {
+		t.Fatalf("remote copy %+v, want one instance of weight 2", p)
+	}
+	runtime.GC()
+	runtime.GC()
+	if w.Value() != nil {
+		t.Error("the first version's record is still held")
+	}
+	runtime.KeepAlive(second)
 }
