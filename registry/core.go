@@ -118,6 +118,13 @@ type effects struct {
 	lapsed []string
 	// events: instance events for the journal (Explain), when it is on.
 	events []jnote
+	// released: session publications removed from a slot that stays (another
+	// publisher still publishes its key). Such a publication may be its
+	// slot's block's own (slotBlock), which lives as long as the slot: once
+	// the change is carried out (notes read it), it lets go of its instance,
+	// whose strings may be windows on a whole record (shareIn,
+	// decodeInstRecord), and of its publisher (pubInst.release).
+	released []*pubInst
 }
 
 // jnote is one instance event for the journal: the driver stamps it with
@@ -197,6 +204,7 @@ func (fx *effects) resetRest() {
 	cut(&fx.ended)
 	cut(&fx.lapsed)
 	cut(&fx.events)
+	cut(&fx.released)
 	fx.services = false
 }
 
@@ -830,6 +838,9 @@ func (ix *index) unpublish(pi *pubInst, detach bool, why string, now time.Time) 
 		pi.pub.insts.remove(pi)
 	}
 	ix.dropSlotIfDead(sl, pi.inst, now)
+	if sl.live() && pi.pub.kind == pubSession { // the slot, and perhaps pi's block, stays (effects.released)
+		ix.fx.released = append(ix.fx.released, pi)
+	}
 }
 
 // replaceInst swaps a publication's instance for next and records the

@@ -48,7 +48,7 @@ func (ix *index) advance(rare bool) {
 // (the lists' lengths or-ed) passes the rest.
 func (fx *effects) rare() bool {
 	return len(fx.gone)|len(fx.catalogs)|len(fx.targets)|len(fx.notes)|len(fx.replicate)|len(fx.events)|
-		len(fx.lapsed)|len(fx.ended)|len(fx.conflicts) != 0 || fx.services
+		len(fx.lapsed)|len(fx.ended)|len(fx.conflicts)|len(fx.released) != 0 || fx.services
 }
 
 // configure sets what New decides after building the index: the past

@@ -614,11 +614,11 @@ func (ix *index) applyInstRecord(groupKey, sid, hash, owner string, inst *model.
 // instance whose key hashes to hash, or nil. A peer keeps no map from
 // hashes to publications (35 B an instance): a tombstone comes with the
 // payload of the version it removes (distro.Store), whose instance's key,
-// gone, finds the publication through the index. Without it (nil: no live
-// version was held, or this node refused the one that was, say by a
-// stricter validation than its owner's), the key of each of p's
+// gone, finds the publication through the index. Without it (nil: that
+// payload was not one instance whose key hashes to the record's, a version
+// this node could not decode and refused), the key of each of p's
 // publications is hashed, O(p's instances), which only such a record
-// costs.
+// costs (up to the owner's MaxInstancesPerSession hashes, under the lock).
 func (ix *index) instPublication(p *publisher, gone *model.InstanceKey, hash string) *pubInst {
 	if gone != nil {
 		if s := ix.services[gone.Service]; s != nil {

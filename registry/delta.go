@@ -317,8 +317,11 @@ type instRecord struct {
 	dr   distro.Record
 	sid  string
 	hash string
-	inst *model.Instance    // nil for a tombstone
-	gone *model.InstanceKey // a tombstone's: the key of the instance it removes, when known (removedKey)
+	inst *model.Instance // nil for a tombstone
+	// gone is a tombstone's key of the instance it removes, when known
+	// (hasGone; removedKey).
+	gone    model.InstanceKey
+	hasGone bool
 }
 
 // decodeInstRecord decodes and checks an instance record from a peer: a
@@ -333,7 +336,7 @@ type instRecord struct {
 func (r *Registry) decodeInstRecord(dr distro.Record, sid, hash string) (instRecord, error) {
 	ir := instRecord{dr: dr, sid: sid, hash: hash}
 	if dr.Deleted {
-		ir.gone = removedKey(dr.Payload, hash)
+		ir.gone, ir.hasGone = removedKey(dr.Payload, hash)
 		return ir, nil
 	}
 	insts, err := r.decodePayloadWith(model.UnmarshalInstanceListShared, dr)
@@ -351,25 +354,34 @@ func (r *Registry) decodeInstRecord(dr distro.Record, sid, hash string) (instRec
 	return ir, nil
 }
 
+// goneKey returns the key of the instance that tombstone ir removes, or
+// nil when it is not known.
+func (ir *instRecord) goneKey() *model.InstanceKey {
+	if !ir.hasGone {
+		return nil
+	}
+	return &ir.gone
+}
+
 // removedKey returns the key of the instance that a tombstone removes,
 // read from payload, the version it removes (distro hands it over with
-// the tombstone: distro.Store), or nil when there is none or it is not one
-// instance whose key hashes to hash (a version this node refused). The key's
-// strings are windows on payload: the caller keeps none of them.
-func removedKey(payload []byte, hash string) *model.InstanceKey {
+// the tombstone: distro.Store), and whether there is one: not when the
+// payload is nil or not one instance whose key hashes to hash (a version
+// this node could not decode, and refused). The key's strings are windows
+// on payload: the caller keeps none of them.
+func removedKey(payload []byte, hash string) (model.InstanceKey, bool) {
 	if payload == nil {
-		return nil
+		return model.InstanceKey{}, false
 	}
 	l, _, err := model.UnmarshalInstanceListShared(payload, 1)
 	if err != nil || len(l.Instances) != 1 {
-		return nil
+		return model.InstanceKey{}, false
 	}
 	in := l.Instances[0].WithDefaults()
 	if h := instHashDigits(in.Service, in.Cluster, in.IP, in.Port); string(h[:]) != hash {
-		return nil
+		return model.InstanceKey{}, false
 	}
-	k := in.Key()
-	return &k
+	return in.Key(), true
 }
 
 // groupedCopy is a peer's session as this node holds it: the publisher,
@@ -431,7 +443,7 @@ func (ds distroStore) applyBatch(drs []distro.Record) {
 	for i := range irs {
 		ir := &irs[i]
 		gkey := ir.dr.Key[:len(ir.dr.Key)-len(ir.hash)] // sessionPrefix + ir.sid + "/", without building it
-		r.core.applyInstRecord(gkey, ir.sid, ir.hash, ir.dr.Owner, ir.inst, ir.gone, r.members != nil && !r.members[ir.dr.Owner], now)
+		r.core.applyInstRecord(gkey, ir.sid, ir.hash, ir.dr.Owner, ir.inst, ir.goneKey(), r.members != nil && !r.members[ir.dr.Owner], now)
 	}
 	r.carryOut() // once for the batch: its records reach queries and watchers together
 }

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"runtime"
 	"testing"
+	"time"
 	"unsafe"
 	"weak"
 
@@ -64,11 +65,11 @@ func FuzzInstRecord(f *testing.F) {
 		if ir.inst != nil && instHash(ir.inst.Service, ir.inst.Cluster, ir.inst.IP, ir.inst.Port) != hash {
 			t.Fatalf("accepted %q carrying instance %s", key, ir.inst.Key())
 		}
-		if g := ir.gone; g != nil && instHash(g.Service, g.Cluster, g.IP, g.Port) != hash {
+		if g := ir.goneKey(); g != nil && instHash(g.Service, g.Cluster, g.IP, g.Port) != hash {
 			t.Fatalf("tombstone %q names instance %s", key, *g)
 		}
 		r.mu.Lock()
-		r.core.applyInstRecord(dr.Key[:len(dr.Key)-len(hash)], sid, hash, dr.Owner, ir.inst, ir.gone, false, r.leaseStart())
+		r.core.applyInstRecord(dr.Key[:len(dr.Key)-len(hash)], sid, hash, dr.Owner, ir.inst, ir.goneKey(), false, r.leaseStart())
 		r.carryOut()
 		r.mu.Unlock()
 		if err := r.Internals().CheckConsistency(); err != nil {
@@ -426,7 +427,7 @@ func TestPeerInstanceSharesPayload(t *testing.T) {
 		// The group key and the session ID are windows on the record's
 		// key, as applyBatch passes them.
 		sid, _, _ := splitInstRecordKey(dr.Key)
-		r.core.applyInstRecord(dr.Key[:len(dr.Key)-len(hash)], sid, ir.hash, dr.Owner, ir.inst, ir.gone, false, r.leaseStart())
+		r.core.applyInstRecord(dr.Key[:len(dr.Key)-len(hash)], sid, ir.hash, dr.Owner, ir.inst, ir.goneKey(), false, r.leaseStart())
 		r.carryOut()
 		r.mu.Unlock()
 		if err := r.Internals().CheckConsistency(); err != nil {
@@ -500,25 +501,8 @@ func TestPeerInstanceSharesPayload(t *testing.T) {
 // the older version's record is free: neither the new rec nor the slot's
 // block (whose rec the first version used) keeps a window on it.
 func TestOwnerInstanceSharesPayload(t *testing.T) {
-	net := &transport.MemNetwork{}
-	tr, err := net.Node("n1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	dc := distro.DefaultConfig()
-	dc.Transport, dc.Membership, dc.SyncDelay = tr, distro.NewStatic(distro.Member{ID: "n1"}), distro.NoSyncDelay
-	cfg := DefaultConfig()
-	cfg.NodeID, cfg.Replicator, cfg.Transport, cfg.HealthChecks = "n1", Distro(dc), tr, nil
-	r, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := ownerNode(t, 0)
 	ctx := context.Background()
-	if err := r.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 	sess, err := r.OpenSession(ctx, SessionOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -586,8 +570,8 @@ func TestRemovedKey(t *testing.T) {
 		return pl.AppendMsgpack(nil)
 	}
 	hash := instHash(in.Service, in.Cluster, in.IP, in.Port)
-	if k := removedKey(enc(in), hash); k == nil || *k != in.Key() {
-		t.Fatalf("removedKey of its own version = %v, want %s", k, in.Key())
+	if k, ok := removedKey(enc(in), hash); !ok || k != in.Key() {
+		t.Fatalf("removedKey of its own version = %v, %v, want %s", k, ok, in.Key())
 	}
 	for name, payload := range map[string][]byte{
 		"none":                 nil,
@@ -598,8 +582,8 @@ func TestRemovedKey(t *testing.T) {
 		"not msgpack":          []byte("nope"),
 		"the empty allocation": {},
 	} {
-		if k := removedKey(payload, hash); k != nil {
-			t.Errorf("%s: removedKey = %s, want nil", name, *k)
+		if k, ok := removedKey(payload, hash); ok {
+			t.Errorf("%s: removedKey = %s, want none", name, k)
 		}
 	}
 }
@@ -657,4 +641,99 @@ func TestRemoteCopyKeepsNoRecord(t *testing.T) {
 		t.Error("the first version's record is still held")
 	}
 	runtime.KeepAlive(second)
+}
+
+// ownerNode returns a started registry, node n1 of a cluster of one (a real
+// distro on a MemNetwork: it owns every record), with history events of
+// the journal (0: none).
+func ownerNode(t *testing.T, history int) *Registry {
+	t.Helper()
+	net := &transport.MemNetwork{}
+	tr, err := net.Node("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	dc := distro.DefaultConfig()
+	dc.Transport, dc.Membership, dc.SyncDelay = tr, distro.NewStatic(distro.Member{ID: "n1"}), distro.NoSyncDelay
+	dc.LoadTimeout = 100 * time.Millisecond // no peer to load from
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.Replicator, cfg.Transport, cfg.HealthChecks, cfg.HistoryEvents = "n1", Distro(dc), tr, nil, history
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	if err := r.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestSharedSlotReleasesGoneSession: sessions 1 and 2 publish the same
+// instance (a client reconnecting on a new connection registers again
+// before the old one ends), and session 1 closes. The slot stays (session
+// 2 publishes it), and it lives in session 1's block (slotBlock), whose
+// publication is session 1's: once the close is carried out, that
+// publication lets go of session 1's deleted record (its rec's strings
+// were windows on it) and of session 1's publisher. With the journal on,
+// its events keep copies of the key, not windows on the record.
+func TestSharedSlotReleasesGoneSession(t *testing.T) {
+	for _, history := range []int{0, DefaultHistoryEvents} {
+		t.Run(fmt.Sprintf("history=%d", history), func(t *testing.T) {
+			r := ownerNode(t, history)
+			ctx := context.Background()
+			s1, err := r.OpenSession(ctx, SessionOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s2, err := r.OpenSession(ctx, SessionOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := model.NewInstance(model.ServiceKey{Namespace: "ns", Group: "grp", Name: "shared"}, "10.1.2.3", 8080).WithDefaults()
+			in.Metadata = model.NewMetadata(map[string]string{"zone": "zone-a", "version": "1.4.2"})
+			key := s1.pub.recordKey() + "/" + instHash(in.Service, in.Cluster, in.IP, in.Port)
+			if err := s1.Register(ctx, in); err != nil {
+				t.Fatal(err)
+			}
+			dr, ok := r.replicator.(*distro.Replicator).Get(key)
+			if !ok {
+				t.Fatal("no record")
+			}
+			record, pub := weak.Make(unsafe.SliceData(dr.Payload)), weak.Make(s1.pub)
+			dr = distro.Record{}
+			if err := s2.Register(ctx, in); err != nil {
+				t.Fatal(err)
+			}
+			s1.Close()
+			if got, ok := r.replicator.(*distro.Replicator).Get(key); ok && !got.Deleted {
+				t.Fatalf("session 1's record is still live: %v", got)
+			}
+			if err := r.Internals().CheckConsistency(); err != nil {
+				t.Fatal(err)
+			}
+			if got := s2.Instances(); len(got) != 1 || !reflect.DeepEqual(got[0], in) {
+				t.Fatalf("session 2 publishes %+v, want %+v", got, in)
+			}
+			if v, err := r.Query(ctx, model.Query{Service: in.Service}); err != nil || len(v.Instances) != 1 || v.Instances[0].IP != in.IP {
+				t.Fatalf("query: %+v, %v; want the instance", v, err)
+			}
+			s1 = nil
+			runtime.GC()
+			runtime.GC()
+			if record.Value() != nil {
+				t.Error("session 1's deleted record is still held")
+			}
+			if pub.Value() != nil {
+				t.Error("session 1's publisher is still held")
+			}
+			runtime.KeepAlive(s2)
+		})
+	}
 }

@@ -48,6 +48,9 @@ func (r *Registry) carryOut() {
 		if len(fx.lapsed) > 0 || len(fx.ended) > 0 || len(fx.conflicts) > 0 {
 			r.carryOutEnds(&fx)
 		}
+		for _, pi := range fx.released { // last: the notes above read them
+			pi.release()
+		}
 	}
 	if !wake.IsZero() {
 		r.wakeAt(wake)

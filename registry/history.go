@@ -2,6 +2,7 @@ package registry
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/muster-io/muster/health"
@@ -169,6 +170,10 @@ func (r *Registry) noteBy(key model.InstanceKey, kind EventKind, pub *publisher,
 	if len(r.journal.ring) == 0 {
 		return
 	}
+	// The key's cluster and IP are the instance's strings, which may be
+	// windows on a whole record (shareIn, decodeInstRecord): an event,
+	// kept until the ring wraps, keeps copies of its own.
+	key.Cluster, key.IP = cloneCluster(key.Cluster), strings.Clone(key.IP)
 	e := Event{At: r.now(), Key: key, Kind: kind, Reason: why}
 	if pub != nil {
 		// A beat publisher's ID is its ip:port, the key's: built when read,
@@ -227,4 +232,13 @@ func (r *Registry) Explain(key model.InstanceKey) Explanation {
 		out.Check = &st
 	}
 	return out
+}
+
+// cloneCluster returns a copy of cluster, or the constant default cluster
+// name when it is that (nearly always: no allocation).
+func cloneCluster(cluster string) string {
+	if cluster == model.DefaultCluster {
+		return model.DefaultCluster
+	}
+	return strings.Clone(cluster)
 }

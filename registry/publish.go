@@ -207,6 +207,15 @@ type pubInst struct {
 	lease health.Lease // a beat publication's lease (index.beatLeases); zero for others
 }
 
+// release makes pi, a session's publication that no slot lists any longer,
+// let go of its instance and its publisher (see effects.released). Nothing
+// reads it afterwards: its publisher's list and its slot's no longer hold
+// it, and a session's publication has no lease.
+func (pi *pubInst) release() {
+	pi.inst.retire()
+	pi.pub = nil
+}
+
 // Lease returns pi's lease state (health.Holder).
 func (pi *pubInst) Lease(bool) *health.Lease { return &pi.lease }
 

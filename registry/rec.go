@@ -10,8 +10,9 @@ import (
 // slot already knows (the service key, the kind), packed. At a million
 // instances the saving is tens of megabytes. A rec's content is immutable
 // once stored; a change stores a new one. (Its strings may be pointed at
-// equal bytes elsewhere: shareIn. One that no publication holds any longer
-// is emptied: retire.)
+// equal bytes elsewhere: shareIn. One that a change replaced, or a
+// session's publication removed from a slot that stays, is emptied:
+// retire, pubInst.release.)
 //
 // The key's fields come first: findSlot's binary search reads them (with
 // the slot's first publication, just before the rec in a slotBlock) at
