@@ -397,18 +397,7 @@ func mustQuery(t *testing.T, r *Registry, svc model.ServiceKey) []model.Instance
 // the strings to its own payload, so that the previous one, which distro
 // no longer holds, is not kept.
 func TestPeerInstanceSharesPayload(t *testing.T) {
-	r, err := New(DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	within := func(s string, b []byte) bool {
-		p, base := uintptr(unsafe.Pointer(unsafe.StringData(s))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-		return len(s) > 0 && p >= base && p+uintptr(len(s)) <= base+uintptr(len(b))
-	}
+	r := standaloneNode(t)
 	in := model.NewInstance(model.ServiceKey{Namespace: "ns", Group: "grp", Name: "shared"}, "10.1.2.3", 8080).WithDefaults()
 	in.Cluster = "c1"
 	in.Metadata = model.NewMetadata(map[string]string{"zone": "zone-a", "version": "1.4.2"})
@@ -511,10 +500,6 @@ func TestOwnerInstanceSharesPayload(t *testing.T) {
 	in.Cluster = "c1"
 	in.Metadata = model.NewMetadata(map[string]string{"zone": "zone-a", "version": "1.4.2"})
 	key := sess.pub.recordKey() + "/" + instHash(in.Service, in.Cluster, in.IP, in.Port)
-	within := func(s string, b []byte) bool {
-		p, base := uintptr(unsafe.Pointer(unsafe.StringData(s))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-		return len(s) > 0 && p >= base && p+uintptr(len(s)) <= base+uintptr(len(b))
-	}
 	register := func(in model.Instance) distro.Record {
 		t.Helper()
 		if err := sess.Register(ctx, in); err != nil {
@@ -602,14 +587,7 @@ func asReceived(key string, payload []byte) (string, []byte) {
 // key, which distro hands over in one allocation with the payload: once a
 // newer version replaces it, the first version's allocation is free.
 func TestRemoteCopyKeepsNoRecord(t *testing.T) {
-	r, err := New(DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := standaloneNode(t)
 	const rkey = sessionPrefix + "n2-0123456789abcdef"
 	in := model.NewInstance(model.ServiceKey{Name: "whole"}, "10.1.2.3", 8080).WithDefaults()
 	apply := func(rev uint64, in model.Instance) []byte {
@@ -736,4 +714,24 @@ func TestSharedSlotReleasesGoneSession(t *testing.T) {
 			runtime.KeepAlive(s2)
 		})
 	}
+}
+
+// standaloneNode returns a started standalone registry.
+func standaloneNode(t *testing.T) *Registry {
+	t.Helper()
+	r, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// within reports whether s is a non-empty window on b's bytes.
+func within(s string, b []byte) bool {
+	p, base := uintptr(unsafe.Pointer(unsafe.StringData(s))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return len(s) > 0 && p >= base && p+uintptr(len(s)) <= base+uintptr(len(b))
 }
