@@ -3,8 +3,11 @@ package distro
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
+	"unsafe"
+	"weak"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -334,4 +337,62 @@ func TestSyncSchedRetryBackoff(t *testing.T) {
 	if _, ok := s.next(); ok {
 		t.Fatal("next reports work after dropPeer")
 	}
+}
+
+// A failed sync's retries keep copies of their keys, not windows on the allocation the keys came
+// in (a received record's key and payload, or a record the registry wrote): a task to a peer
+// that stays unreachable would keep that version's payload alive for as long as the peer is a
+// member. The batch in flight and the keys that were ready for the busy peer are both retried.
+func TestSyncSchedRetryCopiesKeys(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 1))
+	s := newSyncSched(10*time.Millisecond, 100*time.Millisecond, 800*time.Millisecond)
+	buf := make([]byte, 4096) // not a tiny allocation, which others may share and keep alive
+	copy(buf, "k1k2k3")
+	within := func(k string) bool {
+		p, b := uintptr(unsafe.Pointer(unsafe.StringData(k))), uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+		return p >= b && p < b+uintptr(len(buf))
+	}
+	keys := []string{unsafe.String(&buf[0], 2), unsafe.String(&buf[2], 2), unsafe.String(&buf[4], 2)}
+	for _, k := range keys {
+		s.add("p", k, t0)
+	}
+	now := t0.Add(10 * time.Millisecond)
+	b := s.take(now, 1) // one in flight, two ready for the busy peer
+	if len(b["p"]) != 1 || len(s.peers["p"].ready) != 2 {
+		t.Fatalf("took %v, %d ready", b, len(s.peers["p"].ready))
+	}
+	d := s.done("p", b["p"], false, now, rnd)
+	b = nil
+	for tk := range s.due {
+		if within(tk.key) {
+			t.Errorf("a retry's due task keeps a window on the record's allocation: %q", tk.key)
+		}
+	}
+	for _, it := range s.h {
+		if within(it.tk.key) {
+			t.Errorf("a retry's heap item keeps a window on the record's allocation: %q", it.tk.key)
+		}
+	}
+	if len(s.due) != 3 {
+		t.Fatalf("%d tasks due after the failure, want 3", len(s.due))
+	}
+	s.take(now.Add(d), 1) // the retries: one in flight, two ready
+	for k := range s.peers["p"].ready {
+		if within(k) {
+			t.Errorf("a retry's ready key keeps a window on the record's allocation: %q", k)
+		}
+	}
+	for k := range s.peers["p"].flight {
+		if within(k) {
+			t.Errorf("a retry in flight keeps a window on the record's allocation: %q", k)
+		}
+	}
+	// And the scheduler alone keeps nothing of the allocation alive.
+	wp := weak.Make(&buf[0])
+	buf, keys = nil, nil
+	runtime.GC()
+	if wp.Value() != nil {
+		t.Errorf("the record's allocation is still reachable from the scheduler")
+	}
+	runtime.KeepAlive(s)
 }

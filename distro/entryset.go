@@ -17,11 +17,13 @@ package distro
 // Linear probing, kept in Robin Hood order, and deletion by backward shift: no tombstones, so a
 // set that churns (sessions come and go, tombstones expire) never degrades nor needs
 // rebuilding. The home slot of a fragment f in a set of c slots is f·c/2^32 (multiply-shift),
-// so c need not be a power of two: a set grows by 1.25× when its load would pass 7/8, and its
-// load stays between 0.7 and 0.875 (12/0.7 ≈ 17 and 12/0.875 ≈ 13.7 bytes a record), whatever
-// the bucket size, where doubling would swing it between 0.44 and 0.875 (up to 27 bytes a
-// record) and land every bucket of a table at the same point, as the maps did. Growing by 1.25×
-// moves each entry 4 times on average (its fragment and pointer only).
+// so c need not be a power of two: a set grows by 1.25× when its load would pass 7/8, and as it
+// grows its load stays between 0.7 and 0.875 (12/0.7 ≈ 17 and 12/0.875 ≈ 13.7 bytes a record),
+// whatever the bucket size, where doubling would swing it between 0.44 and 0.875 (up to 27 bytes
+// a record) and land every bucket of a table at the same point, as the maps did. Growing by
+// 1.25× moves each entry 4 times on average (its fragment and pointer only). A set whose records
+// leave is another matter: its load falls as they go, down to 1/4 (48 bytes a record), before
+// it shrinks, to half load (see below), and a set the load reserved (reserve) starts empty.
 //
 // Measured: the slots cost 15.4 bytes a record at 100,000 records and 15.5 at 1,000,000
 // (TestEntrySetBytesPerRecord); registry's BenchmarkClusterMemoryPerInstance, peer B/instance,
@@ -39,8 +41,8 @@ package distro
 // (BenchmarkTableGetMiss, see the commit message). An insertion shifts the rest of its run
 // forward by one slot, which plain linear probing's search for an empty slot reads anyway.
 //
-// A set shrinks to half load when it falls below a quarter (a departed owner's records expire
-// together); Go maps never shrink.
+// A set shrinks to half load when its load falls below a quarter (a departed owner's records
+// expire together); Go maps never shrink.
 //
 // The fragment comes from a hash seeded per table (table.frag), not from keyHash: keyHash is
 // public and unseeded (it must agree across nodes for digests), and a peer choosing keys could

@@ -194,7 +194,9 @@ func runEntrySetModel(t *testing.T, seed uint64) {
 						op++
 					}
 					sm.step(op, rnd.IntN(tc.keys))
-					if i%500 == 0 {
+					// Every op while the set is small, where a wrong resize (a shrink to too
+					// few slots) shows before the next op grows it again; every 500 after.
+					if i%500 == 0 || sm.s.len() <= 64 {
 						sm.check()
 					}
 				}
@@ -219,19 +221,34 @@ func FuzzEntrySet(f *testing.F) {
 		ops = ops[1:]
 		for i := 0; i+1 < len(ops); i += 2 {
 			sm.step(int(ops[i]), int(ops[i+1]))
+			if sm.s.len() <= 64 {
+				sm.check() // see runEntrySetModel
+			}
 		}
 		sm.check()
 	})
 }
 
 // Removing or inserting a key of the bucket being iterated would move entries between slots
-// (skipping some, repeating others): each refuses loudly rather than miss records silently.
+// (skipping some, repeating others): each refuses loudly rather than miss records silently,
+// whether the change shifts entries within the slots (insert, remove) or moves them all to new
+// ones (an insert that grows the set: the bucket is filled to its load limit first).
 func TestEntrySetEachRefusesChanges(t *testing.T) {
-	for _, change := range []string{"remove", "insert"} {
+	for _, change := range []string{"remove", "insert", "insert that grows the set"} {
 		t.Run(change, func(t *testing.T) {
 			tab := newTable(1)
-			for i := range 20 {
+			set := &tab.buckets[0]
+			full := func() bool { return (set.len()+1)*setLoadDen > set.slots()*setLoadNum }
+			for i := 0; i < 20 || change == "insert that grows the set" && !full(); i++ {
 				tab.install(Record{Key: fmt.Sprint("k", i), Kind: KindSession, Owner: "n", Revision: 1}, t0)
+			}
+			slots := set.slots()
+			if change == "insert that grows the set" {
+				defer func() {
+					if set.slots() == slots {
+						t.Errorf("the insert did not grow the set (%d slots)", slots)
+					}
+				}()
 			}
 			defer func() {
 				if recover() == nil {

@@ -1,6 +1,7 @@
 package distro
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"runtime"
@@ -229,9 +230,27 @@ func TestWireElementCaps(t *testing.T) {
 var minimalRecord = []byte{0x84, 0xa3, 'K', 'e', 'y', 0xa1, 'k', 0xa4, 'K', 'i', 'n', 'd', 0x01,
 	0xa5, 'O', 'w', 'n', 'e', 'r', 0xa1, 'a', 0xa8, 'R', 'e', 'v', 'i', 's', 'i', 'o', 'n', 0x01}
 
+// repeatedPayloadRecord encodes a one-record message whose record has a Key of keyLen bytes and
+// then payloads one-byte Payload fields (a map32 of 4+payloads fields), as an attacker would.
+func repeatedPayloadRecord(keyLen, payloads int) []byte {
+	rec := []byte{0xdf, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(rec[1:], uint32(4+payloads))
+	rec = append(rec, 0xa3, 'K', 'e', 'y', 0xdb, 0, 0, 0, 0)
+	binary.BigEndian.PutUint32(rec[len(rec)-4:], uint32(keyLen))
+	rec = append(rec, bytes.Repeat([]byte{'k'}, keyLen)...)
+	rec = append(rec, 0xa4, 'K', 'i', 'n', 'd', 0x01,
+		0xa5, 'O', 'w', 'n', 'e', 'r', 0xa1, 'a', 0xa8, 'R', 'e', 'v', 'i', 's', 'i', 'o', 'n', 0x01)
+	for range payloads {
+		rec = append(rec, 0xa7, 'P', 'a', 'y', 'l', 'o', 'a', 'd', 0xc4, 1, 'p')
+	}
+	return hostileList("Records", 1, rec)
+}
+
 // Decoding allocates at most 16× its input, whatever the input declares: a hostile list is
-// refused at its header (over the cap) or at its first bad element, and a list of the smallest
-// valid elements grows with them.
+// refused at its header (over the cap) or at its first bad element, a list of the smallest
+// valid elements grows with them, and a field given again costs its own bytes, not the
+// record's (a Payload given again does not copy the key again: 104× and 1,684× the input
+// before).
 func TestWireHostileAllocation(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -245,6 +264,8 @@ func TestWireHostileAllocation(t *testing.T) {
 		{"4096 six-field records with empty names", hostileList("Records", MaxMessageRecords, hostileRecord), false},
 		{"4096 smallest valid records", hostileList("Records", MaxMessageRecords, minimalRecord), true},
 		{"16384 smallest valid drops", hostileList("Drop", maxWireVersions, []byte{0x82, 0xa3, 'K', 'e', 'y', 0xa1, 'k', 0xa3, 'R', 'e', 'v', 0x01}), true},
+		{"a 1 KiB key and 10000 one-byte payloads", repeatedPayloadRecord(MaxKeyLen, 10000), true},
+		{"a 64 KiB key and 2000 one-byte payloads", repeatedPayloadRecord(64<<10, 2000), false},
 	} {
 		var before, after runtime.MemStats
 		runtime.GC()

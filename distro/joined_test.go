@@ -126,7 +126,7 @@ func TestReceivedRecordFieldOrder(t *testing.T) {
 	}
 	enc.EncodeMapLen(1)
 	enc.EncodeString("Records")
-	enc.EncodeArrayLen(3)
+	enc.EncodeArrayLen(4)
 	// Payload first, then Key.
 	enc.EncodeMapLen(5)
 	field("Payload", []byte("payload-1"))
@@ -150,11 +150,20 @@ func TestReceivedRecordFieldOrder(t *testing.T) {
 	field("Kind", 1)
 	field("Owner", "a")
 	field("Revision", 1)
+	// Key, then Payload twice (the second is not allocated with the key: see recordDecoder).
+	enc.EncodeMapLen(6)
+	field("Key", "k4")
+	field("Payload", []byte("dropped"))
+	field("Payload", []byte("payload-4"))
+	field("Kind", 1)
+	field("Owner", "a")
+	field("Revision", 1)
 	body := buf.Bytes()
 	want := []Record{
 		{Key: "k1", Kind: KindSession, Owner: "a", Revision: 1, Payload: []byte("payload-1")},
 		{Key: "k2", Kind: KindSession, Owner: "a", Revision: 1, Payload: []byte("payload-2")},
 		{Key: "k3", Kind: KindSession, Owner: "a", Revision: 1, Payload: []byte("payload-3")},
+		{Key: "k4", Kind: KindSession, Owner: "a", Revision: 1, Payload: []byte("payload-4")},
 	}
 	got, err := decodeSync(body)
 	if err != nil {

@@ -306,7 +306,9 @@ func (r *Replicator) installPage(peer string, from uint32, p fetchedPage, acc *p
 	r.mu.Lock()
 	now := r.clk.Now()
 	// A peer sends a bucket's records together: a run of records of one bucket that the table
-	// holds nothing of yet (the load fills an empty table) is the size of that bucket's map.
+	// holds nothing of yet (the load fills an empty table) sizes that bucket's entry set once
+	// (reserve: the fewest slots that hold them within the load limit), instead of growing it
+	// by 1.25× steps as they are installed.
 	for i := 0; i < len(recs); {
 		b, j := bucketOf(p.khs[i], r.cfg.Buckets), i+1
 		for j < len(recs) && bucketOf(p.khs[j], r.cfg.Buckets) == b {

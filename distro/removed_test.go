@@ -117,6 +117,45 @@ func TestRemovalCarriesPayloadOffer(t *testing.T) {
 	}
 }
 
+// A deletion queued for the Store and overtaken, before its delivery, by a newer deletion of the
+// same key (a second message handled before the first one's drain) is still delivered: the
+// newer one is not queued (it replaced no live version), and, dropped as stale, the first left
+// the Store holding the live version for good. The first may be the owner's tombstone or an
+// orphan removal.
+func TestRemovalOvertakenByRemoval(t *testing.T) {
+	for _, first := range []string{"tombstone", "orphan removal"} {
+		t.Run(first, func(t *testing.T) {
+			c := newCluster(t, nil)
+			n := c.add("b")
+			r := n.r
+			now := c.clk.Now()
+			r.mu.Lock()
+			r.offerLocked(Record{Key: "k", Kind: KindSession, Owner: "a", Revision: 1, Payload: []byte("p1")}, now)
+			r.mu.Unlock()
+			r.drain()
+			if _, ok := n.store.get("k"); !ok {
+				t.Fatal("k not applied")
+			}
+			r.mu.Lock()
+			if first == "tombstone" {
+				r.offerLocked(Record{Key: "k", Kind: KindSession, Owner: "a", Revision: 2, Deleted: true}, now)
+			} else {
+				r.emitLocked(storeEvent{op: evApply, rec: r.tab.orphan(r.tab.get("k"), now)})
+			}
+			r.offerLocked(Record{Key: "k", Kind: KindSession, Owner: "a", Revision: 3, Deleted: true}, now)
+			r.mu.Unlock()
+			r.drain()
+			if got, ok := n.store.get("k"); ok {
+				t.Fatalf("the Store still holds %v after the key was deleted (table: %v)", got, r.tab.get("k").record())
+			}
+			wantRemoval(t, n, "k", []byte("p1"))
+			if _, applies := n.store.lastApplied("k"); applies != 2 {
+				t.Fatalf("%d Applies of k, want 2 (the record, and the first deletion)", applies)
+			}
+		})
+	}
+}
+
 // The owner says in a repair that it no longer holds a record (verify): the live copy is
 // dropped, and the Store is handed the dropped version's payload. A drop of a version held as a
 // tombstone tells the Store nothing.

@@ -683,6 +683,14 @@ func (r *Replicator) fresh(l *loadedList) []Record {
 // stale reports whether a queued Apply or Adopt was overtaken, before its delivery, by a newer
 // version of its key (received, or written by the Store itself, e.g. after an earlier Adopt):
 // delivering it would show the Store an older state after a newer one.
+//
+// A deletion overtaken by a version that is not live (a newer tombstone, or an orphan marker)
+// is not stale: the newer deletion was queued only if it replaced a live version (offerLocked),
+// so the overtaken one is the only word the Store gets that the live version it was last given
+// is gone; dropped, the Store would keep that version for good. Delivered, it comes before
+// anything queued after it (version order), and is at worst a deletion of a version the Store
+// no longer holds (a later deletion, queued after a live version that was itself overtaken,
+// removes that one too), which it ignores.
 func (r *Replicator) stale(ev storeEvent) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -695,7 +703,7 @@ func (r *Replicator) staleLocked(op uint8, rec Record) bool {
 		return op == evAdopt // an expired tombstone: a deletion is still worth delivering
 	}
 	if !e.version().sameVersion(rec) {
-		return true
+		return op != evApply || !rec.Deleted || e.live() // a deletion overtaken by a deletion is not
 	}
 	return op == evAdopt && !e.live()
 }

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -289,15 +290,23 @@ func (s *syncSched) done(peer string, keys []string, ok bool, now time.Time, rnd
 	if len(ps.ready) > smallBurst {
 		ps.readyBig = true // emptied here, replaced by take once emptied there
 	}
+	// The retries take copies of their keys. A key is often a window on its record's allocation
+	// (a received record's key and payload are one, and the registry writes its own records so):
+	// retried for as long as an unreachable peer stays a member, a task would keep that
+	// version's payload alive, in due, the heap and ready, long after the table let it go. A
+	// first attempt keeps its window at most the merge window and the flight. A task that was
+	// already due keeps its key (addAt leaves it); so does a heap item left stale (by addGroup,
+	// flush or dropPeer) until take or next pops it, at its time: a merge window or a backoff
+	// (at most the retry cap) after it was pushed.
 	for k, fresh := range ps.ready {
 		delete(ps.ready, k)
 		if fresh {
 			s.count(ps, k, -1)
 		}
-		s.addAt(peer, k, at)
+		s.addAt(peer, strings.Clone(k), at)
 	}
 	for _, k := range keys {
-		s.addAt(peer, k, at)
+		s.addAt(peer, strings.Clone(k), at)
 	}
 	return d
 }

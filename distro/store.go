@@ -29,12 +29,16 @@ type Store interface {
 	// A Deleted rec carries in Payload the payload of the live version it removes from this
 	// node's table (shared, never modified, as every payload), so that the Store can find what
 	// it removes from the payload's content rather than keep an index by key for it. distro
-	// hands the Store a deletion only when its table held a live version of the key (a
-	// tombstone over a tombstone or an orphan marker changes nothing the Store holds); Payload
-	// is nil only if that version's was. The version removed is of the same key but need not be
-	// the one the Store last applied: it may be a loaded record not yet handed over (see
-	// above), or one whose Apply was overtaken in the queue and never delivered. Tombstones
-	// on the wire and in the table carry no payload: only what the Store is handed does.
+	// hands the Store a deletion only when it replaced a live version of the key in its table:
+	// a tombstone over a tombstone or an orphan marker is not handed over, as the deletion it
+	// replaced was (or will be: a queued deletion overtaken by a newer one is still delivered,
+	// not dropped as stale). Payload is nil only if the removed version's was. The version
+	// removed is of the same key but need not be the one the Store last applied: it may be a
+	// loaded record not yet handed over (see above), or one whose Apply was overtaken in the
+	// queue and never delivered; the Store may so be handed a deletion of a version it does not
+	// hold, or no longer holds (an orphan removal, then the owner's tombstone of the same
+	// version, re-sent in between), and must ignore it. Tombstones on the wire and in the table
+	// carry no payload: only what the Store is handed does.
 	Apply(rec Record)
 
 	// Adopt hands this node ownership of a beat record whose owner left or whose HRW owner is now

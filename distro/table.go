@@ -2,6 +2,7 @@ package distro
 
 import (
 	"hash/maphash"
+	"strings"
 	"time"
 	"unsafe"
 )
@@ -48,8 +49,9 @@ type table struct {
 type entry struct {
 	key   string
 	owner *ownerName
-	// pl and plen are the payload's bytes; pl is nil for a nil payload (a tombstone), and
-	// points to the zero-size allocation for an empty one (the two encode differently).
+	// pl and plen are the payload's bytes; pl is nil for a nil payload (a tombstone, and an
+	// orphan marker, which drops its payload: see orphan), and points to the zero-size
+	// allocation for an empty one (the two encode differently).
 	pl   *byte
 	rev  uint64
 	at   int64  // when this version was installed here: ns after the table's epoch (recvAt)
@@ -254,13 +256,24 @@ func (t *table) installOver(rec Record, kh uint64, old *entry, now time.Time) (e
 
 // orphan turns a held live record into an orphan marker and returns the tombstone to hand to the
 // Store, which carries e's payload (what it removes: see Store.Apply).
+//
+// The marker keeps no window on the removed version's allocation (a received record's key and
+// payload are one: joinKeyPayload): its key, and its gc item's, are a copy of the key, and it
+// drops the payload (its sum stays, for the versions verify lists). Nothing reads an orphan
+// marker's payload: it is not held (no digest, Get, snapshot, sync or consistency check shows
+// it), the Store hears of a version that replaces it only from that version (it is not live),
+// and accepts and staleness compare versions only. Else the removed payload would stay alive
+// for TombstoneTTL after the Store let it go, and, through the gc item, after the marker itself
+// was replaced (the owner re-sent the version, or a newer version came).
 func (t *table) orphan(e *entry, now time.Time) Record {
 	t.account(e, keyHash(e.key), -1)
-	e.orphan = true
-	e.at = t.stamp(now)
-	t.gcq = append(t.gcq, gcItem{key: e.key, rev: e.rev, at: now})
 	rec := e.record()
 	rec.Deleted = true
+	key := strings.Clone(e.key)
+	e.key, e.pl, e.plen = key, nil, 0
+	e.orphan = true
+	e.at = t.stamp(now)
+	t.gcq = append(t.gcq, gcItem{key: key, rev: e.rev, at: now})
 	return rec
 }
 

@@ -2,6 +2,7 @@ package distro
 
 import (
 	"bytes"
+	"runtime"
 	"testing"
 	"time"
 	"unsafe"
@@ -61,5 +62,54 @@ func TestEntryPacked(t *testing.T) {
 	}
 	if n := tab.expire(t0.Add(100 * time.Hour)); n != 2 || len(tab.names) != 1 || tab.names["n2"].refs != 1 {
 		t.Fatalf("expire removed %d; names %v", n, tab.names)
+	}
+}
+
+// An orphan marker keeps no window on the allocation of the version it removed (a received
+// record's key and payload, joinKeyPayload), nor does its gc item: once the Store lets the
+// removed version go, so does the table, whether the marker stays or is replaced (by the
+// owner's same version, or by a tombstone). The gc item kept the key, and so the payload,
+// until it expired (TombstoneTTL), and the marker until it expired or was replaced.
+func TestOrphanKeepsNoPayload(t *testing.T) {
+	for _, then := range []string{"marker stays", "same version again", "tombstone"} {
+		t.Run(then, func(t *testing.T) {
+			tab := newTable(4)
+			freed := make(chan struct{}, 1)
+			func() {
+				k, p := joinKeyPayload([]byte("s/x/AAAA"), make([]byte, 4000))
+				runtime.AddCleanup(unsafe.StringData(k), func(ch chan struct{}) { ch <- struct{}{} }, freed)
+				tab.install(Record{Key: k, Owner: "a", Revision: 3, Kind: KindSession, Payload: p}, t0)
+				removed := tab.orphan(tab.get(k), t0.Add(time.Second))
+				if len(removed.Payload) != 4000 || !removed.Deleted {
+					t.Fatalf("the Store is handed %v with %d bytes of payload, want the removed 4000", removed, len(removed.Payload))
+				}
+				var rec Record
+				switch then {
+				case "marker stays":
+					return
+				case "same version again":
+					k2, p2 := joinKeyPayload([]byte("s/x/AAAA"), make([]byte, 4000))
+					rec = Record{Key: k2, Owner: "a", Revision: 3, Kind: KindSession, Payload: p2}
+				case "tombstone":
+					k2, _ := joinKeyPayload([]byte("s/x/AAAA"), nil)
+					rec = Record{Key: k2, Owner: "a", Revision: 4, Kind: KindSession, Deleted: true}
+				}
+				if !tab.accepts(rec) {
+					t.Fatalf("%v refused over the orphan marker", rec)
+				}
+				tab.install(rec, t0.Add(2*time.Second))
+			}()
+			for range 5 {
+				runtime.GC()
+				select {
+				case <-freed:
+					runtime.KeepAlive(tab)
+					return
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+			t.Errorf("the orphaned version's key and payload are still reachable (gc queue: %d items)", len(tab.gcq))
+			runtime.KeepAlive(tab)
+		})
 	}
 }

@@ -226,8 +226,12 @@ func keyOf(b []byte, n int) string {
 // recordDecoder decodes wireRecords, each one's Key and Payload in one allocation
 // (joinKeyPayload). The Key's bytes are read into key, scratch space reused from record to
 // record; the encoder writes Key before Payload, so the Payload's allocation is made with the
-// key at its head. Fields in another order (or a Key again after the Payload) are joined at the
-// end: one more copy of the payload, for input no encoder of distro writes.
+// key at its head. Fields in another order (a Key again after the Payload, or a Payload given
+// twice) are joined at the end: one more copy of the last payload, for input no encoder of
+// distro writes. Only the first Payload of a record is allocated with the key at its head; a
+// later one takes its own size: copying the key for each would let a record of one long Key and
+// thousands of one-byte Payload fields allocate hundreds of times its input (a 1 KiB key and
+// 10,000 fields: 11 MB for 111 KB), past the bound every decoder keeps.
 //
 // A list decoder makes one for all its records, and it holds the scratch space (field names,
 // and keys up to len(small) bytes): the buffers the decoder's reader fills escape, and a sync
@@ -249,7 +253,7 @@ func (rd *recordDecoder) decode(d *msgpack.Decoder, w *wireRecord) error {
 		rd.key = rd.small[:0]
 	}
 	key := rd.key[:0]
-	var joined []byte // the allocation of w.Payload, with the key's bytes at its head
+	var joined []byte // the allocation of the first Payload, the key's bytes at its head; then the last's
 	head := false     // joined's head holds key as it is now
 	n, err := structLen(d, "record")
 	if err != nil {
@@ -288,6 +292,14 @@ func (rd *recordDecoder) decode(d *msgpack.Decoder, w *wireRecord) error {
 				w.Payload = nil
 			case size == 0:
 				w.Payload = []byte{}
+			case joined != nil:
+				// A Payload again: the key is not copied again (a long key and thousands of
+				// one-byte Payload fields would allocate the key once per field, hundreds of
+				// times the input), and the last one is joined to the key at the end.
+				joined = make([]byte, size)
+				err = d.ReadFull(joined)
+				head = false
+				w.Payload = joined
 			default:
 				joined = make([]byte, len(key)+size)
 				copy(joined, key)
