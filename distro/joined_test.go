@@ -221,7 +221,11 @@ func TestReceivedRecordAllocations(t *testing.T) {
 			}
 		})
 	}
-	if with, without := one(make([]byte, 179)), one(nil); with != without {
+	// AllocsPerRun counts the whole process's allocations (another test's
+	// goroutines, the race detector's): the least of three runs each, and
+	// noise can only make the one without a payload look dearer.
+	least := func(payload []byte) float64 { return min(one(payload), one(payload), one(payload)) }
+	if with, without := least(make([]byte, 179)), least(nil); with > without {
 		t.Errorf("a one-record sync: %.0f allocations with a payload, %.0f without", with, without)
 	}
 }
