@@ -259,7 +259,8 @@ func (t *table) installOver(rec Record, kh uint64, old *entry, now time.Time) (e
 //
 // The marker keeps no window on the removed version's allocation (a received record's key and
 // payload are one: joinKeyPayload): its key, and its gc item's, are a copy of the key, and it
-// drops the payload (its sum stays, for the versions verify lists). Nothing reads an orphan
+// drops the payload (its sum stays, though nothing reads it either: verify lists a marker as
+// deleted, and compares sums of live versions only). Nothing reads an orphan
 // marker's payload: it is not held (no digest, Get, snapshot, sync or consistency check shows
 // it), the Store hears of a version that replaces it only from that version (it is not live),
 // and accepts and staleness compare versions only. Else the removed payload would stay alive

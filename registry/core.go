@@ -183,7 +183,8 @@ const (
 func (fx *effects) empty() bool {
 	return len(fx.dirty) == 0 && len(fx.gone) == 0 && len(fx.catalogs) == 0 && !fx.services &&
 		len(fx.targets) == 0 && fx.wake.IsZero() && len(fx.conflicts) == 0 && len(fx.notes) == 0 &&
-		len(fx.replicate) == 0 && len(fx.ended) == 0 && len(fx.lapsed) == 0 && len(fx.events) == 0
+		len(fx.replicate) == 0 && len(fx.ended) == 0 && len(fx.lapsed) == 0 && len(fx.events) == 0 &&
+		len(fx.released) == 0
 }
 
 // reset clears fx, keeping its storage.
