@@ -10,13 +10,21 @@ import (
 // fill's: instance addresses).
 func benchTable(n int) (*table, []string) {
 	tab := newTable(DefaultConfig().Buckets)
-	keys := make([]string, n)
+	keys := addrKeys(n, 8080)
 	payload := make([]byte, 100)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("10.%d.%d.%d:8080", i>>16, (i>>8)&255, i&255)
-		tab.install(Record{Key: keys[i], Kind: KindSession, Owner: "n1", Revision: 1, Payload: payload}, t0)
+	for _, k := range keys {
+		tab.install(Record{Key: k, Kind: KindSession, Owner: "n1", Revision: 1, Payload: payload}, t0)
 	}
 	return tab, keys
+}
+
+// addrKeys returns n distinct keys "ip:port", instance addresses.
+func addrKeys(n, port int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("10.%d.%d.%d:%d", i>>16, (i>>8)&255, i&255, port)
+	}
+	return keys
 }
 
 // BenchmarkTableGet: the table's get of a held key, among 100,000, and a read of the entry
@@ -45,12 +53,8 @@ func BenchmarkTableGet(b *testing.B) {
 // BenchmarkTableGetMiss: get of a key the table does not hold (every new record's install
 // looks first), among 100,000.
 func BenchmarkTableGetMiss(b *testing.B) {
-	tab, keys := benchTable(100_000)
-	miss := make([]string, 4096)
-	for i := range miss {
-		miss[i] = fmt.Sprintf("10.%d.%d.%d:9090", i>>16, (i>>8)&255, i&255)
-	}
-	_ = keys
+	tab, _ := benchTable(100_000)
+	miss := addrKeys(4096, 9090)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -64,10 +68,7 @@ func BenchmarkTableGetMiss(b *testing.B) {
 // (sessions that come and go, tombstones that expire).
 func BenchmarkTableChurn(b *testing.B) {
 	tab, keys := benchTable(100_000)
-	fresh := make([]string, 100_000)
-	for i := range fresh {
-		fresh[i] = fmt.Sprintf("10.%d.%d.%d:9090", i>>16, (i>>8)&255, i&255)
-	}
+	fresh := addrKeys(len(keys), 9090)
 	payload := make([]byte, 100)
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -436,18 +436,7 @@ func TestPeerInstanceSharesPayload(t *testing.T) {
 		if pi == nil {
 			t.Fatal("no publication")
 		}
-		if got := pi.inst.instance(pi.slot.svc); !reflect.DeepEqual(got, want) {
-			t.Fatalf("holds %+v, want %+v", got, want)
-		}
-		strs := []string{pi.inst.cluster, pi.inst.ip}
-		for k, v := range pi.inst.md.All() {
-			strs = append(strs, k, v)
-		}
-		for _, s := range strs {
-			if !within(s, payload) {
-				t.Errorf("%q is not a window on the current record's payload", s)
-			}
-		}
+		checkSharesPayload(t, pi, want, payload)
 		k := pi.slot.svc.key
 		for _, s := range []string{k.Namespace, k.Group, k.Name} {
 			if within(s, payload) {
@@ -514,19 +503,7 @@ func TestOwnerInstanceSharesPayload(t *testing.T) {
 		}
 		r.mu.RLock()
 		defer r.mu.RUnlock()
-		pi := sess.pub.insts.first()
-		if got := pi.inst.instance(pi.slot.svc); !reflect.DeepEqual(got, in) {
-			t.Fatalf("holds %+v, want %+v", got, in)
-		}
-		strs := []string{pi.inst.cluster, pi.inst.ip}
-		for k, v := range pi.inst.md.All() {
-			strs = append(strs, k, v)
-		}
-		for _, s := range strs {
-			if !within(s, dr.Payload) {
-				t.Errorf("%q is not a window on the record's payload", s)
-			}
-		}
+		checkSharesPayload(t, sess.pub.insts.first(), in, dr.Payload)
 		return dr
 	}
 	first := register(in)
@@ -637,16 +614,9 @@ func ownerNode(t *testing.T, history int) *Registry {
 	dc.LoadTimeout = 100 * time.Millisecond // no peer to load from
 	cfg := DefaultConfig()
 	cfg.NodeID, cfg.Replicator, cfg.Transport, cfg.HealthChecks, cfg.HistoryEvents = "n1", Distro(dc), tr, nil, history
-	r, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := startedNode(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := r.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
 	if err := r.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -717,9 +687,12 @@ func TestSharedSlotReleasesGoneSession(t *testing.T) {
 }
 
 // standaloneNode returns a started standalone registry.
-func standaloneNode(t *testing.T) *Registry {
+func standaloneNode(t *testing.T) *Registry { return startedNode(t, DefaultConfig()) }
+
+// startedNode returns a started registry of cfg, closed when t ends.
+func startedNode(t *testing.T, cfg Config) *Registry {
 	t.Helper()
-	r, err := New(DefaultConfig())
+	r, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -728,6 +701,25 @@ func standaloneNode(t *testing.T) *Registry {
 	}
 	t.Cleanup(func() { r.Close() })
 	return r
+}
+
+// checkSharesPayload checks that publication pi holds want, and that its
+// rec's strings (cluster, IP, metadata) are windows on payload, the
+// record distro holds.
+func checkSharesPayload(t *testing.T, pi *pubInst, want model.Instance, payload []byte) {
+	t.Helper()
+	if got := pi.inst.instance(pi.slot.svc); !reflect.DeepEqual(got, want) {
+		t.Fatalf("holds %+v, want %+v", got, want)
+	}
+	strs := []string{pi.inst.cluster, pi.inst.ip}
+	for k, v := range pi.inst.md.All() {
+		strs = append(strs, k, v)
+	}
+	for _, s := range strs {
+		if !within(s, payload) {
+			t.Errorf("%q is not a window on the record's payload", s)
+		}
+	}
 }
 
 // within reports whether s is a non-empty window on b's bytes.

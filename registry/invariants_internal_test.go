@@ -15,15 +15,7 @@ func newFakeClockRegistry(t *testing.T) *Registry {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Clock = clockwork.NewFakeClock()
-	r, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
-	return r
+	return startedNode(t, cfg)
 }
 
 // TestCheckConsistencyCatches: each way of breaking the index is reported.
