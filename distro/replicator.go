@@ -797,7 +797,7 @@ func (r *Replicator) deleteDeferredLocked() {
 // this incarnation already wrote (a Put before ready) is the Store's own newest state: it stays
 // and moves past the loaded version, so it wins everywhere. kh is keyHash(rec.Key).
 func (r *Replicator) offerLoadedLocked(rec Record, kh uint64, now time.Time) {
-	e := r.tab.getHashed(rec.Key, kh)
+	e, frag := r.tab.getHashed(rec.Key, kh)
 	if !acceptsOver(e, rec) {
 		return
 	}
@@ -807,7 +807,7 @@ func (r *Replicator) offerLoadedLocked(rec Record, kh uint64, now time.Time) {
 		r.installOwnLocked(nr)
 		return
 	}
-	ne, prev, had := r.tab.installOver(rec, kh, e, now)
+	ne, prev, had := r.tab.installOver(rec, kh, frag, e, now)
 	ne.loaded = true
 	told := had && !prev.loaded && prev.live() && prev.owner.id != r.self
 	if told && (rec.Deleted || rec.Owner == r.self) {

@@ -132,9 +132,11 @@ func (t *table) get(key string) *entry {
 	return t.buckets[bucketOf(keyHash(key), t.nb)].get(key, t.frag(key))
 }
 
-// getHashed is get of a key whose hash (keyHash) is kh.
-func (t *table) getHashed(key string, kh uint64) *entry {
-	return t.buckets[bucketOf(kh, t.nb)].get(key, t.frag(key))
+// getHashed is get of a key whose hash (keyHash) is kh. It also returns the key's fragment
+// (frag), for an install that follows (installOver).
+func (t *table) getHashed(key string, kh uint64) (e *entry, frag uint32) {
+	frag = t.frag(key)
+	return t.buckets[bucketOf(kh, t.nb)].get(key, frag), frag
 }
 
 // reserve makes room for n entries in bucket b, if it holds none (a load fills buckets from
@@ -227,18 +229,20 @@ func acceptsOver(e *entry, rec Record) bool {
 // state (a copy) and whether there was one.
 func (t *table) install(rec Record, now time.Time) (prev entry, had bool) {
 	kh := keyHash(rec.Key)
-	_, prev, had = t.installOver(rec, kh, t.getHashed(rec.Key, kh), now)
+	old, frag := t.getHashed(rec.Key, kh)
+	_, prev, had = t.installOver(rec, kh, frag, old, now)
 	return prev, had
 }
 
-// installOver is install of rec, whose key's hash is kh and whose key's entry is old (nil:
-// none), as the caller found them under the same hold of its lock. It also returns the new entry.
-func (t *table) installOver(rec Record, kh uint64, old *entry, now time.Time) (e *entry, prev entry, had bool) {
+// installOver is install of rec, whose key's hash is kh and fragment frag, and whose key's
+// entry is old (nil: none), as the caller found them under the same hold of its lock
+// (getHashed). It also returns the new entry.
+func (t *table) installOver(rec Record, kh uint64, frag uint32, old *entry, now time.Time) (e *entry, prev entry, had bool) {
 	e = &entry{
 		key: rec.Key, owner: t.name(rec.Owner), pl: unsafe.SliceData(rec.Payload), rev: rec.Revision,
 		at: t.stamp(now), plen: uint32(len(rec.Payload)), sum: payloadSum(rec.Payload), kind: rec.Kind, deleted: rec.Deleted,
 	}
-	t.buckets[bucketOf(kh, t.nb)].put(e, t.frag(rec.Key), old)
+	t.buckets[bucketOf(kh, t.nb)].put(e, frag, old)
 	t.changes++
 	// The new version counts before the old one leaves: an owner replacing its only record
 	// keeps its aggregates (account prunes an owner whose count reaches 0).
