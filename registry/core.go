@@ -763,9 +763,7 @@ func (ix *index) publishAtKey(s *service, i int, found bool, pub *publisher, ins
 			}
 			served := s.slots[i].current() == pi.inst
 			ix.noteChange(pi, &inst, pub)
-			old := pi.inst
-			pi.inst = newRec(&inst)
-			old.retire()
+			pi.setInst(newRec(&inst))
 			if served {
 				ix.changed(s)
 			}
@@ -847,10 +845,7 @@ func (ix *index) unpublish(pi *pubInst, detach bool, why string, now time.Time) 
 // replaceInst swaps a publication's instance for next and records the
 // change.
 func (ix *index) replaceInst(pi *pubInst, next *rec) {
-	if old := pi.inst; old != next {
-		pi.inst = next
-		old.retire()
-	}
+	pi.setInst(next)
 	ix.pubChanged(pi.pub)
 	ix.changed(pi.slot.svc)
 }

@@ -178,9 +178,7 @@ func (ix *index) setPublications(p *publisher, insts []model.Instance, now time.
 		delete(want, instKey)
 		if next := newRec(inst); !next.equal(pi.inst) {
 			ix.noteChange(pi, inst, p)
-			old := pi.inst
-			pi.inst = next
-			old.retire()
+			pi.setInst(next)
 			touched = append(touched, pi.slot.svc)
 		}
 		kept = append(kept, pi)
@@ -309,7 +307,7 @@ func (ix *index) takeLease(inst model.Instance, last, now time.Time) *publisher 
 		}
 		ix.leaseFrom(pi, last)
 		if pi.inst.healthy != healthy {
-			pi.inst = pi.inst.withHealth(healthy)
+			pi.setInst(pi.inst.withHealth(healthy))
 			ix.changed(pi.slot.svc)
 		}
 		return pi.pub
@@ -593,19 +591,14 @@ func (ix *index) applyInstRecord(groupKey, sid, hash, owner string, inst *model.
 	// never be repaired: distro holds its version).
 	if pi, err := ix.publishAt(s, at, found, p, *inst, false, nil); err != nil {
 		ix.refusedReplica(inst, err)
-	} else if was != nil {
-		if pi.inst == was {
-			// The same instance in a new version: publish kept the
-			// publication's rec, whose strings share the previous
-			// version's payload, which distro no longer holds. The rec
-			// of this one (equal: no view changes) lets it go.
-			pi.inst = newRec(inst)
-		}
-		// No publication holds was now. It may be the rec of the slot's
-		// block (the slot's first publication), which lives as long as
-		// the slot: emptied, it keeps no payload alive. (A remote copy
-		// keeps no undo record that points at it.)
-		was.retire()
+	} else if was != nil && pi.inst == was {
+		// The same instance in a new version: publish kept the
+		// publication's rec, whose strings share the previous version's
+		// payload, which distro no longer holds. The rec of this one
+		// (equal: no view changes) lets it go, emptied (it may be the
+		// slot's block's, which lives as long as the slot). A changed
+		// instance's rec publish replaced and emptied already.
+		pi.setInst(newRec(inst))
 	}
 	ix.dropIfEmptyCopy(groupKey, p)
 }

@@ -207,6 +207,16 @@ type pubInst struct {
 	lease health.Lease // a beat publication's lease (index.beatLeases); zero for others
 }
 
+// setInst makes next pi's instance, and empties the one it replaces
+// (rec.retire), which nothing holds any longer but, perhaps, the block pi
+// was born in.
+func (pi *pubInst) setInst(next *rec) {
+	if old := pi.inst; old != next {
+		pi.inst = next
+		old.retire()
+	}
+}
+
 // release makes pi, a session's publication that no slot lists any longer,
 // let go of its instance and its publisher (see effects.released). Nothing
 // reads it afterwards: its publisher's list and its slot's no longer hold

@@ -12,7 +12,7 @@ import (
 // once stored; a change stores a new one. (Its strings may be pointed at
 // equal bytes elsewhere: shareIn. One that a change replaced, or a
 // session's publication removed from a slot that stays, is emptied:
-// retire, pubInst.release.)
+// pubInst.setInst, pubInst.release.)
 //
 // The key's fields come first: findSlot's binary search reads them (with
 // the slot's first publication, just before the rec in a slotBlock) at
