@@ -74,21 +74,16 @@ func (l *pubList) first() *pubInst {
 	return l.one
 }
 
-// add appends pi.
-func (l *pubList) add(pi *pubInst) { l.insert(l.len(), pi) }
-
-// insert inserts pi at index i (0 ≤ i ≤ len).
-func (l *pubList) insert(i int, pi *pubInst) {
+// add appends pi. (A publisher's list has no order; a slot's, which is
+// sorted, is the slot's own: insertPub.)
+func (l *pubList) add(pi *pubInst) {
 	switch {
 	case l.many != nil:
-		*l.many = slices.Insert(*l.many, i, pi)
+		*l.many = append(*l.many, pi)
 	case l.one == nil:
 		l.one = pi
 	default:
 		many := []*pubInst{l.one, pi}
-		if i == 0 {
-			many[0], many[1] = pi, l.one
-		}
 		l.one, l.many = nil, &many
 	}
 }
