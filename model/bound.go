@@ -189,14 +189,20 @@ func (w *walker) charge(n int64) error {
 // grows (up to twice the length it needs) when n is longer than before, in
 // steps of 1 MiB beyond 1 MiB.
 func (w *walker) read(n int) error {
-	if n <= w.bufMax {
-		return nil
+	return w.charge(readCost(n, &w.bufMax))
+}
+
+// readCost is the charge of a read of n bytes through msgpack's scratch
+// buffer when the longest read so far is *longest, which it updates.
+func readCost(n int, longest *int) int64 {
+	if n <= *longest {
+		return 0
 	}
-	w.bufMax = n
+	*longest = n
 	if n <= 1<<20 {
-		return w.charge(allocSize(2 * int64(n)))
+		return allocSize(2 * int64(n))
 	}
-	return w.charge(mul(8, int64(n)) + 6<<20)
+	return mul(8, int64(n)) + 6<<20
 }
 
 // str charges a string of n bytes: the scratch buffer, then the copy (a
@@ -205,10 +211,26 @@ func (w *walker) str(n int) error {
 	if err := w.read(n); err != nil {
 		return err
 	}
+	return w.charge(strCopyCost(n))
+}
+
+// strCopyCost is the charge of a string's copy: a one-byte string is static.
+func strCopyCost(n int) int64 {
 	if n > 1 {
-		return w.charge(allocSize(int64(n)))
+		return allocSize(int64(n))
 	}
-	return nil
+	return 0
+}
+
+// sliceCost is the charge of a slice of n elements of size bytes: msgpack
+// makes the elements, then appends them to the empty destination.
+func sliceCost(n int, size int64) int64 { return 2 * allocSize(mul(int64(n), size)) }
+
+// metadataPairsCost is the charge of a Metadata's n pairs before their
+// strings: the pairs in one slice (grown by appends past 1<<16 pairs), and
+// a sort.Interface if they are out of order.
+func metadataPairsCost(n int) int64 {
+	return grown(allocSize(32*int64(n)), n > 1<<16) + 32
 }
 
 // at prefixes the path of a *DecodeError with seg.
@@ -304,7 +326,7 @@ func (w *walker) value(p *plan, max, depth int) error {
 			// msgpack sizes []string up to 1e6 elements, then appends.
 			err = w.charge(grown(allocSize(16*int64(n)), n > 1e6))
 		case pSlice:
-			err = w.charge(2 * allocSize(mul(int64(n), p.elem.size)))
+			err = w.charge(sliceCost(n, p.elem.size))
 		default:
 			if n > p.n {
 				err = w.fail("holds " + itoa(n) + " elements, more than " + p.name)
@@ -350,9 +372,7 @@ func (w *walker) value(p *plan, max, depth int) error {
 		if fam != fMap {
 			return w.wrong(p, fam)
 		}
-		// The pairs in one slice (grown by appends past 1<<16 pairs), and a
-		// sort.Interface if they are out of order.
-		if err := w.charge(grown(allocSize(32*int64(n)), n > 1<<16) + 32); err != nil {
+		if err := w.charge(metadataPairsCost(n)); err != nil {
 			return err
 		}
 		start := w.off

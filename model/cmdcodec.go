@@ -13,20 +13,24 @@ import (
 // the same errors, the same result. Only the decoding differs: a batch in
 // the form Marshal writes (maps with the known keys, each once; strings,
 // integers, float64s and bools in the codes msgpack writes for them) is
-// decoded by hand, several times faster than by reflection and with fewer
-// allocations; anything else the walk accepts is decoded by msgpack.
-// Like Unmarshal it is safe on untrusted input.
+// decoded by hand in one pass, several times faster than the walk and
+// msgpack's reflection, and with fewer allocations; anything else goes
+// through the walk and is decoded by msgpack. The one pass charges what
+// the walk would charge for the same input (bound.go's rules), so it
+// accepts a batch exactly when the walk would; one it refuses goes
+// through the walk, which gives the error. Like Unmarshal it is safe on
+// untrusted input.
 func UnmarshalCommands(b []byte, o DecodeOptions) ([]Command, error) {
 	p, err := planFor(commandsType)
 	if err != nil {
 		return nil, err
 	}
-	if err := walkPlan(p, b, o); err != nil {
-		return nil, err
-	}
-	d := cmdDecoder{b: b}
+	d := walkDecoder(b, o)
 	if cmds, ok := d.commands(); ok && d.off == len(b) {
 		return cmds, nil
+	}
+	if err := walkPlan(p, b, o); err != nil {
+		return nil, err
 	}
 	var cmds []Command
 	if err := decodeInto(b, &cmds); err != nil {
@@ -36,6 +40,17 @@ func UnmarshalCommands(b []byte, o DecodeOptions) ([]Command, error) {
 }
 
 var commandsType = reflect.TypeFor[[]Command]()
+
+// walkDecoder returns a decoder of b that charges what walkPlan would with
+// o: from the same start (fixedCost, a 64-byte scratch buffer) against the
+// same limit.
+func walkDecoder(b []byte, o DecodeOptions) cmdDecoder {
+	d := cmdDecoder{b: b, limit: int64(MaxDecodeRatio)*int64(len(b)) + DecodeSlack, spent: fixedCost, walk: true, bufMax: 64, maxLen: o.MaxLen}
+	if o.MaxAlloc > 0 {
+		d.limit = o.MaxAlloc
+	}
+	return d
+}
 
 // cmdDecoder reads the canonical encoding of Commands and Instances. Every
 // method returns ok = false on anything outside that form (the caller then
@@ -53,16 +68,44 @@ type cmdDecoder struct {
 	// as a window on b. Shared strings are still counted (charge); shared
 	// metadata allocates nothing.
 	share bool
+	// walk makes the decoder charge, against limit, what UnmarshalWith's
+	// walk charges for the same input (bound.go), instead of what it
+	// allocates (never more: the walk bounds msgpack, which allocates at
+	// least as much); bufMax is the walk's longest scratch read so far.
+	// maxLen, when positive, caps the top-level array (DecodeOptions.MaxLen).
+	walk   bool
+	bufMax int
+	maxLen int
 }
 
 // charge counts an allocation of n bytes, and reports whether it fits the
 // limit (always, without one).
 func (d *cmdDecoder) charge(n int64) bool {
+	return d.add(allocSize(n))
+}
+
+// add counts c bytes against the limit, already rounded to size classes.
+func (d *cmdDecoder) add(c int64) bool {
 	if d.limit <= 0 {
 		return true
 	}
-	d.spent += allocSize(n)
-	return d.spent <= d.limit
+	d.spent += c
+	return d.spent <= d.limit && c >= 0
+}
+
+// walkStr charges, in walk mode, a string of n bytes as the walk does: a
+// read through the scratch buffer, then its copy.
+func (d *cmdDecoder) walkStr(n int) bool {
+	return d.add(readCost(n, &d.bufMax)) && d.add(strCopyCost(n))
+}
+
+// slice charges a slice of n elements of size bytes: the walk's rule in
+// walk mode, else what it allocates.
+func (d *cmdDecoder) slice(n int, size uintptr) bool {
+	if d.walk {
+		return d.add(sliceCost(n, int64(size)))
+	}
+	return d.charge(int64(n) * int64(size))
 }
 
 func (d *cmdDecoder) collection(fix, b16, b32 byte, perItem int) (int, bool) {
@@ -120,7 +163,7 @@ func (d *cmdDecoder) raw() ([]byte, bool) {
 
 func (d *cmdDecoder) str() (string, bool) {
 	b, ok := d.raw()
-	if !ok {
+	if !ok || d.walk && !d.walkStr(len(b)) {
 		return "", false
 	}
 	switch string(b) { // the defaults every normalized key holds: no copy
@@ -133,7 +176,7 @@ func (d *cmdDecoder) str() (string, bool) {
 	case DefaultCluster:
 		return DefaultCluster, true
 	}
-	if !d.charge(int64(len(b))) {
+	if !d.walk && !d.charge(int64(len(b))) {
 		return "", false
 	}
 	if d.share {
@@ -228,7 +271,7 @@ func (d *cmdDecoder) fields(field func([]byte) (int, bool)) bool {
 	var seen uint64
 	for range n {
 		k, ok := d.raw()
-		if !ok {
+		if !ok || d.walk && !d.add(readCost(len(k), &d.bufMax)) {
 			return false
 		}
 		f, ok := field(k)
@@ -258,10 +301,7 @@ func (d *cmdDecoder) floatTo(p *float64) (ok bool) {
 
 func (d *cmdDecoder) commands() ([]Command, bool) {
 	n, ok := d.arrayLen()
-	if !ok {
-		return nil, false
-	}
-	if !d.charge(int64(n) * int64(unsafe.Sizeof(Command{}))) {
+	if !ok || d.maxLen > 0 && n > d.maxLen || !d.slice(n, unsafe.Sizeof(Command{})) {
 		return nil, false
 	}
 	cmds := make([]Command, n)
@@ -398,19 +438,19 @@ func (d *cmdDecoder) patch(p *InstancePatch) bool {
 func (d *cmdDecoder) metadata(m *Metadata) bool {
 	start := d.off
 	n, ok := d.mapLen()
-	if !ok {
+	if !ok || d.walk && !d.add(metadataPairsCost(n)) {
 		return false
 	}
 	if n == 0 {
 		*m = Metadata{}
-		return true
+		return !d.walk || d.charge(int64(d.off-start))
 	}
 	canonical := d.off-start == mapHeaderLen(n)
 	var prev []byte
 	for i := range 2 * n {
 		at := d.off
 		b, ok := d.raw()
-		if !ok {
+		if !ok || d.walk && !d.walkStr(len(b)) {
 			return false
 		}
 		if canonical && (d.off-at != strHeaderLen(len(b))+len(b) || i%2 == 0 && i > 0 && string(b) <= string(prev)) {
@@ -420,13 +460,16 @@ func (d *cmdDecoder) metadata(m *Metadata) bool {
 			prev = b
 		}
 	}
+	if d.walk && !d.charge(int64(d.off-start)) { // the walk's charge for the encoding
+		return false
+	}
 	if canonical {
 		enc := d.b[start:d.off]
 		if d.share {
 			*m = Metadata{p: unsafe.String(unsafe.SliceData(enc), len(enc))}
 			return true
 		}
-		if !d.charge(int64(len(enc))) {
+		if !d.walk && !d.charge(int64(len(enc))) {
 			return false
 		}
 		*m = Metadata{p: string(enc)}
@@ -434,7 +477,7 @@ func (d *cmdDecoder) metadata(m *Metadata) bool {
 	}
 	// The pairs, what sorting them may box (sortPairs), and the encoding,
 	// which is at most the input's length.
-	if !d.charge(int64(2*n)*int64(unsafe.Sizeof("")) + 32 + int64(d.off-start)) {
+	if !d.walk && !d.charge(int64(2*n)*int64(unsafe.Sizeof(""))+32+int64(d.off-start)) {
 		return false
 	}
 	end := d.off
@@ -463,7 +506,7 @@ func (d *cmdDecoder) service(s *Service) bool {
 			return 3, d.metadata(&s.Metadata)
 		case "clusters":
 			n, ok := d.arrayLen()
-			if !ok || !d.charge(int64(n)*int64(unsafe.Sizeof(Cluster{}))) {
+			if !ok || !d.slice(n, unsafe.Sizeof(Cluster{})) {
 				return 4, false
 			}
 			s.Clusters = make([]Cluster, n) // empty, not nil, as msgpack makes it
@@ -507,7 +550,7 @@ func (d *cmdDecoder) healthCheck(h *HealthCheck) bool {
 			return 3, d.metadata(&h.Headers)
 		case "codes":
 			n, ok := d.arrayLen()
-			if !ok || !d.charge(int64(n)*int64(unsafe.Sizeof(0))) {
+			if !ok || !d.slice(n, unsafe.Sizeof(0)) {
 				return 4, false
 			}
 			h.ExpectedCodes = make([]int, n) // empty, not nil, as msgpack makes it

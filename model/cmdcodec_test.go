@@ -97,6 +97,63 @@ func TestUnmarshalCommandsRandom(t *testing.T) {
 	})
 }
 
+// TestUnmarshalCommandsWalkCharge: the one pass charges exactly what the
+// walk charges, so UnmarshalCommands takes it at exactly the MaxAlloc from
+// which UnmarshalWith accepts the batch, and below that refuses with the
+// walk's error. Batches: random commands as Marshal writes them, metadata
+// out of order (sorted again by the one pass), an empty metadata, and
+// strings past the 64-byte first scratch buffer and past 1 MiB.
+func TestUnmarshalCommandsWalkCharge(t *testing.T) {
+	p, err := planFor(commandsType)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := string(bytes.Repeat([]byte{'b'}, 1<<20+5))
+	// {"op": 3, "inst": {"md": {"z": "1", "a": "2"}}}: keys out of order.
+	unsorted := []byte{0x91, 0x82, 0xa2, 'o', 'p', 0x03, 0xa4, 'i', 'n', 's', 't', 0x81, 0xa2, 'm', 'd', 0x82, 0xa1, 'z', 0xa1, '1', 0xa1, 'a', 0xa1, '2'}
+	empty := []byte{0x91, 0x82, 0xa2, 'o', 'p', 0x03, 0xa4, 'i', 'n', 's', 't', 0x81, 0xa2, 'm', 'd', 0x80}
+	fixed := [][]byte{
+		unsorted, empty,
+		encodeBatch(t, []Command{{Op: OpPutInstance, Instance: Instance{ID: big, Metadata: NewMetadata(map[string]string{"k": big[:70]})}}}),
+		encodeBatch(t, []Command{{Op: OpCreateService, Service: Service{Clusters: []Cluster{{}, {Name: "c"}}}}}),
+	}
+	testutil.Seeds(t, 0, 1, func(t *testing.T, seed uint64) {
+		r := rand.New(rand.NewPCG(seed, 7))
+		batches := fixed
+		for range 200 {
+			cmds := make([]Command, r.IntN(8))
+			for i := range cmds {
+				cmds[i] = randomCommand(r)
+			}
+			batches = append(batches, encodeBatch(t, cmds))
+		}
+		for _, b := range batches {
+			lo, hi := int64(1), int64(1)<<40 // the walk refuses at lo and accepts at hi
+			for hi-lo > 1 {
+				mid := lo + (hi-lo)/2
+				if walkPlan(p, b, DecodeOptions{MaxAlloc: mid}) == nil {
+					hi = mid
+				} else {
+					lo = mid
+				}
+			}
+			for _, limit := range []int64{hi - 1, hi} {
+				o := DecodeOptions{MaxAlloc: limit}
+				d := walkDecoder(b, o)
+				if _, ok := d.commands(); ok != (limit == hi) {
+					t.Fatalf("the one pass with MaxAlloc %d (the walk accepts from %d): ok = %v, for %x", limit, hi, ok, b[:min(len(b), 64)])
+				}
+				got, err := UnmarshalCommands(b, o)
+				var want []Command
+				werr := UnmarshalWith(b, &want, o)
+				if (err == nil) != (werr == nil) || err != nil && err.Error() != werr.Error() || err == nil && !testutil.Equal(got, want) {
+					t.Fatalf("MaxAlloc %d: UnmarshalCommands %v; UnmarshalWith %v", limit, err, werr)
+				}
+			}
+		}
+	})
+}
+
 // FuzzUnmarshalCommands: on any bytes UnmarshalCommands answers what
 // UnmarshalWith answers (the same error, or the same commands), whichever
 // decoder it took, and never panics.
