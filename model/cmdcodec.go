@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"reflect"
+	"slices"
 	"unsafe"
 )
 
@@ -21,22 +22,41 @@ import (
 // through the walk, which gives the error. Like Unmarshal it is safe on
 // untrusted input.
 func UnmarshalCommands(b []byte, o DecodeOptions) ([]Command, error) {
+	return decodeCommands(nil, b, o)
+}
+
+// AppendCommands is UnmarshalCommands appending the batch to dst, for a
+// caller that decodes batch after batch into one buffer: the one pass
+// decodes into dst's spare capacity (each element overwritten whole), so
+// a reused buffer makes no new slice. On error dst is returned unchanged.
+func AppendCommands(dst []Command, b []byte, o DecodeOptions) ([]Command, error) {
+	if dst == nil {
+		dst = []Command{} // not nil: dst decides only where the batch goes
+	}
+	return decodeCommands(dst, b, o)
+}
+
+// decodeCommands is UnmarshalCommands (dst nil) and AppendCommands.
+func decodeCommands(dst []Command, b []byte, o DecodeOptions) ([]Command, error) {
 	p, err := planFor(commandsType)
 	if err != nil {
-		return nil, err
+		return dst, err
 	}
 	d := walkDecoder(b, o)
-	if cmds, ok := d.commands(); ok && d.off == len(b) {
+	if cmds, ok := d.commands(dst); ok && d.off == len(b) {
 		return cmds, nil
 	}
 	if err := walkPlan(p, b, o); err != nil {
-		return nil, err
+		return dst, err
 	}
 	var cmds []Command
 	if err := decodeInto(b, &cmds); err != nil {
-		return nil, err
+		return dst, err
 	}
-	return cmds, nil
+	if dst == nil {
+		return cmds, nil
+	}
+	return append(dst, cmds...), nil
 }
 
 var commandsType = reflect.TypeFor[[]Command]()
@@ -299,18 +319,30 @@ func (d *cmdDecoder) floatTo(p *float64) (ok bool) {
 	return ok
 }
 
-func (d *cmdDecoder) commands() ([]Command, bool) {
+// commands reads a batch: into a new slice when dst is nil (empty, not
+// nil, for an empty batch, as msgpack makes it), else appended to dst.
+func (d *cmdDecoder) commands(dst []Command) ([]Command, bool) {
 	n, ok := d.arrayLen()
 	if !ok || d.maxLen > 0 && n > d.maxLen || !d.slice(n, unsafe.Sizeof(Command{})) {
 		return nil, false
 	}
-	cmds := make([]Command, n)
+	var cmds []Command
+	if dst == nil {
+		cmds = make([]Command, n)
+	} else {
+		dst = slices.Grow(dst, n)
+		cmds = dst[len(dst) : len(dst)+n]
+		clear(cmds)
+	}
 	for i := range cmds {
 		if !d.command(&cmds[i]) {
 			return nil, false
 		}
 	}
-	return cmds, true
+	if dst == nil {
+		return cmds, true
+	}
+	return dst[:len(dst)+n], true
 }
 
 func (d *cmdDecoder) command(c *Command) bool {

@@ -82,7 +82,7 @@ func TestUnmarshalCommandsRandom(t *testing.T) {
 			}
 			b := encodeBatch(t, cmds)
 			d := cmdDecoder{b: b}
-			got, ok := d.commands()
+			got, ok := d.commands(nil)
 			if !ok || d.off != len(b) {
 				t.Fatalf("the hand decoder refused Marshal's output %x", b)
 			}
@@ -140,7 +140,7 @@ func TestUnmarshalCommandsWalkCharge(t *testing.T) {
 			for _, limit := range []int64{hi - 1, hi} {
 				o := DecodeOptions{MaxAlloc: limit}
 				d := walkDecoder(b, o)
-				if _, ok := d.commands(); ok != (limit == hi) {
+				if _, ok := d.commands(nil); ok != (limit == hi) {
 					t.Fatalf("the one pass with MaxAlloc %d (the walk accepts from %d): ok = %v, for %x", limit, hi, ok, b[:min(len(b), 64)])
 				}
 				got, err := UnmarshalCommands(b, o)
@@ -152,6 +152,43 @@ func TestUnmarshalCommandsWalkCharge(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestAppendCommands: batches appended into one reused buffer decode as
+// UnmarshalCommands decodes them, with nothing left over from what the
+// buffer held before (the one pass fills only the fields present); a batch
+// the one pass leaves to msgpack (a float field written as an integer) is
+// appended too, and an error leaves dst as it was.
+func TestAppendCommands(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	full := make([]Command, 5)
+	for i := range full {
+		full[i] = randomCommand(r)
+	}
+	// [{"op": 3, "inst": {"weight": 5}}]: msgpack decodes the integer.
+	intWeight := []byte{0x91, 0x82, 0xa2, 'o', 'p', 0x03, 0xa4, 'i', 'n', 's', 't', 0x81, 0xa6, 'w', 'e', 'i', 'g', 'h', 't', 0x05}
+	var buf []Command
+	for _, b := range [][]byte{encodeBatch(t, full), encodeBatch(t, []Command{{Op: OpDeleteInstance}}), intWeight, encodeBatch(t, []Command{})} {
+		want, err := UnmarshalCommands(b, DecodeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := Command{Op: OpRemovePatch}
+		got, err := AppendCommands(append(buf[:0], head), b, DecodeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1+len(want) || !testutil.Equal(got[0], head) || len(want) > 0 && !testutil.Equal(got[1:], want) {
+			t.Fatalf("AppendCommands %+v\nwant %+v after the head", got, want)
+		}
+		buf = got
+	}
+	if got, err := AppendCommands(buf[:1], []byte{0x91, 0xc1}, DecodeOptions{}); err == nil || len(got) != 1 {
+		t.Fatalf("malformed: %d commands, %v", len(got), err)
+	}
+	if got, err := AppendCommands(nil, encodeBatch(t, []Command{}), DecodeOptions{}); err != nil || got == nil || len(got) != 0 {
+		t.Fatalf("an empty batch into nil: %#v, %v", got, err)
+	}
 }
 
 // FuzzUnmarshalCommands: on any bytes UnmarshalCommands answers what
@@ -211,6 +248,9 @@ func TestInstanceAppendMsgpack(t *testing.T) {
 			if got := insts[i].AppendMsgpack([]byte{0xff}); !bytes.Equal(got[1:], want) || got[0] != 0xff {
 				t.Fatalf("instance %+v:\n got %x\nwant %x", insts[i], got[1:], want)
 			}
+			if bound := insts[i].encodedLenBound(); len(want) > bound {
+				t.Fatalf("instance %+v: %d bytes, more than the bound %d", insts[i], len(want), bound)
+			}
 		}
 	})
 }
@@ -231,6 +271,9 @@ func FuzzInstanceAppendMsgpack(f *testing.F) {
 		}
 		if got := in.AppendMsgpack(nil); !bytes.Equal(got, want) {
 			t.Fatalf("got %x, want %x", got, want)
+		}
+		if bound := in.encodedLenBound(); len(want) > bound {
+			t.Fatalf("%d bytes, more than the bound %d", len(want), bound)
 		}
 	})
 }

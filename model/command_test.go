@@ -78,7 +78,7 @@ func TestUnmarshalCommandsGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := cmdDecoder{b: entry[17:]}
-	got, ok := d.commands()
+	got, ok := d.commands(nil)
 	if !ok || d.off != len(entry)-17 {
 		t.Fatal("the hand decoder refused the golden entry")
 	}
@@ -92,7 +92,7 @@ func TestUnmarshalCommandsGolden(t *testing.T) {
 	}
 	batch := append([]byte{0x98}, bytes.Join(all, nil)...)
 	d = cmdDecoder{b: batch}
-	if got, ok := d.commands(); !ok || !reflect.DeepEqual(got, goldenCommands()) {
+	if got, ok := d.commands(nil); !ok || !reflect.DeepEqual(got, goldenCommands()) {
 		t.Fatalf("hand decoder: %t, %+v", ok, got)
 	}
 	got, err = UnmarshalCommands(batch, DecodeOptions{})

@@ -3,12 +3,15 @@ package model
 import (
 	"encoding/binary"
 	"math"
+	"slices"
 )
 
 // AppendMsgpack appends the msgpack encoding of in to b and returns the
 // extended slice: byte for byte what Marshal(in) writes (the form stored
-// for a persistent instance), without reflection.
+// for a persistent instance), without reflection. It grows b once, to
+// what the encoding may need, so a nil b costs one allocation.
 func (in *Instance) AppendMsgpack(b []byte) []byte {
+	b = slices.Grow(b, in.encodedLenBound())
 	n := 7 // svc, ip, port, weight, healthy, enabled, ephemeral
 	if in.ID != "" {
 		n++
@@ -38,6 +41,17 @@ func (in *Instance) AppendMsgpack(b []byte) []byte {
 		b = in.Metadata.appendMsgpack(appendStr(b, "md"))
 	}
 	return b
+}
+
+// encodedLenBound bounds the length of in's encoding: the map headers,
+// the field names, the fixed-size values (an integer takes at most 9
+// bytes, a float 9, a bool 1), and each string with the longest header (5).
+func (in *Instance) encodedLenBound() int {
+	const names = len("id") + len("svc") + len("ns") + len("group") + len("name") + len("cluster") + len("ip") +
+		len("port") + len("weight") + len("healthy") + len("enabled") + len("ephemeral") + len("md")
+	const fixed = 2 + 13 + names + 9 + 9 + 3 // map headers, name headers, port, weight, bools
+	k := &in.Service
+	return fixed + 6*5 + len(in.ID) + len(k.Namespace) + len(k.Group) + len(k.Name) + len(in.Cluster) + len(in.IP) + len(in.Metadata.p) + 1
 }
 
 func (k *ServiceKey) appendMsgpack(b []byte) []byte {

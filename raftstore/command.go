@@ -100,19 +100,26 @@ func encodeEntry(id entryID, cmds [][]byte) []byte {
 
 var errBadEntry = errors.New("bad entry header")
 
-// decodeEntry decodes a Raft entry written by encodeEntry. It is safe on
-// untrusted input: model.UnmarshalCommands checks it under committedDecode's
-// bound exactly as model.UnmarshalWith does (and decodes the commands as it
-// would, by hand when they are in the form Marshal writes).
-func decodeEntry(b []byte) (entryID, []Command, error) {
+// decodeEntry decodes a Raft entry written by encodeEntry, appending its
+// commands to dst (nil for a new slice). It is safe on untrusted input:
+// model.AppendCommands checks it under committedDecode's bound exactly as
+// model.UnmarshalWith does (and decodes the commands as it would, by hand
+// when they are in the form Marshal writes).
+func decodeEntry(dst []Command, b []byte) (entryID, []Command, error) {
 	var id entryID
 	if len(b) < entryHdrLen || b[0] != entryVersion {
-		return id, nil, fmt.Errorf("%w: entry: %w", ErrCorrupt, errBadEntry)
+		return id, dst, fmt.Errorf("%w: entry: %w", ErrCorrupt, errBadEntry)
 	}
 	copy(id[:], b[1:entryHdrLen])
-	cmds, err := model.UnmarshalCommands(b[entryHdrLen:], committedDecode)
+	var cmds []Command
+	var err error
+	if dst == nil {
+		cmds, err = model.UnmarshalCommands(b[entryHdrLen:], committedDecode)
+	} else {
+		cmds, err = model.AppendCommands(dst, b[entryHdrLen:], committedDecode)
+	}
 	if err != nil {
-		return id, nil, fmt.Errorf("%w: entry: %w", ErrCorrupt, err)
+		return id, dst, fmt.Errorf("%w: entry: %w", ErrCorrupt, err)
 	}
 	return id, cmds, nil
 }

@@ -80,7 +80,7 @@ func FuzzDecodeEntry(f *testing.F) {
 	f.Add(encodeEntry(entryID{1, 2}, fuzzSeeds(f)))
 	f.Add(append(make([]byte, entryHdrLen), 0xdd, 0x7f, 0xff, 0xff, 0xff))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_, cmds, err := decodeEntry(b)
+		_, cmds, err := decodeEntry(nil, b)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatal(err)

@@ -163,7 +163,7 @@ func testIndexAgainstOldRules(t *testing.T, seed uint64) {
 		for j := range ents {
 			expect[j] = ents[j].Result.Data
 			if expect[j] == nil {
-				id, _, _ := decodeEntry(ents[j].Cmd)
+				id, _, _ := decodeEntry(nil, ents[j].Cmd)
 				expect[j] = want[id]
 			}
 			ents[j].Result = sm.Result{}

@@ -9,7 +9,10 @@ import "github.com/muster-io/muster/model"
 // the shard applies nothing while a call runs. They must not call Node's
 // write methods (Propose, Barrier, AddReplica, …), which would wait for the
 // apply goroutine the call is blocking; reading Node's local state is fine.
-// The values passed are the listener's to keep; nothing else holds them.
+// What Reset gets is the listener's to keep. The slice Applied gets is for
+// the call only (the state machine reuses it); the Change values in it, and
+// the strings and slices they hold, are the listener's to keep: copy them
+// out of the slice.
 type Listener interface {
 	// Reset says that the state machine (re)loaded its state: on Open of
 	// existing (or empty) data, and after recovering from a snapshot. st is

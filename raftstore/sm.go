@@ -52,7 +52,17 @@ type stateMachine struct {
 	// ix is what the rules and the dedupe check read (see memIndex): built
 	// by Open and RecoverFromSnapshot, then Update's goroutine only.
 	ix *memIndex
+
+	// cmds and changes are Update's buffers, reused from call to call (the
+	// listener gets changes for the call only): a batch's commands as
+	// decoded, and the changes of the call.
+	cmds    []Command
+	changes []Change
 }
+
+// keptChanges caps the changes buffer Update keeps for the next call: four
+// full entries' worth (about 0.5 MiB).
+const keptChanges = 4 * maxBatchCommands
 
 var _ sm.IOnDiskStateMachine = (*stateMachine)(nil)
 
@@ -125,7 +135,17 @@ func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 	w := &writer{txn: s.db.NewTransaction(true), ix: s.ix}
 	defer func() { w.txn.Discard() }()
 	var last uint64
-	var changes []Change
+	changes, decoded := s.changes[:0], 0
+	defer func() {
+		// Nothing of the call stays reachable from the buffers, and a
+		// long call's (a replica catching up) changes are not kept.
+		clear(s.cmds[:decoded])
+		clear(changes)
+		s.changes = nil
+		if cap(changes) <= keptChanges {
+			s.changes = changes[:0]
+		}
+	}()
 	for i := range ents {
 		e := &ents[i]
 		if last != 0 && (w.bytes+2*len(e.Cmd) > txnBudgetBytes || w.count+maxBatchCommands+2 > txnBudgetCount) {
@@ -135,7 +155,8 @@ func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 			w = &writer{txn: s.db.NewTransaction(true), ix: s.ix}
 		}
 		last = e.Index
-		id, cmds, err := decodeEntry(e.Cmd)
+		id, cmds, err := decodeEntry(s.cmds[:0], e.Cmd)
+		s.cmds, decoded = cmds[:0], max(decoded, len(cmds))
 		if err != nil {
 			// Never proposed by this package; every replica skips it alike.
 			s.log.Error("raftstore: skipping undecodable entry", "index", e.Index, "err", err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -220,6 +221,97 @@ func TestUpdateSplitsLargeBatches(t *testing.T) {
 	if len(st.Instances) != n || st.Index != 12 {
 		t.Fatalf("%d instances at index %d, want %d at 12", len(st.Instances), st.Index, n)
 	}
+}
+
+// keepListener keeps a copy of every change it gets, as a listener may.
+type keepListener struct {
+	NopListener
+	kept []Change
+}
+
+func (l *keepListener) Applied(changes []Change) { l.kept = append(l.kept, changes...) }
+
+// TestUpdateReusesBuffers: Update decodes into buffers it reuses from call
+// to call, and the changes a listener kept from one call are not touched
+// by the next; after each call the buffers hold nothing of it, and those
+// of a long call (more changes than keptChanges) are let go.
+func TestUpdateReusesBuffers(t *testing.T) {
+	db, err := badger.Open(badgerOptions(t.TempDir(), slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	l := &keepListener{}
+	s := newStateMachine(db, l, slog.New(slog.DiscardHandler))
+	if _, err := s.Open(nil); err != nil {
+		t.Fatal(err)
+	}
+	entry := func(cmds ...Command) []byte {
+		encs := make([][]byte, len(cmds))
+		for i := range cmds {
+			encs[i], _ = cmds[i].Marshal()
+		}
+		return encodeEntry(entryID{}, encs)
+	}
+	svc := func(name, cluster string) Command {
+		return Command{Op: OpCreateService, Service: model.Service{Key: model.ServiceKey{Name: name},
+			Metadata: model.NewMetadata(map[string]string{"owner": name}), Clusters: []model.Cluster{{Name: cluster}}}}
+	}
+	empty := func() {
+		t.Helper()
+		for i, c := range s.cmds[:cap(s.cmds)] {
+			if !reflect.ValueOf(c).IsZero() {
+				t.Fatalf("the command buffer keeps %d: %+v", i, c)
+			}
+		}
+		for i, c := range s.changes[:cap(s.changes)] {
+			if !reflect.ValueOf(c).IsZero() {
+				t.Fatalf("the change buffer keeps %d: %+v", i, c)
+			}
+		}
+	}
+	if _, err := s.Update([]sm.Entry{{Index: 1, Cmd: entry(svc("a", "ca"), Command{Op: OpPutInstance, Instance: inst("a", "10.0.0.1", 1)})}}); err != nil {
+		t.Fatal(err)
+	}
+	empty()
+	if cap(s.cmds) < 2 || cap(s.changes) < 2 {
+		t.Fatalf("buffers not kept: %d commands, %d changes", cap(s.cmds), cap(s.changes))
+	}
+	if _, err := s.Update([]sm.Entry{{Index: 2, Cmd: entry(svc("b", "cb"), Command{Op: OpPutInstance, Instance: inst("b", "10.0.0.2", 2)})}}); err != nil {
+		t.Fatal(err)
+	}
+	empty()
+	if len(l.kept) != 4 {
+		t.Fatalf("%d changes", len(l.kept))
+	}
+	for i, want := range []string{"a", "a", "b", "b"} {
+		c := l.kept[i].Cmd
+		got := c.Instance.Service.Name
+		if i%2 == 0 {
+			got = c.Service.Key.Name
+			if owner, _ := c.Service.Metadata.Get("owner"); c.Service.Clusters[0].Name != "c"+want || owner != want {
+				t.Fatalf("change %d changed: %+v", i, c.Service)
+			}
+		}
+		if got != want {
+			t.Fatalf("change %d is of %q, want %q", i, got, want)
+		}
+	}
+	var ents []sm.Entry
+	for e := range keptChanges/maxBatchCommands + 1 {
+		cmds := make([]Command, maxBatchCommands)
+		for i := range cmds {
+			cmds[i] = Command{Op: OpPutInstance, Instance: inst("c", "10.1."+strconv.Itoa(e)+"."+strconv.Itoa(i), 3)}
+		}
+		ents = append(ents, sm.Entry{Index: uint64(3 + e), Cmd: entry(cmds...)})
+	}
+	if _, err := s.Update(ents); err != nil {
+		t.Fatal(err)
+	}
+	if cap(s.changes) != 0 {
+		t.Fatalf("a long call's %d changes were kept", cap(s.changes))
+	}
+	empty()
 }
 
 // Snapshot save and restore round-trip every record type, from a
@@ -459,7 +551,7 @@ func TestCommittedEntryOfManyClustersDecodes(t *testing.T) {
 	if err := model.Unmarshal(entry[entryHdrLen:], new([]Command)); err == nil {
 		t.Log("the ratio bound alone accepts this entry; the test no longer exercises the absolute bound")
 	}
-	_, cmds, err := decodeEntry(entry)
+	_, cmds, err := decodeEntry(nil, entry)
 	if err != nil {
 		t.Fatalf("decoding a committed entry of %d bytes: %v", len(entry), err)
 	}

@@ -274,7 +274,7 @@ func (w *writer) apply(c *Command) (byte, error) {
 		w.ix.deleteService(sk)
 	case OpPutInstance:
 		ik := instKey(kindInstance, c.Instance.Key())
-		if err := w.set(ik, c.Instance.AppendMsgpack(make([]byte, 0, 160))); err != nil {
+		if err := w.set(ik, c.Instance.AppendMsgpack(nil)); err != nil {
 			return 0, err
 		}
 		w.ix.putInstance(ik, c.Instance.Service, c.Instance.Healthy)
@@ -310,7 +310,7 @@ func (w *writer) apply(c *Command) (byte, error) {
 			return 0, fmt.Errorf("%w: instance %s is indexed but not stored", ErrCorrupt, c.Key)
 		}
 		inst.Healthy = c.Healthy
-		if err := w.set(ik, inst.AppendMsgpack(make([]byte, 0, 160))); err != nil {
+		if err := w.set(ik, inst.AppendMsgpack(nil)); err != nil {
 			return 0, err
 		}
 		w.ix.instances[string(ik)] = c.Healthy

@@ -51,7 +51,9 @@ type Store interface {
 // StoreFeed is how a Store tells the registry what it applied. Calls come
 // one at a time, in the order of the store's log, and must not call the
 // Store's methods other than IsLeader (they may wait for the call to
-// return). The values passed are the feed's to keep.
+// return). The slice Applied gets is for the call only (a store may reuse
+// it); the commands in it, and the strings and slices they hold, are the
+// feed's to keep, and so is what Reset gets.
 type StoreFeed interface {
 	// Applied delivers the commands that took effect, in log order, with
 	// default names filled in, as model.ResolveCommand rewrote them: for a

@@ -67,7 +67,7 @@ func (s *Store) Open(env registry.Env, feed registry.StoreFeed) (registry.Store,
 	if err := cfgerr.Join(registry.ErrInvalidConfig, errs...); err != nil {
 		return nil, err
 	}
-	rc.Listener, rc.Limits = listener{feed}, env.Limits
+	rc.Listener, rc.Limits = &listener{feed: feed}, env.Limits
 	if rc.Logger == nil {
 		rc.Logger = env.Logger
 	}
@@ -133,18 +133,33 @@ func mapErr(err error) error {
 }
 
 // listener passes the state machine's change feed on to the registry.
-type listener struct{ feed registry.StoreFeed }
+// Its calls come one at a time (raftstore.Listener), so it reuses one
+// buffer for the commands it hands on, which the feed gets for the call
+// only (registry.StoreFeed).
+type listener struct {
+	feed registry.StoreFeed
+	cmds []model.Command
+}
 
-func (l listener) Applied(changes []raftstore.Change) {
-	cmds := make([]model.Command, 0, len(changes))
+func (l *listener) Applied(changes []raftstore.Change) {
+	cmds := l.cmds[:0]
 	for i := range changes {
 		if changes[i].Rejected == nil {
 			cmds = append(cmds, changes[i].Cmd)
 		}
 	}
 	l.feed.Applied(cmds)
+	clear(cmds) // nothing of the call stays reachable from the buffer
+	l.cmds = nil
+	if cap(cmds) <= maxKeptCmds {
+		l.cmds = cmds[:0]
+	}
 }
 
-func (l listener) Reset(st raftstore.State) {
+// maxKeptCmds caps the buffer the listener keeps between calls (a long
+// call, a replica catching up, may pass many more).
+const maxKeptCmds = 1024
+
+func (l *listener) Reset(st raftstore.State) {
 	l.feed.Reset(registry.StoreState{Services: st.Services, Instances: st.Instances, Patches: st.Patches, Index: st.Index})
 }
