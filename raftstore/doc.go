@@ -172,7 +172,8 @@
 // health; PatchInstance: the merged patch). One Raft entry may carry many
 // commands; they share an Index. Listener calls must be quick and must not
 // call Node's write methods or Barrier (they would wait for the goroutine
-// the call is blocking).
+// the call is blocking). The slice Applied gets is reused by the next
+// call: a listener keeps the Change values, not the slice.
 //
 // # Storage
 //
@@ -184,10 +185,11 @@
 // persistent instance's health, every patch, the dedupe records. It is
 // built from Badger when the state is loaded (Open, RecoverFromSnapshot)
 // and changed with each write, so applying a command reads nothing from
-// Badger (SetHealth reads the record it rewrites). Entries are checked
-// under the committed-data bound and then decoded by hand
-// (model.UnmarshalCommands), and instances are encoded by hand
-// (model.Instance.AppendMsgpack): the same bytes as msgpack's. Badger runs
+// Badger (SetHealth reads the record it rewrites). Entries are decoded by
+// hand in one pass that charges what the committed-data bound's walk
+// would, into a buffer reused from batch to batch (model.AppendCommands),
+// and instances are encoded by hand (model.Instance.AppendMsgpack): the
+// same bytes as msgpack's. Badger runs
 // with SyncWrites off: Sync (which Dragonboat calls before snapshots and
 // periodically) calls db.Sync, and the Raft log itself
 // is fsynced by Dragonboat, so a crash loses at most a suffix that is
