@@ -59,12 +59,15 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 	p := &proposal{at: n.clock.Now(), cmd: cmd, enc: enc, done: make(chan proposalResult, 1)}
 	// The bounded wait runs from this call, not from when the batcher takes
 	// p: the entry ahead of it may be in its own bounded wait. Dragonboat is
-	// a real-time engine: the bound is real time.
-	wctx, cancel := context.WithTimeout(ctx, n.cfg.ProposeTimeout)
-	defer cancel()
+	// a real-time engine: the bound is real time. (A timer beside ctx costs
+	// less than a context with a deadline: no child context to register.)
+	bound := time.NewTimer(n.cfg.ProposeTimeout)
+	defer bound.Stop()
 	select {
 	case n.queue <- p:
-	case <-wctx.Done():
+	case <-ctx.Done():
+		return Result{}, n.boundedErr(ctx, nil)
+	case <-bound.C:
 		return Result{}, n.boundedErr(ctx, nil)
 	case <-n.done:
 		return Result{}, ErrClosed
@@ -72,7 +75,10 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 	select {
 	case r := <-p.done:
 		return r.res, r.err
-	case <-wctx.Done():
+	case <-ctx.Done():
+		p.gone.Store(true)
+		return Result{}, n.boundedErr(ctx, nil)
+	case <-bound.C:
 		p.gone.Store(true)
 		return Result{}, n.boundedErr(ctx, nil)
 	case <-n.done:
