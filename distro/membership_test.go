@@ -1,9 +1,11 @@
 package distro
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -172,6 +174,58 @@ func TestMemberlistWrapTransport(t *testing.T) {
 		_, err2 := m1.Addr("w2")
 		return errors.Is(err1, ErrUnknownMember) && errors.Is(err2, ErrUnknownMember)
 	})
+}
+
+// TestMemberlistUncompressed: gossip goes out without LZW compression
+// (gossip.Memberlist turns memberlist's default off). Without a key the
+// packets are plain: none is a compressMsg (9), bare or behind the CRC
+// header (hasCrcMsg, 12, and four bytes).
+func TestMemberlistUncompressed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real sockets")
+	}
+	var mu sync.Mutex
+	var packets [][]byte
+	c1 := fastMemberlist("u1", "127.0.0.1:1111", nil)
+	c1.SecretKey, c1.Insecure = nil, true
+	c1.WrapTransport = func(tr memberlist.Transport) memberlist.Transport {
+		return &recordTransport{Transport: tr, record: func(b []byte) {
+			mu.Lock()
+			packets = append(packets, bytes.Clone(b))
+			mu.Unlock()
+		}}
+	}
+	m1 := startMemberlist(t, c1)
+	c2 := fastMemberlist("u2", "127.0.0.1:2222", []string{m1.BindAddr()})
+	c2.SecretKey, c2.Insecure = nil, true
+	m2 := startMemberlist(t, c2)
+	pollUntil(t, 5*time.Second, "u1 gossips to u2", func() bool {
+		_, err := m2.Addr("u1")
+		mu.Lock()
+		defer mu.Unlock()
+		return err == nil && len(packets) >= 5
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, b := range packets {
+		if len(b) > 5 && b[0] == 12 {
+			b = b[5:]
+		}
+		if len(b) > 0 && b[0] == 9 {
+			t.Fatalf("a compressed gossip packet: %x", b[:min(len(b), 16)])
+		}
+	}
+}
+
+// recordTransport passes every packet written to record.
+type recordTransport struct {
+	memberlist.Transport
+	record func([]byte)
+}
+
+func (r *recordTransport) WriteTo(b []byte, addr string) (time.Time, error) {
+	r.record(b)
+	return r.Transport.WriteTo(b, addr)
 }
 
 type muteTransport struct {

@@ -227,6 +227,12 @@ func (m *Memberlist) Start(ctx context.Context) error {
 		// set here so that a change of its default cannot open the cluster).
 		c.Keyring, c.GossipVerifyIncoming, c.GossipVerifyOutgoing = kr, true, true
 	}
+	// No LZW: gossip messages are small (pings, acks, a few members'
+	// states), so compressing each one costs a fresh 20 KiB coder and
+	// saves next to nothing; and compressing before the keyring seals a
+	// message makes its length tell of its content. Compressed messages
+	// from other nodes are still read (memberlist always decodes them).
+	c.EnableCompression = false
 	c.ProbeInterval, c.ProbeTimeout = m.cfg.ProbeInterval, m.cfg.ProbeTimeout
 	c.SuspicionMult = m.cfg.SuspicionMult
 	c.GossipInterval, c.PushPullInterval = m.cfg.GossipInterval, m.cfg.PushPullInterval
