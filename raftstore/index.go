@@ -25,6 +25,18 @@ type memIndex struct {
 	patches   map[string]*model.InstancePatch
 	dedupe    map[entryID][]byte // entry ID → its dedupe record (index, result codes)
 	scratch   []byte
+
+	// last is what the last Instance call found, so that the put which
+	// follows the rules' look at its instance does not look it up again.
+	last instMemo
+}
+
+// instMemo is what an Instance call found for the record key, valid until
+// the instances change.
+type instMemo struct {
+	key   []byte
+	state model.InstanceState
+	valid bool
 }
 
 type svcEntry struct {
@@ -105,9 +117,21 @@ func (ix *memIndex) Service(k model.ServiceKey) model.ServiceState {
 
 // Instance implements model.CommandState.
 func (ix *memIndex) Instance(k model.InstanceKey) model.InstanceState {
-	ix.scratch = appendInstKey(ix.scratch[:0], kindInstance, k)
-	healthy, ok := ix.instances[string(ix.scratch)]
-	return model.InstanceState{Exists: ok, Persistent: ok, Healthy: healthy}
+	m := &ix.last
+	m.key = appendInstKey(m.key[:0], kindInstance, k)
+	healthy, ok := ix.instances[string(m.key)]
+	m.state, m.valid = model.InstanceState{Exists: ok, Persistent: ok, Healthy: healthy}, true
+	return m.state
+}
+
+// instance looks up the instance record ik: the answer of the last
+// Instance call when that was for ik and nothing changed since.
+func (ix *memIndex) instance(ik []byte) (healthy, ok bool) {
+	if m := &ix.last; m.valid && string(ik) == string(m.key) {
+		return m.state.Healthy, m.state.Exists
+	}
+	healthy, ok = ix.instances[string(ik)]
+	return healthy, ok
 }
 
 // Patch implements model.CommandState.
@@ -136,10 +160,11 @@ func (ix *memIndex) deleteService(sk []byte) {
 }
 
 func (ix *memIndex) putInstance(ik []byte, svc model.ServiceKey, healthy bool) {
-	old, ok := ix.instances[string(ik)]
+	old, ok := ix.instance(ik)
 	if ok && old == healthy {
 		return // a re-put: nothing to store (and no key to allocate)
 	}
+	ix.last.valid = false
 	if !ok {
 		ix.scratch = appendSvc(append(ix.scratch[:0], kindService), svc)
 		ix.entry(ix.scratch).persistent++
@@ -147,10 +172,17 @@ func (ix *memIndex) putInstance(ik []byte, svc model.ServiceKey, healthy bool) {
 	ix.instances[string(ik)] = healthy
 }
 
+// setHealth sets the health of the instance record ik, which exists.
+func (ix *memIndex) setHealth(ik []byte, healthy bool) {
+	ix.last.valid = false
+	ix.instances[string(ik)] = healthy
+}
+
 func (ix *memIndex) deleteInstance(ik []byte, svc model.ServiceKey) {
-	if _, ok := ix.instances[string(ik)]; !ok {
+	if _, ok := ix.instance(ik); !ok {
 		return
 	}
+	ix.last.valid = false
 	delete(ix.instances, string(ik))
 	ix.scratch = appendSvc(append(ix.scratch[:0], kindService), svc)
 	if e := ix.services[string(ix.scratch)]; e != nil {

@@ -313,7 +313,7 @@ func (w *writer) apply(c *Command) (byte, error) {
 		if err := w.set(ik, inst.AppendMsgpack(nil)); err != nil {
 			return 0, err
 		}
-		w.ix.instances[string(ik)] = c.Healthy
+		w.ix.setHealth(ik, c.Healthy)
 	default:
 		return codeInvalid, nil
 	}

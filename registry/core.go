@@ -502,7 +502,26 @@ func (ix *index) removeService(s *service) {
 // ephemeral and a persistent registration of one service on two nodes),
 // the conflict is recorded and the ephemeral side keeps the service.
 func (ix *index) apply(cmd *model.Command, o model.Origin, now time.Time) {
-	changes := model.ResolveCommand(cmd, (*indexState)(ix))
+	ix.applyChange(cmd, o, now, model.ResolveCommand(cmd, (*indexState)(ix)))
+}
+
+// applyResolved is apply for a command its store resolved already
+// (StoreFeed.Applied): a put carries the health it keeps and a patch is
+// merged, so they are applied as they are, without looking up again what
+// they replace; the other ops are resolved here, for whether they change
+// anything.
+func (ix *index) applyResolved(cmd *model.Command, now time.Time) {
+	switch cmd.Op {
+	case model.OpPutInstance, model.OpPatchInstance:
+		ix.applyChange(cmd, model.Origin{}, now, true)
+	default:
+		ix.apply(cmd, model.Origin{}, now)
+	}
+}
+
+// applyChange is apply once cmd was resolved: changes is what
+// model.ResolveCommand reported.
+func (ix *index) applyChange(cmd *model.Command, o model.Origin, now time.Time, changes bool) {
 	switch cmd.Op {
 	case model.OpCreateService, model.OpUpdateService:
 		ix.putService(cmd.Service)

@@ -120,7 +120,7 @@ func (l storeFeed) Applied(cmds []model.Command) {
 	}
 	for i := range cmds {
 		cmds[i].Normalize()
-		r.core.apply(&cmds[i], model.Origin{}, r.leaseStart())
+		r.core.applyResolved(&cmds[i], r.leaseStart())
 		r.carryOut()
 	}
 }
