@@ -263,7 +263,7 @@ func queue(t *testing.T, n *Node, cmd Command, gone bool) *proposal {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proposal{at: n.clock.Now(), cmd: cmd, enc: enc, done: make(chan proposalResult, 1)}
+	p := &proposal{at: n.clock.Now(), enc: enc, done: make(chan proposalResult, 1)}
 	p.gone.Store(gone)
 	n.queue <- p
 	return p

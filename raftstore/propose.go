@@ -12,8 +12,7 @@ import (
 )
 
 type proposal struct {
-	cmd  Command // normalized
-	enc  []byte
+	enc  []byte              // the normalized command's encoding
 	done chan proposalResult // buffered: the worker never blocks on it
 	// at is when Propose was called (Config.Clock), for Stats.ProposeLatency.
 	at time.Time
@@ -22,9 +21,13 @@ type proposal struct {
 	gone atomic.Bool
 }
 
+// proposalResult is a proposal's outcome: the batcher sets res.Index and
+// code, the command's result code, which Propose (holding the command)
+// turns into res.Rejected.
 type proposalResult struct {
-	res Result
-	err error
+	res  Result
+	code byte
+	err  error
 }
 
 // Propose validates cmd, commits it through Raft and returns its outcome
@@ -56,7 +59,7 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 	if err := checkSize(len(enc)); err != nil {
 		return Result{}, err
 	}
-	p := &proposal{at: n.clock.Now(), cmd: cmd, enc: enc, done: make(chan proposalResult, 1)}
+	p := &proposal{at: n.clock.Now(), enc: enc, done: make(chan proposalResult, 1)}
 	// The bounded wait runs from this call, not from when the batcher takes
 	// p: the entry ahead of it may be in its own bounded wait. Dragonboat is
 	// a real-time engine: the bound is real time. (A timer beside ctx costs
@@ -74,6 +77,9 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 	}
 	select {
 	case r := <-p.done:
+		if r.err == nil {
+			r.res.Rejected = rejection(r.code, &cmd)
+		}
 		return r.res, r.err
 	case <-ctx.Done():
 		p.gone.Store(true)
@@ -201,7 +207,7 @@ func (n *Node) batchLoop() {
 			case err != nil:
 				r.err = err
 			case i < len(codes):
-				r.res = Result{Index: index, Rejected: rejection(codes[i], &p.cmd)}
+				r.res, r.code = Result{Index: index}, codes[i]
 			default:
 				r.err = fmt.Errorf("%w: result of index %d has %d codes for %d commands", ErrCorrupt, index, len(codes), len(batch))
 			}

@@ -113,7 +113,7 @@ func (s *stats) proposalDone(took time.Duration, r proposalResult) {
 	switch {
 	case r.err != nil:
 		s.proposalsFailed.Add(1)
-	case r.res.Rejected != nil:
+	case r.code != codeOK:
 		s.proposalsRejected.Add(1)
 	}
 	if s.latency != nil {

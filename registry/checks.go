@@ -176,7 +176,7 @@ func (r *Registry) writeHealth(ctx context.Context) (wait time.Duration, queued 
 			hw.requeue(key, healthy)
 			continue
 		}
-		err := r.store.Apply(ctx, &model.Command{Op: model.OpSetHealth, Key: key, Healthy: healthy}, model.Origin{Checker: true})
+		err := r.store.Apply(ctx, model.Command{Op: model.OpSetHealth, Key: key, Healthy: healthy}, model.Origin{Checker: true})
 		switch {
 		case err == nil, errors.Is(err, ErrNotFound), errors.Is(err, ErrKindMismatch), errors.Is(err, ErrClosed):
 			// Stored, or moot: the instance or the registry is gone.

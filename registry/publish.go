@@ -264,7 +264,7 @@ func (r *Registry) Register(ctx context.Context, inst model.Instance) (err error
 		return err
 	}
 	if !inst.Ephemeral {
-		return r.store.Apply(ctx, &model.Command{Op: model.OpPutInstance, Instance: inst}, model.Origin{})
+		return r.store.Apply(ctx, model.Command{Op: model.OpPutInstance, Instance: inst}, model.Origin{})
 	}
 	if !r.cluster {
 		return r.registerOwned(ctx, inst, &loc) // beatWrite's route standalone, without its request
@@ -532,7 +532,7 @@ func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) (err e
 		// its ip:port. Both are idempotent.
 		var errs []error
 		if r.sharedCP {
-			errs = append(errs, r.store.Apply(ctx, &model.Command{Op: model.OpDeleteInstance, Key: key}, model.Origin{}))
+			errs = append(errs, r.store.Apply(ctx, model.Command{Op: model.OpDeleteInstance, Key: key}, model.Origin{}))
 		}
 		if r.cluster {
 			_, err := r.beatWrite(ctx, &fwdRequest{Op: fwdDeregister, Key: key})
@@ -541,7 +541,7 @@ func (r *Registry) Deregister(ctx context.Context, key model.InstanceKey) (err e
 		return errors.Join(errs...)
 	}
 	if !ephemeral {
-		return r.store.Apply(ctx, &model.Command{Op: model.OpDeleteInstance, Key: key}, model.Origin{})
+		return r.store.Apply(ctx, model.Command{Op: model.OpDeleteInstance, Key: key}, model.Origin{})
 	}
 	_, err = r.beatWrite(ctx, &fwdRequest{Op: fwdDeregister, Key: key})
 	return err

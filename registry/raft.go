@@ -26,17 +26,17 @@ type raftStore struct {
 	cp Store
 }
 
-func (s *raftStore) Apply(ctx context.Context, cmd *model.Command, o model.Origin) error {
+func (s *raftStore) Apply(ctx context.Context, cmd model.Command, o model.Origin) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	rc, err := s.prepare(cmd, o)
+	rc, err := s.prepare(&cmd, o)
 	if refusedByIndex(err) || err == model.ErrNoop && cmd.Op == model.OpRemovePatch && !o.Expiry {
 		// This node's index may lag the log (a delete committed through
 		// another node a moment ago): check again once it has applied
 		// everything committed so far. Only refusals pay for the barrier.
 		if berr := s.cp.Barrier(ctx); berr == nil {
-			rc, err = s.prepare(cmd, o)
+			rc, err = s.prepare(&cmd, o)
 		}
 	}
 	if err != nil {

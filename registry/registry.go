@@ -488,7 +488,7 @@ func (r *Registry) housekeep() {
 	orphans := r.runDue()
 	// Dropping patches goes through the store, outside the lock.
 	for _, key := range orphans {
-		err := r.store.Apply(context.Background(), &model.Command{Op: model.OpRemovePatch, Key: key}, model.Origin{Expiry: true})
+		err := r.store.Apply(context.Background(), model.Command{Op: model.OpRemovePatch, Key: key}, model.Origin{Expiry: true})
 		if err == nil || errors.Is(err, ErrClosed) {
 			continue
 		}

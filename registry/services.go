@@ -26,7 +26,7 @@ func (r *Registry) CreateService(ctx context.Context, def model.Service) error {
 	if err := r.validService(&def); err != nil {
 		return err
 	}
-	return r.store.Apply(ctx, &model.Command{Op: model.OpCreateService, Service: def}, model.Origin{})
+	return r.store.Apply(ctx, model.Command{Op: model.OpCreateService, Service: def}, model.Origin{})
 }
 
 // UpdateService replaces a service's definition (threshold, metadata,
@@ -37,7 +37,7 @@ func (r *Registry) UpdateService(ctx context.Context, def model.Service) error {
 	if err := r.validService(&def); err != nil {
 		return err
 	}
-	return r.store.Apply(ctx, &model.Command{Op: model.OpUpdateService, Service: def}, model.Origin{})
+	return r.store.Apply(ctx, model.Command{Op: model.OpUpdateService, Service: def}, model.Origin{})
 }
 
 // DeleteService removes a service. It fails with ErrServiceNotEmpty while
@@ -48,7 +48,7 @@ func (r *Registry) DeleteService(ctx context.Context, key model.ServiceKey) erro
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	return r.store.Apply(ctx, &model.Command{Op: model.OpDeleteService, SvcKey: key}, model.Origin{})
+	return r.store.Apply(ctx, model.Command{Op: model.OpDeleteService, SvcKey: key}, model.Origin{})
 }
 
 // GetService returns a copy of a service's definition: the stored one, or
@@ -170,7 +170,7 @@ func (r *Registry) PatchInstance(ctx context.Context, p model.InstancePatch) err
 	if err := r.validPatch(&p); err != nil {
 		return err
 	}
-	return r.store.Apply(ctx, &model.Command{Op: model.OpPatchInstance, Patch: p}, model.Origin{})
+	return r.store.Apply(ctx, model.Command{Op: model.OpPatchInstance, Patch: p}, model.Origin{})
 }
 
 // RemovePatch drops the override of an instance, if any. Its errors are
@@ -180,7 +180,7 @@ func (r *Registry) RemovePatch(ctx context.Context, key model.InstanceKey) error
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	return r.store.Apply(ctx, &model.Command{Op: model.OpRemovePatch, Key: key}, model.Origin{})
+	return r.store.Apply(ctx, model.Command{Op: model.OpRemovePatch, Key: key}, model.Origin{})
 }
 
 // SetHealth sets the health of a persistent instance by hand. It is allowed
@@ -193,5 +193,5 @@ func (r *Registry) SetHealth(ctx context.Context, key model.InstanceKey, healthy
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	return r.store.Apply(ctx, &model.Command{Op: model.OpSetHealth, Key: key, Healthy: healthy}, model.Origin{})
+	return r.store.Apply(ctx, model.Command{Op: model.OpSetHealth, Key: key, Healthy: healthy}, model.Origin{})
 }

@@ -11,8 +11,9 @@ import (
 // instance patches and the health of persistent instances. Apply takes a
 // normalized command (model.Command) and who asks for it (model.Origin);
 // it returns once cmd has taken effect in this registry's index (through
-// applyLocked or the Store's feed), or with the error that refused it. It
-// may rewrite cmd (model.ResolveCommand).
+// applyLocked or the Store's feed), or with the error that refused it. The
+// command is passed by value: through an interface a pointer would make
+// every caller's command a heap allocation.
 //
 // The standalone store applies commands in memory at once; nothing survives
 // Close. A replicated store (Raft) proposes them and feeds the applied ones
@@ -22,7 +23,7 @@ import (
 // (see cpstore.go); the standalone store has nothing to start, wait for or
 // close, and leads alone.
 type store interface {
-	Apply(ctx context.Context, cmd *model.Command, o model.Origin) error
+	Apply(ctx context.Context, cmd model.Command, o model.Origin) error
 	Leader() bool
 	Start(ctx context.Context) error
 	WaitReady(ctx context.Context) error
@@ -33,7 +34,7 @@ type store interface {
 // memStore is the standalone store.
 type memStore struct{ r *Registry }
 
-func (m *memStore) Apply(ctx context.Context, cmd *model.Command, o model.Origin) error {
+func (m *memStore) Apply(ctx context.Context, cmd model.Command, o model.Origin) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -43,7 +44,7 @@ func (m *memStore) Apply(ctx context.Context, cmd *model.Command, o model.Origin
 	if err := r.checkWrite(); err != nil {
 		return err
 	}
-	return r.applyLocked(cmd, o)
+	return r.applyLocked(&cmd, o)
 }
 
 func (m *memStore) Start(context.Context) error       { return nil }
