@@ -87,7 +87,9 @@
 // adds the rules that need a node's whole index (ephemeral instances, who
 // asks), and ResolveCommand gives the form the state stores (a re-put keeps
 // the stored health; a patch merges with the stored one).
-// UnmarshalCommands decodes a batch of commands with Unmarshal's checks.
+// UnmarshalCommands decodes a batch of commands with Unmarshal's checks
+// (in one pass that charges what Unmarshal's walk would, for the form
+// Marshal writes), and AppendCommands decodes one into a reused buffer.
 //
 // Values of this package are safe for concurrent reads; nothing here
 // synchronises writes.
