@@ -85,3 +85,25 @@ func ExampleUnmarshalWith() {
 	// model: msgpack value too large: decoding model_test.batch at .r: must hold at most 2 (declares 3)
 	// model: msgpack value too large: decoding []int: must hold at most 2 (declares 3)
 }
+
+// AppendCommands decodes batch after batch into one buffer, with
+// UnmarshalCommands's checks: here a batch, then one over the cap.
+func ExampleAppendCommands() {
+	key := model.InstanceKey{Service: model.ServiceKey{Name: "orders"}, IP: "10.0.0.1", Port: 8080}
+	first, _ := model.Marshal([]model.Command{{Op: model.OpDeleteInstance, Key: key}, {Op: model.OpRemovePatch, Key: key}})
+	second, _ := model.Marshal([]model.Command{{Op: model.OpSetHealth, Key: key}})
+	opts := model.DecodeOptions{MaxLen: 1}
+	var buf []model.Command
+	for _, b := range [][]byte{second, first} {
+		cmds, err := model.AppendCommands(buf[:0], b, opts)
+		if err != nil {
+			fmt.Println(err)
+			continue
+		}
+		fmt.Println(len(cmds), cmds[0].Op, cmds[0].Key.Service.Name)
+		buf = cmds
+	}
+	// Output:
+	// 1 SetHealth orders
+	// model: msgpack value too large: decoding []model.Command: must hold at most 1 (declares 2)
+}
