@@ -127,10 +127,24 @@ func (i Instance) ValidateInServiceIPv4(l Limits, ipv4 bool) error {
 	if err := checkWeight("instance.weight", i.Weight); err != nil {
 		return err
 	}
-	if err := checkMetadata("instance.metadata", i.Metadata, l); err != nil {
-		return err
+	return checkInstanceMetadata(i.Metadata, l)
+}
+
+// checkInstanceMetadata is checkMetadata("instance.metadata", m, l), then
+// checkBeatTimings(m): plainMetadata's pass tells, besides, whether a key
+// has the preserved prefix, so the common instance's metadata, plain and
+// without beat timings, is walked once.
+func checkInstanceMetadata(m Metadata, l Limits) error {
+	plain, preserved := plainMetadata(m, l.maxMetadata())
+	if plain && !preserved {
+		return nil
 	}
-	return checkBeatTimings(i.Metadata)
+	if !plain {
+		if err := checkMetadataRules("instance.metadata", m, l); err != nil {
+			return err
+		}
+	}
+	return checkBeatTimings(m)
 }
 
 // Validate checks p against the rules and l.
@@ -459,9 +473,15 @@ func checkPrintable(field, s string, max int) error {
 func (m Metadata) Validate(field string, l Limits) error { return checkMetadata(field, m, l) }
 
 func checkMetadata(field string, m Metadata, l Limits) error {
-	if plainMetadata(m, l.maxMetadata()) {
+	if plain, _ := plainMetadata(m, l.maxMetadata()); plain {
 		return nil
 	}
+	return checkMetadataRules(field, m, l)
+}
+
+// checkMetadataRules is checkMetadata rule by rule, naming the rule that m
+// breaks, for metadata that plainMetadata does not pass.
+func checkMetadataRules(field string, m Metadata, l Limits) error {
 	if size, max := m.Size(), l.maxMetadata(); size > max {
 		return invalidNumber(field, "keys and values must total at most "+strconv.Itoa(max)+" characters", strconv.Itoa(size)+" characters")
 	}
@@ -482,13 +502,64 @@ func checkMetadata(field string, m Metadata, l Limits) error {
 	return nil
 }
 
-// plainMetadata reports, in one pass over the bytes, whether m passes
-// checkMetadata as the common case does: every key and value in ASCII (so
-// valid UTF-8, one character a byte), no key empty, no control character
-// but a tab in a value, and at most max bytes in all. When it does not, the
-// rule-by-rule checks that name the broken rule decide, so it only spares
-// the registration path their passes and never accepts more than they do.
-func plainMetadata(m Metadata, max int) bool {
+// plainMetadata reports whether m passes checkMetadata as the common case
+// does: every key and value in ASCII (so valid UTF-8, one character a
+// byte), no key empty, no control character but a tab in a value, and at
+// most max bytes in all. When it does not, the rule-by-rule checks that
+// name the broken rule decide, so it only spares the registration path
+// their passes and never accepts more than they do. When m is plain,
+// preserved reports whether a key starts with preservedPrefix (m.hasPrefix:
+// the beat timings' keys).
+//
+// Metadata of at most 15 pairs whose strings are under 32 bytes, which is
+// nearly all, has a header of one byte before the pairs and before each
+// string, every one of them outside ' '–'~' (0x80–0x8f, 0xa0–0xbf). So
+// after a walk of the headers (empty keys, the size, the prefix), one
+// pass over the whole encoding, 8 bytes a step, counts the bytes outside
+// ' '–'~': the text has none exactly when the count is the headers'. A
+// count above it (a tab in a value, or a breach) is left to plainPairs,
+// as is metadata of other headers.
+func plainMetadata(m Metadata, max int) (plain, preserved bool) {
+	p := m.p
+	if p == "" {
+		return true, false
+	}
+	if p[0]&0xf0 != 0x80 { // not a fixmap: 16 pairs or more
+		return plainPairs(m, max)
+	}
+	n := 2 * int(p[0]&0x0f) // strings
+	off := 1
+	for i := 0; i < n && off < len(p); i++ {
+		c := p[off]
+		if c >= 0xc0 { // not a fixstr: 32 bytes or more
+			return plainPairs(m, max)
+		}
+		next := off + 1 + int(c&0x1f)
+		if i%2 == 0 {
+			if next == off+1 {
+				return false, false // an empty key
+			}
+			if next-off > len(preservedPrefix) && p[off+1:off+1+len(preservedPrefix)] == preservedPrefix {
+				preserved = true
+			}
+		}
+		off = next
+	}
+	if off != len(p) {
+		return plainPairs(m, max)
+	}
+	if len(p)-1-n > max {
+		return false, false // too large: every string's header is a byte
+	}
+	if outsideText(p) != 1+n {
+		return plainPairs(m, max)
+	}
+	return true, preserved
+}
+
+// plainPairs is plainMetadata pair by pair, string by string, for any
+// metadata.
+func plainPairs(m Metadata, max int) (plain, preserved bool) {
 	size := 0
 	for i, off := 0, m.first(); off < len(m.p); i++ {
 		s, next, ok := shortStrAt(m.p, off)
@@ -496,21 +567,70 @@ func plainMetadata(m Metadata, max int) bool {
 			s, next = strAt(m.p, off)
 		}
 		off = next
-		if s == "" && i%2 == 0 {
-			return false
+		if i%2 == 0 {
+			if s == "" {
+				return false, false
+			}
+			preserved = preserved || strings.HasPrefix(s, preservedPrefix)
 		}
 		size += len(s)
 		tab := i%2 == 1 // a value may hold a tab
 		for j := 0; j < len(s); j++ {
 			if c := s[j]; c-' ' >= 0x7f-' ' { // below ' ' (wrapped) or from DEL up
 				if c != '\t' || !tab {
-					return false
+					return false, false
 				}
 			}
 		}
 	}
-	return size <= max
+	return size <= max, preserved
 }
+
+// outsideText returns the number of bytes of p outside ' '–'~' (below
+// 0x20 or from 0x7f up), 8 bytes a step.
+func outsideText(p string) int {
+	n, i := 0, 0
+	for ; i+8 <= len(p); i += 8 {
+		n += count8(outside8(load8(p, i)))
+	}
+	switch r := len(p) - i; {
+	case r == 0:
+	case len(p) >= 8:
+		// The last 8 bytes, less the 8-r of them counted already (the
+		// low ones: the load is little-endian).
+		n += count8(outside8(load8(p, len(p)-8)) &^ (1<<(8*(8-r)) - 1))
+	default:
+		for ; i < len(p); i++ {
+			if c := p[i]; c-' ' >= 0x7f-' ' {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// load8 returns the 8 bytes of p from i as a little-endian word (one load
+// where the target allows it).
+func load8(p string, i int) uint64 {
+	_ = p[i+7]
+	return uint64(p[i]) | uint64(p[i+1])<<8 | uint64(p[i+2])<<16 | uint64(p[i+3])<<24 |
+		uint64(p[i+4])<<32 | uint64(p[i+5])<<40 | uint64(p[i+6])<<48 | uint64(p[i+7])<<56
+}
+
+// outside8 returns, in bit 7 of each byte, whether that byte of x is
+// outside ' '–'~'. The sums stay within their bytes (x7's bytes are at
+// most 0x7f), so each byte's answer is exact.
+func outside8(x uint64) uint64 {
+	const ones, high = 0x0101010101010101, 0x8080808080808080
+	x7 := x &^ high
+	below := ^(x7 + (0x80-' ')*ones) &^ x // bit 7: x7 < ' ' and bit 7 of x clear
+	above := x7 + ones | x                // bit 7: x7 is 0x7f, or bit 7 of x set
+	return (below | above) & high
+}
+
+// count8 returns the number of bits set in f, which has bit 7 of its bytes
+// at most.
+func count8(f uint64) int { return int((f >> 7) * 0x0101010101010101 >> 56) }
 
 // isValueControl reports the characters metadata values may not hold: the
 // control characters except tab.

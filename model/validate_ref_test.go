@@ -120,3 +120,73 @@ func FuzzPlainIPv4(f *testing.F) {
 		}
 	})
 }
+
+// refPlainMetadata is plainMetadata as it was before its pass over the
+// whole encoding (issue 30, item 1), string by string, with
+// hasPrefix's answer for the preserved prefix.
+func refPlainMetadata(m Metadata, max int) (plain, preserved bool) {
+	size := 0
+	for i, off := 0, m.first(); off < len(m.p); i++ {
+		var s string
+		s, off = strAt(m.p, off)
+		if s == "" && i%2 == 0 {
+			return false, false
+		}
+		size += len(s)
+		tab := i%2 == 1
+		for j := 0; j < len(s); j++ {
+			if c := s[j]; c < ' ' || c > '~' {
+				if c != '\t' || !tab {
+					return false, false
+				}
+			}
+		}
+	}
+	return size <= max, m.hasPrefix(preservedPrefix)
+}
+
+// FuzzPlainMetadata: plainMetadata's one pass answers as the pass string
+// by string did, with hasPrefix's answer for the preserved prefix, and an
+// instance's metadata gets checkMetadata's and checkBeatTimings' errors in
+// their order; outsideText counts as a byte-by-byte loop does.
+func FuzzPlainMetadata(f *testing.F) {
+	f.Add("version", "1.4.2", "zone", "zone-a", "id", "i-4194304", 0, 1024)
+	f.Add("k", "a\tb", "k\t", "v", "", "v", 0, 1024)
+	f.Add("preserved.heart.beat.interval", "20000", "preserved.", "x", "preserve", "v", 3, 1024)
+	f.Add("preserved.heart.beat.timeout", "x", "p", "\x7f", "q", "\x80", 0, 100)
+	f.Add("k\x1f", "v", "k2", "\x20\x7e", "k3", "0123456789abcdef0123456789abcdef", 20, 1024)
+	f.Add("ключ", "значение", "k", "ü", "k2", "\xff", 0, 8)
+	f.Add("a", "1234567", "b", "12345678", "c", "123456789", 15, 30)
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, k3, v3 string, extra, max int) {
+		pairs := map[string]string{k1: v1, k2: v2, k3: v3}
+		for i := range extra % 40 {
+			pairs["x"+strconv.Itoa(i)] = strconv.Itoa(i)
+		}
+		m := NewMetadata(pairs)
+		max %= 2048
+		plain, preserved := plainMetadata(m, max)
+		wantPlain, wantPreserved := refPlainMetadata(m, max)
+		if plain != wantPlain || plain && preserved != wantPreserved {
+			t.Fatalf("plainMetadata(%v, %d) = %v, %v; want %v, %v", m, max, plain, preserved, wantPlain, wantPreserved)
+		}
+		l := Limits{MaxMetadataSize: max}
+		want := refCheckMetadata("instance.metadata", m, l)
+		if want == nil {
+			want = checkBeatTimings(m)
+		}
+		if got := checkInstanceMetadata(m, l); errText(got) != errText(want) {
+			t.Fatalf("checkInstanceMetadata(%v): got %s, want %s", m, errText(got), errText(want))
+		}
+		for _, s := range []string{m.p, k1 + v1 + k2 + v2 + k3 + v3} {
+			n := 0
+			for i := 0; i < len(s); i++ {
+				if s[i] < ' ' || s[i] > '~' {
+					n++
+				}
+			}
+			if got := outsideText(s); got != n {
+				t.Fatalf("outsideText(%q) = %d, want %d", s, got, n)
+			}
+		}
+	})
+}
