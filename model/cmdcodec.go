@@ -28,7 +28,8 @@ func UnmarshalCommands(b []byte, o DecodeOptions) ([]Command, error) {
 // AppendCommands is UnmarshalCommands appending the batch to dst, for a
 // caller that decodes batch after batch into one buffer: the one pass
 // decodes into dst's spare capacity (each element overwritten whole), so
-// a reused buffer makes no new slice. On error dst is returned unchanged.
+// a reused buffer makes no new slice. On error dst is returned with its
+// elements unchanged, and what the one pass wrote past them is zeroed.
 func AppendCommands(dst []Command, b []byte, o DecodeOptions) ([]Command, error) {
 	if dst == nil {
 		dst = []Command{} // not nil: dst decides only where the batch goes
@@ -76,9 +77,10 @@ func walkDecoder(b []byte, o DecodeOptions) cmdDecoder {
 // method returns ok = false on anything outside that form (the caller then
 // decodes with msgpack); it checks every length against the input, so it
 // is safe on any bytes, and it allocates no more than msgpack would for
-// the same value (which the walk bounded). With a positive limit it also
-// bounds itself, without a walk: every allocation is counted (allocSize)
-// before it is made, and one that would take spent past limit fails.
+// the same value. With a positive limit it bounds itself, without a walk:
+// every allocation is counted (allocSize) before it is made, or in walk
+// mode what the walk would charge for it (never less), and one that would
+// take spent past limit fails.
 type cmdDecoder struct {
 	b            []byte
 	off          int
@@ -336,6 +338,7 @@ func (d *cmdDecoder) commands(dst []Command) ([]Command, bool) {
 	}
 	for i := range cmds {
 		if !d.command(&cmds[i]) {
+			clear(cmds[:i+1]) // dst's spare capacity keeps nothing of a refused batch
 			return nil, false
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"strconv"
 	"testing"
 
@@ -160,35 +161,50 @@ func TestUnmarshalCommandsWalkCharge(t *testing.T) {
 // the one pass leaves to msgpack (a float field written as an integer) is
 // appended too, and an error leaves dst as it was.
 func TestAppendCommands(t *testing.T) {
-	r := rand.New(rand.NewPCG(3, 4))
-	full := make([]Command, 5)
-	for i := range full {
-		full[i] = randomCommand(r)
-	}
-	// [{"op": 3, "inst": {"weight": 5}}]: msgpack decodes the integer.
-	intWeight := []byte{0x91, 0x82, 0xa2, 'o', 'p', 0x03, 0xa4, 'i', 'n', 's', 't', 0x81, 0xa6, 'w', 'e', 'i', 'g', 'h', 't', 0x05}
-	var buf []Command
-	for _, b := range [][]byte{encodeBatch(t, full), encodeBatch(t, []Command{{Op: OpDeleteInstance}}), intWeight, encodeBatch(t, []Command{})} {
-		want, err := UnmarshalCommands(b, DecodeOptions{})
-		if err != nil {
-			t.Fatal(err)
+	testutil.Seeds(t, 0, 1, func(t *testing.T, seed uint64) {
+		r := rand.New(rand.NewPCG(seed, 4))
+		full := make([]Command, 5)
+		for i := range full {
+			full[i] = randomCommand(r)
 		}
-		head := Command{Op: OpRemovePatch}
-		got, err := AppendCommands(append(buf[:0], head), b, DecodeOptions{})
-		if err != nil {
-			t.Fatal(err)
+		// [{"op": 3, "inst": {"weight": 5}}]: msgpack decodes the integer.
+		intWeight := []byte{0x91, 0x82, 0xa2, 'o', 'p', 0x03, 0xa4, 'i', 'n', 's', 't', 0x81, 0xa6, 'w', 'e', 'i', 'g', 'h', 't', 0x05}
+		var buf []Command
+		for _, b := range [][]byte{encodeBatch(t, full), encodeBatch(t, []Command{{Op: OpDeleteInstance}}), intWeight, encodeBatch(t, []Command{})} {
+			want, err := UnmarshalCommands(b, DecodeOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			head := Command{Op: OpRemovePatch}
+			got, err := AppendCommands(append(buf[:0], head), b, DecodeOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 1+len(want) || !testutil.Equal(got[0], head) || len(want) > 0 && !testutil.Equal(got[1:], want) {
+				t.Fatalf("AppendCommands %+v\nwant %+v after the head", got, want)
+			}
+			buf = got
 		}
-		if len(got) != 1+len(want) || !testutil.Equal(got[0], head) || len(want) > 0 && !testutil.Equal(got[1:], want) {
-			t.Fatalf("AppendCommands %+v\nwant %+v after the head", got, want)
+		if got, err := AppendCommands(buf[:1], []byte{0x91, 0xc1}, DecodeOptions{}); err == nil || len(got) != 1 {
+			t.Fatalf("malformed: %d commands, %v", len(got), err)
 		}
-		buf = got
-	}
-	if got, err := AppendCommands(buf[:1], []byte{0x91, 0xc1}, DecodeOptions{}); err == nil || len(got) != 1 {
-		t.Fatalf("malformed: %d commands, %v", len(got), err)
-	}
-	if got, err := AppendCommands(nil, encodeBatch(t, []Command{}), DecodeOptions{}); err != nil || got == nil || len(got) != 0 {
-		t.Fatalf("an empty batch into nil: %#v, %v", got, err)
-	}
+		// [the first of full, {"op": "x"}]: the one pass decodes the first
+		// into the spare capacity before it meets the second.
+		first := encodeBatch(t, full[:1])
+		refused := append(append([]byte{0x92}, first[1:]...), 0x81, 0xa2, 'o', 'p', 0xa1, 'x')
+		buf = append(make([]Command, 0, 8), Command{Op: OpRemovePatch})
+		if got, err := AppendCommands(buf, refused, DecodeOptions{}); err == nil || len(got) != 1 || got[0].Op != OpRemovePatch {
+			t.Fatalf("refused: %d commands, %v", len(got), err)
+		}
+		for i, c := range buf[1:cap(buf)] {
+			if !reflect.ValueOf(c).IsZero() {
+				t.Fatalf("a refused batch left %+v in the spare capacity at %d", c, i)
+			}
+		}
+		if got, err := AppendCommands(nil, encodeBatch(t, []Command{}), DecodeOptions{}); err != nil || got == nil || len(got) != 0 {
+			t.Fatalf("an empty batch into nil: %#v, %v", got, err)
+		}
+	})
 }
 
 // FuzzUnmarshalCommands: on any bytes UnmarshalCommands answers what

@@ -101,10 +101,11 @@ func encodeEntry(id entryID, cmds [][]byte) []byte {
 var errBadEntry = errors.New("bad entry header")
 
 // decodeEntry decodes a Raft entry written by encodeEntry, appending its
-// commands to dst (nil for a new slice). It is safe on untrusted input:
-// model.AppendCommands checks it under committedDecode's bound exactly as
-// model.UnmarshalWith does (and decodes the commands as it would, by hand
-// when they are in the form Marshal writes).
+// commands to dst (nil for a new slice: model.UnmarshalCommands; else
+// model.AppendCommands). It is safe on untrusted input: both check it
+// under committedDecode's bound exactly as model.UnmarshalWith does (and
+// decode the commands as it would, by hand when they are in the form
+// Marshal writes).
 func decodeEntry(dst []Command, b []byte) (entryID, []Command, error) {
 	var id entryID
 	if len(b) < entryHdrLen || b[0] != entryVersion {

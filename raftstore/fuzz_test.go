@@ -13,6 +13,7 @@ import (
 
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
+	"github.com/muster-io/muster/internal/testutil"
 	"github.com/muster-io/muster/model"
 	"github.com/muster-io/muster/transport"
 )
@@ -79,8 +80,19 @@ func FuzzUnmarshalCommand(f *testing.F) {
 func FuzzDecodeEntry(f *testing.F) {
 	f.Add(encodeEntry(entryID{1, 2}, fuzzSeeds(f)))
 	f.Add(append(make([]byte, entryHdrLen), 0xdd, 0x7f, 0xff, 0xff, 0xff))
+	stale := make([]Command, 2, 8) // what Update's buffer may hold from the entry before
+	for i := range stale[:cap(stale)] {
+		stale[:cap(stale)][i] = Command{Op: OpPutInstance, Instance: persistent("stale", "10.0.0.1", i)}
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, cmds, err := decodeEntry(nil, b)
+		// Into a reused buffer (Update's way), the same commands after
+		// the buffer's own, or the same error with the buffer as it was.
+		_, again, err2 := decodeEntry(stale[:2:8], b)
+		if (err == nil) != (err2 == nil) || err != nil && err.Error() != err2.Error() || len(again) != 2+len(cmds) ||
+			len(cmds) > 0 && !testutil.Equal(again[2:], cmds) || again[0].Instance.Port != 0 || again[1].Instance.Port != 1 {
+			t.Fatalf("into a reused buffer: %d commands, %v; into nil: %d, %v", len(again), err2, len(cmds), err)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatal(err)

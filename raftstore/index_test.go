@@ -236,36 +236,38 @@ func randomSMCommand(rng *rand.Rand) Command {
 // nothing changed the instances: random looks, puts, health changes and
 // deletes over a few keys always see what the map holds.
 func TestMemIndexInstanceMemo(t *testing.T) {
-	r := rand.New(rand.NewPCG(5, 6))
-	ix := newMemIndex()
-	keys := make([]model.InstanceKey, 3)
-	for i := range keys {
-		keys[i] = persistent("memo", "10.0.0."+strconv.Itoa(i+1), 80).Key()
-	}
-	for step := range 5000 {
-		k := keys[r.IntN(len(keys))]
-		ik := instKey(kindInstance, k)
-		healthy, ok := ix.instances[string(ik)]
-		if got, gotOK := ix.instance(ik); got != healthy || gotOK != ok {
-			t.Fatalf("step %d: instance says %v %v, the map %v %v", step, got, gotOK, healthy, ok)
+	testutil.Seeds(t, 0, 1, func(t *testing.T, seed uint64) {
+		r := rand.New(rand.NewPCG(seed, 6))
+		ix := newMemIndex()
+		keys := make([]model.InstanceKey, 3)
+		for i := range keys {
+			keys[i] = persistent("memo", "10.0.0."+strconv.Itoa(i+1), 80).Key()
 		}
-		switch r.IntN(4) {
-		case 0:
-			st := ix.Instance(k)
-			if st.Exists != ok || st.Healthy != healthy {
-				t.Fatalf("step %d: Instance %+v, the map %v %v", step, st, healthy, ok)
+		for step := range 5000 {
+			k := keys[r.IntN(len(keys))]
+			ik := instKey(kindInstance, k)
+			healthy, ok := ix.instances[string(ik)]
+			if got, gotOK := ix.instance(ik); got != healthy || gotOK != ok {
+				t.Fatalf("step %d: instance says %v %v, the map %v %v", step, got, gotOK, healthy, ok)
 			}
-		case 1:
-			ix.putInstance(ik, k.Service, r.IntN(2) == 0)
-		case 2:
-			if ok {
-				ix.setHealth(ik, r.IntN(2) == 0)
+			switch r.IntN(4) {
+			case 0:
+				st := ix.Instance(k)
+				if st.Exists != ok || st.Healthy != healthy {
+					t.Fatalf("step %d: Instance %+v, the map %v %v", step, st, healthy, ok)
+				}
+			case 1:
+				ix.putInstance(ik, k.Service, r.IntN(2) == 0)
+			case 2:
+				if ok {
+					ix.setHealth(ik, r.IntN(2) == 0)
+				}
+			default:
+				ix.deleteInstance(ik, k.Service)
 			}
-		default:
-			ix.deleteInstance(ik, k.Service)
+			if want := len(ix.instances); want > 0 && ix.services[string(serviceKey(k.Service))].persistent != want {
+				t.Fatalf("step %d: %d persistent counted, %d held", step, ix.services[string(serviceKey(k.Service))].persistent, want)
+			}
 		}
-		if want := len(ix.instances); want > 0 && ix.services[string(serviceKey(k.Service))].persistent != want {
-			t.Fatalf("step %d: %d persistent counted, %d held", step, ix.services[string(serviceKey(k.Service))].persistent, want)
-		}
-	}
+	})
 }

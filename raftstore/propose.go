@@ -62,15 +62,16 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 	p := &proposal{at: n.clock.Now(), enc: enc, done: make(chan proposalResult, 1)}
 	// The bounded wait runs from this call, not from when the batcher takes
 	// p: the entry ahead of it may be in its own bounded wait. Dragonboat is
-	// a real-time engine: the bound is real time. (A timer beside ctx costs
-	// less than a context with a deadline: no child context to register.)
-	bound := time.NewTimer(n.cfg.ProposeTimeout)
+	// a real-time engine: the bound is Dragonboat's pace. (A timer beside
+	// ctx costs less than a context with a deadline: no child context to
+	// register.)
+	bound := n.pace.NewTimer(n.cfg.ProposeTimeout)
 	defer bound.Stop()
 	select {
 	case n.queue <- p:
 	case <-ctx.Done():
 		return Result{}, n.boundedErr(ctx, nil)
-	case <-bound.C:
+	case <-bound.Chan():
 		return Result{}, n.boundedErr(ctx, nil)
 	case <-n.done:
 		return Result{}, ErrClosed
@@ -84,7 +85,7 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 	case <-ctx.Done():
 		p.gone.Store(true)
 		return Result{}, n.boundedErr(ctx, nil)
-	case <-bound.C:
+	case <-bound.Chan():
 		p.gone.Store(true)
 		return Result{}, n.boundedErr(ctx, nil)
 	case <-n.done:

@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/muster-io/muster/health"
+	"github.com/muster-io/muster/internal/testutil"
 	"github.com/muster-io/muster/model"
 )
 
@@ -584,77 +585,79 @@ func TestBeatBlockSizeClass(t *testing.T) {
 // index fed that way as one that resolves every command itself (apply)
 // leaves it: every instance (health kept over re-puts), every patch (merged).
 func TestApplyResolvedAsApply(t *testing.T) {
-	r := rand.New(rand.NewPCG(7, 8))
-	self := newIndex(DefaultLimits(), coreEmptyTTL, corePatchTTL)
-	fed := newIndex(DefaultLimits(), coreEmptyTTL, corePatchTTL)
-	patch := func(p *model.InstancePatch) string {
-		s := p.Key.String() + " " + p.Metadata.String()
-		if p.Weight != nil {
-			s += fmt.Sprint(" weight ", *p.Weight)
-		}
-		if p.Enabled != nil {
-			s += fmt.Sprint(" enabled ", *p.Enabled)
-		}
-		return s
-	}
-	state := func(ix *index) map[string]string {
-		m := map[string]string{}
-		for key, s := range ix.allServices() {
-			for _, sl := range s.slots {
-				if p := sl.pers(); p != nil {
-					m["inst "+sl.key().String()] = fmt.Sprintf("%+v", p.instance(s))
-				}
-				if p := sl.patch(); p != nil {
-					m["slot patch "+sl.key().String()] = patch(p)
-				}
+	testutil.Seeds(t, 0, 1, func(t *testing.T, seed uint64) {
+		r := rand.New(rand.NewPCG(seed, 8))
+		self := newIndex(DefaultLimits(), coreEmptyTTL, corePatchTTL)
+		fed := newIndex(DefaultLimits(), coreEmptyTTL, corePatchTTL)
+		patch := func(p *model.InstancePatch) string {
+			s := p.Key.String() + " " + p.Metadata.String()
+			if p.Weight != nil {
+				s += fmt.Sprint(" weight ", *p.Weight)
 			}
-			m["svc "+key.String()] = fmt.Sprint(s.def != nil)
-		}
-		for k := range ix.allPatches() {
-			m["patch "+k.String()] = patch(ix.patches[k])
-		}
-		return m
-	}
-	applied := 0
-	for step := range 3000 {
-		svc, ip := []string{"a", "b"}[r.IntN(2)], 1+r.IntN(3)
-		key := rulesKey(svc, ip)
-		var cmd model.Command
-		switch r.IntN(6) {
-		case 0, 1:
-			in := rulesInst(svc, ip, false)
-			in.Healthy, in.Weight = r.IntN(2) == 0, float64(1+r.IntN(3))
-			cmd = model.Command{Op: model.OpPutInstance, Instance: in}
-		case 2:
-			cmd = model.Command{Op: model.OpSetHealth, Key: key, Healthy: r.IntN(2) == 0}
-		case 3:
-			cmd = model.Command{Op: model.OpDeleteInstance, Key: key}
-		case 4:
-			p := model.InstancePatch{Key: key, Metadata: model.NewMetadata(map[string]string{"k" + strconv.Itoa(r.IntN(3)): strconv.Itoa(step)})}
-			if r.IntN(2) == 0 {
-				w := float64(r.IntN(5))
-				p.Weight = &w
+			if p.Enabled != nil {
+				s += fmt.Sprint(" enabled ", *p.Enabled)
 			}
-			cmd = model.Command{Op: model.OpPatchInstance, Patch: p}
-		default:
-			cmd = model.Command{Op: model.OpRemovePatch, Key: key}
+			return s
 		}
-		cmd.Normalize()
-		if self.admit(&cmd, model.Origin{}) != nil {
-			continue
+		state := func(ix *index) map[string]string {
+			m := map[string]string{}
+			for key, s := range ix.allServices() {
+				for _, sl := range s.slots {
+					if p := sl.pers(); p != nil {
+						m["inst "+sl.key().String()] = fmt.Sprintf("%+v", p.instance(s))
+					}
+					if p := sl.patch(); p != nil {
+						m["slot patch "+sl.key().String()] = patch(p)
+					}
+				}
+				m["svc "+key.String()] = fmt.Sprint(s.def != nil)
+			}
+			for k := range ix.allPatches() {
+				m["patch "+k.String()] = patch(ix.patches[k])
+			}
+			return m
 		}
-		applied++
-		resolved := cmd
-		model.ResolveCommand(&resolved, (*indexState)(&self)) // what the store hands over
-		self.apply(&cmd, model.Origin{}, coreT0)
-		fed.applyResolved(&resolved, coreT0)
-		self.fx.reset()
-		fed.fx.reset()
-		if a, b := state(&self), state(&fed); !maps.Equal(a, b) {
-			t.Fatalf("step %d, %v: resolving itself %v\nfed resolved %v", step, cmd.Op, a, b)
+		applied := 0
+		for step := range 3000 {
+			svc, ip := []string{"a", "b"}[r.IntN(2)], 1+r.IntN(3)
+			key := rulesKey(svc, ip)
+			var cmd model.Command
+			switch r.IntN(6) {
+			case 0, 1:
+				in := rulesInst(svc, ip, false)
+				in.Healthy, in.Weight = r.IntN(2) == 0, float64(1+r.IntN(3))
+				cmd = model.Command{Op: model.OpPutInstance, Instance: in}
+			case 2:
+				cmd = model.Command{Op: model.OpSetHealth, Key: key, Healthy: r.IntN(2) == 0}
+			case 3:
+				cmd = model.Command{Op: model.OpDeleteInstance, Key: key}
+			case 4:
+				p := model.InstancePatch{Key: key, Metadata: model.NewMetadata(map[string]string{"k" + strconv.Itoa(r.IntN(3)): strconv.Itoa(step)})}
+				if r.IntN(2) == 0 {
+					w := float64(r.IntN(5))
+					p.Weight = &w
+				}
+				cmd = model.Command{Op: model.OpPatchInstance, Patch: p}
+			default:
+				cmd = model.Command{Op: model.OpRemovePatch, Key: key}
+			}
+			cmd.Normalize()
+			if self.admit(&cmd, model.Origin{}) != nil {
+				continue
+			}
+			applied++
+			resolved := cmd
+			model.ResolveCommand(&resolved, (*indexState)(&self)) // what the store hands over
+			self.apply(&cmd, model.Origin{}, coreT0)
+			fed.applyResolved(&resolved, coreT0)
+			self.fx.reset()
+			fed.fx.reset()
+			if a, b := state(&self), state(&fed); !maps.Equal(a, b) {
+				t.Fatalf("step %d, %v: resolving itself %v\nfed resolved %v", step, cmd.Op, a, b)
+			}
 		}
-	}
-	if applied < 1000 {
-		t.Fatalf("only %d of 3000 commands admitted", applied)
-	}
+		if applied < 1000 {
+			t.Fatalf("only %d of 3000 commands admitted", applied)
+		}
+	})
 }
