@@ -62,16 +62,12 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 	p := &proposal{at: n.clock.Now(), enc: enc, done: make(chan proposalResult, 1)}
 	// The bounded wait runs from this call, not from when the batcher takes
 	// p: the entry ahead of it may be in its own bounded wait. Dragonboat is
-	// a real-time engine: the bound is Dragonboat's pace. (A timer beside
-	// ctx costs less than a context with a deadline: no child context to
-	// register.)
-	bound := n.pace.NewTimer(n.cfg.ProposeTimeout)
-	defer bound.Stop()
+	// a real-time engine: the bound is real time.
+	wctx, cancel := context.WithTimeout(ctx, n.cfg.ProposeTimeout)
+	defer cancel()
 	select {
 	case n.queue <- p:
-	case <-ctx.Done():
-		return Result{}, n.boundedErr(ctx, nil)
-	case <-bound.Chan():
+	case <-wctx.Done():
 		return Result{}, n.boundedErr(ctx, nil)
 	case <-n.done:
 		return Result{}, ErrClosed
@@ -82,10 +78,7 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 			r.res.Rejected = rejection(r.code, &cmd)
 		}
 		return r.res, r.err
-	case <-ctx.Done():
-		p.gone.Store(true)
-		return Result{}, n.boundedErr(ctx, nil)
-	case <-bound.Chan():
+	case <-wctx.Done():
 		p.gone.Store(true)
 		return Result{}, n.boundedErr(ctx, nil)
 	case <-n.done:
