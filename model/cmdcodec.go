@@ -44,8 +44,11 @@ func decodeCommands(dst []Command, b []byte, o DecodeOptions) ([]Command, error)
 		return dst, err
 	}
 	d := walkDecoder(b, o)
-	if cmds, ok := d.commands(dst); ok && d.off == len(b) {
-		return cmds, nil
+	if cmds, ok := d.commands(dst); ok {
+		if d.off == len(b) {
+			return cmds, nil
+		}
+		clear(cmds[len(dst):]) // bytes after the batch: refused, and not kept
 	}
 	if err := walkPlan(p, b, o); err != nil {
 		return dst, err

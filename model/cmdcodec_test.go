@@ -196,6 +196,11 @@ func TestAppendCommands(t *testing.T) {
 		if got, err := AppendCommands(buf, refused, DecodeOptions{}); err == nil || len(got) != 1 || got[0].Op != OpRemovePatch {
 			t.Fatalf("refused: %d commands, %v", len(got), err)
 		}
+		// A whole batch, then a byte after it: decoded, then refused.
+		trailing := append(encodeBatch(t, full[:2]), 0xc0)
+		if got, err := AppendCommands(buf, trailing, DecodeOptions{}); err == nil || len(got) != 1 || got[0].Op != OpRemovePatch {
+			t.Fatalf("trailing: %d commands, %v", len(got), err)
+		}
 		for i, c := range buf[1:cap(buf)] {
 			if !reflect.ValueOf(c).IsZero() {
 				t.Fatalf("a refused batch left %+v in the spare capacity at %d", c, i)

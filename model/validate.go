@@ -522,7 +522,7 @@ func checkMetadataRules(field string, m Metadata, l Limits) error {
 func plainMetadata(m Metadata, max int) (plain, preserved bool) {
 	p := m.p
 	if p == "" {
-		return true, false
+		return max >= 0, false // as plainPairs: 0 bytes in all
 	}
 	if p[0]&0xf0 != 0x80 { // not a fixmap: 16 pairs or more
 		return plainPairs(m, max)

@@ -157,6 +157,9 @@ func FuzzPlainMetadata(f *testing.F) {
 	f.Add("k\x1f", "v", "k2", "\x20\x7e", "k3", "0123456789abcdef0123456789abcdef", 20, 1024)
 	f.Add("ключ", "значение", "k", "ü", "k2", "\xff", 0, 8)
 	f.Add("a", "1234567", "b", "12345678", "c", "123456789", 15, 30)
+	f.Add("preserved.", "x", "preserved.", "x", "preserved.", "x", 0, 1024) // the prefix alone, one pair
+	f.Add("0", "0000", "00", "0", "0", "0000", 0, 8)                        // exactly at the size limit
+	f.Add("0", "0000", "00", "0", "0", "0000", 0, 7)                        // one byte over it
 	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, k3, v3 string, extra, max int) {
 		pairs := map[string]string{k1: v1, k2: v2, k3: v3}
 		for i := range extra % 40 {

@@ -32,6 +32,9 @@ func FuzzValidInstanceIn(f *testing.F) {
 	f.Add("orders", "", "host.example", 80, "preserved.heart.beat.interval", "x", 0, 1024, 64)
 	f.Add("orders", "", "10.0.0.1", 80, "", "v", 0, 0, 0)
 	f.Add("orders", "", "10.0.0.1", 80, "k", "v", 5, -1, 2)
+	f.Add("orders", "", "10.0.0.1", 8080, "k", "v", 70, 1024, 64) // valid but for the entry count
+	f.Add("orders", "", "10.0.0.1", 8080, "k", "v", 0, 0, 8)      // no size limit set
+	f.Add("orders", "", "10.0.0.1", 8080, "k", "v", 0, -1, 8)
 	f.Fuzz(func(t *testing.T, name, cluster, ip string, port int, mk, mv string, extra, maxSize, maxEntries int) {
 		pairs := map[string]string{mk: mv}
 		for i := range extra % 80 {
