@@ -64,6 +64,14 @@ func (w *rw) strHdr(n int) {
 	}
 }
 
+// count returns a collection's length: mostly 0–3, now and then up to max.
+func (w *rw) count(max int) int {
+	if w.r.IntN(10) == 0 {
+		return w.r.IntN(max)
+	}
+	return w.r.IntN(4)
+}
+
 func (w *rw) str(s string) { w.strHdr(len(s)); w.b = append(w.b, s...) }
 
 func (w *rw) coll(n int, fix, b16, b32 byte) {
@@ -216,10 +224,7 @@ func (w *rw) command() {
 				"protect":   func() { w.float(w.r.Float64()) },
 				"md":        w.md,
 				"clusters": func() {
-					n := w.r.IntN(4)
-					if w.r.IntN(10) == 0 {
-						n = w.r.IntN(500)
-					}
+					n := w.count(500)
 					w.arrHdr(n)
 					for range n {
 						w.object(map[string]func(){
@@ -232,10 +237,7 @@ func (w *rw) command() {
 									"path":    func() { w.str(w.rstr()) },
 									"headers": w.md,
 									"codes": func() {
-										n := w.r.IntN(4)
-										if w.r.IntN(10) == 0 {
-											n = w.r.IntN(300)
-										}
+										n := w.count(300)
 										w.arrHdr(n)
 										for range n {
 											w.int(int64(w.r.IntN(600)))
