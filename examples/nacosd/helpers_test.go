@@ -15,6 +15,8 @@ import (
 	"github.com/nacos-group/nacos-sdk-go/v2/clients/naming_client"
 	"github.com/nacos-group/nacos-sdk-go/v2/common/constant"
 	"github.com/nacos-group/nacos-sdk-go/v2/vo"
+
+	"github.com/muster-io/muster/internal/testutil"
 )
 
 // portsFree reports whether nothing listens on 127.0.0.1 at each port (TCP,
@@ -203,10 +205,13 @@ func clientDir(t testing.TB) string {
 }
 
 // skipUnderRace skips tests that drive the real SDKs under the race
-// detector: the SDKs race with themselves (see race_test.go).
+// detector: the Nacos SDKs race with themselves (nacos-sdk-go/v2 v2.3.2's
+// RpcClient reads rpcClientStatus without synchronisation while its
+// reconnect goroutine swaps it), so under -race the wire-level tests
+// (wire_test.go) exercise the server instead.
 func skipUnderRace(t testing.TB) {
 	t.Helper()
-	if raceEnabled {
+	if testutil.Race {
 		t.Skip("the Nacos SDKs have data races of their own; wire_test.go covers the server under -race")
 	}
 }

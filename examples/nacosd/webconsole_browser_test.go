@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
+	"github.com/muster-io/muster/internal/testutil"
 	"github.com/muster-io/muster/model"
 )
 
@@ -29,7 +30,7 @@ import (
 // NACOSD_BROWSER) in the module's general run. Screenshots go to
 // $NACOSD_CONSOLE_ARTIFACTS, or a temporary directory (logged).
 func TestConsoleBrowser(t *testing.T) {
-	if raceEnabled {
+	if testutil.Race {
 		t.Skip("a browser test: the race detector adds nothing (TestConsoleAuth covers the handlers)")
 	}
 	if os.Getenv("CI") == "true" && os.Getenv("NACOSD_BROWSER") == "" {
