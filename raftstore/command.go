@@ -101,24 +101,17 @@ func encodeEntry(id entryID, cmds [][]byte) []byte {
 var errBadEntry = errors.New("bad entry header")
 
 // decodeEntry decodes a Raft entry written by encodeEntry, appending its
-// commands to dst (nil for a new slice: model.UnmarshalCommands; else
-// model.AppendCommands). It is safe on untrusted input: both check it
-// under committedDecode's bound exactly as model.UnmarshalWith does (and
-// decode the commands as it would, by hand when they are in the form
-// Marshal writes).
+// commands to dst. It is safe on untrusted input: model.AppendCommands
+// checks it under committedDecode's bound exactly as model.UnmarshalWith
+// does (and decodes the commands as it would, by hand when they are in the
+// form Marshal writes).
 func decodeEntry(dst []Command, b []byte) (entryID, []Command, error) {
 	var id entryID
 	if len(b) < entryHdrLen || b[0] != entryVersion {
 		return id, dst, fmt.Errorf("%w: entry: %w", ErrCorrupt, errBadEntry)
 	}
 	copy(id[:], b[1:entryHdrLen])
-	var cmds []Command
-	var err error
-	if dst == nil {
-		cmds, err = model.UnmarshalCommands(b[entryHdrLen:], committedDecode)
-	} else {
-		cmds, err = model.AppendCommands(dst, b[entryHdrLen:], committedDecode)
-	}
+	cmds, err := model.AppendCommands(dst, b[entryHdrLen:], committedDecode)
 	if err != nil {
 		return id, dst, fmt.Errorf("%w: entry: %w", ErrCorrupt, err)
 	}
