@@ -377,6 +377,31 @@ func TestDiff(t *testing.T) {
 	if d := Diff(to, nil); len(d.Removed) != 2 {
 		t.Fatalf("Diff to nil = %+v", d)
 	}
+	if d := Diff(nil, nil); !reflect.DeepEqual(d, Delta{}) {
+		t.Fatalf("Diff of two empty views = %+v, want the zero Delta", d)
+	}
+	if d := Diff(&ServiceView{Instances: []Instance{}}, from); len(d.Added) != 2 || d.Removed != nil || d.Updated != nil {
+		t.Fatalf("Diff from an empty view = %+v", d)
+	}
+}
+
+// TestDiffSharesOneSide: a delta against an empty view (a watcher's first,
+// a service gone) is the other view's instances, not a copy of them, and
+// an append to it leaves the view alone.
+func TestDiffSharesOneSide(t *testing.T) {
+	insts := make([]Instance, 2, 4) // room to grow: an append must not use it
+	insts[0] = NewInstance(svc.WithDefaults(), "10.0.0.1", 80)
+	insts[1] = NewInstance(svc.WithDefaults(), "10.0.0.2", 80)
+	v := &ServiceView{Instances: insts}
+	for name, list := range map[string][]Instance{"added": Diff(nil, v).Added, "removed": Diff(v, nil).Removed} {
+		if len(list) != 2 || &list[0] != &insts[0] {
+			t.Fatalf("%s: %d instances, shared %v; want the view's own", name, len(list), len(list) > 0 && &list[0] == &insts[0])
+		}
+		grown := append(list, NewInstance(svc.WithDefaults(), "10.0.0.3", 80))
+		if &grown[0] == &insts[0] || insts[:3][2].IP != "" {
+			t.Fatalf("%s: an append to the delta wrote into the view's array", name)
+		}
+	}
 }
 
 func TestPatch(t *testing.T) {

@@ -96,7 +96,9 @@ func (d *Delta) Empty() bool {
 }
 
 // Diff returns the change from one view to another. A nil view counts as empty. Both
-// views must hold their instances in InstanceKey order, as views do.
+// views must hold their instances in InstanceKey order, as views do. When one side is
+// empty (a watcher's first view, a service that went away), the delta's list is the other
+// view's instances themselves, not a copy: views and deltas are read-only.
 func Diff(from, to *ServiceView) Delta {
 	var a, b []Instance
 	if from != nil {
@@ -106,6 +108,16 @@ func Diff(from, to *ServiceView) Delta {
 		b = to.Instances
 	}
 	var d Delta
+	switch {
+	case len(b) == 0:
+		if len(a) > 0 {
+			d.Removed = a[:len(a):len(a)] // full: an append to it copies
+		}
+		return d
+	case len(a) == 0:
+		d.Added = b[:len(b):len(b)]
+		return d
+	}
 	i, j := 0, 0
 	for i < len(a) && j < len(b) {
 		ka, kb := a[i].Key(), b[j].Key()

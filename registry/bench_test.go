@@ -368,8 +368,26 @@ func benchMemory(b *testing.B, sessions bool) {
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&viewed)
+		// A watcher of each service, past its first update: what a
+		// subscribed service holds beyond its view.
+		watchers := make([]*registry.Watcher, len(keys))
+		for s, key := range keys {
+			w, err := r.Watch(ctx, model.Query{Service: key})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := w.Next(ctx); err != nil {
+				b.Fatal(err)
+			}
+			watchers[s] = w
+		}
+		runtime.GC()
+		var watched runtime.MemStats
+		runtime.ReadMemStats(&watched)
 		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(n), "B/instance")
 		b.ReportMetric(float64(viewed.HeapAlloc-before.HeapAlloc)/float64(n), "B/instance-viewed")
+		b.ReportMetric(float64(watched.HeapAlloc-viewed.HeapAlloc)/float64(len(keys)), "B/watched-service")
+		runtime.KeepAlive(watchers)
 		runtime.KeepAlive(r)
 		r.Close()
 	}
