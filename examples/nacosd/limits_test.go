@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"golang.org/x/net/http2"
 	"io"
 	"net"
 	"net/http"
@@ -16,9 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang/protobuf/proto"
 	pb "github.com/nacos-group/nacos-sdk-go/v2/api/grpc"
 	sdkmodel "github.com/nacos-group/nacos-sdk-go/v2/model"
 	"github.com/nacos-group/nacos-sdk-go/v2/vo"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -437,12 +440,22 @@ func TestFloodFigures(t *testing.T) {
 // streams at once: with MaxRecvMsgSize, what bounds the request bytes one
 // unauthenticated connection can make the server hold.
 func TestGRPCStreamsPerConnectionBounded(t *testing.T) {
-	s := startServer(t, nil)
+	sf, _, _ := grpcSettings(t, startServer(t, nil))
+	if v, ok := sf.Value(http2.SettingMaxConcurrentStreams); !ok || v != maxStreamsPerConn {
+		t.Fatalf("SETTINGS_MAX_CONCURRENT_STREAMS = %d (set: %v), want %d", v, ok, maxStreamsPerConn)
+	}
+}
+
+// grpcSettings opens a raw HTTP/2 connection to s's gRPC port and returns
+// the server's first SETTINGS frame, with the framer and the connection
+// (closed with the test) to go on with.
+func grpcSettings(t *testing.T, s *Server) (*http2.SettingsFrame, *http2.Framer, net.Conn) {
+	t.Helper()
 	conn, err := net.DialTimeout("tcp", s.grpcLn.Addr().String(), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
 		t.Fatal(err)
@@ -456,14 +469,95 @@ func TestGRPCStreamsPerConnectionBounded(t *testing.T) {
 		if err != nil {
 			t.Fatalf("no SETTINGS frame from the server: %v", err)
 		}
-		sf, ok := f.(*http2.SettingsFrame)
-		if !ok || sf.IsAck() {
-			continue
+		if sf, ok := f.(*http2.SettingsFrame); ok && !sf.IsAck() {
+			return sf, fr, conn
 		}
-		v, ok := sf.Value(http2.SettingMaxConcurrentStreams)
-		if !ok || v != maxStreamsPerConn {
-			t.Fatalf("SETTINGS_MAX_CONCURRENT_STREAMS = %d (set: %v), want %d", v, ok, maxStreamsPerConn)
-		}
-		return
 	}
+}
+
+// TestGRPCNoHeaderTable: the server's SETTINGS ask for no HPACK dynamic
+// table (a connection keeps no table of its client's headers), and a client
+// that ignores them and indexes its headers in HTTP/2's default 4 KiB table
+// is still served.
+func TestGRPCNoHeaderTable(t *testing.T) {
+	sf, fr, conn := grpcSettings(t, startServer(t, nil))
+	if v, ok := sf.Value(http2.SettingHeaderTableSize); !ok || v != 0 {
+		t.Fatalf("SETTINGS_HEADER_TABLE_SIZE = %d (set: %v), want 0", v, ok)
+	}
+	if err := fr.WriteSettingsAck(); err != nil {
+		t.Fatal(err)
+	}
+	// The client's encoder keeps the default table: the second request's
+	// headers are references to the first's.
+	var hbuf strings.Builder
+	enc := hpack.NewEncoder(&hbuf)
+	msg, err := proto.Marshal(wirePayload("ServerCheckRequest", map[string]any{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(msg))) // gRPC's message prefix: not compressed, length
+	body = append(body, msg...)
+	var sizes []int
+	for _, id := range []uint32{1, 3} {
+		hbuf.Reset()
+		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/Request/request"},
+			{":authority", conn.RemoteAddr().String()}, {"content-type", "application/grpc"}, {"te", "trailers"},
+			{"user-agent", "raw-h2-test/1.0 (a client that keeps its HPACK table)"}} {
+			if err := enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sizes = append(sizes, hbuf.Len())
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: []byte(hbuf.String()), EndHeaders: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := fr.WriteData(id, true, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sizes[1] >= sizes[0]/2 {
+		t.Fatalf("header blocks of %v bytes: the second does not refer to the first's table entries", sizes)
+	}
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	answered := map[uint32]string{}
+	status := map[uint32]string{}
+	for len(status) < 2 {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("reading the answers (status so far %v): %v", status, err)
+		}
+		switch f := f.(type) {
+		case *http2.MetaHeadersFrame:
+			if f.StreamEnded() {
+				status[f.StreamID] = f.PseudoValue("status") + " grpc-status " + metaValue(f, "grpc-status") + " " + metaValue(f, "grpc-message")
+			}
+		case *http2.DataFrame:
+			if d := f.Data(); len(d) > 5 {
+				var p pb.Payload
+				if err := proto.Unmarshal(d[5:], &p); err != nil {
+					t.Fatalf("stream %d: answer: %v", f.StreamID, err)
+				}
+				answered[f.StreamID] = p.GetMetadata().GetType()
+			}
+		case *http2.GoAwayFrame:
+			t.Fatalf("the server closed the connection: %v %s", f.ErrCode, f.DebugData())
+		case *http2.RSTStreamFrame:
+			t.Fatalf("stream %d reset: %v", f.StreamID, f.ErrCode)
+		}
+	}
+	for _, id := range []uint32{1, 3} {
+		if got := status[id]; !strings.HasPrefix(got, " grpc-status 0") || answered[id] != "ServerCheckResponse" {
+			t.Errorf("stream %d: trailers %q, answer %q; want grpc-status 0 and a ServerCheckResponse", id, got, answered[id])
+		}
+	}
+}
+
+// metaValue returns the value of the regular header field name in f.
+func metaValue(f *http2.MetaHeadersFrame, name string) string {
+	for _, hf := range f.RegularFields() {
+		if hf.Name == name {
+			return hf.Value
+		}
+	}
+	return ""
 }

@@ -426,6 +426,15 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		// not bound the server's memory: MaxConcurrentStreams above does.)
 		grpc.StaticStreamWindowSize(1<<20),
 		grpc.StaticConnWindowSize(1<<20),
+		// No HPACK dynamic table for request headers: the server's
+		// SETTINGS ask clients to send them without one (every gRPC client
+		// honours it: grpc-go, grpc-java's Netty, Node's http2), so a
+		// connection does not keep a table of its client's past headers,
+		// about 2 KiB each. A request's headers are a few dozen bytes more
+		// on the wire, and the CPU a registration costs did not move
+		// (README, Benchmark). A client that ignores the setting still
+		// works: gRPC's decoder keeps accepting HTTP/2's default of 4 KiB.
+		grpc.HeaderTableSize(0),
 	)...)
 	s.grpcSrv.RegisterService(&requestDesc, s.api) // pb.RegisterRequestServer, with the handler of grpc.go
 	pb.RegisterBiRequestStreamServer(s.grpcSrv, s.api)
