@@ -156,7 +156,8 @@ func transportNote(a, b [2]uint64) string {
 
 // raftNote says, from the nodes' counters before (a) and after (b) a round,
 // where its commands went: per node, the commands proposed there, the
-// entries they went in and the Raft log's synchronous writes, the leader,
+// entries they went in (a follower's forwarded to the leader, which merged
+// them with its own) and the Raft log's synchronous writes, the leader,
 // and what could have disturbed the round (leader changes, snapshots).
 func raftNote(a, b []raftstore.Stats) string {
 	var cmds, writes, changes, snaps, retries, timeouts, dropped uint64
@@ -173,7 +174,9 @@ func raftNote(a, b []raftstore.Stats) string {
 		dropped += b[i].Inbound.Dropped - a[i].Inbound.Dropped
 		lead := ""
 		if b[i].IsLeader {
-			lead = " (leader)"
+			lead = fmt.Sprintf(" (leader: %d merged entries)", b[i].MergedEntries-a[i].MergedEntries)
+		} else if f := b[i].EntriesForwarded - a[i].EntriesForwarded; f > 0 {
+			lead = fmt.Sprintf(" (%d forwarded, %d fell back)", f, b[i].ForwardFallbacks-a[i].ForwardFallbacks)
 		}
 		per = append(per, fmt.Sprintf("n%d%s %d cmds in %d entries (%.1f per entry, %d waits expired), %d log writes",
 			i+1, lead, p, e, float64(p)/float64(max(e, 1)), b[i].BatchWaitsExpired-a[i].BatchWaitsExpired, w))

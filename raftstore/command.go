@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -99,6 +100,60 @@ func encodeEntry(id entryID, cmds [][]byte) []byte {
 }
 
 var errBadEntry = errors.New("bad entry header")
+
+// A merged entry (forward.go) holds the entries of several proposers, each
+// whole (its version, ID and commands), so that each keeps its ID: its
+// version mergedVersion, the count of parts (one byte), then each part's
+// length (4 bytes, big-endian) and bytes. Its commands together stay within
+// one entry's bounds (maxBatchCommands, maxEntryBytes), so it fits an
+// Update chunk as one entry does.
+const (
+	mergedVersion  = 2
+	maxMergedParts = 8
+)
+
+// encodeMerged packs whole entries into one merged entry.
+func encodeMerged(parts [][]byte) []byte {
+	n := 2
+	for _, p := range parts {
+		n += 4 + len(p)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, mergedVersion, byte(len(parts)))
+	for _, p := range parts {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(p)))
+		b = append(b, p...)
+	}
+	return b
+}
+
+// splitEntry returns the proposers' entries in a Raft entry: the entry
+// itself, or a merged entry's parts (slices of b). A part is checked when
+// it is decoded (decodeEntry).
+func splitEntry(b []byte) ([][]byte, error) {
+	if len(b) == 0 || b[0] != mergedVersion {
+		return [][]byte{b}, nil
+	}
+	if len(b) < 2 || b[1] == 0 || b[1] > maxMergedParts {
+		return nil, fmt.Errorf("%w: merged entry: %w", ErrCorrupt, errBadEntry)
+	}
+	parts := make([][]byte, 0, b[1])
+	rest := b[2:]
+	for range b[1] {
+		if len(rest) < 4 {
+			return nil, fmt.Errorf("%w: merged entry: %w", ErrCorrupt, errBadEntry)
+		}
+		l := binary.BigEndian.Uint32(rest)
+		if uint64(l) > uint64(len(rest)-4) {
+			return nil, fmt.Errorf("%w: merged entry: part of %d bytes, %d left", ErrCorrupt, l, len(rest)-4)
+		}
+		parts, rest = append(parts, rest[4:4+l]), rest[4+l:]
+	}
+	if len(rest) != 0 {
+		return nil, fmt.Errorf("%w: merged entry: %d bytes after its parts", ErrCorrupt, len(rest))
+	}
+	return parts, nil
+}
 
 // decodeEntry decodes a Raft entry written by encodeEntry, appending its
 // commands to dst. It is safe on untrusted input: model.AppendCommands

@@ -169,6 +169,11 @@ type Config struct {
 	// pace, for tests, times the waits that follow Dragonboat (the batcher's
 	// window, the pause between attempts); nil is real time.
 	pace clockwork.Clock
+	// noForward, for tests, keeps a follower's entries on Dragonboat's own
+	// way to the leader (see forward.go).
+	noForward bool
+	// noMerge, for tests, proposes followers' entries each as its own.
+	noMerge bool
 }
 
 // TLSFiles names the PEM files of Dragonboat's mutual TLS.

@@ -151,6 +151,24 @@
 // ErrNoLeader, ErrClosed or its ctx's error may still be applied later: the
 // Listener is the source of truth.
 //
+// Forwarding (over Config.Transport). A follower does not propose its
+// entry through Dragonboat, which would hand it to the leader as one more
+// entry of the round (three nodes: three entries, each written to every
+// log and applied on its own). It sends the entry to the leader
+// (KindRaftPropose); the leader's batcher waits, like for its own callers
+// and within the same BatchWait, for the followers that forwarded lately,
+// and proposes their entries with its own as one merged entry: one log
+// write and one apply a round. Each part keeps its proposer's ID, so the
+// dedupe and the outcome are as before. The follower answers its callers
+// once its own listener has the entry's changes, so a write is visible
+// where it was made when Propose returns. When forwarding fails (no leader, the
+// leader unreachable or changed, no answer within an attempt) the follower
+// proposes the same entry itself; once the leader has answered, it is not
+// proposed again. The leader merges only while every other member forwards
+// saying it applies merged entries: an earlier version would skip one, and
+// must never run on a log that holds them. Stats.EntriesForwarded,
+// ForwardFallbacks, EntriesForwardedIn and MergedEntries count it.
+//
 // # Reads
 //
 // Reads (GetService, GetInstance, GetPatch, Instances, State) are served

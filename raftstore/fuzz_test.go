@@ -105,6 +105,41 @@ func FuzzDecodeEntry(f *testing.F) {
 	})
 }
 
+// FuzzSplitEntry: a merged entry's parts cover it exactly (its header,
+// then each part after its length), or it is refused as corrupt; a plain
+// entry is its own single part.
+func FuzzSplitEntry(f *testing.F) {
+	a, b := encodeEntry(entryID{1}, fuzzSeeds(f)), encodeEntry(entryID{2}, nil)
+	f.Add(a)
+	f.Add(encodeMerged([][]byte{a, b}))
+	f.Add([]byte{mergedVersion, maxMergedParts, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, e []byte) {
+		parts, err := splitEntry(e)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) || len(e) == 0 || e[0] != mergedVersion {
+				t.Fatalf("%v for an entry of version %d", err, e[0])
+			}
+			return
+		}
+		if len(e) == 0 || e[0] != mergedVersion {
+			if len(parts) != 1 || len(parts[0]) != len(e) {
+				t.Fatalf("a plain entry split in %d parts", len(parts))
+			}
+			return
+		}
+		n := 2
+		for _, p := range parts {
+			n += 4 + len(p)
+		}
+		if n != len(e) || len(parts) != int(e[1]) || len(parts) > maxMergedParts {
+			t.Fatalf("%d parts covering %d of %d bytes", len(parts), n, len(e))
+		}
+		if again := encodeMerged(parts); string(again) != string(e) {
+			t.Fatalf("parts encode to %x, not %x", again, e)
+		}
+	})
+}
+
 // FuzzSnapshotRecords: reading snapshot records from arbitrary bytes never
 // panics or allocates beyond the record cap.
 func FuzzSnapshotRecords(f *testing.F) {

@@ -95,6 +95,14 @@ func (l *recListener) Applied(changes []Change) {
 	}
 }
 
+// has reports whether the mirrored state holds instance key.
+func (l *recListener) has(key model.InstanceKey) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.instances[key]
+	return ok
+}
+
 // state returns the mirrored state in State's order.
 func (l *recListener) state() State {
 	l.mu.Lock()

@@ -41,13 +41,15 @@ type Node struct {
 	state   atomic.Int32 // stateNew, stateStarted, stateClosed: the lock-free view of the above
 
 	// Set by Start, read-only afterwards.
-	nh     *dragonboat.NodeHost
-	sm     *stateMachine
-	guard  *guard // checks inbound Raft traffic over Config.Transport; nil without
-	queue  chan *proposal
-	ctx    context.Context
-	cancel context.CancelFunc
-	done   chan struct{} // closed by Close when it begins
+	nh       *dragonboat.NodeHost
+	sm       *stateMachine
+	guard    *guard // checks inbound Raft traffic over Config.Transport; nil without
+	queue    chan *proposal
+	fwd      chan *forward // entries followers sent to this replica as the leader (forward.go)
+	fwdSlots fwdSlots      // those of each follower, queued or in flight
+	ctx      context.Context
+	cancel   context.CancelFunc
+	done     chan struct{} // closed by Close when it begins
 
 	closeDone chan struct{} // closed when Close has finished; closeErr is its result
 	closeErr  error
@@ -209,7 +211,7 @@ func (n *Node) nodeHostConfig() config.NodeHostConfig {
 // its own TCP transport.
 func (n *Node) transportFactory() config.TransportFactory {
 	if n.cfg.Transport != nil {
-		return muxFactory{t: n.cfg.Transport, guard: n.guard, limits: n.cfg.Limits}
+		return muxFactory{t: n.cfg.Transport, guard: n.guard, limits: n.cfg.Limits, propose: n.forwarded}
 	}
 	return n.cfg.transport
 }
@@ -333,6 +335,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	n.nh, n.db = nh, db
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.queue = make(chan *proposal, 4*maxBatchCommands)
+	n.fwd = make(chan *forward, forwardQueue)
 	n.goFunc(n.batchLoop)
 	if n.cfg.snapshotEvery() > 0 {
 		n.goFunc(n.snapshotLoop)

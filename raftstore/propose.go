@@ -105,13 +105,17 @@ func (n *Node) Propose(ctx context.Context, cmd Command) (Result, error) {
 // full). A command that arrives after the window closed goes out at once.
 func (n *Node) batchLoop() {
 	var (
-		carry  *proposal
-		batch  = make([]*proposal, 0, n.cfg.MaxBatch)
-		encs   = make([][]byte, 0, n.cfg.MaxBatch)
-		size   int
-		expect int                          // commands to wait for while the window is open
-		open   bool                         // the window after the last entry's answers is open
-		window = n.pace.NewTimer(time.Hour) // Dragonboat's pace, not Config.Clock
+		carry     *proposal
+		batch     = make([]*proposal, 0, n.cfg.MaxBatch)
+		fwds      []*forward // entries of followers that go with this one (forward.go)
+		encs      = make([][]byte, 0, n.cfg.MaxBatch)
+		size      int
+		expect    int                      // commands to wait for while the window is open
+		expectFwd int                      // and followers' entries
+		seen      = map[uint64]forwarder{} // followers that forwarded lately (forward.go)
+		round     int
+		open      bool                         // the window after the last entry's answers is open
+		window    = n.pace.NewTimer(time.Hour) // Dragonboat's pace, not Config.Clock
 	)
 	window.Stop()
 	defer window.Stop()
@@ -128,16 +132,26 @@ func (n *Node) batchLoop() {
 		batch = append(batch, p)
 		return len(batch) >= n.cfg.MaxBatch
 	}
+	// takeFwd adds a follower's entry to the round (forward.go).
+	takeFwd := func(f *forward) {
+		if !f.gone.Load() {
+			fwds = append(fwds, f)
+		}
+	}
 	for {
 		batch, size = batch[:0], 0
+		clear(fwds)
+		fwds = fwds[:0]
 		if p := carry; p != nil { // it waited out the entry before it
 			carry = nil
 			add(p)
 		}
-		for len(batch) == 0 {
+		for len(batch) == 0 && len(fwds) == 0 {
 			select {
 			case p := <-n.queue:
 				add(p)
+			case f := <-n.fwd:
+				takeFwd(f)
 			case <-window.Chan():
 				open = false
 			case <-n.ctx.Done():
@@ -152,9 +166,12 @@ func (n *Node) batchLoop() {
 			case p := <-n.queue:
 				add(p)
 				continue
+			case f := <-n.fwd:
+				takeFwd(f)
+				continue
 			default:
 			}
-			if !open || len(batch) >= expect {
+			if !open || len(batch) >= expect && len(fwds) >= expectFwd {
 				break
 			}
 			select {
@@ -167,6 +184,8 @@ func (n *Node) batchLoop() {
 			select {
 			case p := <-n.queue:
 				add(p)
+			case f := <-n.fwd:
+				takeFwd(f)
 			case <-window.Chan():
 				open, expired = false, true
 				break fill
@@ -176,6 +195,7 @@ func (n *Node) batchLoop() {
 		}
 		if n.ctx.Err() != nil { // closed: propose nothing more
 			n.failClosed(batch, carry)
+			n.failForwarded(fwds)
 			return
 		}
 		if waited {
@@ -185,8 +205,45 @@ func (n *Node) batchLoop() {
 		for _, p := range batch {
 			encs = append(encs, p.enc)
 		}
-		index, codes, err := n.proposeEntry(encodeEntry(n.nextEntryID(), encs))
-		n.stats.entryDone(err)
+		// This node's entry and the followers' that fit with it go as one
+		// merged entry (forward.go); the others each as its own, proposed
+		// first without waiting, so that Dragonboat takes them in one step.
+		var own []byte
+		if len(batch) > 0 {
+			own = encodeEntry(n.nextEntryID(), encs)
+		}
+		merged, rest := n.mergeForwarded(own, len(batch), fwds, n.allForward(seen, round, fwds))
+		states := n.proposeForwarded(rest)
+		var (
+			index uint64
+			codes []byte
+			err   error
+		)
+		switch {
+		case len(merged.fwds) > 0:
+			index, codes, err = n.proposeEntry(merged.entry)
+			codes, err = merged.answer(index, codes, err, own != nil)
+		case own != nil:
+			index, codes, err = n.commitEntry(own)
+		}
+		if len(batch) > 0 {
+			n.stats.entryDone(err)
+		}
+		// The followers that forwarded in this round or the one before
+		// come back with their next entries: wait for them all, so that
+		// their entries go in one round rather than alternate.
+		round++
+		for _, f := range fwds {
+			seen[f.from] = forwarder{round: round, merges: f.merges}
+		}
+		expectFwd = 0
+		for id, f := range seen {
+			if f.round+1 < round {
+				delete(seen, id)
+			} else {
+				expectFwd++
+			}
+		}
 		// The window opens as the answers go out: a caller back before
 		// the loop is done answering is in the queue and in this batch, so
 		// count the queue first.
@@ -209,6 +266,7 @@ func (n *Node) batchLoop() {
 			p.done <- r
 		}
 		clear(batch)
+		n.answerForwarded(rest, states)
 	}
 }
 

@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/dgraph-io/badger/v4"
@@ -36,7 +38,15 @@ type stateMachine struct {
 	log      *slog.Logger
 	applied  atomic.Uint64
 	closed   atomic.Bool
-	cleaned  uint64 // index of the last dedupe clean-up; Update's goroutine only
+	// published is the index whose changes the listener has (Update's last
+	// chunk committed, Reset); appliedMu guards appliedCh, closed (and
+	// cleared) when it moves while someone waits for it (waitPublished).
+	published atomic.Uint64
+	appliedMu sync.Mutex
+	appliedCh chan struct{}
+	cleaned   uint64 // index of the last dedupe clean-up; Update's goroutine only
+	// sinceClean counts the dedupe records written since (Update's goroutine).
+	sinceClean int
 
 	// Snapshots (see snapshot.go): once snapEvery entries were applied
 	// past the last snapshot (snapAt), a non-blocking send on snapDue
@@ -95,6 +105,7 @@ func (s *stateMachine) Open(stopc <-chan struct{}) (uint64, error) {
 	}
 	s.applied.Store(st.Index)
 	s.listener.Reset(st)
+	s.publish(st.Index)
 	return st.Index, nil
 }
 
@@ -146,34 +157,28 @@ func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 			s.changes = changes[:0]
 		}
 	}()
-	for i := range ents {
-		e := &ents[i]
-		if last != 0 && (w.bytes+2*len(e.Cmd) > txnBudgetBytes || w.count+maxBatchCommands+2 > txnBudgetCount) {
-			if err := s.commit(w, last, nil); err != nil {
-				return nil, err
-			}
-			w = &writer{txn: s.db.NewTransaction(true), ix: s.ix}
-		}
-		last = e.Index
-		id, cmds, err := decodeEntry(s.cmds[:0], e.Cmd)
+	var index uint64 // the entry applyPart applies a part of
+	// applyPart applies one proposer's entry, or one part of a merged
+	// entry, at index and returns the index its commands were applied at
+	// (an earlier one for a part applied before: the dedupe record's) and
+	// their result codes. An undecodable part is skipped: no commands.
+	applyPart := func(b []byte) (uint64, []byte, error) {
+		id, cmds, err := decodeEntry(s.cmds[:0], b)
 		s.cmds, decoded = cmds[:0], max(decoded, len(cmds))
 		if err != nil {
-			// Never proposed by this package; every replica skips it alike.
-			s.log.Error("raftstore: skipping undecodable entry", "index", e.Index, "err", err)
-			e.Result = sm.Result{Value: e.Index}
-			continue
+			s.log.Error("raftstore: skipping undecodable entry", "index", index, "err", err)
+			return index, nil, nil
 		}
 		if id != (entryID{}) {
 			if rec := s.ix.dedupe[id]; len(rec) >= 8 {
-				if at := binary.BigEndian.Uint64(rec); at+dedupeWindow >= e.Index {
-					e.Result = sm.Result{Value: at, Data: rec[8:]}
-					continue
+				if at := binary.BigEndian.Uint64(rec); at+dedupeWindow >= index {
+					return at, rec[8:], nil
 				}
 			}
 		}
 		// The dedupe record: the index, then one result code per command.
 		rec := make([]byte, 8+len(cmds))
-		binary.BigEndian.PutUint64(rec, e.Index)
+		binary.BigEndian.PutUint64(rec, index)
 		codes := rec[8:]
 		changes = slices.Grow(changes, len(cmds))
 		for j := range cmds {
@@ -181,28 +186,71 @@ func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 			c.Normalize()
 			code, err := w.apply(c)
 			if err != nil {
-				return nil, fmt.Errorf("raftstore: apply index %d: %w", e.Index, err)
+				return 0, nil, fmt.Errorf("raftstore: apply index %d: %w", index, err)
 			}
 			codes[j] = code
-			changes = append(changes, Change{Index: e.Index, Cmd: *c, Rejected: rejection(code, c)})
+			changes = append(changes, Change{Index: index, Cmd: *c, Rejected: rejection(code, c)})
 		}
-		e.Result = sm.Result{Value: e.Index, Data: codes}
 		if id != (entryID{}) {
 			if err := w.set(dedupeKey(id), rec); err != nil {
-				return nil, err
+				return 0, nil, err
 			}
 			s.ix.dedupe[id] = rec
-			if err := w.set(dedupeAtKey(e.Index, id), nil); err != nil {
-				return nil, err
+			s.sinceClean++
+			if err := w.set(dedupeAtKey(index, id), nil); err != nil {
+				return 0, nil, err
 			}
 		}
+		return index, codes, nil
+	}
+	for i := range ents {
+		e := &ents[i]
+		index = e.Index
+		if last != 0 && (w.bytes+2*len(e.Cmd) > txnBudgetBytes || w.count+maxBatchCommands+2*maxMergedParts > txnBudgetCount) {
+			if err := s.commit(w, last, nil); err != nil {
+				return nil, err
+			}
+			w = &writer{txn: s.db.NewTransaction(true), ix: s.ix}
+		}
+		last = e.Index
+		if len(e.Cmd) == 0 || e.Cmd[0] != mergedVersion {
+			at, codes, err := applyPart(e.Cmd)
+			if err != nil {
+				return nil, err
+			}
+			e.Result = sm.Result{Value: at, Data: codes}
+			continue
+		}
+		parts, err := splitEntry(e.Cmd)
+		if err != nil {
+			// Never proposed by this package; every replica skips it alike.
+			s.log.Error("raftstore: skipping undecodable entry", "index", e.Index, "err", err)
+			e.Result = sm.Result{Value: e.Index}
+			continue
+		}
+		// A merged entry (forward.go): each part's codes after their count
+		// (2 bytes), so that a part that is skipped or refused costs the
+		// others nothing.
+		var all []byte
+		for _, p := range parts {
+			_, codes, err := applyPart(p)
+			if err != nil {
+				return nil, err
+			}
+			all = binary.BigEndian.AppendUint16(all, uint16(len(codes)))
+			all = append(all, codes...)
+		}
+		e.Result = sm.Result{Value: e.Index, Data: all}
 	}
 	if last != 0 {
-		if last-s.cleaned >= 1024 {
+		// Every 1,024 indices, or sooner once 1,000 records were written
+		// (a merged entry writes one per part): a clean-up deletes at most
+		// 1,000, so it keeps up with what is written.
+		if last-s.cleaned >= 1024 || s.sinceClean >= 1000 {
 			if err := s.cleanDedupe(w, last); err != nil {
 				return nil, err
 			}
-			s.cleaned = last
+			s.cleaned, s.sinceClean = last, 0
 		}
 		// The listener gets the batch while Badger writes its last chunk:
 		// every change is committed in the Raft log, and if the write fails
@@ -214,6 +262,7 @@ func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 		}); err != nil {
 			return nil, err
 		}
+		s.publish(last)
 	}
 	return ents, nil
 }
@@ -531,6 +580,43 @@ func (s *stateMachine) loadSnapshot(br *bufio.Reader, done <-chan struct{}) erro
 	}
 	s.applied.Store(st.Index)
 	s.listener.Reset(st)
+	s.publish(st.Index)
+	return nil
+}
+
+// publish records that the listener has every change up to index (Applied
+// returned, or Reset with the state at index), and wakes those waiting for
+// it (waitPublished).
+func (s *stateMachine) publish(index uint64) {
+	s.published.Store(index)
+	s.appliedMu.Lock()
+	if s.appliedCh != nil {
+		close(s.appliedCh)
+		s.appliedCh = nil
+	}
+	s.appliedMu.Unlock()
+}
+
+// waitPublished waits until the listener has index's changes, or ctx
+// ends: what a local Propose waits for (Dragonboat answers it once Update
+// has returned).
+func (s *stateMachine) waitPublished(ctx context.Context, index uint64) error {
+	for s.published.Load() < index {
+		s.appliedMu.Lock()
+		if s.appliedCh == nil {
+			s.appliedCh = make(chan struct{})
+		}
+		ch := s.appliedCh
+		s.appliedMu.Unlock()
+		if s.published.Load() >= index { // published before the channel was there
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	return nil
 }
 

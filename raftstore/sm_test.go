@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -11,7 +12,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 	sm "github.com/lni/dragonboat/v4/statemachine"
@@ -221,6 +224,99 @@ func TestUpdateSplitsLargeBatches(t *testing.T) {
 	if len(st.Instances) != n || st.Index != 12 {
 		t.Fatalf("%d instances at index %d, want %d at 12", len(st.Instances), st.Index, n)
 	}
+}
+
+// TestPublishedAfterListener: a batch committed in chunks is published
+// (waitPublished: what a forwarded entry's follower waits for) only once
+// the listener has its changes, not when its first chunk is committed.
+func TestPublishedAfterListener(t *testing.T) {
+	s := openTestSM(t, "")
+	gate := &gateListener{release: make(chan struct{})}
+	s.listener = gate
+	md := map[string]string{}
+	for i := range 30 {
+		md["k"+strconv.Itoa(i)] = strings.Repeat("v", 25)
+	}
+	var ents []sm.Entry
+	n := 0
+	for e := range 12 { // about 5 MiB: several chunks (txnBudgetBytes)
+		encs := make([][]byte, 0, maxBatchCommands)
+		for range maxBatchCommands {
+			n++
+			i := inst("big", "10.9."+strconv.Itoa(n/250)+"."+strconv.Itoa(n%250), 80)
+			i.Metadata = model.NewMetadata(md)
+			c := Command{Op: OpPutInstance, Instance: i}
+			b, _ := c.Marshal()
+			encs = append(encs, b)
+		}
+		ents = append(ents, sm.Entry{Index: uint64(e + 1), Cmd: encodeEntry(entryID{}, encs)})
+	}
+	woke := make(chan bool, 1)
+	go func() {
+		if s.waitPublished(context.Background(), 1) == nil {
+			woke <- gate.applied.Load()
+		}
+	}()
+	done := make(chan error, 1)
+	go func() { _, err := s.Update(ents); done <- err }()
+	select {
+	case seen := <-woke:
+		t.Fatalf("waitPublished(1) returned while the listener was held (had the changes: %v)", seen)
+	case <-time.After(200 * time.Millisecond): // chunks committed meanwhile; the listener is held
+	}
+	close(gate.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !<-woke {
+		t.Fatal("waitPublished(1) returned before the listener had index 1's changes")
+	}
+}
+
+// TestDedupeCleanupKeepsUpWithMergedEntries: a merged entry writes a
+// dedupe record per part; the clean-up keeps the records older than the
+// window from piling up.
+func TestDedupeCleanupKeepsUpWithMergedEntries(t *testing.T) {
+	s := openTestSM(t, "")
+	var seq, idx uint64
+	for done := 0; done < 80000; done += 16 {
+		ents := make([]sm.Entry, 0, 16)
+		for range 16 {
+			ps := make([][]byte, 3)
+			for p := range ps {
+				seq++
+				var id entryID
+				binary.BigEndian.PutUint64(id[8:], seq)
+				ps[p] = encodeEntry(id, nil)
+			}
+			idx++
+			ents = append(ents, sm.Entry{Index: idx, Cmd: encodeMerged(ps)})
+		}
+		if _, err := s.Update(ents); err != nil {
+			t.Fatal(err)
+		}
+	}
+	live := 0
+	for _, rec := range s.ix.dedupe {
+		if binary.BigEndian.Uint64(rec)+dedupeWindow >= idx {
+			live++
+		}
+	}
+	if stale := len(s.ix.dedupe) - live; stale > 2*1000 {
+		t.Fatalf("%d dedupe records past the window still held (%d live)", stale, live)
+	}
+}
+
+// gateListener holds Applied until release is closed.
+type gateListener struct {
+	NopListener
+	release chan struct{}
+	applied atomic.Bool
+}
+
+func (l *gateListener) Applied([]Change) {
+	<-l.release
+	l.applied.Store(true)
 }
 
 // keepListener keeps a copy of every change it gets, as a listener may.

@@ -40,6 +40,18 @@ type Stats struct {
 	// timeouts) without an answer: a stall of the entry's callers.
 	EntryRetries          uint64
 	EntryAttemptsTimedOut uint64
+	// EntriesForwarded counts the entries of this replica, a follower, that it sent to the
+	// leader to go in the leader's rounds (over Config.Transport, see "Forwarding" in
+	// doc.go); ForwardFallbacks of them the leader could not take (unreachable or no longer
+	// the leader, no answer or no local apply in time) and they were proposed here after
+	// all, their ID unchanged. Both are also in Entries. EntriesForwardedIn counts the
+	// followers' entries this replica, the leader, proposed; MergedEntries the Raft entries
+	// it proposed that carried followers' entries with its own or with each other's (one
+	// log write and one apply for all).
+	EntriesForwarded   uint64
+	ForwardFallbacks   uint64
+	EntriesForwardedIn uint64
+	MergedEntries      uint64
 	// CommitWritesDeferred counts the updates of the Raft log that changed only the commit
 	// index and were held back for the replica's next write (Config.SyncCommitIndex off),
 	// about one per entry on each replica, the leader included: nearly each is a
@@ -93,6 +105,8 @@ type stats struct {
 	entries, entriesFailed                        atomic.Uint64
 	batchWaitsFilled, batchWaitsExpired           atomic.Uint64
 	entryRetries, entryTimeouts                   atomic.Uint64
+	forwardTaken, forwardFallbacks, forwardedIn   atomic.Uint64
+	merged                                        atomic.Uint64
 	commitDeferred, logWrites                     atomic.Uint64
 	lazyCommit                                    atomic.Bool
 	latency                                       *metric.Histogram
@@ -190,6 +204,8 @@ func (e statsEvents) SendSnapshotAborted(i raftio.SnapshotInfo) {
 // Start and after Close (the index gauges are then zero).
 func (n *Node) Stats() Stats {
 	s := n.stats
+	fellBack := s.forwardFallbacks.Load()
+	taken := s.forwardTaken.Load() // read once: EntriesForwarded − ForwardFallbacks never goes down
 	st := Stats{
 		Proposals:             s.proposals.Load(),
 		ProposalsFailed:       s.proposalsFailed.Load(),
@@ -200,6 +216,10 @@ func (n *Node) Stats() Stats {
 		BatchWaitsExpired:     s.batchWaitsExpired.Load(),
 		EntryRetries:          s.entryRetries.Load(),
 		EntryAttemptsTimedOut: s.entryTimeouts.Load(),
+		EntriesForwarded:      taken + fellBack,
+		ForwardFallbacks:      fellBack,
+		EntriesForwardedIn:    s.forwardedIn.Load(),
+		MergedEntries:         s.merged.Load(),
 		CommitWritesDeferred:  s.commitDeferred.Load(),
 		LogWrites:             s.logWrites.Load(),
 		LazyCommit:            s.lazyCommit.Load(),

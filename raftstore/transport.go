@@ -69,10 +69,12 @@ type muxFactory struct {
 	t      transport.Transport
 	guard  *guard
 	limits model.Limits // for the records of received snapshots
+	// propose handles KindRaftPropose: a follower's entry (forward.go).
+	propose transport.Handler
 }
 
 func (f muxFactory) Create(nhc config.NodeHostConfig, onMessages raftio.MessageHandler, onChunk raftio.ChunkHandler) raftio.ITransport {
-	return &muxTransport{t: f.t, guard: f.guard, limit: messageLimit(f.t), onMessages: onMessages, onChunk: onChunk,
+	return &muxTransport{t: f.t, guard: f.guard, limit: messageLimit(f.t), onMessages: onMessages, onChunk: onChunk, onPropose: f.propose,
 		receives: receives{dir: nhc.NodeHostDir, check: true, limits: f.limits}}
 }
 
@@ -89,7 +91,8 @@ type muxTransport struct {
 	limit      int
 	onMessages raftio.MessageHandler
 	onChunk    raftio.ChunkHandler
-	receives   receives // the snapshot streams being received
+	onPropose  transport.Handler // nil: KindRaftPropose is not handled
+	receives   receives          // the snapshot streams being received
 
 	mu       sync.Mutex // guards closed and the Add of inflight
 	closed   bool
@@ -116,6 +119,15 @@ func (m *muxTransport) Start() error {
 		m.t.Handle(KindRaftMessages, m.handler(m.deliverBatch)) // a wrapper: no order (Raft copes, more slowly under load)
 	}
 	m.t.Handle(KindRaftChunk, m.handler(m.deliverChunk))
+	if m.onPropose != nil {
+		m.t.Handle(KindRaftPropose, func(ctx context.Context, from string, body []byte) ([]byte, error) {
+			if !m.enter() {
+				return nil, ErrClosed
+			}
+			defer m.inflight.Done()
+			return m.onPropose(ctx, from, body)
+		})
+	}
 	return nil
 }
 
@@ -203,6 +215,9 @@ func (m *muxTransport) Close() error {
 	m.mu.Unlock()
 	m.t.Handle(KindRaftMessages, nil)
 	m.t.Handle(KindRaftChunk, nil)
+	if m.onPropose != nil {
+		m.t.Handle(KindRaftPropose, nil)
+	}
 	m.inflight.Wait()
 	return nil
 }

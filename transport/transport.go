@@ -8,7 +8,7 @@ import "context"
 //
 //	1–63     distro (sync, verify, load)
 //	64–95    registry (forwarded writes and beats)
-//	96–127   raftstore (Raft messages and snapshot chunks)
+//	96–127   raftstore (Raft messages, snapshot chunks, forwarded entries)
 //	128–255  embedders
 //
 // Kind 0 is invalid.

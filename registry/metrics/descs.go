@@ -26,6 +26,7 @@ type descs struct {
 
 	rProposals, rEntries, rEntriesFailed, rBatchWaits, rCommitDeferred, rProposeLatency, rLeaderChanges *prometheus.Desc
 	rLogWrites, rEntryRetries                                                                           *prometheus.Desc
+	rForwarded, rForwardedIn, rMerged                                                                   *prometheus.Desc
 	rHasLeader, rIsLeader, rTerm, rApplied, rLastIndex, rApplyLag, rLazyCommit                          *prometheus.Desc
 	rSnapshots, rInBatches, rInChunks, rInDropped                                                       *prometheus.Desc
 }
@@ -114,6 +115,9 @@ func newDescs(constLabels prometheus.Labels) *descs {
 	d.rCommitDeferred = mk("muster_raft_commit_writes_deferred_total", "Raft-log writes of a change of the commit index alone held back for the replica's next write (raftstore.Config.SyncCommitIndex off): synchronous writes saved.")
 	d.rLogWrites = mk("muster_raft_log_writes_total", "Synchronous writes of the Raft log (one fsync of its WAL each): entries, hard states, snapshot records. Commands made durable per fsync = proposals over log writes summed over the replicas. 0 while muster_raft_lazy_commit is 0 (they are counted by its wrapper).")
 	d.rEntryRetries = mk("muster_raft_entry_retries_total", "Attempts to commit an entry that failed with a temporary error (no leader yet, busy, dropped, timed out) and were tried again; timed_out: those that waited out the whole attempt (two election timeouts) with no answer, a stall of the entry's callers.", "outcome")
+	d.rForwarded = mk("muster_raft_entries_forwarded_total", "Entries of this replica, a follower, sent to the leader to go in its rounds; fell_back: those the leader could not take in time (unreachable, no longer the leader), proposed here after all.", "outcome")
+	d.rForwardedIn = mk("muster_raft_entries_forwarded_in_total", "Followers' entries this replica, the leader, proposed.")
+	d.rMerged = mk("muster_raft_merged_entries_total", "Raft entries this replica, the leader, proposed that carried followers' entries with its own or each other's (one log write and one apply for all).")
 	d.rBatchWaits = mk("muster_raft_batch_waits_total", "Raft entries whose batcher waited for the callers it had just answered (BatchWait): filled when the wait ended in time (they came, the entry filled up), expired when the window closed first.", "outcome")
 	d.rProposeLatency = mk("muster_raft_proposal_duration_seconds", "Time from a proposal to its outcome (commit and local apply, or failure).")
 	d.rLeaderChanges = mk("muster_raft_leader_changes_total", "Leader changes this replica observed (to another replica, or to none).")

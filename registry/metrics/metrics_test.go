@@ -525,7 +525,7 @@ func (f fixedRaft) Stats() raftstore.Stats { return raftstore.Stats(f) }
 func TestScrapeRaftBatchWaits(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(metrics.New(metrics.Sources{Raft: fixedRaft{Entries: 12, BatchWaitsFilled: 7, BatchWaitsExpired: 3, CommitWritesDeferred: 11,
-		LogWrites: 40, EntryRetries: 5, EntryAttemptsTimedOut: 2}}))
+		LogWrites: 40, EntryRetries: 5, EntryAttemptsTimedOut: 2, EntriesForwarded: 9, ForwardFallbacks: 4, EntriesForwardedIn: 13, MergedEntries: 6}}))
 	mfs := scrape(t, reg)
 	for outcome, want := range map[string]float64{"filled": 7, "expired": 3} {
 		if v := value(t, mfs, "muster_raft_batch_waits_total", "outcome", outcome); v != want {
@@ -545,6 +545,17 @@ func TestScrapeRaftBatchWaits(t *testing.T) {
 		if v := value(t, mfs, "muster_raft_entry_retries_total", "outcome", outcome); v != want {
 			t.Errorf("entry retries %s = %v, want %v", outcome, v, want)
 		}
+	}
+	for outcome, want := range map[string]float64{"taken": 5, "fell_back": 4} {
+		if v := value(t, mfs, "muster_raft_entries_forwarded_total", "outcome", outcome); v != want {
+			t.Errorf("entries forwarded %s = %v, want %v", outcome, v, want)
+		}
+	}
+	if v := value(t, mfs, "muster_raft_entries_forwarded_in_total"); v != 13 {
+		t.Errorf("entries forwarded in = %v, want 13", v)
+	}
+	if v := value(t, mfs, "muster_raft_merged_entries_total"); v != 6 {
+		t.Errorf("merged entries = %v, want 6", v)
 	}
 	if v := value(t, mfs, "muster_raft_lazy_commit"); v != 0 {
 		t.Errorf("lazy commit = %v with Stats.LazyCommit false, want 0", v)
