@@ -199,24 +199,7 @@ func TestApplyBatchAndDefaults(t *testing.T) {
 // instead of failing with ErrTxnTooBig; each carries its applied index.
 func TestUpdateSplitsLargeBatches(t *testing.T) {
 	s := openTestSM(t, "")
-	md := map[string]string{}
-	for i := range 30 {
-		md["k"+strconv.Itoa(i)] = strings.Repeat("v", 25)
-	}
-	var ents []sm.Entry
-	n := 0
-	for e := range 12 {
-		encs := make([][]byte, 0, maxBatchCommands)
-		for range maxBatchCommands {
-			n++
-			i := inst("big", "10.9."+strconv.Itoa(n/250)+"."+strconv.Itoa(n%250), 80)
-			i.Metadata = model.NewMetadata(md)
-			c := Command{Op: OpPutInstance, Instance: i}
-			b, _ := c.Marshal()
-			encs = append(encs, b)
-		}
-		ents = append(ents, sm.Entry{Index: uint64(e + 1), Cmd: encodeEntry(entryID{}, encs)})
-	}
+	ents, n := largeEntries()
 	if _, err := s.Update(ents); err != nil {
 		t.Fatal(err)
 	}
@@ -233,24 +216,7 @@ func TestPublishedAfterListener(t *testing.T) {
 	s := openTestSM(t, "")
 	gate := &gateListener{release: make(chan struct{})}
 	s.listener = gate
-	md := map[string]string{}
-	for i := range 30 {
-		md["k"+strconv.Itoa(i)] = strings.Repeat("v", 25)
-	}
-	var ents []sm.Entry
-	n := 0
-	for e := range 12 { // about 5 MiB: several chunks (txnBudgetBytes)
-		encs := make([][]byte, 0, maxBatchCommands)
-		for range maxBatchCommands {
-			n++
-			i := inst("big", "10.9."+strconv.Itoa(n/250)+"."+strconv.Itoa(n%250), 80)
-			i.Metadata = model.NewMetadata(md)
-			c := Command{Op: OpPutInstance, Instance: i}
-			b, _ := c.Marshal()
-			encs = append(encs, b)
-		}
-		ents = append(ents, sm.Entry{Index: uint64(e + 1), Cmd: encodeEntry(entryID{}, encs)})
-	}
+	ents, _ := largeEntries()
 	woke := make(chan bool, 1)
 	go func() {
 		if s.waitPublished(context.Background(), 1) == nil {
@@ -317,6 +283,31 @@ type gateListener struct {
 func (l *gateListener) Applied([]Change) {
 	<-l.release
 	l.applied.Store(true)
+}
+
+// largeEntries returns 12 full entries of instances with large metadata
+// (about 5 MiB: an Update of them commits in several chunks,
+// txnBudgetBytes) at indices 1–12, and the count of their commands.
+func largeEntries() ([]sm.Entry, int) {
+	md := map[string]string{}
+	for i := range 30 {
+		md["k"+strconv.Itoa(i)] = strings.Repeat("v", 25)
+	}
+	var ents []sm.Entry
+	n := 0
+	for e := range 12 {
+		encs := make([][]byte, 0, maxBatchCommands)
+		for range maxBatchCommands {
+			n++
+			i := inst("big", "10.9."+strconv.Itoa(n/250)+"."+strconv.Itoa(n%250), 80)
+			i.Metadata = model.NewMetadata(md)
+			c := Command{Op: OpPutInstance, Instance: i}
+			b, _ := c.Marshal()
+			encs = append(encs, b)
+		}
+		ents = append(ents, sm.Entry{Index: uint64(e + 1), Cmd: encodeEntry(entryID{}, encs)})
+	}
+	return ents, n
 }
 
 // keepListener keeps a copy of every change it gets, as a listener may.
