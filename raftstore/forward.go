@@ -26,18 +26,19 @@ const KindRaftPropose transport.Kind = 98
 // three entries a round, each with its own log write on every replica, its
 // own Replicate and its own apply. Now a follower sends its entry to the
 // leader over Config.Transport; the leader's batcher proposes the entries
-// that reached it with its own, together, so that Dragonboat takes them in
-// one step: one log write and one Replicate a round on each replica.
+// that reached it with its own as one merged entry: one log write, one
+// Replicate and one apply a round on each replica.
 //
 // The entry is unchanged, its ID too, so nothing about its outcome changes:
-// when forwarding fails in any way (no leader known, the leader unreachable
-// or no longer the leader, no answer within an attempt's bound, the local
-// apply not reached), the follower proposes the same entry itself, as
-// before, and the state machine applies an entry ID once (a forwarded
-// entry that did commit answers the retry with its first outcome). A
-// follower answers its callers only once its own replica has applied the
-// entry, as a local proposal does: a Register on any node is visible on
-// that node when it returns.
+// when the leader does not take it (no leader known, the leader unreachable
+// or no longer the leader, no answer within an attempt's bound), the
+// follower proposes the same entry itself, as before, and the state
+// machine applies an entry ID once (a forwarded entry that did commit
+// answers the retry with its first outcome). A follower answers its
+// callers only once its own listener has the entry, as a local proposal
+// does: a Register on any node is visible on that node when it returns.
+// Once the leader has answered, the entry is not proposed again: a
+// follower that does not apply it in time answers ErrNoLeader.
 
 // forward is an entry a follower sent to this node, the leader, waiting in
 // the batcher's queue.
@@ -164,10 +165,15 @@ const maxForwardedEntry = entryHdrLen + 5 + maxEntryBytes
 // this replica is a follower over a Muster transport, else (or when the
 // leader did not take it) through Dragonboat here.
 func (n *Node) commitEntry(entry []byte) (uint64, []byte, error) {
-	if index, codes, taken, err := n.forwardEntry(entry); taken {
+	// One bound for all of it, the forward, the wait for the local apply
+	// and the proposal here, as for a proposal alone: its callers' own.
+	// Dragonboat is a real-time engine: the bound is real time.
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ProposeTimeout)
+	defer cancel()
+	if index, codes, taken, err := n.forwardEntry(ctx, entry); taken {
 		return index, codes, err
 	}
-	return n.proposeEntry(entry)
+	return n.proposeEntry(ctx, entry)
 }
 
 // forwardEntry sends entry to the leader and, once the leader has
@@ -177,8 +183,8 @@ func (n *Node) commitEntry(entry []byte) (uint64, []byte, error) {
 // within an attempt): the caller then proposes the same entry here, whose
 // ID makes a second apply answer with the first's outcome. Once the leader
 // answered, the entry is not proposed again: a replica slow to apply it
-// gets ErrNoLeader after ProposeTimeout, its callers' own bound.
-func (n *Node) forwardEntry(entry []byte) (index uint64, codes []byte, taken bool, err error) {
+// gets ErrNoLeader when ctx ends (ProposeTimeout, its callers' own bound).
+func (n *Node) forwardEntry(ctx context.Context, entry []byte) (index uint64, codes []byte, taken bool, err error) {
 	if n.cfg.Transport == nil || n.cfg.noForward {
 		return 0, nil, false, nil
 	}
@@ -192,7 +198,7 @@ func (n *Node) forwardEntry(entry []byte) (index uint64, codes []byte, taken boo
 	}
 	// One attempt's bound for the leader's answer, on real time as
 	// Dragonboat's.
-	actx, cancel := context.WithTimeout(n.ctx, n.attemptTimeout())
+	actx, cancel := context.WithTimeout(ctx, n.attemptTimeout())
 	body := make([]byte, 0, forwardHeaderLen+len(entry))
 	body = binary.BigEndian.AppendUint64(append(body, capMerged), n.cfg.ReplicaID)
 	resp, err := n.cfg.Transport.Request(actx, to, KindRaftPropose, append(body, entry...))
@@ -207,9 +213,7 @@ func (n *Node) forwardEntry(entry []byte) (index uint64, codes []byte, taken boo
 	}
 	n.stats.forwardTaken.Add(1)
 	index, codes = binary.BigEndian.Uint64(resp), resp[answerHeaderLen:]
-	wctx, cancel := context.WithTimeout(n.ctx, n.cfg.ProposeTimeout)
-	defer cancel()
-	if err := n.sm.waitPublished(wctx, index); err != nil {
+	if err := n.sm.waitPublished(ctx, index); err != nil {
 		if n.ctx.Err() != nil {
 			return 0, nil, true, ErrClosed
 		}

@@ -34,7 +34,8 @@ type proposalResult struct {
 // once the local replica has applied it. Result.Rejected is set when the
 // state rules refused the command (identically on every replica); the error
 // is for everything else: *model.ValidationError, ErrNoLeader when
-// ProposeTimeout passed since the call without a leader or quorum,
+// ProposeTimeout passed since the call without a leader or quorum (or, on a
+// follower, with the command committed but not yet applied there),
 // ErrClosed, or ctx's error.
 //
 // Concurrent calls are packed into one Raft entry (group commit). Temporary
@@ -221,7 +222,7 @@ func (n *Node) batchLoop() {
 		)
 		switch {
 		case len(merged.fwds) > 0:
-			index, codes, err = n.proposeEntry(merged.entry)
+			index, codes, err = n.proposeBounded(merged.entry)
 			codes, err = merged.answer(index, codes, err, own != nil)
 		case own != nil:
 			index, codes, err = n.commitEntry(own)
@@ -313,12 +314,17 @@ func (n *Node) nextEntryID() entryID {
 	return id
 }
 
-// proposeEntry commits one entry, retrying temporary errors within
-// ProposeTimeout, and returns its index and per-command result codes.
-func (n *Node) proposeEntry(entry []byte) (uint64, []byte, error) {
+// proposeBounded is proposeEntry within ProposeTimeout.
+func (n *Node) proposeBounded(entry []byte) (uint64, []byte, error) {
 	// Dragonboat is a real-time engine: the bounded wait uses real time.
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ProposeTimeout)
 	defer cancel()
+	return n.proposeEntry(ctx, entry)
+}
+
+// proposeEntry commits one entry, retrying temporary errors until ctx
+// (within n.ctx) ends, and returns its index and per-command result codes.
+func (n *Node) proposeEntry(ctx context.Context, entry []byte) (uint64, []byte, error) {
 	session := n.nh.GetNoOPSession(n.cfg.ShardID)
 	var last error
 	for {

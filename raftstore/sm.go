@@ -47,6 +47,7 @@ type stateMachine struct {
 	cleaned   uint64 // index of the last dedupe clean-up; Update's goroutine only
 	// sinceClean counts the dedupe records written since (Update's goroutine).
 	sinceClean int
+	cleanMore  bool // the last clean-up hit its bound: more may be past the window
 
 	// Snapshots (see snapshot.go): once snapEvery entries were applied
 	// past the last snapshot (snapAt), a non-blocking send on snapDue
@@ -244,13 +245,15 @@ func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 	}
 	if last != 0 {
 		// Every 1,024 indices, or sooner once 1,000 records were written
-		// (a merged entry writes one per part): a clean-up deletes at most
-		// 1,000, so it keeps up with what is written.
-		if last-s.cleaned >= 1024 || s.sinceClean >= 1000 {
-			if err := s.cleanDedupe(w, last); err != nil {
+		// (a merged entry writes one per part), and after every clean-up
+		// that hit its bound (a backlog: a replica catching up writes many
+		// in one call), until one deletes fewer.
+		if last-s.cleaned >= 1024 || s.sinceClean >= 1000 || s.cleanMore {
+			n, err := s.cleanDedupe(w, last)
+			if err != nil {
 				return nil, err
 			}
-			s.cleaned, s.sinceClean = last, 0
+			s.cleaned, s.sinceClean, s.cleanMore = last, 0, n == maxDedupeClean
 		}
 		// The listener gets the batch while Badger writes its last chunk:
 		// every change is committed in the Raft log, and if the write fails
@@ -267,15 +270,20 @@ func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 	return ents, nil
 }
 
-// cleanDedupe deletes up to 1000 dedupe records older than the window.
-func (s *stateMachine) cleanDedupe(w *writer, last uint64) error {
+// maxDedupeClean bounds the dedupe records one clean-up deletes (two
+// writes each, within an Update chunk's budget).
+const maxDedupeClean = 1000
+
+// cleanDedupe deletes up to maxDedupeClean dedupe records older than the
+// window and returns how many it deleted.
+func (s *stateMachine) cleanDedupe(w *writer, last uint64) (int, error) {
 	if last <= dedupeWindow {
-		return nil
+		return 0, nil
 	}
 	limit := last - dedupeWindow
 	var old [][]byte
 	it := w.txn.NewIterator(badger.IteratorOptions{Prefix: []byte{kindDedupeAt}})
-	for it.Rewind(); it.Valid() && len(old) < 1000; it.Next() {
+	for it.Rewind(); it.Valid() && len(old) < maxDedupeClean; it.Next() {
 		k := it.Item().KeyCopy(nil)
 		if len(k) != 9+entryIDLen || binary.BigEndian.Uint64(k[1:9]) >= limit {
 			break
@@ -287,14 +295,14 @@ func (s *stateMachine) cleanDedupe(w *writer, last uint64) error {
 		var id entryID
 		copy(id[:], k[9:])
 		if err := w.del(k); err != nil {
-			return err
+			return 0, err
 		}
 		if err := w.del(dedupeKey(id)); err != nil {
-			return err
+			return 0, err
 		}
 		delete(s.ix.dedupe, id)
 	}
-	return nil
+	return len(old), nil
 }
 
 // commit commits w's transaction with the applied index, running during

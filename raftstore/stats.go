@@ -42,9 +42,9 @@ type Stats struct {
 	EntryAttemptsTimedOut uint64
 	// EntriesForwarded counts the entries of this replica, a follower, that it sent to the
 	// leader to go in the leader's rounds (over Config.Transport, see "Forwarding" in
-	// doc.go); ForwardFallbacks of them the leader could not take (unreachable or no longer
-	// the leader, no answer or no local apply in time) and they were proposed here after
-	// all, their ID unchanged. Both are also in Entries. EntriesForwardedIn counts the
+	// doc.go); ForwardFallbacks of them the leader did not take (unreachable or no longer
+	// the leader, no answer in time) and they were proposed here after all, their ID
+	// unchanged. Both are also in Entries. EntriesForwardedIn counts the
 	// followers' entries this replica, the leader, proposed; MergedEntries the Raft entries
 	// it proposed that carried followers' entries with its own or with each other's (one
 	// log write and one apply for all).
