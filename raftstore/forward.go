@@ -226,7 +226,8 @@ var errBadForward = errors.New("raftstore: malformed answer to a forwarded entry
 
 // proposeForwarded proposes the forwarded entries fwds, each as its own
 // entry, without waiting: Dragonboat takes them in the same step as the
-// batcher's own entry proposed right after. wait collects their outcomes.
+// batcher's own entry proposed right after. answerForwarded collects their
+// outcomes.
 func (n *Node) proposeForwarded(fwds []*forward) []*dragonboat.RequestState {
 	if len(fwds) == 0 {
 		return nil
@@ -265,10 +266,10 @@ func (n *Node) answerForwarded(fwds []*forward, states []*dragonboat.RequestStat
 			} else {
 				r.err = fmt.Errorf("raftstore: a forwarded entry was not committed (%s)", outcome(res))
 			}
+			rs.Release() // only once it has its result: Dragonboat reuses it
 		case <-n.ctx.Done():
 			r.err = ErrClosed
 		}
-		rs.Release()
 		fwds[i].done <- r
 	}
 }
