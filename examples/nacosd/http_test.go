@@ -84,6 +84,11 @@ func TestV1RegisterSelectDeregister(t *testing.T) {
 	if err != nil || list.Count != 1 || len(list.Doms) != 1 || list.Doms[0] != "v1-shop" {
 		t.Fatalf("service list: %+v %v", list, err)
 	}
+	// The SDK beats each instance once as it registers it, from a goroutine
+	// of its own. A beat that comes after the deregistration registers the
+	// instance again (Nacos 1.x does the same with a beat's instance), so
+	// wait for the three first beats (a loaded CI machine delayed one).
+	eventually(t, 5*time.Second, "the SDK's first beat of each instance", func() bool { return s.beats.Load() >= 3 })
 	ok, err := c.DeregisterInstance(v1vo.DeregisterInstanceParam{ServiceName: "v1-shop", Cluster: "a", Ip: "10.1.0.1", Port: 80, Ephemeral: true})
 	if err != nil || !ok {
 		t.Fatalf("deregister: %v %v", ok, err)
