@@ -11,6 +11,7 @@ import (
 
 	"github.com/lni/dragonboat/v4"
 	"github.com/muster-io/muster/transport"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // KindRaftPropose carries a follower's entry to the leader, as a request:
@@ -311,48 +312,62 @@ func outcome(r dragonboat.RequestResult) string {
 // a follower has one entry in flight at a time.
 const forwardQueue = 64
 
-// forwarder is what the leader's batcher remembers of a follower that
-// forwarded: the round it last did, and whether it applies merged entries.
+// forwarders is what the leader's batcher remembers of the followers that
+// forwarded lately: the round each last did, and whether it applies merged
+// entries. The batcher's goroutine only.
+type forwarders struct {
+	round int
+	seen  map[uint64]forwarder
+}
+
 type forwarder struct {
 	round  int
 	merges bool
 }
 
-// allForward reports whether every other member of the shard forwarded an
-// entry in this round (fwds) or the one before (seen) saying it applies
+// note records a round's forwarded entries, forgets the followers that
+// forwarded in neither it nor the one before, and returns how many remain:
+// they come back with their next entries, and the next round waits for
+// them, so that their entries go in one round rather than alternate.
+func (fs *forwarders) note(fwds []*forward) int {
+	fs.round++
+	if fs.seen == nil {
+		fs.seen = make(map[uint64]forwarder)
+	}
+	for _, f := range fwds {
+		fs.seen[f.from] = forwarder{round: fs.round, merges: f.merges}
+	}
+	for id, f := range fs.seen {
+		if f.round+1 < fs.round {
+			delete(fs.seen, id)
+		}
+	}
+	return len(fs.seen)
+}
+
+// allMerge reports whether every other member of the shard (members, self
+// left out) forwarded in this round or the one before saying it applies
 // merged entries (capMerged), which a version before them would skip as
 // undecodable, and so diverge. Until then the leader proposes the
 // followers' entries each as its own.
-func (n *Node) allForward(seen map[uint64]forwarder, round int, fwds []*forward) bool {
-	if len(fwds) == 0 || n.guard == nil {
-		return false
-	}
-	members := n.guard.members()
-	need, have := 0, 0
+func (fs *forwarders) allMerge(members map[uint64]string, self uint64) bool {
+	need := 0
 	for id := range members {
-		if id == n.cfg.ReplicaID {
+		if id == self {
 			continue
 		}
 		need++
-		if f, ok := seen[id]; ok && f.merges && f.round+1 >= round {
-			have++
-			continue
-		}
-		for _, f := range fwds {
-			if f.from == id && f.merges {
-				have++
-				break
-			}
+		if f, ok := fs.seen[id]; !ok || !f.merges {
+			return false
 		}
 	}
-	return need > 0 && have == need
+	return need > 0
 }
 
 // merge is a merged entry of this node's commands and followers' entries.
 type merge struct {
-	entry []byte // a merged entry (a follower's alone when it is all)
+	entry []byte // a merged entry, or a follower's as it is when it is all
 	fwds  []*forward
-	whole bool // entry is a merged entry, not one follower's as it is
 }
 
 // mergeForwarded merges own (ownCmds commands; nil for none) with the
@@ -381,7 +396,7 @@ func (n *Node) mergeForwarded(own []byte, ownCmds int, fwds []*forward, canMerge
 	if len(parts) == 1 {
 		merged.entry = parts[0] // one follower's entry alone: as it is
 	} else {
-		merged.entry, merged.whole = encodeMerged(parts), true
+		merged.entry = encodeMerged(parts)
 		n.stats.merged.Add(1)
 	}
 	n.stats.forwardedIn.Add(uint64(len(merged.fwds)))
@@ -393,7 +408,7 @@ func (n *Node) mergeForwarded(own []byte, ownCmds int, fwds []*forward, canMerge
 // stateMachine.Update; err) and returns this node's: the first part's
 // codes when own is set.
 func (m merge) answer(index uint64, data []byte, err error, own bool) ([]byte, error) {
-	if !m.whole { // one follower's entry, proposed as it is
+	if !own && len(m.fwds) == 1 { // one follower's entry, proposed as it is
 		m.fwds[0].done <- forwardResult{index: index, codes: data, err: err}
 		return nil, nil
 	}
@@ -427,21 +442,14 @@ func (m merge) answer(index uint64, data []byte, err error, own bool) ([]byte, e
 }
 
 // entryCommands reads the count of commands of an entry from its array
-// header.
+// header (encodeEntry writes it with msgpack's encoder).
 func entryCommands(entry []byte) (int, bool) {
-	if len(entry) < entryHdrLen+1 || entry[0] != entryVersion {
+	if len(entry) < entryHdrLen || entry[0] != entryVersion {
 		return 0, false
 	}
-	b := entry[entryHdrLen:]
-	switch {
-	case b[0] >= 0x90 && b[0] <= 0x9f:
-		return int(b[0] & 0x0f), true
-	case b[0] == 0xdc && len(b) >= 3:
-		return int(binary.BigEndian.Uint16(b[1:])), true
-	case b[0] == 0xdd && len(b) >= 5:
-		if k := binary.BigEndian.Uint32(b[1:]); k <= maxBatchCommands {
-			return int(k), true
-		}
-	}
-	return 0, false
+	dec := msgpack.GetDecoder()
+	defer msgpack.PutDecoder(dec)
+	dec.Reset(bytes.NewReader(entry[entryHdrLen:]))
+	k, err := dec.DecodeArrayLen()
+	return k, err == nil && k >= 0 && k <= maxBatchCommands
 }

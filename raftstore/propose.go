@@ -111,10 +111,9 @@ func (n *Node) batchLoop() {
 		fwds      []*forward // entries of followers that go with this one (forward.go)
 		encs      = make([][]byte, 0, n.cfg.MaxBatch)
 		size      int
-		expect    int                      // commands to wait for while the window is open
-		expectFwd int                      // and followers' entries
-		seen      = map[uint64]forwarder{} // followers that forwarded lately (forward.go)
-		round     int
+		expect    int                          // commands to wait for while the window is open
+		expectFwd int                          // and followers' entries
+		fwders    forwarders                   // the followers that forwarded lately (forward.go)
 		open      bool                         // the window after the last entry's answers is open
 		window    = n.pace.NewTimer(time.Hour) // Dragonboat's pace, not Config.Clock
 	)
@@ -213,7 +212,8 @@ func (n *Node) batchLoop() {
 		if len(batch) > 0 {
 			own = encodeEntry(n.nextEntryID(), encs)
 		}
-		merged, rest := n.mergeForwarded(own, len(batch), fwds, n.allForward(seen, round, fwds))
+		expectFwd = fwders.note(fwds)
+		merged, rest := n.mergeForwarded(own, len(batch), fwds, len(fwds) > 0 && n.guard != nil && fwders.allMerge(n.guard.members(), n.cfg.ReplicaID))
 		states := n.proposeForwarded(rest)
 		var (
 			index uint64
@@ -229,21 +229,6 @@ func (n *Node) batchLoop() {
 		}
 		if len(batch) > 0 {
 			n.stats.entryDone(err)
-		}
-		// The followers that forwarded in this round or the one before
-		// come back with their next entries: wait for them all, so that
-		// their entries go in one round rather than alternate.
-		round++
-		for _, f := range fwds {
-			seen[f.from] = forwarder{round: round, merges: f.merges}
-		}
-		expectFwd = 0
-		for id, f := range seen {
-			if f.round+1 < round {
-				delete(seen, id)
-			} else {
-				expectFwd++
-			}
 		}
 		// The window opens as the answers go out: a caller back before
 		// the loop is done answering is in the queue and in this batch, so

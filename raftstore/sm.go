@@ -39,11 +39,11 @@ type stateMachine struct {
 	applied  atomic.Uint64
 	closed   atomic.Bool
 	// published is the index whose changes the listener has (Update's last
-	// chunk committed, Reset); appliedMu guards appliedCh, closed (and
-	// cleared) when it moves while someone waits for it (waitPublished).
+	// chunk committed, Reset); pubMu guards pubCh, closed (and cleared)
+	// when it moves while someone waits for it (waitPublished).
 	published atomic.Uint64
-	appliedMu sync.Mutex
-	appliedCh chan struct{}
+	pubMu     sync.Mutex
+	pubCh     chan struct{}
 	cleaned   uint64 // index of the last dedupe clean-up; Update's goroutine only
 	// sinceClean counts the dedupe records written since (Update's goroutine).
 	sinceClean int
@@ -597,12 +597,12 @@ func (s *stateMachine) loadSnapshot(br *bufio.Reader, done <-chan struct{}) erro
 // it (waitPublished).
 func (s *stateMachine) publish(index uint64) {
 	s.published.Store(index)
-	s.appliedMu.Lock()
-	if s.appliedCh != nil {
-		close(s.appliedCh)
-		s.appliedCh = nil
+	s.pubMu.Lock()
+	if s.pubCh != nil {
+		close(s.pubCh)
+		s.pubCh = nil
 	}
-	s.appliedMu.Unlock()
+	s.pubMu.Unlock()
 }
 
 // waitPublished waits until the listener has index's changes, or ctx
@@ -610,12 +610,12 @@ func (s *stateMachine) publish(index uint64) {
 // has returned).
 func (s *stateMachine) waitPublished(ctx context.Context, index uint64) error {
 	for s.published.Load() < index {
-		s.appliedMu.Lock()
-		if s.appliedCh == nil {
-			s.appliedCh = make(chan struct{})
+		s.pubMu.Lock()
+		if s.pubCh == nil {
+			s.pubCh = make(chan struct{})
 		}
-		ch := s.appliedCh
-		s.appliedMu.Unlock()
+		ch := s.pubCh
+		s.pubMu.Unlock()
 		if s.published.Load() >= index { // published before the channel was there
 			return nil
 		}

@@ -2,7 +2,6 @@ package raftstore
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/dgraph-io/badger/v4"
 	sm "github.com/lni/dragonboat/v4/statemachine"
@@ -214,28 +212,22 @@ func TestUpdateSplitsLargeBatches(t *testing.T) {
 // the listener has its changes, not when its first chunk is committed.
 func TestPublishedAfterListener(t *testing.T) {
 	s := openTestSM(t, "")
-	gate := &gateListener{release: make(chan struct{})}
+	gate := &gateListener{entered: make(chan struct{}), release: make(chan struct{})}
 	s.listener = gate
 	ents, _ := largeEntries()
-	woke := make(chan bool, 1)
-	go func() {
-		if s.waitPublished(context.Background(), 1) == nil {
-			woke <- gate.applied.Load()
-		}
-	}()
 	done := make(chan error, 1)
 	go func() { _, err := s.Update(ents); done <- err }()
-	select {
-	case seen := <-woke:
-		t.Fatalf("waitPublished(1) returned while the listener was held (had the changes: %v)", seen)
-	case <-time.After(200 * time.Millisecond): // chunks committed meanwhile; the listener is held
+	// Applied runs once the chunks before the last are committed.
+	<-gate.entered
+	if p := s.published.Load(); p != 0 {
+		t.Fatalf("index %d published while the listener has none of the batch", p)
 	}
 	close(gate.release)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if !<-woke {
-		t.Fatal("waitPublished(1) returned before the listener had index 1's changes")
+	if err := s.waitPublished(t.Context(), 12); err != nil || !gate.applied.Load() {
+		t.Fatalf("after Update: wait %v, listener applied %v", err, gate.applied.Load())
 	}
 }
 
@@ -285,14 +277,16 @@ func TestDedupeCleanupKeepsUpWithMergedEntries(t *testing.T) {
 	}
 }
 
-// gateListener holds Applied until release is closed.
+// gateListener closes entered when Applied is called and holds it until
+// release is closed.
 type gateListener struct {
 	NopListener
-	release chan struct{}
-	applied atomic.Bool
+	entered, release chan struct{}
+	applied          atomic.Bool
 }
 
 func (l *gateListener) Applied([]Change) {
+	close(l.entered)
 	<-l.release
 	l.applied.Store(true)
 }
