@@ -68,7 +68,7 @@ const (
 	forwardHeaderLen = 1 + 8
 	answerHeaderLen  = 8
 	// capMerged: the sender applies merged entries (mergedVersion). The
-	// leader merges only while every other member says so (allForward).
+	// leader merges only while every other member says so (forwarders.allMerge).
 	capMerged = 1
 )
 
