@@ -527,38 +527,27 @@ func TestScrapeRaftBatchWaits(t *testing.T) {
 	reg.MustRegister(metrics.New(metrics.Sources{Raft: fixedRaft{Entries: 12, BatchWaitsFilled: 7, BatchWaitsExpired: 3, CommitWritesDeferred: 11,
 		LogWrites: 40, EntryRetries: 5, EntryAttemptsTimedOut: 2, EntriesForwarded: 9, ForwardFallbacks: 4, EntriesForwardedIn: 13, MergedEntries: 6}}))
 	mfs := scrape(t, reg)
-	for outcome, want := range map[string]float64{"filled": 7, "expired": 3} {
-		if v := value(t, mfs, "muster_raft_batch_waits_total", "outcome", outcome); v != want {
-			t.Errorf("batch waits %s = %v, want %v", outcome, v, want)
+	for _, c := range []struct {
+		name   string
+		labels []string // label and value, or none
+		want   float64
+	}{
+		{"muster_raft_batch_waits_total", []string{"outcome", "filled"}, 7},
+		{"muster_raft_batch_waits_total", []string{"outcome", "expired"}, 3},
+		{"muster_raft_entries_total", nil, 12},
+		{"muster_raft_commit_writes_deferred_total", nil, 11},
+		{"muster_raft_log_writes_total", nil, 40},
+		{"muster_raft_entry_retries_total", []string{"outcome", "timed_out"}, 2},
+		{"muster_raft_entry_retries_total", []string{"outcome", "failed"}, 3},
+		{"muster_raft_entries_forwarded_total", []string{"outcome", "taken"}, 5},
+		{"muster_raft_entries_forwarded_total", []string{"outcome", "fell_back"}, 4},
+		{"muster_raft_entries_forwarded_in_total", nil, 13},
+		{"muster_raft_merged_entries_total", nil, 6},
+		{"muster_raft_lazy_commit", nil, 0}, // Stats.LazyCommit false
+	} {
+		if v := value(t, mfs, c.name, c.labels...); v != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, v, c.want)
 		}
-	}
-	if v := value(t, mfs, "muster_raft_entries_total"); v != 12 {
-		t.Errorf("entries = %v, want 12", v)
-	}
-	if v := value(t, mfs, "muster_raft_commit_writes_deferred_total"); v != 11 {
-		t.Errorf("commit writes deferred = %v, want 11", v)
-	}
-	if v := value(t, mfs, "muster_raft_log_writes_total"); v != 40 {
-		t.Errorf("log writes = %v, want 40", v)
-	}
-	for outcome, want := range map[string]float64{"timed_out": 2, "failed": 3} {
-		if v := value(t, mfs, "muster_raft_entry_retries_total", "outcome", outcome); v != want {
-			t.Errorf("entry retries %s = %v, want %v", outcome, v, want)
-		}
-	}
-	for outcome, want := range map[string]float64{"taken": 5, "fell_back": 4} {
-		if v := value(t, mfs, "muster_raft_entries_forwarded_total", "outcome", outcome); v != want {
-			t.Errorf("entries forwarded %s = %v, want %v", outcome, v, want)
-		}
-	}
-	if v := value(t, mfs, "muster_raft_entries_forwarded_in_total"); v != 13 {
-		t.Errorf("entries forwarded in = %v, want 13", v)
-	}
-	if v := value(t, mfs, "muster_raft_merged_entries_total"); v != 6 {
-		t.Errorf("merged entries = %v, want 6", v)
-	}
-	if v := value(t, mfs, "muster_raft_lazy_commit"); v != 0 {
-		t.Errorf("lazy commit = %v with Stats.LazyCommit false, want 0", v)
 	}
 	on := prometheus.NewPedanticRegistry()
 	on.MustRegister(metrics.New(metrics.Sources{Raft: fixedRaft{LazyCommit: true}}))
